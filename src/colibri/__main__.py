@@ -1,0 +1,3 @@
+from colibri.cli.main import main
+
+main()

@@ -1,0 +1,168 @@
+"""Agent and board commands: agents, skills, status, pause, resume, and the agent harness."""
+
+from __future__ import annotations
+
+import click
+
+from colibri.cli.main import Context, cli, json_option, pass_ctx
+from colibri.cli.output import print_json, print_table
+
+
+@cli.command()
+@json_option
+@pass_ctx
+def agents(ctx: Context, as_json: bool) -> None:
+    """List agents: capabilities, slots, presence, running tasks."""
+    rows = ctx.call("agents")["agents"]
+    if as_json:
+        print_json(rows)
+        return
+    print_table(
+        ["NAME", "ONLINE", "SLOTS", "RUNNING", "CAPABILITIES", "WORKSPACE", "LAST SEEN"],
+        [
+            [
+                a["name"],
+                "yes" if a["online"] else "no",
+                a["slots"],
+                len(a["running"]),
+                ",".join(a["capabilities"]) or "-",
+                a.get("workspace") or "-",
+                a.get("last_seen") or "-",
+            ]
+            for a in rows
+        ],
+        empty="no agents (start one with: colibri agent --name NAME --cap CAP -- COMMAND)",
+    )
+
+
+@cli.command()
+@click.argument("name", required=False)
+@click.argument("description", required=False)
+@json_option
+@pass_ctx
+def skills(ctx: Context, name: str | None, description: str | None, as_json: bool) -> None:
+    """List the skills catalog (capabilities), or describe one: skills NAME "DESCRIPTION"."""
+    if name is not None:
+        if description is None:
+            raise click.UsageError("give a DESCRIPTION to describe the skill NAME")
+        reply = ctx.call("describe-skill", name=name, description=description)
+        print_json(reply["skill"]) if as_json else print(f"described {reply['skill']['name']}")
+        return
+    rows = ctx.call("skills")["skills"]
+    if as_json:
+        print_json(rows)
+        return
+    print_table(
+        ["SKILL", "AGENTS", "DESCRIPTION"],
+        [[s["name"], s["agents"], s["description"] or "-"] for s in rows],
+        empty="no skills yet (agents add theirs when they register)",
+    )
+
+
+@cli.command()
+@json_option
+@pass_ctx
+def status(ctx: Context, as_json: bool) -> None:
+    """Show the daemon and the board at a glance."""
+    reply = ctx.call("status")
+    reply.pop("ok", None)
+    reply.pop("id", None)
+    if as_json:
+        print_json(reply)
+        return
+    d = reply["daemon"]
+    print(f"daemon   pid {d['pid']}, up {d['uptime']:.0f}s, root {d['root']}")
+    print(f"store    {d['store']} (durability {d['durability']})")
+    print(f"dispatch {'PAUSED (resume with: colibri resume)' if reply['paused'] else 'running'}")
+    print("tasks    " + ", ".join(f"{n} {s}" for s, n in reply["tasks"].items()))
+    print(
+        f"agents   {reply['agents']['online']} online of {reply['agents']['known']}, "
+        f"{reply['slots']['busy']}/{reply['slots']['total']} slots busy"
+    )
+
+
+def _toggle(ctx: Context, paused: bool, as_json: bool) -> None:
+    reply = ctx.call("toggle-swarm", paused=paused)
+    if as_json:
+        print_json({"paused": reply["paused"]})
+    else:
+        print(
+            "dispatch paused; submissions are still accepted"
+            if reply["paused"]
+            else "dispatch resumed"
+        )
+
+
+@cli.command()
+@json_option
+@pass_ctx
+def pause(ctx: Context, as_json: bool) -> None:
+    """Pause dispatch (submissions are still accepted)."""
+    _toggle(ctx, True, as_json)
+
+
+@cli.command()
+@json_option
+@pass_ctx
+def resume(ctx: Context, as_json: bool) -> None:
+    """Resume dispatch."""
+    _toggle(ctx, False, as_json)
+
+
+@cli.command(context_settings={"ignore_unknown_options": False})
+@click.option("--name", required=True, help="Unique agent name.")
+@click.option("--cap", "caps", multiple=True, metavar="CAP", help="A capability (repeatable).")
+@click.option(
+    "--slots",
+    type=click.IntRange(1, 10_000),
+    default=1,
+    show_default=True,
+    help="Sessions at once.",
+)
+@click.option("--ttl", type=float, help="Seconds of silence before the daemon counts it offline.")
+@click.option("--workspace", help="The workspace this agent serves.")
+@click.option("--tenant", help="Tenant (default: default).")
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
+@click.argument("command", nargs=-1, required=True)
+@pass_ctx
+def agent(
+    ctx: Context,
+    name: str,
+    caps: tuple[str, ...],
+    slots: int,
+    ttl: float | None,
+    workspace: str | None,
+    tenant: str | None,
+    log_level: str,
+    command: tuple[str, ...],
+) -> None:
+    """Run an agent: each assigned task runs COMMAND with the task text on stdin.
+
+    \b
+    Exit 0 reports the task done with stdout as its output; any other exit fails it.
+    Example:  colibri agent --name build-7 --cap freebsd --cap zfs -- ./run-task.sh
+    """
+    from pathlib import Path
+
+    from colibri.agent.harness import AgentSpec, run_agent
+    from colibri.client import socket_path
+    from colibri.daemon.logs import setup
+
+    setup(log_level, "text")
+    root = ctx.root()
+    spec = AgentSpec(
+        name=name,
+        command=list(command),
+        capabilities=list(caps),
+        slots=slots,
+        ttl=ttl,
+        workspace=workspace,
+        tenant=tenant,
+        cwd=Path.cwd(),
+    )
+    run_agent(spec, socket_path(root), root)

@@ -1,0 +1,87 @@
+"""Root and daemon commands: init, run, demo."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from colibri.cli.main import Context, cli, pass_ctx
+
+
+@cli.command()
+@click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Create the root even inside another root.")
+def init(directory: Path | None, force: bool) -> None:
+    """Make DIRECTORY (default: here) a Colibri root: colibri.jsonc and .colibri/."""
+    from colibri.config import CONFIG_NAME, init_root
+
+    target = (directory or Path.cwd()).resolve()
+    if init_root(target, force=force):
+        print(f"initialised {target} (edit {target / CONFIG_NAME}; start with: colibri run)")
+    else:
+        print(f"{target} is already a Colibri root")
+
+
+@cli.command()
+@click.option(
+    "--store", metavar="PATH", help="Put the SQLite board here instead of .colibri/colibri.sqlite."
+)
+@click.option(
+    "--durability",
+    type=click.Choice(["full", "relaxed"]),
+    help="full: fsync each commit (default); relaxed: survive a daemon crash, not power loss.",
+)
+@click.option("--force", is_flag=True, help="Run even inside another root (creates a nested root).")
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
+@click.option(
+    "--log-format", default="text", show_default=True, type=click.Choice(["text", "json"])
+)
+@pass_ctx
+def run(
+    ctx: Context,
+    store: str | None,
+    durability: str | None,
+    force: bool,
+    log_level: str,
+    log_format: str,
+) -> None:
+    """Run the daemon in the foreground (creating the root here if there is none).
+
+    Stop it with Ctrl+C or SIGTERM. One daemon per root.
+    """
+    import asyncio
+
+    from colibri.config import init_root, load_config
+    from colibri.daemon.app import serve
+    from colibri.daemon.logs import setup
+
+    root = Path(ctx.root_option or os.getcwd()).expanduser().resolve()
+    if init_root(root, force=force):
+        click.echo(f"colibri: initialised a new root at {root}", err=True)
+    config = load_config(root, store=store, durability=durability)
+    setup(log_level, log_format)
+    raise SystemExit(asyncio.run(serve(config)))
+
+
+@cli.command()
+@click.argument(
+    "directory",
+    required=False,
+    default="colibri-demo",
+    type=click.Path(file_okay=False, path_type=Path),
+)
+@click.option(
+    "--exit-when-done", is_flag=True, help="Stop the demo fleet once the demo tasks have ended."
+)
+def demo(directory: Path, exit_when_done: bool) -> None:
+    """Run a daemon with a small demo fleet in DIRECTORY, and watch tasks flow."""
+    from colibri.cli.demo import run_demo
+
+    raise SystemExit(run_demo(directory.resolve(), exit_when_done=exit_when_done))

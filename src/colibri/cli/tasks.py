@@ -1,0 +1,249 @@
+"""Task commands: submit, list, show, cancel, retry, why, ledger."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from colibri.cli.main import Context, cli, json_option, pass_ctx
+from colibri.cli.output import (
+    TASK_COLUMNS,
+    describe_task,
+    print_json,
+    print_json_line,
+    print_table,
+    task_row,
+)
+
+STATES = ["pending", "running", "done", "failed", "cancelled", "closed"]
+
+
+@cli.command()
+@click.argument("text")
+@click.option(
+    "--cap", "caps", multiple=True, metavar="CAP", help="A required capability (repeatable)."
+)
+@click.option("--agent", help="Pin the task to this agent (create-task) instead of best fit.")
+@click.option("--workspace", help="Only agents of this workspace may take it.")
+@click.option("--parent", help="The task this one is a child of (for families and cancel).")
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
+@click.option(
+    "--min-score", type=click.FloatRange(0, 1), help="Lowest capability score accepted (1 = all)."
+)
+@click.option("--label", "labels", multiple=True, help="A label (repeatable).")
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(1, 100),
+    default=1,
+    show_default=True,
+    help="Sessions to try before the task fails.",
+)
+@click.option("--idempotency-key", help="Retrying with the same key returns the same task.")
+@click.option("--tenant", help="Tenant of the task (default: default).")
+@click.option("--wait", is_flag=True, help="Block until the task ends; print its output.")
+@json_option
+@pass_ctx
+def submit(
+    ctx: Context,
+    text: str,
+    caps: tuple[str, ...],
+    agent: str | None,
+    workspace: str | None,
+    parent: str | None,
+    priority: int,
+    min_score: float | None,
+    labels: tuple[str, ...],
+    max_attempts: int,
+    idempotency_key: str | None,
+    tenant: str | None,
+    wait: bool,
+    as_json: bool,
+) -> None:
+    """Submit a task. TEXT is what to do ("-" reads it from stdin)."""
+    if text == "-":
+        text = sys.stdin.read()
+    fields: dict[str, Any] = dict(
+        text=text,
+        capabilities=list(caps),
+        workspace=workspace,
+        parent=parent,
+        priority=priority,
+        min_score=min_score,
+        labels=list(labels),
+        max_attempts=max_attempts,
+        idempotency_key=idempotency_key,
+        tenant=tenant,
+    )
+    with ctx.client() as client:
+        if agent:
+            task = client.call("create-task", agent=agent, **fields)["task"]
+        else:
+            task = client.call("submit", **fields)["task"]
+        if wait:
+            task = client.call("wait", task=task["id"])["task"]
+    if as_json:
+        print_json(task)
+    elif wait:
+        if task.get("output"):
+            sys.stdout.write(
+                task["output"] if task["output"].endswith("\n") else task["output"] + "\n"
+            )
+        if task.get("outcome") != "done":
+            error = f": {task['error']}" if task.get("error") else ""
+            click.echo(f"colibri: task {task['id']} {task.get('outcome')}{error}", err=True)
+    else:
+        print(task["id"])
+    if wait and task.get("outcome") != "done":
+        sys.exit(1)
+
+
+@cli.command("list")
+@click.option("--state", type=click.Choice(STATES), help="Only tasks in this state.")
+@click.option("--agent", help="Only tasks of this agent.")
+@click.option("--workspace", help="Only tasks of this workspace.")
+@click.option("--parent", help="Only children of this task.")
+@click.option("--tenant", help="Only tasks of this tenant.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
+@click.option("--after", metavar="ID", help="Start after this id (the previous page's last).")
+@json_option
+@pass_ctx
+def list_tasks(
+    ctx: Context,
+    state: str | None,
+    agent: str | None,
+    workspace: str | None,
+    parent: str | None,
+    tenant: str | None,
+    limit: int,
+    after: str | None,
+    as_json: bool,
+) -> None:
+    """List tasks, oldest first."""
+    reply = ctx.call(
+        "list",
+        state=state,
+        agent=agent,
+        workspace=workspace,
+        parent=parent,
+        tenant=tenant,
+        limit=limit,
+        after=after,
+    )
+    if as_json:
+        print_json(reply["tasks"])
+        return
+    print_table(TASK_COLUMNS, [task_row(t) for t in reply["tasks"]], empty="no tasks")
+    if reply.get("next"):
+        click.echo(f"more: colibri list --after {reply['next']}", err=True)
+
+
+@cli.command()
+@click.argument("task_id", metavar="ID")
+@json_option
+@pass_ctx
+def show(ctx: Context, task_id: str, as_json: bool) -> None:
+    """Show one task."""
+    task = ctx.call("get", task=task_id)["task"]
+    if as_json:
+        print_json(task)
+    else:
+        describe_task(task)
+
+
+@cli.command()
+@click.argument("task_id", metavar="ID")
+@click.option("--reason", help="Why; kept in the ledger.")
+@json_option
+@pass_ctx
+def cancel(ctx: Context, task_id: str, reason: str | None, as_json: bool) -> None:
+    """Cancel a task and its whole family of descendants."""
+    reply = ctx.call("cancel", task=task_id, reason=reason)
+    if as_json:
+        print_json(reply["cancelled"])
+        return
+    n = len(reply["cancelled"])
+    print(f"cancelled {n} task{'s' if n != 1 else ''}")
+    for cancelled_id in reply["cancelled"]:
+        print(f"  {cancelled_id}")
+
+
+@cli.command()
+@click.argument("task_id", metavar="ID")
+@json_option
+@pass_ctx
+def retry(ctx: Context, task_id: str, as_json: bool) -> None:
+    """Submit an ended task again, as a new task."""
+    task = ctx.call("retry", task=task_id)["task"]
+    print_json(task) if as_json else print(task["id"])
+
+
+@cli.command()
+@click.argument("task_id", metavar="ID")
+@json_option
+@pass_ctx
+def why(ctx: Context, task_id: str, as_json: bool) -> None:
+    """Explain where a task stands: every agent considered and why it can or cannot take it."""
+    reply = ctx.call("why", task=task_id)
+    reply.pop("ok", None)
+    reply.pop("id", None)
+    if as_json:
+        print_json(reply)
+        return
+    task = reply["task"]
+    print(f"task {task['id']} is {task['state']}: {reply['summary']}")
+    print(
+        f"requires: {', '.join(reply['required']) or '(nothing: any agent fits)'}; "
+        f"min_score {reply['min_score']}"
+    )
+    rows = [
+        [
+            a["agent"],
+            f"{a['score']:.2f}",
+            ",".join(a["missing"]) or "-",
+            "yes" if a["eligible"] else "no",
+            "; ".join(a["reasons"]) or "-",
+        ]
+        for a in reply["agents"]
+    ]
+    print_table(
+        ["AGENT", "SCORE", "MISSING", "ELIGIBLE", "WHY NOT"], rows, empty="no agents are registered"
+    )
+
+
+@cli.command()
+@click.option("--task", "task_id", metavar="ID", help="Only rows of this task.")
+@click.option("--after", type=int, default=0, show_default=True, help="Only rows after this seq.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=1000, show_default=True)
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new rows as they are written.")
+@json_option
+@pass_ctx
+def ledger(
+    ctx: Context, task_id: str | None, after: int, limit: int, follow: bool, as_json: bool
+) -> None:
+    """Print the ledger: every transition, oldest first (JSON lines with --json)."""
+
+    def emit(entry: dict[str, Any]) -> None:
+        if as_json:
+            print_json_line(entry)
+        else:
+            extra = f"  [{entry['reason']}]" if entry.get("reason") else ""
+            agent = f" @{entry['agent']}" if entry.get("agent") else ""
+            print(
+                f"{entry['seq']:>8} {entry['at']} {entry['task']} "
+                f"{entry.get('from_state') or '-':>9} → {entry['to_state']:<9}{agent}{extra}",
+                flush=True,
+            )
+
+    with ctx.client() as client:
+        reply = client.call("ledger", after=after, limit=limit, task=task_id, follow=follow or None)
+        for entry in reply["entries"]:
+            emit(entry)
+        if not follow:
+            return
+        last = reply["next"]
+        for event in client.events():
+            if event["event"] == "ledger" and event["entry"]["seq"] > last:
+                emit(event["entry"])
+                last = event["entry"]["seq"]

@@ -1,0 +1,177 @@
+"""A small client for the daemon's socket, shared by the CLI, the agent harness and your code.
+
+    from colibri.client import Client
+    with Client.for_root("/srv/build") as board:
+        task = board.call("submit", text="upgrade zfs", capabilities=["freebsd", "zfs"])["task"]
+
+``call`` returns the reply object, or raises ``RemoteError`` with the daemon's ``code``.
+``AsyncClient`` is the asyncio twin; it also delivers pushed events to a callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import socket
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from colibri.config import STATE_DIR
+from colibri.core.errors import ColibriError, DaemonNotRunning
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder(dict[str, Any]).decode
+STREAM_LIMIT = 64 * 1024 * 1024
+
+
+class RemoteError(ColibriError):
+    """An error reply from the daemon; ``code`` is the daemon's stable error code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def socket_path(root: Path) -> Path:
+    return root / STATE_DIR / "colibri.sock"
+
+
+def _raise_for(reply: dict[str, Any]) -> dict[str, Any]:
+    if reply.get("ok"):
+        return reply
+    error = reply.get("error") or {}
+    raise RemoteError(str(error.get("code", "error")), str(error.get("message", "unknown error")))
+
+
+class Client:
+    """A blocking client: one request at a time, or ``events()`` after a subscribe."""
+
+    def __init__(
+        self, path: Path | str, *, root: Path | None = None, timeout: float | None = None
+    ) -> None:
+        self.path = str(path)
+        self._ids = itertools.count(1)
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.settimeout(timeout)
+        try:
+            self._sock.connect(self.path)
+        except (FileNotFoundError, ConnectionRefusedError):
+            self._sock.close()
+            raise DaemonNotRunning(str(root or Path(self.path).parent.parent)) from None
+        self._file = self._sock.makefile("rb")
+
+    @classmethod
+    def for_root(cls, root: Path | str, timeout: float | None = None) -> Client:
+        root = Path(root)
+        return cls(socket_path(root), root=root, timeout=timeout)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._file.close()
+        self._sock.close()
+
+    def send(self, cmd: str, **fields: Any) -> int:
+        request_id = next(self._ids)
+        self._sock.sendall(_encode({"cmd": cmd, "id": request_id, **_strip(fields)}) + b"\n")
+        return request_id
+
+    def read(self) -> dict[str, Any]:
+        line = self._file.readline()
+        if not line:
+            raise RemoteError("closed", "the daemon closed the connection")
+        return _decode(line)
+
+    def call(self, cmd: str, **fields: Any) -> dict[str, Any]:
+        request_id = self.send(cmd, **fields)
+        while True:
+            reply = self.read()
+            if reply.get("id") == request_id and "event" not in reply:
+                return _raise_for(reply)
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        while True:
+            message = self.read()
+            if "event" in message:
+                yield message
+
+
+def _strip(fields: dict[str, Any]) -> dict[str, Any]:
+    """Leave out unset options so the daemon applies its defaults."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+EventHandler = Callable[[dict[str, Any]], Awaitable[None] | None]
+
+
+class AsyncClient:
+    """An asyncio client: many requests in flight; pushed events go to ``on_event``."""
+
+    def __init__(self, path: Path | str, on_event: EventHandler | None = None) -> None:
+        self.path = str(path)
+        self.on_event = on_event
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._reader_task: asyncio.Task[None] | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self.closed = asyncio.Event()
+
+    async def connect(self) -> AsyncClient:
+        try:
+            reader, self._writer = await asyncio.open_unix_connection(self.path, limit=STREAM_LIMIT)
+        except (FileNotFoundError, ConnectionRefusedError):
+            raise DaemonNotRunning(str(Path(self.path).parent.parent)) from None
+        self._reader_task = asyncio.create_task(self._read(reader), name="client-reader")
+        return self
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while line := await reader.readline():
+                message = _decode(line)
+                if "event" in message:
+                    if self.on_event is not None:
+                        result = self.on_event(message)
+                        if result is not None:
+                            await result
+                    continue
+                future = self._pending.pop(message.get("id"), None)  # type: ignore[arg-type]
+                if future is not None and not future.done():
+                    future.set_result(message)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self.closed.set()
+            for future in self._pending.values():
+                if not future.done():
+                    future.set_exception(RemoteError("closed", "the daemon closed the connection"))
+            self._pending.clear()
+
+    async def call(self, cmd: str, **fields: Any) -> dict[str, Any]:
+        if self._writer is None or self.closed.is_set():
+            raise RemoteError("closed", "not connected to the daemon")
+        request_id = next(self._ids)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        self._writer.write(_encode({"cmd": cmd, "id": request_id, **_strip(fields)}) + b"\n")
+        return _raise_for(await future)
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            try:
+                await self._writer.wait_closed()
+            except (ConnectionError, OSError):
+                pass
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+            try:
+                await self._reader_task
+            except asyncio.CancelledError:
+                pass

@@ -1,0 +1,242 @@
+"""Roots, paths and settings: the one place that reads colibri.jsonc.
+
+A *root* is a directory holding ``colibri.jsonc`` and the ``.colibri/`` state folder, found like
+``.git``: ``--root``/``COLIBRI_ROOT`` (resolved by the CLI), else the nearest ancestor of the
+working directory that has ``.colibri/``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from colibri.core.durations import parse_duration
+from colibri.core.errors import ConfigError, RootError
+from colibri.core.protocol import DEFAULT_MAX_LINE
+
+CONFIG_NAME = "colibri.jsonc"
+STATE_DIR = ".colibri"
+#: AF_UNIX paths are limited to 108 bytes on Linux (104 on the BSDs), terminator included.
+MAX_SOCKET_PATH = 103
+
+TEMPLATE = """\
+// Colibri configuration. JSONC: comments and trailing commas are allowed.
+// Durations are written like 90s, 15m, 1h30m or 1d.
+{
+  "scheduler": {
+    // Safety-net pass over the pending tasks. Dispatch itself is event-driven: a task is
+    // assigned the moment an agent that fits it has a free slot.
+    "tick": "30s",
+    // An agent silent for longer than this is offline (agents may register their own ttl).
+    "agent_ttl": "30s",
+    // Lowest acceptable capability score, 0..1 (1 = every required capability).
+    "min_score": 0,
+    // Optional: a waiting task gains one priority point per this duration, so low
+    // priorities never starve. Off when absent.
+    // "ageing": "5m",
+    // First wait before a retry (tasks with max_attempts > 1); it doubles per attempt.
+    "retry_backoff": "5s",
+  },
+  "server": {
+    // Longest request line accepted on the socket, in bytes.
+    "max_line": 1048576,
+    // Most concurrent connections; more are told "busy" and closed.
+    "max_connections": 256,
+  },
+  "store": {
+    // "full": an acknowledged task survives power loss (fsync per commit).
+    // "relaxed": survives a crash of the daemon, not of the machine.
+    "durability": "full",
+  },
+}
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerSettings:
+    tick: float = 30.0
+    agent_ttl: float = 30.0
+    min_score: float = 0.0
+    ageing: float | None = None
+    retry_backoff: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    max_line: int = DEFAULT_MAX_LINE
+    max_connections: int = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    root: Path
+    store: str
+    durability: str = "full"
+    scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
+    server: ServerSettings = field(default_factory=ServerSettings)
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / STATE_DIR
+
+    @property
+    def socket_path(self) -> Path:
+        return self.state_dir / "colibri.sock"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.state_dir / "daemon.lock"
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.state_dir / "ledger.jsonl"
+
+
+def find_root(start: Path) -> Path | None:
+    """The nearest directory at or above ``start`` that has a ``.colibri/`` folder."""
+    start = start.resolve()
+    for candidate in (start, *start.parents):
+        if (candidate / STATE_DIR).is_dir():
+            return candidate
+    return None
+
+
+def resolve_root(explicit: str | None, cwd: Path) -> Path:
+    if explicit:
+        root = Path(explicit).expanduser().resolve()
+        if not (root / STATE_DIR).is_dir():
+            raise RootError(f"{root} is not a Colibri root (create one with: colibri init {root})")
+        return root
+    found = find_root(cwd)
+    if found is None:
+        raise RootError(
+            f"no Colibri root at or above {cwd} (create one with: colibri init, or pass --root)"
+        )
+    return found
+
+
+def init_root(target: Path, *, force: bool = False) -> bool:
+    """Create a root at ``target``; False if it already was one. Refuse inside another root."""
+    target = target.expanduser().resolve()
+    if (target / STATE_DIR).is_dir():
+        return False
+    enclosing = find_root(target.parent) if target.parent != target else None
+    if enclosing is not None and not force:
+        raise RootError(
+            f"{target} is inside the Colibri root {enclosing}; use that root, "
+            "or pass --force to create a nested one"
+        )
+    target.mkdir(parents=True, exist_ok=True)
+    (target / STATE_DIR).mkdir(mode=0o700, exist_ok=True)
+    config = target / CONFIG_NAME
+    if not config.exists():
+        config.write_text(TEMPLATE, encoding="utf-8")
+    return True
+
+
+_KNOWN: dict[str, set[str]] = {
+    "scheduler": {"tick", "agent_ttl", "min_score", "ageing", "retry_backoff"},
+    "server": {"max_line", "max_connections"},
+    "store": {"durability", "path"},
+}
+
+
+def load_config(root: Path, *, store: str | None = None, durability: str | None = None) -> Config:
+    """Read and validate ``root/colibri.jsonc``; errors say ``file:line: what is wrong``."""
+    path = root / CONFIG_NAME
+    raw: dict[str, Any] = {}
+    text = ""
+    if path.exists():
+        import json5
+
+        text = path.read_text(encoding="utf-8")
+        try:
+            loaded = json5.loads(text)
+        except ValueError as exc:
+            message = str(exc).removeprefix("<string>")
+            raise ConfigError(f"{path}{message}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}:1: the file must hold one object {{ … }}")
+        raw = loaded
+
+    def where(key: str) -> str:
+        match = re.search(rf'["\']?{re.escape(key)}["\']?\s*:', text)
+        line = text.count("\n", 0, match.start()) + 1 if match else 1
+        return f"{path}:{line}"
+
+    for section, value in raw.items():
+        if section not in _KNOWN:
+            raise ConfigError(
+                f"{where(section)}: unknown section {section!r}; known: {', '.join(sorted(_KNOWN))}"
+            )
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where(section)}: {section!r} must be an object")
+        for key in value:
+            if key not in _KNOWN[section]:
+                raise ConfigError(
+                    f"{where(key)}: unknown key {section}.{key}; known: "
+                    f"{', '.join(sorted(_KNOWN[section]))}"
+                )
+
+    def duration(section: str, key: str, default: float | None) -> float | None:
+        value = raw.get(section, {}).get(key)
+        if value is None:
+            return default
+        try:
+            seconds = parse_duration(value)
+        except ValueError as exc:
+            raise ConfigError(f"{where(key)}: {section}.{key}: {exc}") from None
+        if seconds <= 0:
+            raise ConfigError(f"{where(key)}: {section}.{key} must be longer than 0s")
+        return seconds
+
+    def number(section: str, key: str, default: float, low: float, high: float) -> float:
+        value = raw.get(section, {}).get(key, default)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not low <= value <= high
+        ):
+            raise ConfigError(
+                f"{where(key)}: {section}.{key} must be a number from {low} to {high}"
+            )
+        return value
+
+    defaults = SchedulerSettings()
+    scheduler = SchedulerSettings(
+        tick=duration("scheduler", "tick", defaults.tick) or defaults.tick,
+        agent_ttl=duration("scheduler", "agent_ttl", defaults.agent_ttl) or defaults.agent_ttl,
+        min_score=number("scheduler", "min_score", 0.0, 0.0, 1.0),
+        ageing=duration("scheduler", "ageing", None),
+        retry_backoff=duration("scheduler", "retry_backoff", defaults.retry_backoff)
+        or defaults.retry_backoff,
+    )
+    server = ServerSettings(
+        max_line=int(number("server", "max_line", DEFAULT_MAX_LINE, 1024, 1 << 30)),
+        max_connections=int(number("server", "max_connections", 256, 1, 100_000)),
+    )
+    chosen_durability = durability or raw.get("store", {}).get("durability", "full")
+    if chosen_durability not in ("full", "relaxed"):
+        raise ConfigError(f"{where('durability')}: store.durability must be full or relaxed")
+    store_path = (
+        store or raw.get("store", {}).get("path") or str(root / STATE_DIR / "colibri.sqlite")
+    )
+    store_path = os.path.expanduser(store_path)
+    if not os.path.isabs(store_path):
+        store_path = str(root / store_path)
+    config = Config(
+        root=root,
+        store=store_path,
+        durability=chosen_durability,
+        scheduler=scheduler,
+        server=server,
+    )
+    if len(os.fsencode(config.socket_path)) > MAX_SOCKET_PATH:
+        raise ConfigError(
+            f"the socket path {config.socket_path} is longer than Unix sockets allow "
+            f"({MAX_SOCKET_PATH} bytes); use a root with a shorter path"
+        )
+    return config

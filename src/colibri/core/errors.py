@@ -1,0 +1,153 @@
+"""Every error Colibri reports, each with a stable ``code``.
+
+The codes are API: they appear as ``error.code`` on the socket and in ``--json`` output, and
+tests assert them. Messages say what was wrong and, where it helps, what to do.
+
+    ColibriError
+    ├── BadJson              bad_json            the line is not JSON (or not UTF-8)
+    ├── BadRequest           bad_request         JSON, but not a valid request
+    │   └── UnknownCommand   unknown_command
+    ├── LineTooLong          line_too_long       framing is lost: the connection closes
+    ├── UnknownTask          unknown_task
+    ├── UnknownAgent         unknown_agent
+    ├── UnknownParent        unknown_parent
+    ├── IllegalTransition    illegal_transition  the state machine forbids it
+    ├── StaleClaim           stale_claim         a report from an older claim (epoch)
+    ├── NotYourTask          not_your_task       a report from an agent that does not hold it
+    ├── NotRegistered        not_registered      an agent command before register-agent
+    ├── ParentCancelled      parent_cancelled
+    ├── Forbidden            forbidden           peer uid not allowed
+    ├── Busy                 busy                too many connections
+    ├── StorageUnavailable   storage_unavailable the store could not commit (disk full, read-only)
+    ├── ConfigError          config_error
+    ├── RootError            root_error
+    ├── DaemonNotRunning     no_daemon
+    └── Internal             internal            a bug: logged with its traceback
+"""
+
+from __future__ import annotations
+
+
+class ColibriError(Exception):
+    code = "error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def to_wire(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+class BadJson(ColibriError):
+    code = "bad_json"
+
+
+class BadRequest(ColibriError):
+    code = "bad_request"
+
+
+class UnknownCommand(BadRequest):
+    code = "unknown_command"
+
+
+class LineTooLong(ColibriError):
+    code = "line_too_long"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"request line longer than {limit} bytes; the connection will be closed "
+            "(raise server.max_line in colibri.jsonc if you need longer requests)"
+        )
+
+
+class UnknownTask(ColibriError):
+    code = "unknown_task"
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"no task with id {task_id} (list tasks with: colibri list)")
+
+
+class UnknownAgent(ColibriError):
+    code = "unknown_agent"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no agent named {name!r} (list agents with: colibri agents)")
+
+
+class UnknownParent(ColibriError):
+    code = "unknown_parent"
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"parent task {task_id} does not exist")
+
+
+class IllegalTransition(ColibriError):
+    code = "illegal_transition"
+
+    def __init__(self, task_id: str, current: str, wanted: str) -> None:
+        super().__init__(f"task {task_id} is {current}; it cannot become {wanted}")
+
+
+class StaleClaim(ColibriError):
+    code = "stale_claim"
+
+    def __init__(self, task_id: str, epoch: int, current: int) -> None:
+        super().__init__(
+            f"report for task {task_id} carries epoch {epoch} but the current claim is "
+            f"epoch {current}; it was refused"
+        )
+
+
+class NotYourTask(ColibriError):
+    code = "not_your_task"
+
+    def __init__(self, task_id: str, agent: str) -> None:
+        super().__init__(f"task {task_id} is not assigned to agent {agent!r}")
+
+
+class NotRegistered(ColibriError):
+    code = "not_registered"
+
+    def __init__(self, cmd: str) -> None:
+        super().__init__(
+            f"{cmd} needs a registered agent on this connection: send register-agent first"
+        )
+
+
+class ParentCancelled(ColibriError):
+    code = "parent_cancelled"
+
+    def __init__(self, parent: str) -> None:
+        super().__init__(f"parent task {parent} is cancelled; no new children can be added")
+
+
+class Forbidden(ColibriError):
+    code = "forbidden"
+
+
+class Busy(ColibriError):
+    code = "busy"
+
+
+class StorageUnavailable(ColibriError):
+    code = "storage_unavailable"
+
+
+class ConfigError(ColibriError):
+    code = "config_error"
+
+
+class RootError(ColibriError):
+    code = "root_error"
+
+
+class DaemonNotRunning(ColibriError):
+    code = "no_daemon"
+
+    def __init__(self, root: str) -> None:
+        super().__init__(f"no daemon is running for {root} (start one with: colibri run)")
+
+
+class Internal(ColibriError):
+    code = "internal"

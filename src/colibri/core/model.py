@@ -1,0 +1,110 @@
+"""The values Colibri keeps and sends: tasks, agents, ledger entries, costs.
+
+Field names are a contract shared by socket replies, events and every ``--json`` output.
+Timestamps are RFC 3339 UTC strings with millisecond precision.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Annotated
+
+import msgspec
+
+from colibri.core.errors import BadRequest
+
+DEFAULT_TENANT = "default"
+
+#: Capability, label, workspace, agent and tenant names: short, printable, no path tricks.
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._:+-]{0,63}$"
+_NAME_RE = re.compile(NAME_PATTERN)
+
+Priority = Annotated[int, msgspec.Meta(ge=-1_000_000, le=1_000_000)]
+Score = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+
+
+class Cost(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """What one session cost. Every field is optional; sums treat a missing one as 0."""
+
+    tokens_in: Annotated[int, msgspec.Meta(ge=0)] = 0
+    tokens_out: Annotated[int, msgspec.Meta(ge=0)] = 0
+    usd: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
+    model: str | None = None
+
+
+class Task(msgspec.Struct, kw_only=True):
+    id: str
+    text: str
+    capabilities: list[str]
+    workspace: str | None = None
+    #: The pinned agent (``pinned`` true) or the agent that holds or last held the task.
+    agent: str | None = None
+    pinned: bool = False
+    parent: str | None = None
+    priority: int = 0
+    min_score: float | None = None
+    state: str = "pending"
+    outcome: str | None = None
+    output: str | None = None
+    error: str | None = None
+    cost: Cost | None = None
+    attempts: int = 0
+    max_attempts: int = 1
+    #: Numbers each claim; a report carrying an older epoch is refused.
+    epoch: int = 0
+    tenant: str = DEFAULT_TENANT
+    labels: list[str] = []
+    idempotency_key: str | None = None
+    #: A retry waits until this instant (RFC 3339) before it may be dispatched again.
+    not_before: str | None = None
+    created_at: str
+    updated_at: str
+
+
+class Agent(msgspec.Struct, kw_only=True):
+    name: str
+    capabilities: list[str]
+    slots: int = 1
+    ttl: float = 30.0
+    workspace: str | None = None
+    tenant: str = DEFAULT_TENANT
+    online: bool = False
+    running: list[str] = []
+    last_seen: str | None = None
+
+
+class LedgerEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
+    seq: int = 0
+    at: str
+    task: str
+    tenant: str = DEFAULT_TENANT
+    from_state: str | None = None
+    to_state: str
+    agent: str | None = None
+    epoch: int = 0
+    reason: str | None = None
+    cost: Cost | None = None
+
+
+def rfc3339(ts: float) -> str:
+    """Seconds since the epoch → ``2026-11-30T06:19:45.123Z``."""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_rfc3339(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def check_name(value: str, what: str) -> str:
+    if not _NAME_RE.match(value):
+        raise BadRequest(
+            f"invalid {what} {value!r}: use 1-64 characters a-z 0-9 . _ : + -, "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+def normalize_names(values: list[str], what: str) -> list[str]:
+    """Trim, lower-case and de-duplicate names, keeping first-seen order; refuse bad ones."""
+    return list(dict.fromkeys(check_name(raw.strip().lower(), what) for raw in values))

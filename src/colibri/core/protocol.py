@@ -1,0 +1,261 @@
+"""The wire protocol: newline-delimited JSON requests, typed, and how a line is decoded.
+
+Each request is an object with ``cmd`` and an optional ``id`` that the reply echoes. Every
+command is a Struct here, so validation (types, ranges, unknown fields) happens in one decode
+call and its error names the offending field path. docs/PROTOCOL.md shows each with an example.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from colibri.core.errors import BadJson, BadRequest, UnknownCommand
+from colibri.core.model import Cost, Priority, Score
+
+DEFAULT_MAX_LINE = 1 << 20
+MAX_TEXT = 256 * 1024
+
+RequestId = int | str | None
+Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
+ShortStr = Annotated[str, msgspec.Meta(max_length=200)]
+Names = Annotated[list[str], msgspec.Meta(max_length=256)]
+TaskId = Annotated[str, msgspec.Meta(max_length=64)]
+Epoch = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class Request(msgspec.Struct, tag_field="cmd", forbid_unknown_fields=True, kw_only=True):
+    id: RequestId = None
+
+
+class Ping(Request, tag="ping"):
+    pass
+
+
+class Status(Request, tag="status"):
+    pass
+
+
+class TaskFields(Request, kw_only=True):
+    text: Text
+    capabilities: Names = []
+    workspace: ShortStr | None = None
+    parent: TaskId | None = None
+    priority: Priority = 0
+    min_score: Score | None = None
+    labels: Names = []
+    tenant: ShortStr | None = None
+    idempotency_key: ShortStr | None = None
+    max_attempts: Annotated[int, msgspec.Meta(ge=1, le=100)] = 1
+
+
+class IntakeTask(TaskFields, tag="intake-task"):
+    """Submit a task for the best-fit agent."""
+
+
+class Submit(TaskFields, tag="submit"):
+    """Alias of intake-task."""
+
+
+class CreateTask(TaskFields, tag="create-task", kw_only=True):
+    """Submit a task pinned to one named agent."""
+
+    agent: ShortStr
+
+
+class Get(Request, tag="get"):
+    task: TaskId
+
+
+class ListTasks(Request, tag="list"):
+    state: ShortStr | None = None
+    agent: ShortStr | None = None
+    workspace: ShortStr | None = None
+    parent: TaskId | None = None
+    tenant: ShortStr | None = None
+    #: Return tasks whose id sorts after this one (the previous page's ``next``).
+    after: TaskId | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 100
+
+
+class Cancel(Request, tag="cancel"):
+    task: TaskId
+    reason: ShortStr | None = None
+
+
+class Retry(Request, tag="retry"):
+    task: TaskId
+
+
+class Why(Request, tag="why"):
+    task: TaskId
+
+
+class Wait(Request, tag="wait"):
+    """Reply once the task has ended (done, failed, cancelled or closed)."""
+
+    task: TaskId
+
+
+class ToggleSwarm(Request, tag="toggle-swarm"):
+    #: true pauses dispatch, false resumes it, absent flips it.
+    paused: bool | None = None
+
+
+class Agents(Request, tag="agents"):
+    pass
+
+
+class Skills(Request, tag="skills"):
+    pass
+
+
+class DescribeSkill(Request, tag="describe-skill"):
+    name: ShortStr
+    description: Annotated[str, msgspec.Meta(max_length=2000)]
+
+
+class Ledger(Request, tag="ledger"):
+    after: Annotated[int, msgspec.Meta(ge=0)] = 0
+    task: TaskId | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1000
+    #: Keep the connection open and push each new row as a ``ledger`` event.
+    follow: bool = False
+
+
+class Held(msgspec.Struct, forbid_unknown_fields=True):
+    """A session a reconnecting harness still runs."""
+
+    task: TaskId
+    epoch: Epoch
+
+
+class RegisterAgent(Request, tag="register-agent"):
+    name: ShortStr
+    capabilities: Names = []
+    slots: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1
+    ttl: Annotated[float, msgspec.Meta(gt=0, le=86_400)] | None = None
+    workspace: ShortStr | None = None
+    tenant: ShortStr | None = None
+    running: list[Held] = []
+
+
+class Heartbeat(Request, tag="heartbeat"):
+    pass
+
+
+class Out(Request, tag="out"):
+    task: TaskId
+    epoch: Epoch
+    output: Annotated[str, msgspec.Meta(max_length=16 * 1024 * 1024)] = ""
+    cost: Cost | None = None
+    #: The session is already gone (a one-shot command): close the task at once.
+    session_ended: bool = True
+
+
+class Fail(Request, tag="fail"):
+    task: TaskId
+    epoch: Epoch
+    error: Annotated[str, msgspec.Meta(max_length=64 * 1024)] = ""
+    session_ended: bool = True
+
+
+class Reclaimed(Request, tag="reclaimed"):
+    """The harness stopped a cancelled task's session; its slot is free again."""
+
+    task: TaskId
+    epoch: Epoch
+
+
+class Subscribe(Request, tag="subscribe"):
+    priority: int = 0
+
+
+AnyRequest = (
+    Ping
+    | Status
+    | IntakeTask
+    | Submit
+    | CreateTask
+    | Get
+    | ListTasks
+    | Cancel
+    | Retry
+    | Why
+    | Wait
+    | ToggleSwarm
+    | Agents
+    | Skills
+    | DescribeSkill
+    | Ledger
+    | RegisterAgent
+    | Heartbeat
+    | Out
+    | Fail
+    | Reclaimed
+    | Subscribe
+)
+
+COMMANDS = sorted(
+    str(cls.__struct_config__.tag)
+    for cls in (
+        Ping,
+        Status,
+        IntakeTask,
+        Submit,
+        CreateTask,
+        Get,
+        ListTasks,
+        Cancel,
+        Retry,
+        Why,
+        Wait,
+        ToggleSwarm,
+        Agents,
+        Skills,
+        DescribeSkill,
+        Ledger,
+        RegisterAgent,
+        Heartbeat,
+        Out,
+        Fail,
+        Reclaimed,
+        Subscribe,
+    )
+)
+
+_decoder = msgspec.json.Decoder(AnyRequest)
+
+
+def decode_request(line: bytes) -> Request:
+    """Parse one request line; raise BadJson, UnknownCommand or BadRequest saying why."""
+    try:
+        return _decoder.decode(line)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        if message.endswith("at `$.cmd`") and message.startswith("Invalid value"):
+            raise UnknownCommand(f"{message}; known commands: {', '.join(COMMANDS)}") from None
+        if message == "Object missing required field `cmd`":
+            raise BadRequest(f'{message}: every request needs a "cmd"') from None
+        raise BadRequest(message) from None
+    except msgspec.DecodeError as exc:
+        raise BadJson(f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise BadJson("not valid JSON: nested too deeply") from None
+
+
+def request_id(line: bytes) -> RequestId:
+    """The ``id`` of a line that failed validation, so its error reply can still echo it."""
+    try:
+        obj = msgspec.json.decode(line)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if isinstance(obj, dict):
+        rid = obj.get("id")
+        if rid is None or isinstance(rid, (str, int)) and not isinstance(rid, bool):
+            return rid
+    return None
+
+
+encode = msgspec.json.Encoder().encode

@@ -1,0 +1,1 @@
+"""The daemon: asyncio around the pure core and the store, one process per root."""

@@ -1,0 +1,152 @@
+"""Wire the daemon together and run it until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import signal
+import stat
+from pathlib import Path
+
+from colibri.config import Config
+from colibri.core.errors import RootError
+from colibri.daemon.board import Board
+from colibri.daemon.clock import SystemClock
+from colibri.daemon.ledger import LedgerMirror
+from colibri.daemon.server import Connection, Server
+from colibri.store import open_store
+
+log = logging.getLogger(__name__)
+
+
+def acquire_lock(path: Path) -> int:
+    """Hold ``daemon.lock`` for the life of the process; the kernel drops it if we die."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise RootError(
+            f"another daemon (pid {holder}) is already running for {path.parent.parent}"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def check_state_dir(path: Path) -> None:
+    """Refuse a state folder someone else could tamper with; tighten our own to 0700."""
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise RootError(f"{path} must be a real directory, not a symlink or a file")
+    if info.st_uid != os.getuid():
+        raise RootError(f"{path} belongs to uid {info.st_uid}, not to us (uid {os.getuid()})")
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        os.chmod(path, 0o700)
+
+
+def clear_stale_socket(path: Path) -> None:
+    """We hold the lock, so a socket left at ``path`` is from a dead daemon: remove it."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(info.st_mode):
+        raise RootError(f"{path} exists and is not a socket; refusing to remove it")
+    os.unlink(path)
+
+
+async def serve(config: Config) -> int:
+    config.state_dir.mkdir(mode=0o700, exist_ok=True)
+    check_state_dir(config.state_dir)
+    lock_fd = acquire_lock(config.lock_path)
+    store = None
+    mirror = LedgerMirror(config.ledger_path)
+    try:
+        store = open_store(config.store, durability=config.durability)
+        caught_up = mirror.open(store)
+        if caught_up:
+            log.info(
+                "ledger mirror caught up from the store",
+                extra={"event": "ledger_caught_up", "rows": caught_up},
+            )
+        board = Board(store, config.scheduler, SystemClock())
+        board.rebuild()
+        server = Server(config, board, mirror)
+        clear_stale_socket(config.socket_path)
+        old_umask = os.umask(0o177)  # the socket is born 0600: no window with wider modes
+        try:
+            unix_server = await server.loop.create_unix_server(
+                lambda: Connection(server), path=str(config.socket_path), backlog=1024
+            )
+        finally:
+            os.umask(old_umask)
+        log.info(
+            "daemon ready",
+            extra={
+                "event": "ready",
+                "socket": str(config.socket_path),
+                "pid": os.getpid(),
+                "store": config.store,
+                "open_tasks": len(board.tasks),
+            },
+        )
+        await _run_until_stopped(config, board, server)
+        unix_server.close()
+        server.close_all()
+        await asyncio.sleep(0)  # let the closed connections report in
+        server.flush()
+        server.closed = True
+        log.info("daemon stopped", extra={"event": "stopped"})
+        return 0
+    finally:
+        try:
+            os.unlink(config.socket_path)
+        except FileNotFoundError:
+            pass
+        mirror.close()
+        if store is not None:
+            store.close()
+        os.close(lock_fd)
+
+
+async def _run_until_stopped(config: Config, board: Board, server: Server) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = 0
+
+    def on_signal(signum: int) -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            log.info("stopping", extra={"event": "stopping", "signal": signal.Signals(signum).name})
+            stop.set()
+        else:
+            os._exit(1)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, signum)
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(config.scheduler.tick)
+            board.dispatch_wanted = True
+            server.schedule_flush()
+
+    async def sweep() -> None:
+        while True:
+            deadline = board.next_deadline()
+            delay = 1.0 if deadline is None else min(1.0, max(0.02, deadline - loop.time()))
+            await asyncio.sleep(delay)
+            board.sweep()
+            server.close_stalled()
+            server.schedule_flush()
+
+    async with asyncio.TaskGroup() as group:
+        tasks = [group.create_task(tick(), name="tick"), group.create_task(sweep(), name="sweep")]
+        await stop.wait()
+        for task in tasks:
+            task.cancel()

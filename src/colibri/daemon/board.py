@@ -1,0 +1,734 @@
+"""The board: open tasks and live agents in memory, every change written through the store.
+
+All methods are synchronous and run on the daemon's loop thread. Each one writes into the
+store's open transaction and records what must happen once that transaction commits: ledger
+rows for the mirror, events for agents and subscribers, replies for ``wait``. The server
+commits a whole batch of requests at once (group commit) and only then lets any of it out, so
+nothing is acknowledged, assigned or announced before it is durable. If a commit fails, the
+server rolls back and calls ``rebuild``: memory is reloaded from the store, the one truth.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import msgspec
+
+from colibri.config import SchedulerSettings
+from colibri.core import events, states
+from colibri.core.errors import (
+    BadRequest,
+    IllegalTransition,
+    NotRegistered,
+    NotYourTask,
+    ParentCancelled,
+    StaleClaim,
+    UnknownParent,
+    UnknownTask,
+)
+from colibri.core.matching import AgentIndex, AgentView, Shape, explain
+from colibri.core.model import (
+    DEFAULT_TENANT,
+    Agent,
+    Cost,
+    LedgerEntry,
+    Task,
+    check_name,
+    normalize_names,
+    parse_rfc3339,
+    rfc3339,
+)
+from colibri.core.pending import PendingTasks, sort_key
+from colibri.core.protocol import Held, RegisterAgent, TaskFields
+from colibri.core.states import State
+from colibri.daemon.clock import Clock
+from colibri.store import Store, StoreConflict, TaskFilter
+
+log = logging.getLogger(__name__)
+
+LOST = "session lost"
+
+
+class Peer(Protocol):
+    """A connection the board can address events to (the server's connection object)."""
+
+    #: The agent registered on this connection, if any.
+    agent_name: str | None
+
+    def send(self, message: dict[str, Any]) -> None: ...
+
+
+@dataclass(slots=True, eq=False)
+class LiveAgent:
+    name: str
+    capabilities: frozenset[str]
+    slots: int
+    ttl: float
+    workspace: str | None
+    tenant: str
+    peer: Peer | None
+    last_seen: float  # monotonic
+    last_seen_wall: float
+    online: bool = True
+    holding: set[str] = field(default_factory=set)
+
+    def view(self) -> AgentView:
+        return AgentView(
+            self.name,
+            self.capabilities,
+            self.slots - len(self.holding),
+            self.online and self.peer is not None,
+            self.workspace,
+        )
+
+    def wire(self) -> Agent:
+        return Agent(
+            name=self.name,
+            capabilities=sorted(self.capabilities),
+            slots=self.slots,
+            ttl=self.ttl,
+            workspace=self.workspace,
+            tenant=self.tenant,
+            online=self.online,
+            running=sorted(self.holding),
+            last_seen=rfc3339(self.last_seen_wall),
+        )
+
+
+class Board:
+    def __init__(self, store: Store, settings: SchedulerSettings, clock: Clock) -> None:
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+        self.paused = False
+        #: Tasks not yet closed: pending, running, and ended ones whose session is still around.
+        self.tasks: dict[str, Task] = {}
+        self.pending = PendingTasks()
+        self.agents: dict[str, LiveAgent] = {}
+        self.indexes: dict[str, AgentIndex] = {}
+        #: Retries waiting out their backoff: (monotonic due, task id).
+        self._delayed: list[tuple[float, str]] = []
+        #: Running tasks nobody has claimed back since start-up: task id → monotonic deadline.
+        self._orphans: dict[str, float] = {}
+        self._waiters: dict[str, list[tuple[Peer, Any]]] = {}
+        self._subscribers: list[Peer] = []
+        # Side effects of the current batch, let out by the server after commit.
+        self.ledger_rows: list[LedgerEntry] = []
+        self.outbox: list[tuple[Peer, dict[str, Any]]] = []
+        self.dispatch_wanted = False
+
+    # -- recovery ----------------------------------------------------------------------------
+
+    def rebuild(self) -> None:
+        """Reload memory from the store: at start-up, and after a failed commit."""
+        now_mono = self.clock.monotonic()
+        self.tasks.clear()
+        self.pending = PendingTasks()
+        self._delayed.clear()
+        self.ledger_rows.clear()
+        self.outbox.clear()
+        for agent in self.agents.values():
+            agent.holding.clear()
+        for task in self.store.open_tasks():
+            self.tasks[task.id] = task
+            if task.state == State.PENDING:
+                self._enqueue(task)
+            else:
+                holder = self.agents.get(task.agent or "")
+                if holder is not None and holder.online:
+                    holder.holding.add(task.id)
+                elif task.id not in self._orphans:
+                    self._orphans[task.id] = now_mono + self.settings.agent_ttl
+        self._orphans = {t: d for t, d in self._orphans.items() if t in self.tasks}
+        self.indexes.clear()
+        for agent in self.agents.values():
+            self._index(agent)
+        self.dispatch_wanted = True
+
+    # -- side effects ------------------------------------------------------------------------
+
+    def _emit(self, peer: Peer, message: dict[str, Any]) -> None:
+        self.outbox.append((peer, message))
+
+    def _announce(self, task: Task, from_state: str | None, reason: str | None) -> None:
+        if self._subscribers:
+            event = events.task_changed(task, from_state, reason)
+            for peer in self._subscribers:
+                self._emit(peer, event)
+        if task.state in states.ENDED:
+            for peer, request_id in self._waiters.pop(task.id, ()):
+                self._emit(peer, {"id": request_id, "ok": True, "task": task})
+
+    def subscribe(self, peer: Peer) -> None:
+        self._subscribers.append(peer)
+
+    def forget_peer(self, peer: Peer) -> None:
+        if peer in self._subscribers:
+            self._subscribers.remove(peer)
+        for task_id in [t for t, ws in self._waiters.items() if any(p is peer for p, _ in ws)]:
+            rest = [(p, r) for p, r in self._waiters[task_id] if p is not peer]
+            if rest:
+                self._waiters[task_id] = rest
+            else:
+                del self._waiters[task_id]
+
+    # -- transitions -------------------------------------------------------------------------
+
+    def _entry(
+        self, task: Task, from_state: str | None, reason: str | None, cost: Cost | None = None
+    ) -> LedgerEntry:
+        return LedgerEntry(
+            at=task.updated_at,
+            task=task.id,
+            tenant=task.tenant,
+            from_state=from_state,
+            to_state=task.state,
+            agent=task.agent,
+            epoch=task.epoch,
+            reason=reason,
+            cost=cost,
+        )
+
+    def _move(self, task: Task, to: State, reason: str | None = None, **changes: Any) -> Task:
+        """Apply one legal transition: store row + ledger row, memory, events."""
+        states.check(task.id, State(task.state), to)
+        if to in states.OUTCOMES:
+            changes["outcome"] = to.value
+        new = msgspec.structs.replace(
+            task, state=to.value, updated_at=rfc3339(self.clock.time()), **changes
+        )
+        try:
+            entry = self.store.update_task(
+                new,
+                task.state,
+                task.epoch,
+                self._entry(new, task.state, reason, changes.get("cost")),
+            )
+        except StoreConflict:
+            raise IllegalTransition(task.id, task.state, to.value) from None
+        self.ledger_rows.append(entry)
+        if to == State.CLOSED:
+            self.tasks.pop(task.id, None)
+        else:
+            self.tasks[task.id] = new
+        self._announce(new, task.state, reason)
+        return new
+
+    def _close(self, task: Task) -> Task:
+        holder = self.agents.get(task.agent or "") if task.agent else None
+        if holder is not None and task.id in holder.holding:
+            holder.holding.discard(task.id)
+            self._refresh(holder)
+        self._orphans.pop(task.id, None)
+        return self._move(task, State.CLOSED)
+
+    # -- intake ------------------------------------------------------------------------------
+
+    def submit(self, req: TaskFields, pin: str | None = None) -> tuple[Task, bool]:
+        """Write a new pending task durably (on commit); return it and whether it is new."""
+        text = req.text.strip()
+        if not text:
+            raise BadRequest("text is empty: say what the task is")
+        tenant = check_name(req.tenant, "tenant") if req.tenant else DEFAULT_TENANT
+        if req.idempotency_key is not None:
+            existing = self.store.find_idempotent(tenant, req.idempotency_key)
+            if existing is not None:
+                return existing, False
+        capabilities = normalize_names(req.capabilities, "capability")
+        labels = normalize_names(req.labels, "label")
+        workspace = check_name(req.workspace, "workspace") if req.workspace else None
+        if pin is not None:
+            check_name(pin, "agent name")
+        if req.parent is not None:
+            parent = self.tasks.get(req.parent) or self.store.get_task(req.parent)
+            if parent is None:
+                raise UnknownParent(req.parent)
+            if parent.outcome == State.CANCELLED:
+                raise ParentCancelled(parent.id)
+        import uuid6
+
+        now = rfc3339(self.clock.time())
+        task = Task(
+            id=str(uuid6.uuid7()),
+            text=text,
+            capabilities=capabilities,
+            workspace=workspace,
+            agent=pin,
+            pinned=pin is not None,
+            parent=req.parent,
+            priority=req.priority,
+            min_score=req.min_score,
+            tenant=tenant,
+            labels=labels,
+            idempotency_key=req.idempotency_key,
+            max_attempts=req.max_attempts,
+            created_at=now,
+            updated_at=now,
+        )
+        if tenant != DEFAULT_TENANT:
+            self.store.ensure_tenant(tenant, now)
+        entry = self.store.insert_task(task, self._entry(task, None, "submitted"))
+        self.ledger_rows.append(entry)
+        self.tasks[task.id] = task
+        self._announce(task, None, "submitted")
+        self._enqueue(task)
+        return task, True
+
+    def _shape(self, task: Task) -> Shape:
+        min_score = task.min_score if task.min_score is not None else self.settings.min_score
+        return Shape(
+            frozenset(task.capabilities),
+            task.workspace,
+            task.agent if task.pinned else None,
+            min_score,
+            task.tenant,
+        )
+
+    def _enqueue(self, task: Task) -> None:
+        if task.not_before is not None:
+            wait = parse_rfc3339(task.not_before) - self.clock.time()
+            if wait > 0:
+                heapq.heappush(self._delayed, (self.clock.monotonic() + wait, task.id))
+                return
+        created = parse_rfc3339(task.created_at) if self.settings.ageing else 0.0
+        self.pending.add(
+            task.id,
+            self._shape(task),
+            sort_key(task.priority, created, task.id, self.settings.ageing),
+        )
+        self.dispatch_wanted = True
+
+    # -- dispatch ----------------------------------------------------------------------------
+
+    def _index(self, agent: LiveAgent) -> None:
+        index = self.indexes.setdefault(agent.tenant, AgentIndex())
+        if agent.online and agent.peer is not None:
+            index.add(
+                agent.name, agent.capabilities, agent.slots - len(agent.holding), agent.workspace
+            )
+        else:
+            index.remove(agent.name)
+
+    def _refresh(self, agent: LiveAgent) -> None:
+        index = self.indexes.get(agent.tenant)
+        if index is not None and agent.name in index:
+            index.set_free(agent.name, agent.slots - len(agent.holding))
+            self.dispatch_wanted = True
+
+    def _pick(self, shape: Shape) -> str | None:
+        index = self.indexes.get(shape.tenant)
+        return None if index is None else index.pick(shape)
+
+    def dispatch(self) -> int:
+        """Claim pending tasks for agents with free slots, best fit first; return how many."""
+        self.dispatch_wanted = False
+        if self.paused or not any(i.has_free() for i in self.indexes.values()):
+            return 0
+        placed = 0
+        for task_id, agent_name in self.pending.placements(self._pick):
+            task = self.tasks[task_id]
+            agent = self.agents[agent_name]
+            claimed = self._move(
+                task,
+                State.RUNNING,
+                "assigned",
+                agent=agent_name,
+                epoch=task.epoch + 1,
+                attempts=task.attempts + 1,
+                not_before=None,
+            )
+            agent.holding.add(task_id)
+            self._refresh(agent)
+            assert agent.peer is not None
+            self._emit(agent.peer, events.assign(claimed))
+            placed += 1
+            if not any(i.has_free() for i in self.indexes.values()):
+                break
+        self.dispatch_wanted = False
+        return placed
+
+    def toggle(self, paused: bool | None) -> bool:
+        self.paused = (not self.paused) if paused is None else paused
+        self.dispatch_wanted = not self.paused
+        for peer in self._subscribers:
+            self._emit(peer, events.swarm_toggled(self.paused))
+        return self.paused
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def get(self, task_id: str) -> Task:
+        task = self.tasks.get(task_id) or self.store.get_task(task_id)
+        if task is None:
+            raise UnknownTask(task_id)
+        return task
+
+    def list_tasks(self, query: TaskFilter) -> list[Task]:
+        if query.state is not None and query.state not in State.__members__.values():
+            raise BadRequest(
+                f"unknown state {query.state!r}; states: {', '.join(s.value for s in State)}"
+            )
+        return self.store.list_tasks(query)
+
+    def wait(self, peer: Peer, request_id: Any, task_id: str) -> Task | None:
+        task = self.get(task_id)
+        if task.state in states.ENDED:
+            return task
+        self._waiters.setdefault(task_id, []).append((peer, request_id))
+        return None
+
+    def why(self, task_id: str) -> dict[str, Any]:
+        task = self.get(task_id)
+        shape = self._shape(task)
+        rows = explain(shape, (a.view() for a in self.agents.values() if a.tenant == task.tenant))
+        if task.state != State.PENDING:
+            summary = f"task is {task.state}" + (
+                f" on agent {task.agent}" if task.agent and task.state == State.RUNNING else ""
+            )
+        elif self.paused:
+            summary = "dispatch is paused (resume with: colibri resume)"
+        elif task.id not in self.pending:
+            summary = f"waiting to retry after {task.not_before}"
+        elif any(r.eligible for r in rows):
+            summary = "an eligible agent exists; the task will be assigned on the next pass"
+        elif not rows:
+            summary = "no agents are registered"
+        else:
+            summary = "no agent can take it now: see the reasons per agent"
+        return {
+            "task": task,
+            "summary": summary,
+            "required": sorted(shape.capabilities),
+            "min_score": shape.min_score,
+            "agents": [
+                {
+                    "agent": r.agent,
+                    "score": round(r.score, 4),
+                    "missing": r.missing,
+                    "eligible": r.eligible,
+                    "reasons": r.reasons,
+                }
+                for r in rows
+            ],
+        }
+
+    def status(self) -> dict[str, Any]:
+        counts = self.store.count_by_state()
+        online = sum(1 for a in self.agents.values() if a.online)
+        return {
+            "paused": self.paused,
+            "tasks": {s.value: counts.get(s.value, 0) for s in State},
+            "ledger_seq": self.store.max_ledger_seq(),
+            "waiting": len(self.pending),
+            "retrying": len(self._delayed),
+            "agents": {"online": online, "known": len(self.agents)},
+            "slots": {
+                "total": sum(a.slots for a in self.agents.values() if a.online),
+                "busy": sum(len(a.holding) for a in self.agents.values() if a.online),
+            },
+        }
+
+    def agent_list(self) -> list[Agent]:
+        live = {a.name: a.wire() for a in self.agents.values()}
+        for stored in self.store.agents():
+            live.setdefault(stored.name, stored)
+        return [live[name] for name in sorted(live)]
+
+    # -- cancel and retry --------------------------------------------------------------------
+
+    def cancel(self, task_id: str, reason: str | None) -> list[Task]:
+        """Cancel a task and every open descendant, a ledger row each; return those cancelled."""
+        root = self.get(task_id)
+        why = reason or "cancelled"
+        changed: list[Task] = []
+        stack = [root]
+        while stack:
+            task = stack.pop()
+            task = self.tasks.get(task.id, task)
+            if task.state in (State.PENDING, State.RUNNING):
+                changed.append(
+                    self._cancel_one(
+                        task, why if task.id == root.id else f"{why} (family of {root.id})"
+                    )
+                )
+            stack.extend(self.store.children(task.id))
+        if not changed and root.state in states.ENDED:
+            raise IllegalTransition(root.id, root.state, State.CANCELLED.value)
+        return changed
+
+    def _cancel_one(self, task: Task, reason: str) -> Task:
+        was_running = task.state == State.RUNNING
+        self.pending.discard(task.id)
+        self._orphans.pop(task.id, None)
+        cancelled = self._move(task, State.CANCELLED, reason)
+        holder = self.agents.get(task.agent or "") if was_running else None
+        if (
+            holder is not None
+            and holder.online
+            and holder.peer is not None
+            and task.id in holder.holding
+        ):
+            # The session closes the task when it has stopped (reclaimed).
+            self._emit(holder.peer, events.cancel(cancelled, reason))
+            return cancelled
+        return self._close(cancelled)
+
+    def retry(self, task_id: str) -> Task:
+        old = self.get(task_id)
+        if old.state not in states.ENDED:
+            raise IllegalTransition(old.id, old.state, "retried (only ended tasks can be retried)")
+        fields = TaskFields(
+            text=old.text,
+            capabilities=old.capabilities,
+            workspace=old.workspace,
+            parent=old.parent,
+            priority=old.priority,
+            min_score=old.min_score,
+            labels=old.labels,
+            tenant=old.tenant,
+            max_attempts=old.max_attempts,
+        )
+        task, _ = self.submit(fields, old.agent if old.pinned else None)
+        return task
+
+    # -- agents ------------------------------------------------------------------------------
+
+    def register(self, req: RegisterAgent, peer: Peer) -> tuple[LiveAgent, list[str], list[Held]]:
+        name = check_name(req.name, "agent name")
+        capabilities = frozenset(normalize_names(req.capabilities, "capability"))
+        tenant = check_name(req.tenant, "tenant") if req.tenant else DEFAULT_TENANT
+        workspace = check_name(req.workspace, "workspace") if req.workspace else None
+        previous = self.agents.get(name)
+        if (
+            previous is not None
+            and previous.peer is not None
+            and previous.peer is not peer
+            and previous.online
+        ):
+            raise BadRequest(f"agent {name!r} is already connected; give this one another --name")
+        now, now_mono = self.clock.time(), self.clock.monotonic()
+        agent = LiveAgent(
+            name,
+            capabilities,
+            req.slots,
+            req.ttl or self.settings.agent_ttl,
+            workspace,
+            tenant,
+            peer,
+            now_mono,
+            now,
+        )
+        adopted: list[str] = []
+        rejected: list[Held] = []
+        for held in req.running:
+            task = self.tasks.get(held.task)
+            if (
+                task is not None
+                and task.agent == name
+                and task.epoch == held.epoch
+                and task.state == State.RUNNING
+            ):
+                agent.holding.add(task.id)
+                self._orphans.pop(task.id, None)
+                adopted.append(task.id)
+            elif (
+                task is not None
+                and task.agent == name
+                and task.epoch == held.epoch
+                and task.state in states.OUTCOMES
+            ):
+                agent.holding.add(task.id)  # ended while away; the harness stops it and reclaims
+                rejected.append(held)
+            else:
+                rejected.append(held)
+        if previous is not None:
+            # Sessions the agent held before and did not report now are gone.
+            for task_id in sorted(previous.holding - agent.holding - {h.task for h in rejected}):
+                task = self.tasks.get(task_id)
+                previous.holding.discard(task_id)
+                if task is not None and task.state == State.RUNNING:
+                    self._lose(task, f"session lost: agent {name} registered again without it")
+                elif task is not None and task.state in states.OUTCOMES:
+                    self._close(task)
+        self.agents[name] = agent
+        peer.agent_name = name
+        self._index(agent)
+        self.store.upsert_agent(agent.wire(), rfc3339(now))
+        if capabilities:
+            self.store.ensure_skills(sorted(capabilities))
+        if tenant != DEFAULT_TENANT:
+            self.store.ensure_tenant(tenant, rfc3339(now))
+        for sub in self._subscribers:
+            self._emit(sub, events.agent_changed(agent.wire()))
+        self.dispatch_wanted = True
+        return agent, adopted, rejected
+
+    def agent_of(self, peer: Peer, cmd: str) -> LiveAgent:
+        agent = self.agents.get(peer.agent_name or "")
+        if agent is None or agent.peer is not peer or not agent.online:
+            raise NotRegistered(cmd)
+        self.heartbeat(agent)  # any word from an agent shows it is alive
+        return agent
+
+    def heartbeat(self, agent: LiveAgent) -> None:
+        agent.last_seen = self.clock.monotonic()
+        agent.last_seen_wall = self.clock.time()
+
+    def _held(self, agent: LiveAgent, task_id: str, epoch: int) -> Task:
+        task = self.tasks.get(task_id)
+        if task is None:
+            stored = self.store.get_task(task_id)
+            if stored is None:
+                raise UnknownTask(task_id)
+            if stored.epoch != epoch:
+                raise StaleClaim(task_id, epoch, stored.epoch)
+            raise IllegalTransition(task_id, stored.state, "reported (it has already ended)")
+        if task.epoch != epoch:
+            raise StaleClaim(task_id, epoch, task.epoch)
+        if task.agent != agent.name or task_id not in agent.holding:
+            raise NotYourTask(task_id, agent.name)
+        return task
+
+    def out(
+        self,
+        agent: LiveAgent,
+        task_id: str,
+        epoch: int,
+        output: str,
+        cost: Cost | None,
+        session_ended: bool = True,
+    ) -> Task:
+        task = self._held(agent, task_id, epoch)
+        if task.state != State.RUNNING:
+            raise IllegalTransition(task_id, task.state, State.DONE.value)
+        done = self._move(task, State.DONE, "out", output=output, error=None, cost=cost)
+        return self._close(done) if session_ended else done
+
+    def fail(
+        self, agent: LiveAgent, task_id: str, epoch: int, error: str, session_ended: bool = True
+    ) -> Task:
+        task = self._held(agent, task_id, epoch)
+        if task.state != State.RUNNING:
+            raise IllegalTransition(task_id, task.state, State.FAILED.value)
+        ended = self._end_session(task, error or "session failed")
+        return self._close(ended) if session_ended and ended.state != State.PENDING else ended
+
+    def reclaimed(self, agent: LiveAgent, task_id: str, epoch: int) -> Task:
+        task = self._held(agent, task_id, epoch)
+        if task.state == State.RUNNING:
+            ended = self._end_session(task, "session ended without out")
+            if ended.state == State.PENDING:
+                return ended
+            return self._close(ended)
+        return self._close(task)
+
+    def _end_session(self, task: Task, error: str) -> Task:
+        """A running task's session is gone without out: retry if attempts remain, else fail."""
+        if task.attempts < task.max_attempts:
+            delay = self.settings.retry_backoff * 2 ** (task.attempts - 1)
+            holder = self.agents.get(task.agent or "")
+            if holder is not None and task.id in holder.holding:
+                holder.holding.discard(task.id)
+                self._refresh(holder)
+            self._orphans.pop(task.id, None)
+            retry = self._move(
+                task,
+                State.PENDING,
+                f"retry {task.attempts + 1}/{task.max_attempts} in {delay:g}s after: {error}",
+                error=error,
+                not_before=rfc3339(self.clock.time() + delay),
+            )
+            self._enqueue(retry)
+            return retry
+        reason = (
+            error
+            if task.max_attempts == 1
+            else f"max_attempts ({task.max_attempts}) reached: {error}"
+        )
+        return self._move(task, State.FAILED, reason, error=error)
+
+    def disconnect(self, peer: Peer) -> None:
+        """A connection closed: its agent stops getting work; its tasks wait out the TTL."""
+        self.forget_peer(peer)
+        agent = self.agents.get(peer.agent_name or "")
+        if agent is not None and agent.peer is peer:
+            agent.peer = None
+            self._index(agent)
+
+    # -- time --------------------------------------------------------------------------------
+
+    def sweep(self) -> None:
+        """Expire silent agents, fail sessions nobody claimed back, release due retries."""
+        now = self.clock.monotonic()
+        for agent in list(self.agents.values()):
+            if agent.online and now - agent.last_seen > agent.ttl:
+                self._expire(agent)
+        for task_id, deadline in list(self._orphans.items()):
+            if now >= deadline:
+                task = self.tasks.get(task_id)
+                self._orphans.pop(task_id, None)
+                if task is not None:
+                    self._lose(task, "session lost: not claimed back after the daemon restarted")
+        while self._delayed and self._delayed[0][0] <= now:
+            _, task_id = heapq.heappop(self._delayed)
+            task = self.tasks.get(task_id)
+            if task is not None and task.state == State.PENDING:
+                self.pending.add(
+                    task.id,
+                    self._shape(task),
+                    sort_key(
+                        task.priority,
+                        parse_rfc3339(task.created_at) if self.settings.ageing else 0.0,
+                        task.id,
+                        self.settings.ageing,
+                    ),
+                )
+                self.dispatch_wanted = True
+
+    def next_deadline(self) -> float | None:
+        """The monotonic instant at which ``sweep`` next has something to do."""
+        candidates = [a.last_seen + a.ttl for a in self.agents.values() if a.online]
+        candidates.extend(self._orphans.values())
+        if self._delayed:
+            candidates.append(self._delayed[0][0])
+        return min(candidates, default=None)
+
+    def _expire(self, agent: LiveAgent) -> None:
+        log.info("agent went offline", extra={"event": "agent_offline", "agent": agent.name})
+        agent.online = False
+        self._index(agent)
+        peer = agent.peer
+        agent.peer = None
+        for task_id in sorted(agent.holding):
+            task = self.tasks.get(task_id)
+            if task is None:
+                continue
+            if task.state == State.RUNNING:
+                self._lose(
+                    task, f"session lost: agent {agent.name} silent for more than {agent.ttl:g}s"
+                )
+            elif task.state in states.OUTCOMES:
+                self._close(task)
+        agent.holding.clear()
+        self.store.upsert_agent(agent.wire(), rfc3339(self.clock.time()))
+        for sub in self._subscribers:
+            self._emit(sub, events.agent_changed(agent.wire()))
+        if peer is not None:
+            self._emit(
+                peer,
+                {
+                    "event": "expired",
+                    "reason": f"silent for more than {agent.ttl:g}s; register again",
+                },
+            )
+
+    def _lose(self, task: Task, reason: str) -> None:
+        ended = self._end_session(task, reason)
+        if ended.state == State.FAILED:
+            self._close(ended)
+
+    def known_agents(self) -> Iterable[LiveAgent]:
+        return self.agents.values()

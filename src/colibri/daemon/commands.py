@@ -1,0 +1,172 @@
+"""One handler per wire command: validate, call the board, shape the reply.
+
+A handler returns the reply's fields (``ok`` and ``id`` are added by the server) or ``None``
+when the reply comes later (``wait``). Errors are raised as ``ColibriError``s.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from colibri import __version__
+from colibri.core import protocol as p
+from colibri.daemon.board import Board
+from colibri.store import TaskFilter
+
+if TYPE_CHECKING:
+    from colibri.daemon.server import Connection, Server
+
+Reply = dict[str, Any] | None
+
+
+class Commands:
+    def __init__(self, board: Board, server: Server) -> None:
+        self.board = board
+        self.server = server
+        self.started = time.time()
+        self.table: dict[type[p.Request], Callable[[Any, Connection], Reply]] = {
+            p.Ping: self.ping,
+            p.Status: self.status,
+            p.IntakeTask: self.intake_task,
+            p.Submit: self.intake_task,
+            p.CreateTask: self.create_task,
+            p.Get: self.get,
+            p.ListTasks: self.list_tasks,
+            p.Cancel: self.cancel,
+            p.Retry: self.retry,
+            p.Why: self.why,
+            p.Wait: self.wait,
+            p.ToggleSwarm: self.toggle_swarm,
+            p.Agents: self.agents,
+            p.Skills: self.skills,
+            p.DescribeSkill: self.describe_skill,
+            p.Ledger: self.ledger,
+            p.RegisterAgent: self.register_agent,
+            p.Heartbeat: self.heartbeat,
+            p.Out: self.out,
+            p.Fail: self.fail,
+            p.Reclaimed: self.reclaimed,
+            p.Subscribe: self.subscribe,
+        }
+
+    def handle(self, req: p.Request, conn: Connection) -> Reply:
+        return self.table[type(req)](req, conn)
+
+    def ping(self, req: p.Ping, conn: Connection) -> Reply:
+        return {"pong": True}
+
+    def status(self, req: p.Status, conn: Connection) -> Reply:
+        config = self.server.config
+        return {
+            "daemon": {
+                "pid": os.getpid(),
+                "version": __version__,
+                "root": str(config.root),
+                "store": config.store,
+                "durability": config.durability,
+                "uptime": round(time.time() - self.started, 3),
+                "connections": self.server.connection_count,
+            },
+            **self.board.status(),
+        }
+
+    def intake_task(self, req: p.TaskFields, conn: Connection) -> Reply:
+        task, created = self.board.submit(req)
+        return {"task": task, "created": created}
+
+    def create_task(self, req: p.CreateTask, conn: Connection) -> Reply:
+        task, created = self.board.submit(req, pin=req.agent)
+        return {"task": task, "created": created}
+
+    def get(self, req: p.Get, conn: Connection) -> Reply:
+        return {"task": self.board.get(req.task)}
+
+    def list_tasks(self, req: p.ListTasks, conn: Connection) -> Reply:
+        tasks = self.board.list_tasks(
+            TaskFilter(
+                state=req.state,
+                agent=req.agent,
+                workspace=req.workspace,
+                parent=req.parent,
+                tenant=req.tenant,
+                after=req.after,
+                limit=req.limit,
+            )
+        )
+        return {"tasks": tasks, "next": tasks[-1].id if len(tasks) == req.limit else None}
+
+    def cancel(self, req: p.Cancel, conn: Connection) -> Reply:
+        cancelled = self.board.cancel(req.task, req.reason)
+        return {"cancelled": [t.id for t in cancelled]}
+
+    def retry(self, req: p.Retry, conn: Connection) -> Reply:
+        return {"task": self.board.retry(req.task)}
+
+    def why(self, req: p.Why, conn: Connection) -> Reply:
+        return self.board.why(req.task)
+
+    def wait(self, req: p.Wait, conn: Connection) -> Reply:
+        task = self.board.wait(conn, req.id, req.task)
+        return None if task is None else {"task": task}
+
+    def toggle_swarm(self, req: p.ToggleSwarm, conn: Connection) -> Reply:
+        return {"paused": self.board.toggle(req.paused)}
+
+    def agents(self, req: p.Agents, conn: Connection) -> Reply:
+        return {"agents": self.board.agent_list()}
+
+    def skills(self, req: p.Skills, conn: Connection) -> Reply:
+        return {
+            "skills": [
+                {"name": name, "description": description, "agents": agents}
+                for name, description, agents in self.board.store.skills()
+            ]
+        }
+
+    def describe_skill(self, req: p.DescribeSkill, conn: Connection) -> Reply:
+        from colibri.core.model import check_name
+
+        name = check_name(req.name.strip().lower(), "capability")
+        self.board.store.describe_skill(name, req.description.strip())
+        return {"skill": {"name": name, "description": req.description.strip()}}
+
+    def ledger(self, req: p.Ledger, conn: Connection) -> Reply:
+        rows = self.board.store.ledger(req.after, req.limit, req.task)
+        if req.follow:
+            self.server.follow_ledger(conn, req.task)
+        return {"entries": rows, "next": rows[-1].seq if rows else req.after}
+
+    def register_agent(self, req: p.RegisterAgent, conn: Connection) -> Reply:
+        agent, adopted, rejected = self.board.register(req, conn)
+        return {
+            "agent": agent.wire(),
+            "adopted": adopted,
+            "rejected": [{"task": h.task, "epoch": h.epoch} for h in rejected],
+            "heartbeat": round(agent.ttl / 3, 3),
+        }
+
+    def heartbeat(self, req: p.Heartbeat, conn: Connection) -> Reply:
+        self.board.heartbeat(self.board.agent_of(conn, "heartbeat"))
+        return {}
+
+    def out(self, req: p.Out, conn: Connection) -> Reply:
+        agent = self.board.agent_of(conn, "out")
+        task = self.board.out(agent, req.task, req.epoch, req.output, req.cost, req.session_ended)
+        return {"task": task}
+
+    def fail(self, req: p.Fail, conn: Connection) -> Reply:
+        agent = self.board.agent_of(conn, "fail")
+        task = self.board.fail(agent, req.task, req.epoch, req.error, req.session_ended)
+        return {"task": task}
+
+    def reclaimed(self, req: p.Reclaimed, conn: Connection) -> Reply:
+        agent = self.board.agent_of(conn, "reclaimed")
+        return {"task": self.board.reclaimed(agent, req.task, req.epoch)}
+
+    def subscribe(self, req: p.Subscribe, conn: Connection) -> Reply:
+        self.board.subscribe(conn)
+        conn.subscriber = True
+        return {"subscribed": True}

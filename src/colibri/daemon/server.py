@@ -1,0 +1,354 @@
+"""The socket server: framing, peer checks, and the group commit that gates every output.
+
+Requests are handled as they arrive, each writing into the store's open transaction. Replies,
+assignments and events are held back. One callback per loop iteration (``flush``) then runs a
+dispatch pass, commits once, mirrors the new ledger rows and only then writes everything out.
+So an acknowledgement always follows the commit that made it durable, and a burst of requests
+from many clients costs one fsync instead of one each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from colibri.config import Config
+from colibri.core import protocol
+from colibri.core.errors import (
+    Busy,
+    ColibriError,
+    Forbidden,
+    Internal,
+    LineTooLong,
+    StorageUnavailable,
+)
+from colibri.core.model import LedgerEntry
+from colibri.daemon.board import Board
+from colibri.daemon.commands import Commands
+from colibri.daemon.ledger import LedgerMirror
+
+log = logging.getLogger(__name__)
+
+_encoder = msgspec.json.Encoder()
+#: A subscriber whose unread output passes this is dropped rather than buffered without end.
+SUBSCRIBER_BUFFER_LIMIT = 8 * 1024 * 1024
+#: A partial line older than this (a client sending a byte at a time) closes the connection.
+PARTIAL_LINE_TIMEOUT = 30.0
+
+
+def peer_uid(sock: socket.socket) -> int:
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return int(uid)
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.agent_name: str | None = None
+        self.subscriber = False
+        self.follows_ledger = False
+        self.ledger_task: str | None = None
+        self.closing = False
+        self._buf = bytearray()
+        self._out = bytearray()
+        self.partial_since: float | None = None
+
+    # -- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        try:
+            uid = peer_uid(sock)
+        except OSError:
+            uid = -1  # fail closed
+        if uid != self.server.owner_uid:
+            self._refuse(Forbidden(f"uid {uid} may not use this daemon; only its owner may"))
+            return
+        if self.server.connection_count >= self.server.config.server.max_connections:
+            self._refuse(Busy("too many connections; try again later"))
+            return
+        self.server.connections.add(self)
+
+    def _refuse(self, error: ColibriError) -> None:
+        assert self.transport is not None
+        self.transport.write(
+            _encoder.encode({"id": None, "ok": False, "error": error.to_wire()}) + b"\n"
+        )
+        self.closing = True
+        self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        buf = self._buf
+        buf += data
+        start = 0
+        limit = self.server.config.server.max_line
+        while not self.closing:
+            nl = buf.find(b"\n", start)
+            if nl < 0:
+                break
+            line = bytes(buf[start:nl])
+            start = nl + 1
+            if len(line) > limit:
+                self._too_long(limit)
+                return
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if line.strip():
+                self.server.handle_line(self, line)
+        if start:
+            del buf[:start]
+        if len(buf) > limit:
+            self._too_long(limit)
+            return
+        if not buf:
+            self.partial_since = None
+        elif self.partial_since is None:
+            self.partial_since = self.server.loop.time()
+
+    def _too_long(self, limit: int) -> None:
+        self._buf.clear()
+        self.server.reply_error(self, None, LineTooLong(limit))
+        self.closing = True
+        self.server.close_after_flush(self)
+
+    def eof_received(self) -> bool | None:
+        return None  # a half line before EOF is ignored; the transport closes
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.server.lost(self)
+
+    def pause_writing(self) -> None:
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self.closing:
+            self.transport.resume_reading()
+
+    # -- output ------------------------------------------------------------------------------
+
+    def queue(self, message: dict[str, Any]) -> None:
+        """Encode now (the values may change later in the batch); written at flush."""
+        if "event" in message:
+            message = {"event": message["event"], "seq": self.server.next_seq(), **message}
+        self._out += _encoder.encode(message)
+        self._out += b"\n"
+        self.server.dirty.add(self)
+
+    send = queue  # the board's Peer protocol
+
+    def write_out(self) -> None:
+        if not self._out or self.transport is None or self.transport.is_closing():
+            self._out.clear()
+            return
+        self.transport.write(bytes(self._out))
+        self._out.clear()
+        if self.subscriber and self.transport.get_write_buffer_size() > SUBSCRIBER_BUFFER_LIMIT:
+            self.transport.write(
+                _encoder.encode(
+                    {
+                        "event": "dropped",
+                        "seq": self.server.next_seq(),
+                        "reason": "subscriber too slow: more than 8 MiB unread",
+                    }
+                )
+                + b"\n"
+            )
+            self.closing = True
+            self.transport.close()
+
+
+class Server:
+    def __init__(self, config: Config, board: Board, mirror: LedgerMirror) -> None:
+        self.config = config
+        self.board = board
+        self.mirror = mirror
+        self.commands = Commands(board, self)
+        self.owner_uid = os.getuid()
+        self.loop = asyncio.get_running_loop()
+        self.connections: set[Connection] = set()
+        self.dirty: set[Connection] = set()
+        self._replies: list[tuple[Connection, dict[str, Any]]] = []
+        self._to_close: list[Connection] = []
+        self._flush_scheduled = False
+        self._batch_error: ColibriError | None = None
+        self._ledger_followers: set[Connection] = set()
+        self._seq = 0
+        self.commits = 0
+        #: Set at shutdown, after the last flush: the store is about to close.
+        self.closed = False
+        self.on_flushed: Callable[[], None] | None = None
+
+    @property
+    def connection_count(self) -> int:
+        return len(self.connections)
+
+    def next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def handle_line(self, conn: Connection, line: bytes) -> None:
+        try:
+            req = protocol.decode_request(line)
+        except ColibriError as exc:
+            self.reply_error(conn, protocol.request_id(line), exc)
+            return
+        try:
+            reply = self.commands.handle(req, conn)
+        except StorageUnavailable as exc:
+            self._batch_error = exc
+            self.reply_error(conn, req.id, exc)
+            return
+        except ColibriError as exc:
+            self.reply_error(conn, req.id, exc)
+            return
+        except Exception:
+            log.exception(
+                "internal error handling a request",
+                extra={"event": "internal_error", "cmd": type(req).__name__},
+            )
+            error = Internal("internal error; the batch it was part of was rolled back, retry it")
+            self._batch_error = error
+            self.reply_error(conn, req.id, error)
+            return
+        if reply is not None:
+            self._reply(conn, {"id": req.id, "ok": True, **reply})
+
+    def _reply(self, conn: Connection, message: dict[str, Any]) -> None:
+        self._replies.append((conn, message))
+        self.schedule_flush()
+
+    def reply_error(self, conn: Connection, request_id: Any, error: ColibriError) -> None:
+        self._reply(conn, {"id": request_id, "ok": False, "error": error.to_wire()})
+
+    def close_after_flush(self, conn: Connection) -> None:
+        self._to_close.append(conn)
+        self.schedule_flush()
+
+    def follow_ledger(self, conn: Connection, task: str | None) -> None:
+        conn.follows_ledger = True
+        conn.ledger_task = task
+        self._ledger_followers.add(conn)
+
+    def lost(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        self._ledger_followers.discard(conn)
+        self.board.disconnect(conn)
+        self.schedule_flush()
+
+    # -- group commit ------------------------------------------------------------------------
+
+    def schedule_flush(self) -> None:
+        if not self._flush_scheduled and not self.closed:
+            self._flush_scheduled = True
+            self.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Dispatch, commit once, then let out replies, assignments and events, in order."""
+        self._flush_scheduled = False
+        if self.closed:
+            return
+        board = self.board
+        if self._batch_error is None and board.dispatch_wanted:
+            try:
+                board.dispatch()
+            except StorageUnavailable as exc:
+                self._batch_error = exc
+            except Exception:
+                log.exception("internal error in dispatch", extra={"event": "internal_error"})
+                self._batch_error = Internal("internal error during dispatch; batch rolled back")
+        if self._batch_error is None:
+            try:
+                board.store.commit()
+                self.commits += 1
+            except StorageUnavailable as exc:
+                self._batch_error = exc
+        replies, self._replies = self._replies, []
+        if self._batch_error is not None:
+            self._fail_batch(replies, self._batch_error)
+        else:
+            rows = board.ledger_rows
+            if rows:
+                if self.mirror.broken:
+                    self._repair_mirror()
+                else:
+                    self.mirror.append(rows)
+                self._push_ledger(rows)
+                board.ledger_rows = []
+            for conn, message in replies:
+                conn.queue(message)
+            for peer, message in board.outbox:
+                peer.send(message)
+            board.outbox = []
+        for conn in self.dirty:
+            conn.write_out()
+        self.dirty.clear()
+        for conn in self._to_close:
+            if conn.transport is not None:
+                conn.transport.close()
+        self._to_close.clear()
+        if board.dispatch_wanted and not board.paused and self._batch_error is None:
+            self.schedule_flush()
+        self._batch_error = None
+        if self.on_flushed is not None:
+            self.on_flushed()
+
+    def _fail_batch(
+        self, replies: list[tuple[Connection, dict[str, Any]]], error: ColibriError
+    ) -> None:
+        """The batch did not commit: nothing in it happened. Say so and reload from the store."""
+        log.error("batch rolled back", extra={"event": "batch_failed", "error": error.message})
+        self.board.store.rollback()
+        self.board.rebuild()
+        wire = error.to_wire()
+        for conn, message in replies:
+            if message.get("ok"):
+                message = {"id": message.get("id"), "ok": False, "error": wire}
+            conn.queue(message)
+        self.board.dispatch_wanted = False  # retried at the next tick, not in a hot loop
+
+    def _repair_mirror(self) -> None:
+        try:
+            self.mirror.open(self.board.store)
+        except OSError as exc:
+            log.error(
+                "ledger mirror still failing",
+                extra={"event": "ledger_mirror_failed", "error": str(exc)},
+            )
+
+    def _push_ledger(self, rows: list[LedgerEntry]) -> None:
+        for conn in self._ledger_followers:
+            for row in rows:
+                if conn.ledger_task is None or conn.ledger_task == row.task:
+                    conn.queue({"event": "ledger", "entry": row})
+
+    # -- housekeeping ------------------------------------------------------------------------
+
+    def close_stalled(self) -> None:
+        """Close connections stuck on a partial line (slow clients that hold a slot)."""
+        cutoff = self.loop.time() - PARTIAL_LINE_TIMEOUT
+        for conn in list(self.connections):
+            if conn.partial_since is not None and conn.partial_since < cutoff and conn.transport:
+                conn.closing = True
+                conn.transport.close()
+
+    def close_all(self) -> None:
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.close()

@@ -1,0 +1,84 @@
+"""The Store contract. Every implementation passes ``tests/store/test_contract.py``.
+
+A store is used by one daemon thread as a unit of work: writes open a transaction, and nothing
+is durable — nor may be acknowledged — until ``commit`` returns. Each task change is written
+together with its ledger row, so the two can never disagree. The rules (which transitions are
+legal) live in ``colibri.core.states``; the store only applies a change by compare-and-set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from colibri.core.model import Agent, LedgerEntry, Task
+
+
+class StoreConflict(Exception):
+    """The row moved under a compare-and-set: it no longer had the expected state or epoch."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFilter:
+    state: str | None = None
+    agent: str | None = None
+    workspace: str | None = None
+    parent: str | None = None
+    tenant: str | None = None
+    after: str | None = None
+    limit: int = 100
+
+
+class Store(Protocol):
+    location: str
+
+    def close(self) -> None: ...
+
+    def commit(self) -> None:
+        """Make every write since the last commit durable.
+
+        :raises StorageUnavailable: the disk is full or read-only; the writes were rolled back.
+        """
+
+    def rollback(self) -> None: ...
+
+    def insert_task(self, task: Task, entry: LedgerEntry) -> LedgerEntry:
+        """Write a new task and its first ledger row; return the row with its ``seq``."""
+
+    def update_task(
+        self, task: Task, expected_state: str, expected_epoch: int, entry: LedgerEntry
+    ) -> LedgerEntry:
+        """Write ``task`` over the row if it still has ``expected_state`` and ``expected_epoch``.
+
+        :raises StoreConflict: the row had moved; nothing was written.
+        """
+
+    def get_task(self, task_id: str) -> Task | None: ...
+
+    def find_idempotent(self, tenant: str, key: str) -> Task | None: ...
+
+    def list_tasks(self, query: TaskFilter) -> list[Task]: ...
+
+    def children(self, task_id: str) -> list[Task]: ...
+
+    def open_tasks(self) -> list[Task]:
+        """Every pending or running task, oldest first: the daemon rebuilds from these."""
+
+    def count_by_state(self) -> dict[str, int]: ...
+
+    def ledger(self, after: int, limit: int, task: str | None = None) -> list[LedgerEntry]: ...
+
+    def max_ledger_seq(self) -> int: ...
+
+    def upsert_agent(self, agent: Agent, registered_at: str) -> None: ...
+
+    def agents(self) -> list[Agent]: ...
+
+    def ensure_tenant(self, name: str, at: str) -> None: ...
+
+    def ensure_skills(self, names: list[str]) -> None: ...
+
+    def describe_skill(self, name: str, description: str) -> None: ...
+
+    def skills(self) -> list[tuple[str, str, int]]:
+        """``(name, description, number of known agents that have it)``, by name."""

@@ -1,0 +1,137 @@
+-- Named blocks: "-- name: NAME" starts a block; colibri.store.sql loads them by name.
+-- Migrations are the blocks named migration_N, applied in order; PRAGMA user_version = N after.
+
+-- name: migration_1
+CREATE TABLE tenants (
+    name        TEXT PRIMARY KEY,
+    created_at  TEXT NOT NULL
+);
+CREATE TABLE tasks (
+    id              TEXT PRIMARY KEY,
+    tenant          TEXT NOT NULL,
+    text            TEXT NOT NULL,
+    capabilities    TEXT NOT NULL,          -- JSON array
+    workspace       TEXT,
+    agent           TEXT,
+    pinned          INTEGER NOT NULL DEFAULT 0,
+    parent          TEXT,
+    priority        INTEGER NOT NULL DEFAULT 0,
+    min_score       REAL,
+    state           TEXT NOT NULL,
+    outcome         TEXT,
+    output          TEXT,
+    error           TEXT,
+    cost            TEXT,                   -- JSON object
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    max_attempts    INTEGER NOT NULL DEFAULT 1,
+    epoch           INTEGER NOT NULL DEFAULT 0,
+    labels          TEXT NOT NULL,          -- JSON array
+    idempotency_key TEXT,
+    not_before      TEXT,
+    created_at      TEXT NOT NULL,
+    updated_at      TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX tasks_idempotency ON tasks (tenant, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+CREATE INDEX tasks_open ON tasks (state) WHERE state IN ('pending', 'running');
+CREATE INDEX tasks_parent ON tasks (parent) WHERE parent IS NOT NULL;
+CREATE INDEX tasks_agent ON tasks (agent) WHERE agent IS NOT NULL;
+CREATE TABLE agents (
+    name          TEXT PRIMARY KEY,
+    tenant        TEXT NOT NULL,
+    capabilities  TEXT NOT NULL,            -- JSON array
+    slots         INTEGER NOT NULL,
+    ttl           REAL NOT NULL,
+    workspace     TEXT,
+    registered_at TEXT NOT NULL,
+    last_seen     TEXT
+);
+CREATE TABLE skills (
+    name        TEXT PRIMARY KEY,
+    description TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE ledger (
+    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+    at         TEXT NOT NULL,
+    task       TEXT NOT NULL,
+    tenant     TEXT NOT NULL,
+    from_state TEXT,
+    to_state   TEXT NOT NULL,
+    agent      TEXT,
+    epoch      INTEGER NOT NULL,
+    reason     TEXT,
+    cost       TEXT                         -- JSON object
+);
+CREATE INDEX ledger_task ON ledger (task);
+
+-- name: insert_task
+INSERT INTO tasks (id, tenant, text, capabilities, workspace, agent, pinned, parent, priority,
+                   min_score, state, outcome, output, error, cost, attempts, max_attempts, epoch,
+                   labels, idempotency_key, not_before, created_at, updated_at)
+VALUES (:id, :tenant, :text, :capabilities, :workspace, :agent, :pinned, :parent, :priority,
+        :min_score, :state, :outcome, :output, :error, :cost, :attempts, :max_attempts, :epoch,
+        :labels, :idempotency_key, :not_before, :created_at, :updated_at);
+
+-- name: update_task
+UPDATE tasks
+   SET state = :state, outcome = :outcome, agent = :agent, output = :output, error = :error,
+       cost = :cost, attempts = :attempts, epoch = :epoch, not_before = :not_before,
+       updated_at = :updated_at
+ WHERE id = :id AND state = :expected_state AND epoch = :expected_epoch;
+
+-- name: insert_ledger
+INSERT INTO ledger (at, task, tenant, from_state, to_state, agent, epoch, reason, cost)
+VALUES (:at, :task, :tenant, :from_state, :to_state, :agent, :epoch, :reason, :cost);
+
+-- name: get_task
+SELECT * FROM tasks WHERE id = ?;
+
+-- name: find_idempotent
+SELECT * FROM tasks WHERE tenant = ? AND idempotency_key = ?;
+
+-- name: open_tasks
+SELECT * FROM tasks WHERE state IN ('pending', 'running') ORDER BY id;
+
+-- name: children
+SELECT * FROM tasks WHERE parent = ? ORDER BY id;
+
+-- name: ledger_after
+SELECT * FROM ledger WHERE seq > ? ORDER BY seq LIMIT ?;
+
+-- name: ledger_of_task
+SELECT * FROM ledger WHERE task = ? AND seq > ? ORDER BY seq LIMIT ?;
+
+-- name: max_ledger_seq
+SELECT COALESCE(MAX(seq), 0) FROM ledger;
+
+-- name: count_by_state
+SELECT state, COUNT(*) FROM tasks GROUP BY state;
+
+-- name: upsert_agent
+INSERT INTO agents (name, tenant, capabilities, slots, ttl, workspace, registered_at, last_seen)
+VALUES (:name, :tenant, :capabilities, :slots, :ttl, :workspace, :registered_at, :last_seen)
+ON CONFLICT (name) DO UPDATE
+   SET tenant = excluded.tenant, capabilities = excluded.capabilities, slots = excluded.slots,
+       ttl = excluded.ttl, workspace = excluded.workspace,
+       registered_at = excluded.registered_at, last_seen = excluded.last_seen;
+
+-- name: touch_agent
+UPDATE agents SET last_seen = ? WHERE name = ?;
+
+-- name: all_agents
+SELECT * FROM agents ORDER BY name;
+
+-- name: ensure_tenant
+INSERT INTO tenants (name, created_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING;
+
+-- name: ensure_skill
+INSERT INTO skills (name) VALUES (?) ON CONFLICT (name) DO NOTHING;
+
+-- name: describe_skill
+INSERT INTO skills (name, description) VALUES (?, ?)
+ON CONFLICT (name) DO UPDATE SET description = excluded.description;
+
+-- name: all_skills
+SELECT s.name, s.description,
+       (SELECT COUNT(*) FROM agents a, json_each(a.capabilities) c WHERE c.value = s.name) AS agents
+  FROM skills s ORDER BY s.name;

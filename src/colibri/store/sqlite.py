@@ -1,0 +1,353 @@
+"""The embedded SQLite store: one file in WAL mode, written by one thread.
+
+Durability: ``synchronous=FULL`` by default, so a committed (and so acknowledged) task survives
+power loss; ``relaxed`` durability (``synchronous=NORMAL``) survives a process crash only.
+Writes open with ``BEGIN IMMEDIATE`` so a writer never upgrades a read lock and deadlocks; the
+daemon commits many requests at once (group commit), so the fsync is paid once per batch.
+``journal_size_limit`` bounds the WAL file after each checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import msgspec
+
+from colibri.core.errors import ConfigError, StorageUnavailable
+from colibri.core.model import Agent, Cost, LedgerEntry, Task
+from colibri.store import sql
+from colibri.store.base import StoreConflict, TaskFilter
+
+#: 'Coli' — marks the file as a Colibri board, so a foreign SQLite file is never written to.
+APPLICATION_ID = 0x436F6C69
+_Q = sql.load("sqlite")
+SCHEMA_VERSION = max(int(name.split("_")[1]) for name in _Q if name.startswith("migration_"))
+
+_json = msgspec.json.Encoder()
+_list_decoder = msgspec.json.Decoder(list[str])
+_cost_decoder = msgspec.json.Decoder(Cost)
+
+T = TypeVar("T")
+
+_TASK_FIELDS = (
+    "id tenant text capabilities workspace agent pinned parent priority min_score state outcome "
+    "output error cost attempts max_attempts epoch labels idempotency_key not_before created_at "
+    "updated_at"
+).split()
+
+
+def _task_row(task: Task) -> dict[str, Any]:
+    return {
+        "id": task.id,
+        "tenant": task.tenant,
+        "text": task.text,
+        "capabilities": _json.encode(task.capabilities),
+        "workspace": task.workspace,
+        "agent": task.agent,
+        "pinned": int(task.pinned),
+        "parent": task.parent,
+        "priority": task.priority,
+        "min_score": task.min_score,
+        "state": task.state,
+        "outcome": task.outcome,
+        "output": task.output,
+        "error": task.error,
+        "cost": None if task.cost is None else _json.encode(task.cost),
+        "attempts": task.attempts,
+        "max_attempts": task.max_attempts,
+        "epoch": task.epoch,
+        "labels": _json.encode(task.labels),
+        "idempotency_key": task.idempotency_key,
+        "not_before": task.not_before,
+        "created_at": task.created_at,
+        "updated_at": task.updated_at,
+    }
+
+
+def _task_from_row(row: sqlite3.Row) -> Task:
+    return Task(
+        id=row["id"],
+        tenant=row["tenant"],
+        text=row["text"],
+        capabilities=_list_decoder.decode(row["capabilities"]),
+        workspace=row["workspace"],
+        agent=row["agent"],
+        pinned=bool(row["pinned"]),
+        parent=row["parent"],
+        priority=row["priority"],
+        min_score=row["min_score"],
+        state=row["state"],
+        outcome=row["outcome"],
+        output=row["output"],
+        error=row["error"],
+        cost=None if row["cost"] is None else _cost_decoder.decode(row["cost"]),
+        attempts=row["attempts"],
+        max_attempts=row["max_attempts"],
+        epoch=row["epoch"],
+        labels=_list_decoder.decode(row["labels"]),
+        idempotency_key=row["idempotency_key"],
+        not_before=row["not_before"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def _ledger_row(entry: LedgerEntry) -> dict[str, Any]:
+    return {
+        "at": entry.at,
+        "task": entry.task,
+        "tenant": entry.tenant,
+        "from_state": entry.from_state,
+        "to_state": entry.to_state,
+        "agent": entry.agent,
+        "epoch": entry.epoch,
+        "reason": entry.reason,
+        "cost": None if entry.cost is None else _json.encode(entry.cost),
+    }
+
+
+def _ledger_from_row(row: sqlite3.Row) -> LedgerEntry:
+    return LedgerEntry(
+        seq=row["seq"],
+        at=row["at"],
+        task=row["task"],
+        tenant=row["tenant"],
+        from_state=row["from_state"],
+        to_state=row["to_state"],
+        agent=row["agent"],
+        epoch=row["epoch"],
+        reason=row["reason"],
+        cost=None if row["cost"] is None else _cost_decoder.decode(row["cost"]),
+    )
+
+
+def _storage_error(exc: sqlite3.Error) -> StorageUnavailable:
+    return StorageUnavailable(f"the board's store could not write ({exc}); nothing was changed")
+
+
+class SqliteStore:
+    def __init__(self, location: str, *, durability: str = "full") -> None:
+        self.location = location
+        if durability not in ("full", "relaxed"):
+            raise ConfigError(f"unknown durability {durability!r}: use full or relaxed")
+        fd = os.open(location, os.O_RDWR | os.O_CREAT, 0o600)
+        os.close(fd)
+        self._conn = sqlite3.connect(
+            location, isolation_level=None, check_same_thread=False, cached_statements=256
+        )
+        self._conn.row_factory = sqlite3.Row
+        try:
+            self._check_identity()
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
+            self._conn.execute("PRAGMA busy_timeout=5000")
+            self._conn.execute(f"PRAGMA journal_size_limit={64 * 1024 * 1024}")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            self._conn.close()
+            raise ConfigError(
+                f"{location} is not a usable SQLite board ({exc}); move it aside or pass "
+                "--store with another path"
+            ) from None
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _check_identity(self) -> None:
+        app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
+        if app_id == APPLICATION_ID:
+            return
+        tables = self._conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]
+        if app_id != 0 or tables:
+            self._conn.close()
+            raise ConfigError(
+                f"{self.location} is an SQLite file of another program, not a Colibri board; "
+                "it was left untouched (pass --store with another path)"
+            )
+
+    def _migrate(self) -> None:
+        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise ConfigError(
+                f"{self.location} has schema version {version}, newer than this Colibri "
+                f"understands ({SCHEMA_VERSION}); upgrade colibri"
+            )
+        for n in range(version + 1, SCHEMA_VERSION + 1):
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _split(_Q[f"migration_{n}"]):
+                    self._conn.execute(statement)
+                self._conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+                self._conn.execute(f"PRAGMA user_version={n}")
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    # -- unit of work ------------------------------------------------------------------------
+
+    @contextmanager
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        try:
+            if not self._conn.in_transaction:
+                self._conn.execute("BEGIN IMMEDIATE")
+            yield self._conn
+        except sqlite3.IntegrityError:
+            raise
+        except sqlite3.OperationalError as exc:
+            self.rollback()
+            raise _storage_error(exc) from None
+
+    def commit(self) -> None:
+        if not self._conn.in_transaction:
+            return
+        try:
+            self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self.rollback()
+            raise _storage_error(exc) from None
+
+    def rollback(self) -> None:
+        if self._conn.in_transaction:
+            try:
+                self._conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # SQLite may already have rolled back by itself (e.g. on SQLITE_FULL)
+
+    def close(self) -> None:
+        self.rollback()
+        self._conn.close()
+
+    # -- tasks -------------------------------------------------------------------------------
+
+    def _ledger(self, conn: sqlite3.Connection, entry: LedgerEntry) -> LedgerEntry:
+        cursor = conn.execute(_Q["insert_ledger"], _ledger_row(entry))
+        entry.seq = cursor.lastrowid or 0
+        return entry
+
+    def insert_task(self, task: Task, entry: LedgerEntry) -> LedgerEntry:
+        with self._writing() as conn:
+            conn.execute(_Q["insert_task"], _task_row(task))
+            return self._ledger(conn, entry)
+
+    def update_task(
+        self, task: Task, expected_state: str, expected_epoch: int, entry: LedgerEntry
+    ) -> LedgerEntry:
+        row = _task_row(task)
+        row["expected_state"] = expected_state
+        row["expected_epoch"] = expected_epoch
+        with self._writing() as conn:
+            if conn.execute(_Q["update_task"], row).rowcount != 1:
+                raise StoreConflict(task.id)
+            return self._ledger(conn, entry)
+
+    def _one(
+        self, query: str, args: tuple[Any, ...], convert: Callable[[sqlite3.Row], T]
+    ) -> T | None:
+        row = self._conn.execute(query, args).fetchone()
+        return None if row is None else convert(row)
+
+    def get_task(self, task_id: str) -> Task | None:
+        return self._one(_Q["get_task"], (task_id,), _task_from_row)
+
+    def find_idempotent(self, tenant: str, key: str) -> Task | None:
+        return self._one(_Q["find_idempotent"], (tenant, key), _task_from_row)
+
+    def list_tasks(self, query: TaskFilter) -> list[Task]:
+        where: list[str] = []
+        args: list[Any] = []
+        for column in ("state", "agent", "workspace", "parent", "tenant"):
+            value = getattr(query, column)
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if query.after is not None:
+            where.append("id > ?")
+            args.append(query.after)
+        text = "SELECT * FROM tasks"
+        if where:
+            text += " WHERE " + " AND ".join(where)
+        text += " ORDER BY id LIMIT ?"
+        args.append(query.limit)
+        return [_task_from_row(r) for r in self._conn.execute(text, args)]
+
+    def children(self, task_id: str) -> list[Task]:
+        return [_task_from_row(r) for r in self._conn.execute(_Q["children"], (task_id,))]
+
+    def open_tasks(self) -> list[Task]:
+        return [_task_from_row(r) for r in self._conn.execute(_Q["open_tasks"])]
+
+    def count_by_state(self) -> dict[str, int]:
+        return {state: n for state, n in self._conn.execute(_Q["count_by_state"])}
+
+    # -- ledger ------------------------------------------------------------------------------
+
+    def ledger(self, after: int, limit: int, task: str | None = None) -> list[LedgerEntry]:
+        if task is None:
+            rows = self._conn.execute(_Q["ledger_after"], (after, limit))
+        else:
+            rows = self._conn.execute(_Q["ledger_of_task"], (task, after, limit))
+        return [_ledger_from_row(r) for r in rows]
+
+    def max_ledger_seq(self) -> int:
+        return int(self._conn.execute(_Q["max_ledger_seq"]).fetchone()[0])
+
+    # -- agents, tenants, skills -------------------------------------------------------------
+
+    def upsert_agent(self, agent: Agent, registered_at: str) -> None:
+        with self._writing() as conn:
+            conn.execute(
+                _Q["upsert_agent"],
+                {
+                    "name": agent.name,
+                    "tenant": agent.tenant,
+                    "capabilities": _json.encode(agent.capabilities),
+                    "slots": agent.slots,
+                    "ttl": agent.ttl,
+                    "workspace": agent.workspace,
+                    "registered_at": registered_at,
+                    "last_seen": agent.last_seen,
+                },
+            )
+
+    def agents(self) -> list[Agent]:
+        return [
+            Agent(
+                name=r["name"],
+                tenant=r["tenant"],
+                capabilities=_list_decoder.decode(r["capabilities"]),
+                slots=r["slots"],
+                ttl=r["ttl"],
+                workspace=r["workspace"],
+                last_seen=r["last_seen"],
+            )
+            for r in self._conn.execute(_Q["all_agents"])
+        ]
+
+    def ensure_tenant(self, name: str, at: str) -> None:
+        with self._writing() as conn:
+            conn.execute(_Q["ensure_tenant"], (name, at))
+
+    def ensure_skills(self, names: list[str]) -> None:
+        with self._writing() as conn:
+            conn.executemany(_Q["ensure_skill"], [(n,) for n in names])
+
+    def describe_skill(self, name: str, description: str) -> None:
+        with self._writing() as conn:
+            conn.execute(_Q["describe_skill"], (name, description))
+
+    def skills(self) -> list[tuple[str, str, int]]:
+        return [(r[0], r[1], r[2]) for r in self._conn.execute(_Q["all_skills"])]
+
+
+def _split(script: str) -> list[str]:
+    """Split a migration into statements (ours hold no semicolons inside literals)."""
+    return [s.strip() for s in script.split(";") if s.strip() and not _only_comments(s)]
+
+
+def _only_comments(statement: str) -> bool:
+    return all(not line.strip() or line.strip().startswith("--") for line in statement.splitlines())
