@@ -1,0 +1,42 @@
+"""Shared fixtures: a real daemon process on a temporary root, real sockets, real agents."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import Daemon, write_config
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never see the developer's COLIBRI_* settings."""
+    for name in list(os.environ):
+        if name.startswith("COLIBRI_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    """A fresh root with a short path (AF_UNIX socket paths are limited to ~104 bytes)."""
+    from colibri.config import init_root
+
+    path = Path(tempfile.mkdtemp(prefix="cb", dir="/tmp"))
+    init_root(path)
+    write_config(path)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def daemon(root: Path) -> Iterator[Daemon]:
+    """A running daemon on ``root``; stopped with SIGTERM afterwards, which must exit 0."""
+    d = Daemon(root)
+    d.start()
+    yield d
+    d.stop()

@@ -1,0 +1,184 @@
+"""Test helpers: drive a real daemon process and speak the protocol as agents do."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from colibri.client import Client, socket_path
+
+PYTHON = sys.executable
+
+
+def write_config(root: Path, *, tick: str = "30s", agent_ttl: str = "30s", **scheduler: Any) -> None:
+    """Write colibri.jsonc with the given scheduler settings (short ones make tests fast)."""
+    settings = {"tick": tick, "agent_ttl": agent_ttl, **scheduler}
+    (root / "colibri.jsonc").write_text(json.dumps({"scheduler": settings}, indent=2))
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """Poll until ``predicate`` returns something truthy; fail the test on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s: {predicate}")
+        time.sleep(interval)
+
+
+class Daemon:
+    """``python -m colibri run`` on a root, as a real process."""
+
+    def __init__(self, root: Path, *extra_args: str) -> None:
+        self.root = root
+        self.extra_args = list(extra_args)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = root / "daemon.log"
+
+    @property
+    def socket(self) -> Path:
+        return socket_path(self.root)
+
+    def start(self, timeout: float = 15.0) -> None:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        self.process = subprocess.Popen(
+            [PYTHON, "-m", "colibri", "--root", str(self.root), "run", "--log-level", "debug",
+             *self.extra_args],
+            stdout=log, stderr=log, start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"daemon exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                with Client(self.socket, timeout=5) as client:
+                    client.call("ping")
+                return
+            except Exception:
+                time.sleep(0.02)
+        raise AssertionError(f"daemon did not become ready:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def client(self, timeout: float | None = 10.0) -> Client:
+        return Client(self.socket, timeout=timeout)
+
+    def call(self, cmd: str, **fields: Any) -> dict[str, Any]:
+        with self.client() as client:
+            return client.call(cmd, **fields)
+
+    def stop(self) -> None:
+        """SIGTERM; the daemon must exit 0 and leave no process of its group behind."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout=15)
+        assert code == 0, f"daemon exited with {code}:\n{self.log()}"
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(timeout=10)
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+
+class RawConnection:
+    """A socket speaking raw bytes, for malformed input."""
+
+    def __init__(self, path: Path, timeout: float = 10.0) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect(str(path))
+        self.file = self.sock.makefile("rb")
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def reply(self) -> dict[str, Any]:
+        line = self.file.readline()
+        assert line, "connection closed"
+        return json.loads(line)  # type: ignore[no-any-return]
+
+    def closed(self) -> bool:
+        """True once the daemon has closed the connection (EOF)."""
+        return self.file.readline() == b""
+
+    def close(self) -> None:
+        self.file.close()
+        self.sock.close()
+
+
+class FakeAgent:
+    """An agent speaking the protocol by hand, so a test controls every report."""
+
+    def __init__(self, daemon: Daemon, name: str, capabilities: list[str] | None = None,
+                 slots: int = 1, ttl: float | None = None, running: list[dict[str, Any]] | None = None,
+                 **extra: Any) -> None:
+        self.name = name
+        self.client = daemon.client()
+        self.registration = self.client.call(
+            "register-agent", name=name, capabilities=capabilities or [], slots=slots, ttl=ttl,
+            running=running or [], **extra,
+        )
+        self.events: list[dict[str, Any]] = []
+
+    def next_event(self, kind: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
+        self.client._sock.settimeout(timeout)
+        while True:
+            message = self.client.read()
+            if "event" in message and (kind is None or message["event"] == kind):
+                self.events.append(message)
+                return message
+
+    def next_assign(self, timeout: float = 10.0) -> dict[str, Any]:
+        return self.next_event("assign", timeout)
+
+    def out(self, assign: dict[str, Any], output: str = "ok", **extra: Any) -> dict[str, Any]:
+        return self.client.call("out", task=assign["task"]["id"], epoch=assign["epoch"], output=output, **extra)
+
+    def fail(self, assign: dict[str, Any], error: str = "boom", **extra: Any) -> dict[str, Any]:
+        return self.client.call("fail", task=assign["task"]["id"], epoch=assign["epoch"], error=error, **extra)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def harness(root: Path, name: str, caps: list[str], command: list[str], *extra: str) -> subprocess.Popen[bytes]:
+    """Start a real ``colibri agent`` harness process in its own process group."""
+    cmd = [PYTHON, "-m", "colibri", "--root", str(root), "agent", "--name", name, "--log-level", "debug", *extra]
+    for cap in caps:
+        cmd += ["--cap", cap]
+    log = open(root / f"agent-{name}.log", "ab")  # noqa: SIM115
+    process = subprocess.Popen([*cmd, "--", *command], stdout=log, stderr=log, start_new_session=True, cwd=root)
+    log.close()
+    return process
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 15.0) -> int:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+    return process.wait(timeout=timeout)
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
