@@ -156,8 +156,9 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
         try:
             loaded = json5.loads(text)
         except ValueError as exc:
-            message = str(exc).removeprefix("<string>")
-            raise ConfigError(f"{path}{message}") from None
+            found = re.match(r"<string>:(\d+) (.*)", str(exc), re.S)
+            line, message = found.groups() if found else ("1", str(exc))
+            raise ConfigError(f"{path}:{line}: {message}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}:1: the file must hold one object {{ … }}")
         raw = loaded

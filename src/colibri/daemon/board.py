@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgspec
+import uuid6
 
 from colibri.config import SchedulerSettings
 from colibri.core import events, states
@@ -249,8 +250,6 @@ class Board:
                 raise UnknownParent(req.parent)
             if parent.outcome == State.CANCELLED:
                 raise ParentCancelled(parent.id)
-        import uuid6
-
         now = rfc3339(self.clock.time())
         task = Task(
             id=str(uuid6.uuid7()),
@@ -294,6 +293,9 @@ class Board:
             if wait > 0:
                 heapq.heappush(self._delayed, (self.clock.monotonic() + wait, task.id))
                 return
+        self._make_dispatchable(task)
+
+    def _make_dispatchable(self, task: Task) -> None:
         created = parse_rfc3339(task.created_at) if self.settings.ageing else 0.0
         self.pending.add(
             task.id,
@@ -583,10 +585,18 @@ class Board:
             stored = self.store.get_task(task_id)
             if stored is None:
                 raise UnknownTask(task_id)
+            log.warning(
+                "late report refused",
+                extra={"event": "late_report", "task": task_id, "agent": agent.name},
+            )
             if stored.epoch != epoch:
                 raise StaleClaim(task_id, epoch, stored.epoch)
             raise IllegalTransition(task_id, stored.state, "reported (it has already ended)")
         if task.epoch != epoch:
+            log.warning(
+                "stale report refused",
+                extra={"event": "stale_claim", "task": task_id, "agent": agent.name},
+            )
             raise StaleClaim(task_id, epoch, task.epoch)
         if task.agent != agent.name or task_id not in agent.holding:
             raise NotYourTask(task_id, agent.name)
@@ -670,23 +680,15 @@ class Board:
             if now >= deadline:
                 task = self.tasks.get(task_id)
                 self._orphans.pop(task_id, None)
-                if task is not None:
+                if task is not None and task.state == State.RUNNING:
                     self._lose(task, "session lost: not claimed back after the daemon restarted")
+                elif task is not None and task.state in states.OUTCOMES:
+                    self._close(task)
         while self._delayed and self._delayed[0][0] <= now:
             _, task_id = heapq.heappop(self._delayed)
             task = self.tasks.get(task_id)
             if task is not None and task.state == State.PENDING:
-                self.pending.add(
-                    task.id,
-                    self._shape(task),
-                    sort_key(
-                        task.priority,
-                        parse_rfc3339(task.created_at) if self.settings.ageing else 0.0,
-                        task.id,
-                        self.settings.ageing,
-                    ),
-                )
-                self.dispatch_wanted = True
+                self._make_dispatchable(task)
 
     def next_deadline(self) -> float | None:
         """The monotonic instant at which ``sweep`` next has something to do."""

@@ -62,7 +62,7 @@ class Store(Protocol):
     def children(self, task_id: str) -> list[Task]: ...
 
     def open_tasks(self) -> list[Task]:
-        """Every pending or running task, oldest first: the daemon rebuilds from these."""
+        """Every task not yet closed, oldest first: the daemon rebuilds from these."""
 
     def count_by_state(self) -> dict[str, int]: ...
 

@@ -33,7 +33,7 @@ CREATE TABLE tasks (
 ) WITHOUT ROWID;
 CREATE UNIQUE INDEX tasks_idempotency ON tasks (tenant, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
-CREATE INDEX tasks_open ON tasks (state) WHERE state IN ('pending', 'running');
+CREATE INDEX tasks_open ON tasks (state) WHERE state <> 'closed';
 CREATE INDEX tasks_parent ON tasks (parent) WHERE parent IS NOT NULL;
 CREATE INDEX tasks_agent ON tasks (agent) WHERE agent IS NOT NULL;
 CREATE TABLE agents (
@@ -90,7 +90,7 @@ SELECT * FROM tasks WHERE id = ?;
 SELECT * FROM tasks WHERE tenant = ? AND idempotency_key = ?;
 
 -- name: open_tasks
-SELECT * FROM tasks WHERE state IN ('pending', 'running') ORDER BY id;
+SELECT * FROM tasks WHERE state <> 'closed' ORDER BY id;
 
 -- name: children
 SELECT * FROM tasks WHERE parent = ? ORDER BY id;
