@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from colibri.core.durations import parse_duration
 from colibri.core.errors import ConfigError, RootError
 from colibri.core.protocol import DEFAULT_MAX_LINE
+from colibri.core.schedules import ScheduleSpec
 
 CONFIG_NAME = "colibri.jsonc"
 STATE_DIR = ".colibri"
@@ -77,6 +79,10 @@ class Config:
     durability: str = "full"
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
+    #: Schedules defined in colibri.jsonc, by name.
+    schedules: dict[str, ScheduleSpec] = field(default_factory=dict)
+    #: The zone of schedules that name none: the daemon's local zone.
+    default_tz: str = "UTC"
 
     @property
     def state_dir(self) -> Path:
@@ -141,6 +147,7 @@ _KNOWN: dict[str, set[str]] = {
     "scheduler": {"tick", "agent_ttl", "min_score", "ageing", "retry_backoff"},
     "server": {"max_line", "max_connections"},
     "store": {"durability", "path"},
+    "schedules": set(),  # names are free; each is checked as a schedule
 }
 
 
@@ -176,7 +183,7 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
         if not isinstance(value, dict):
             raise ConfigError(f"{where(section)}: {section!r} must be an object")
         for key in value:
-            if key not in _KNOWN[section]:
+            if section != "schedules" and key not in _KNOWN[section]:
                 raise ConfigError(
                     f"{where(key)}: unknown key {section}.{key}; known: "
                     f"{', '.join(sorted(_KNOWN[section]))}"
@@ -228,12 +235,16 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
     store_path = os.path.expanduser(store_path)
     if not os.path.isabs(store_path):
         store_path = str(root / store_path)
+    default_tz = local_zone_name()
+    schedules = _schedules(raw.get("schedules", {}), where, default_tz)
     config = Config(
         root=root,
         store=store_path,
         durability=chosen_durability,
         scheduler=scheduler,
         server=server,
+        schedules=schedules,
+        default_tz=default_tz,
     )
     if len(os.fsencode(config.socket_path)) > MAX_SOCKET_PATH:
         raise ConfigError(
@@ -241,3 +252,53 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
             f"({MAX_SOCKET_PATH} bytes); use a root with a shorter path"
         )
     return config
+
+
+def _schedules(
+    raw: dict[str, Any], where: Callable[[str], str], default_tz: str
+) -> dict[str, ScheduleSpec]:
+    """Check every schedule of colibri.jsonc now, so a mistake stops ``run`` with its line."""
+    import time
+
+    import msgspec
+
+    from colibri.core import schedules as schedule_math
+    from colibri.core.errors import BadRequest
+
+    specs: dict[str, ScheduleSpec] = {}
+    for name, body in raw.items():
+        try:
+            spec = msgspec.convert(body, ScheduleSpec)
+            schedule_math.build(name, spec, now=time.time(), default_tz=default_tz)
+        except msgspec.ValidationError as exc:
+            raise ConfigError(f"{where(name)}: schedules.{name}: {exc}") from None
+        except BadRequest as exc:
+            raise ConfigError(f"{where(name)}: schedules.{name}: {exc.message}") from None
+        specs[name] = spec
+    return specs
+
+
+def local_zone_name() -> str:
+    """The machine's IANA zone name (TZ, then /etc/localtime, then /etc/timezone), else UTC."""
+    candidates: list[str] = []
+    if os.environ.get("TZ"):
+        candidates.append(os.environ["TZ"].lstrip(":"))
+    try:
+        link = os.readlink("/etc/localtime")
+        if "zoneinfo/" in link:
+            candidates.append(link.split("zoneinfo/", 1)[1])
+    except OSError:
+        pass
+    try:
+        candidates.append(Path("/etc/timezone").read_text().strip())
+    except OSError:
+        pass
+    from zoneinfo import ZoneInfo
+
+    for name in candidates:
+        try:
+            ZoneInfo(name)
+        except (ValueError, KeyError, OSError):
+            continue
+        return name
+    return "UTC"

@@ -127,7 +127,7 @@ def _follow(client: Client, ids: dict[str, str], after: int) -> None:
     entries = list(reply["entries"])
 
     def show(entry: dict[str, Any]) -> None:
-        if entry["task"] not in ids:
+        if entry.get("task") not in ids:
             return
         arrow = f"{entry.get('from_state') or 'new':>9} → {entry['to_state']:<9}"
         agent = (

@@ -33,7 +33,8 @@ def print_table(
         table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(*("" if v is None else str(v) for v in row))
-    Console(soft_wrap=True).print(table)
+    # Piped output keeps every row on one line, so ids survive grep and cut.
+    Console(soft_wrap=True, width=None if sys.stdout.isatty() else 100_000).print(table)
 
 
 def short(text: str, width: int = 50) -> str:

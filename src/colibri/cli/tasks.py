@@ -231,7 +231,8 @@ def ledger(
             extra = f"  [{entry['reason']}]" if entry.get("reason") else ""
             agent = f" @{entry['agent']}" if entry.get("agent") else ""
             print(
-                f"{entry['seq']:>8} {entry['at']} {entry['task']} "
+                f"{entry['seq']:>8} {entry['at']} "
+                f"{entry.get('task') or 'schedule ' + str(entry.get('schedule'))} "
                 f"{entry.get('from_state') or '-':>9} → {entry['to_state']:<9}{agent}{extra}",
                 flush=True,
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
@@ -13,6 +14,8 @@ def parse_duration(text: str | int | float) -> float:
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         if text < 0:
             raise ValueError(f"duration {text} is negative")
+        if not math.isfinite(text):
+            raise ValueError(f"duration {text} is not a finite number of seconds")
         return float(text)
     if not isinstance(text, str):
         raise ValueError(f"duration must be a string like '90s', got {text!r}")

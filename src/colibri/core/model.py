@@ -58,6 +58,8 @@ class Task(msgspec.Struct, kw_only=True):
     idempotency_key: str | None = None
     #: A retry waits until this instant (RFC 3339) before it may be dispatched again.
     not_before: str | None = None
+    #: The schedule whose fire submitted this task.
+    schedule: str | None = None
     created_at: str
     updated_at: str
 
@@ -77,7 +79,9 @@ class Agent(msgspec.Struct, kw_only=True):
 class LedgerEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     seq: int = 0
     at: str
-    task: str
+    #: The task that changed; absent on a schedule's row for a missed or skipped fire.
+    task: str | None = None
+    schedule: str | None = None
     tenant: str = DEFAULT_TENANT
     from_state: str | None = None
     to_state: str
@@ -97,7 +101,7 @@ def parse_rfc3339(text: str) -> float:
 
 
 def check_name(value: str, what: str) -> str:
-    if not _NAME_RE.match(value):
+    if not _NAME_RE.fullmatch(value):  # match() would let a trailing "\n" through
         raise BadRequest(
             f"invalid {what} {value!r}: use 1-64 characters a-z 0-9 . _ : + -, "
             "starting with a letter or digit"

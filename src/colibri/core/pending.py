@@ -3,7 +3,7 @@
 Order: higher priority first, then first in, first out. With ageing (``scheduler.ageing``, a
 duration A), a task gains one priority point per A seconds of waiting, so a low priority never
 starves. Because every waiting task gains at the same rate, ageing is a fixed sort key —
-``priority + created_at / A`` — and nothing is re-sorted as time passes.
+``priority - created_at / A`` — and nothing is re-sorted as time passes.
 
 Tasks of one shape (capabilities, workspace, pin, min_score) are placed alike, so a dispatch
 pass asks the matcher once per shape, not once per task: when a shape's best task cannot be
@@ -24,7 +24,7 @@ SortKey = tuple[float, str]
 def sort_key(priority: int, created_at: float, task_id: str, ageing: float | None) -> SortKey:
     """Smaller sorts first. Ids are time-ordered (UUIDv7), so they break ties first-in first-out."""
     if ageing:
-        return (-(priority + created_at / ageing), task_id)
+        return (created_at / ageing - priority, task_id)
     return (-float(priority), task_id)
 
 

@@ -7,12 +7,13 @@ call and its error names the offending field path. docs/PROTOCOL.md shows each w
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Union
 
 import msgspec
 
 from colibri.core.errors import BadJson, BadRequest, UnknownCommand
 from colibri.core.model import Cost, Priority, Score
+from colibri.core.schedules import ScheduleSpec
 
 DEFAULT_MAX_LINE = 1 << 20
 MAX_TEXT = 256 * 1024
@@ -172,58 +173,49 @@ class Subscribe(Request, tag="subscribe"):
     priority: int = 0
 
 
-AnyRequest = (
-    Ping
-    | Status
-    | IntakeTask
-    | Submit
-    | CreateTask
-    | Get
-    | ListTasks
-    | Cancel
-    | Retry
-    | Why
-    | Wait
-    | ToggleSwarm
-    | Agents
-    | Skills
-    | DescribeSkill
-    | Ledger
-    | RegisterAgent
-    | Heartbeat
-    | Out
-    | Fail
-    | Reclaimed
-    | Subscribe
-)
+class ScheduleAdd(Request, tag="schedule-add"):
+    name: ShortStr
+    schedule: ScheduleSpec
+    #: Overwrite a schedule of the same name (its counters start again).
+    replace: bool = False
 
-COMMANDS = sorted(
-    str(cls.__struct_config__.tag)
-    for cls in (
-        Ping,
-        Status,
-        IntakeTask,
-        Submit,
-        CreateTask,
-        Get,
-        ListTasks,
-        Cancel,
-        Retry,
-        Why,
-        Wait,
-        ToggleSwarm,
-        Agents,
-        Skills,
-        DescribeSkill,
-        Ledger,
-        RegisterAgent,
-        Heartbeat,
-        Out,
-        Fail,
-        Reclaimed,
-        Subscribe,
-    )
-)
+
+class ScheduleList(Request, tag="schedule-list"):
+    pass
+
+
+class ScheduleGet(Request, tag="schedule-get"):
+    name: ShortStr
+    #: How many upcoming fire times to list.
+    next: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 10
+    #: How many recent fire records (fired, skipped, missed) to include.
+    fires: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 0
+
+
+class ScheduleRun(Request, tag="schedule-run"):
+    name: ShortStr
+
+
+class ScheduleRemove(Request, tag="schedule-rm"):
+    name: ShortStr
+
+
+class SchedulePause(Request, tag="schedule-pause"):
+    name: ShortStr
+
+
+class ScheduleResume(Request, tag="schedule-resume"):
+    name: ShortStr
+
+
+REQUESTS: tuple[type[Request], ...] = (
+    Ping, Status, IntakeTask, Submit, CreateTask, Get, ListTasks, Cancel, Retry, Why, Wait,
+    ToggleSwarm, Agents, Skills, DescribeSkill, Ledger, RegisterAgent, Heartbeat, Out, Fail,
+    Reclaimed, Subscribe, ScheduleAdd, ScheduleList, ScheduleGet, ScheduleRun, ScheduleRemove,
+    SchedulePause, ScheduleResume,
+)  # fmt: skip
+AnyRequest = Union[REQUESTS]  # type: ignore[valid-type]  # noqa: UP007
+COMMANDS = sorted(str(cls.__struct_config__.tag) for cls in REQUESTS)
 
 _decoder = msgspec.json.Decoder(AnyRequest)
 

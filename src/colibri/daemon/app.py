@@ -76,6 +76,8 @@ async def serve(config: Config) -> int:
         board = Board(store, config.scheduler, SystemClock())
         board.rebuild()
         server = Server(config, board, mirror)
+        server.schedules.load(config.schedules)
+        server.flush()  # commit what loading the schedules changed
         clear_stale_socket(config.socket_path)
         old_umask = os.umask(0o177)  # the socket is born 0600: no window with wider modes
         try:
@@ -146,7 +148,11 @@ async def _run_until_stopped(config: Config, board: Board, server: Server) -> No
             server.schedule_flush()
 
     async with asyncio.TaskGroup() as group:
-        tasks = [group.create_task(tick(), name="tick"), group.create_task(sweep(), name="sweep")]
+        tasks = [
+            group.create_task(tick(), name="tick"),
+            group.create_task(sweep(), name="sweep"),
+            group.create_task(server.schedules.run(server.schedule_flush), name="schedules"),
+        ]
         await stop.wait()
         for task in tasks:
             task.cancel()

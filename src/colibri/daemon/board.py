@@ -51,6 +51,12 @@ from colibri.store import Store, StoreConflict, TaskFilter
 
 log = logging.getLogger(__name__)
 
+
+def new_task_id() -> str:
+    """Time-ordered (UUIDv7), so ids sort first-in first-out."""
+    return str(uuid6.uuid7())
+
+
 LOST = "session lost"
 
 
@@ -164,6 +170,11 @@ class Board:
             for peer, request_id in self._waiters.pop(task.id, ()):
                 self._emit(peer, {"id": request_id, "ok": True, "task": task})
 
+    def broadcast(self, message: dict[str, Any]) -> None:
+        """Send an event to every subscriber (after the batch commits)."""
+        for peer in self._subscribers:
+            self._emit(peer, message)
+
     def subscribe(self, peer: Peer) -> None:
         self._subscribers.append(peer)
 
@@ -188,6 +199,7 @@ class Board:
             tenant=task.tenant,
             from_state=from_state,
             to_state=task.state,
+            schedule=task.schedule if from_state is None else None,
             agent=task.agent,
             epoch=task.epoch,
             reason=reason,
@@ -229,7 +241,15 @@ class Board:
 
     # -- intake ------------------------------------------------------------------------------
 
-    def submit(self, req: TaskFields, pin: str | None = None) -> tuple[Task, bool]:
+    def submit(
+        self,
+        req: TaskFields,
+        pin: str | None = None,
+        *,
+        schedule: str | None = None,
+        task_id: str | None = None,
+        reason: str = "submitted",
+    ) -> tuple[Task, bool]:
         """Write a new pending task durably (on commit); return it and whether it is new."""
         text = req.text.strip()
         if not text:
@@ -252,7 +272,7 @@ class Board:
                 raise ParentCancelled(parent.id)
         now = rfc3339(self.clock.time())
         task = Task(
-            id=str(uuid6.uuid7()),
+            id=task_id or new_task_id(),
             text=text,
             capabilities=capabilities,
             workspace=workspace,
@@ -265,15 +285,16 @@ class Board:
             labels=labels,
             idempotency_key=req.idempotency_key,
             max_attempts=req.max_attempts,
+            schedule=schedule,
             created_at=now,
             updated_at=now,
         )
         if tenant != DEFAULT_TENANT:
             self.store.ensure_tenant(tenant, now)
-        entry = self.store.insert_task(task, self._entry(task, None, "submitted"))
+        entry = self.store.insert_task(task, self._entry(task, None, reason))
         self.ledger_rows.append(entry)
         self.tasks[task.id] = task
-        self._announce(task, None, "submitted")
+        self._announce(task, None, reason)
         self._enqueue(task)
         return task, True
 

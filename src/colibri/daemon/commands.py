@@ -50,6 +50,13 @@ class Commands:
             p.Fail: self.fail,
             p.Reclaimed: self.reclaimed,
             p.Subscribe: self.subscribe,
+            p.ScheduleAdd: self.schedule_add,
+            p.ScheduleList: self.schedule_list,
+            p.ScheduleGet: self.schedule_get,
+            p.ScheduleRun: self.schedule_run,
+            p.ScheduleRemove: self.schedule_rm,
+            p.SchedulePause: self.schedule_pause,
+            p.ScheduleResume: self.schedule_resume,
         }
 
     def handle(self, req: p.Request, conn: Connection) -> Reply:
@@ -170,3 +177,35 @@ class Commands:
         self.board.subscribe(conn)
         conn.subscriber = True
         return {"subscribed": True}
+
+    # -- schedules ---------------------------------------------------------------------------
+
+    def schedule_add(self, req: p.ScheduleAdd, conn: Connection) -> Reply:
+        schedule = self.server.schedules.add(req.name, req.schedule, req.replace)
+        return {"schedule": schedule, "next": self.server.schedules.upcoming(req.name, 1)}
+
+    def schedule_list(self, req: p.ScheduleList, conn: Connection) -> Reply:
+        return {"schedules": sorted(self.server.schedules.schedules.values(), key=lambda s: s.name)}
+
+    def schedule_get(self, req: p.ScheduleGet, conn: Connection) -> Reply:
+        runner = self.server.schedules
+        reply: dict[str, Any] = {
+            "schedule": runner.get(req.name),
+            "next": runner.upcoming(req.name, req.next),
+        }
+        if req.fires:
+            reply["fires"] = self.board.store.fires(req.name, req.fires)
+        return reply
+
+    def schedule_run(self, req: p.ScheduleRun, conn: Connection) -> Reply:
+        task_id = self.server.schedules.run_now(req.name)
+        return {"task": self.board.get(task_id)}
+
+    def schedule_rm(self, req: p.ScheduleRemove, conn: Connection) -> Reply:
+        return {"schedule": self.server.schedules.remove(req.name)}
+
+    def schedule_pause(self, req: p.SchedulePause, conn: Connection) -> Reply:
+        return {"schedule": self.server.schedules.set_paused(req.name, True)}
+
+    def schedule_resume(self, req: p.ScheduleResume, conn: Connection) -> Reply:
+        return {"schedule": self.server.schedules.set_paused(req.name, False)}

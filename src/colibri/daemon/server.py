@@ -33,6 +33,7 @@ from colibri.core.model import LedgerEntry
 from colibri.daemon.board import Board
 from colibri.daemon.commands import Commands
 from colibri.daemon.ledger import LedgerMirror
+from colibri.daemon.schedules import ScheduleRunner
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +179,7 @@ class Server:
         self.board = board
         self.mirror = mirror
         self.commands = Commands(board, self)
+        self.schedules = ScheduleRunner(board, config.default_tz)
         self.owner_uid = os.getuid()
         self.loop = asyncio.get_running_loop()
         self.connections: set[Connection] = set()
@@ -316,6 +318,7 @@ class Server:
         log.error("batch rolled back", extra={"event": "batch_failed", "error": error.message})
         self.board.store.rollback()
         self.board.rebuild()
+        self.schedules.reload()
         wire = error.to_wire()
         for conn, message in replies:
             if message.get("ok"):

@@ -9,9 +9,10 @@ legal) live in ``colibri.core.states``; the store only applies a change by compa
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from colibri.core.model import Agent, LedgerEntry, Task
+from colibri.core.schedules import Schedule
 
 
 class StoreConflict(Exception):
@@ -82,3 +83,24 @@ class Store(Protocol):
 
     def skills(self) -> list[tuple[str, str, int]]:
         """``(name, description, number of known agents that have it)``, by name."""
+
+    def upsert_schedule(self, schedule: Schedule) -> None: ...
+
+    def get_schedule(self, name: str) -> Schedule | None: ...
+
+    def schedules(self) -> list[Schedule]: ...
+
+    def delete_schedule(self, name: str) -> bool: ...
+
+    def record_fire(
+        self, schedule: str, nominal: str, outcome: str, task: str | None, at: str
+    ) -> bool:
+        """Record one nominal fire time (fired, skipped, missed) once, ever.
+
+        Unique on (schedule, nominal): returns False, writing nothing, if it was recorded
+        before — which makes a double fire impossible rather than unlikely.
+        """
+
+    def fires(self, schedule: str, limit: int) -> list[dict[str, Any]]: ...
+
+    def append_ledger(self, entry: LedgerEntry) -> LedgerEntry: ...

@@ -19,6 +19,7 @@ import msgspec
 
 from colibri.core.errors import ConfigError, StorageUnavailable
 from colibri.core.model import Agent, Cost, LedgerEntry, Task
+from colibri.core.schedules import Schedule
 from colibri.store import sql
 from colibri.store.base import StoreConflict, TaskFilter
 
@@ -30,6 +31,7 @@ SCHEMA_VERSION = max(int(name.split("_")[1]) for name in _Q if name.startswith("
 _json = msgspec.json.Encoder()
 _list_decoder = msgspec.json.Decoder(list[str])
 _cost_decoder = msgspec.json.Decoder(Cost)
+_schedule_decoder = msgspec.json.Decoder(Schedule)
 
 T = TypeVar("T")
 
@@ -63,6 +65,7 @@ def _task_row(task: Task) -> dict[str, Any]:
         "labels": _json.encode(task.labels),
         "idempotency_key": task.idempotency_key,
         "not_before": task.not_before,
+        "schedule": task.schedule,
         "created_at": task.created_at,
         "updated_at": task.updated_at,
     }
@@ -91,6 +94,7 @@ def _task_from_row(row: sqlite3.Row) -> Task:
         labels=_list_decoder.decode(row["labels"]),
         idempotency_key=row["idempotency_key"],
         not_before=row["not_before"],
+        schedule=row["schedule"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
     )
@@ -100,6 +104,7 @@ def _ledger_row(entry: LedgerEntry) -> dict[str, Any]:
     return {
         "at": entry.at,
         "task": entry.task,
+        "schedule": entry.schedule,
         "tenant": entry.tenant,
         "from_state": entry.from_state,
         "to_state": entry.to_state,
@@ -115,6 +120,7 @@ def _ledger_from_row(row: sqlite3.Row) -> LedgerEntry:
         seq=row["seq"],
         at=row["at"],
         task=row["task"],
+        schedule=row["schedule"],
         tenant=row["tenant"],
         from_state=row["from_state"],
         to_state=row["to_state"],
@@ -343,10 +349,62 @@ class SqliteStore:
     def skills(self) -> list[tuple[str, str, int]]:
         return [(r[0], r[1], r[2]) for r in self._conn.execute(_Q["all_skills"])]
 
+    # -- schedules ---------------------------------------------------------------------------
+
+    def upsert_schedule(self, schedule: Schedule) -> None:
+        with self._writing() as conn:
+            conn.execute(
+                _Q["upsert_schedule"],
+                (schedule.name, schedule.next_fire_at, _json.encode(schedule)),
+            )
+
+    def get_schedule(self, name: str) -> Schedule | None:
+        row = self._conn.execute(_Q["get_schedule"], (name,)).fetchone()
+        return None if row is None else _schedule_decoder.decode(row[0])
+
+    def schedules(self) -> list[Schedule]:
+        return [_schedule_decoder.decode(r[0]) for r in self._conn.execute(_Q["all_schedules"])]
+
+    def delete_schedule(self, name: str) -> bool:
+        with self._writing() as conn:
+            return conn.execute(_Q["delete_schedule"], (name,)).rowcount == 1
+
+    def record_fire(
+        self, schedule: str, nominal: str, outcome: str, task: str | None, at: str
+    ) -> bool:
+        """Record what became of one nominal fire time; False if it was recorded before."""
+        with self._writing() as conn:
+            try:
+                conn.execute("SAVEPOINT fire")
+                conn.execute(_Q["insert_fire"], (schedule, nominal, outcome, task, at))
+            except sqlite3.IntegrityError:
+                conn.execute("ROLLBACK TO fire")
+                return False
+            finally:
+                conn.execute("RELEASE fire")
+            return True
+
+    def fires(self, schedule: str, limit: int) -> list[dict[str, Any]]:
+        return [dict(r) for r in self._conn.execute(_Q["fires_of"], (schedule, limit))]
+
+    def append_ledger(self, entry: LedgerEntry) -> LedgerEntry:
+        """A ledger row with no task change (a schedule's missed or skipped fire)."""
+        with self._writing() as conn:
+            return self._ledger(conn, entry)
+
 
 def _split(script: str) -> list[str]:
-    """Split a migration into statements (ours hold no semicolons inside literals)."""
-    return [s.strip() for s in script.split(";") if s.strip() and not _only_comments(s)]
+    """Split a migration into statements; sqlite3 decides where one is complete."""
+    statements: list[str] = []
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            statements.append(buffer.strip())
+            buffer = ""
+    if buffer.strip() and not _only_comments(buffer):
+        statements.append(buffer.strip())
+    return statements
 
 
 def _only_comments(statement: str) -> bool:

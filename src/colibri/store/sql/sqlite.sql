@@ -28,6 +28,7 @@ CREATE TABLE tasks (
     labels          TEXT NOT NULL,          -- JSON array
     idempotency_key TEXT,
     not_before      TEXT,
+    schedule        TEXT,
     created_at      TEXT NOT NULL,
     updated_at      TEXT NOT NULL
 ) WITHOUT ROWID;
@@ -53,7 +54,8 @@ CREATE TABLE skills (
 CREATE TABLE ledger (
     seq        INTEGER PRIMARY KEY AUTOINCREMENT,
     at         TEXT NOT NULL,
-    task       TEXT NOT NULL,
+    task       TEXT,                        -- NULL for a schedule's missed or skipped fire
+    schedule   TEXT,
     tenant     TEXT NOT NULL,
     from_state TEXT,
     to_state   TEXT NOT NULL,
@@ -63,14 +65,27 @@ CREATE TABLE ledger (
     cost       TEXT                         -- JSON object
 );
 CREATE INDEX ledger_task ON ledger (task);
+CREATE TABLE schedules (
+    name         TEXT PRIMARY KEY,
+    next_fire_at TEXT,                      -- nominal, RFC 3339 UTC; NULL when finished
+    doc          TEXT NOT NULL              -- the whole schedule object, JSON
+);
+CREATE TABLE schedule_fires (
+    schedule TEXT NOT NULL,
+    nominal  TEXT NOT NULL,                 -- the nominal fire time: one row per time, ever
+    outcome  TEXT NOT NULL,                 -- fired | skipped | missed
+    task     TEXT,
+    at       TEXT NOT NULL,
+    PRIMARY KEY (schedule, nominal)
+) WITHOUT ROWID;
 
 -- name: insert_task
 INSERT INTO tasks (id, tenant, text, capabilities, workspace, agent, pinned, parent, priority,
                    min_score, state, outcome, output, error, cost, attempts, max_attempts, epoch,
-                   labels, idempotency_key, not_before, created_at, updated_at)
+                   labels, idempotency_key, not_before, schedule, created_at, updated_at)
 VALUES (:id, :tenant, :text, :capabilities, :workspace, :agent, :pinned, :parent, :priority,
         :min_score, :state, :outcome, :output, :error, :cost, :attempts, :max_attempts, :epoch,
-        :labels, :idempotency_key, :not_before, :created_at, :updated_at);
+        :labels, :idempotency_key, :not_before, :schedule, :created_at, :updated_at);
 
 -- name: update_task
 UPDATE tasks
@@ -80,8 +95,8 @@ UPDATE tasks
  WHERE id = :id AND state = :expected_state AND epoch = :expected_epoch;
 
 -- name: insert_ledger
-INSERT INTO ledger (at, task, tenant, from_state, to_state, agent, epoch, reason, cost)
-VALUES (:at, :task, :tenant, :from_state, :to_state, :agent, :epoch, :reason, :cost);
+INSERT INTO ledger (at, task, schedule, tenant, from_state, to_state, agent, epoch, reason, cost)
+VALUES (:at, :task, :schedule, :tenant, :from_state, :to_state, :agent, :epoch, :reason, :cost);
 
 -- name: get_task
 SELECT * FROM tasks WHERE id = ?;
@@ -135,3 +150,23 @@ ON CONFLICT (name) DO UPDATE SET description = excluded.description;
 SELECT s.name, s.description,
        (SELECT COUNT(*) FROM agents a, json_each(a.capabilities) c WHERE c.value = s.name) AS agents
   FROM skills s ORDER BY s.name;
+
+-- name: upsert_schedule
+INSERT INTO schedules (name, next_fire_at, doc) VALUES (?, ?, ?)
+ON CONFLICT (name) DO UPDATE SET next_fire_at = excluded.next_fire_at, doc = excluded.doc;
+
+-- name: all_schedules
+SELECT doc FROM schedules ORDER BY name;
+
+-- name: get_schedule
+SELECT doc FROM schedules WHERE name = ?;
+
+-- name: delete_schedule
+DELETE FROM schedules WHERE name = ?;
+
+-- name: insert_fire
+INSERT INTO schedule_fires (schedule, nominal, outcome, task, at) VALUES (?, ?, ?, ?, ?);
+
+-- name: fires_of
+SELECT schedule, nominal, outcome, task, at FROM schedule_fires
+ WHERE schedule = ? ORDER BY nominal DESC LIMIT ?;

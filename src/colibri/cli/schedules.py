@@ -1,0 +1,244 @@
+"""``colibri schedule``: cron, interval and once schedules that submit tasks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from colibri.cli.main import Context, cli, json_option, pass_ctx
+from colibri.cli.output import print_json, print_table
+
+
+@cli.group()
+def schedule() -> None:
+    """Recurring and one-off work: cron, interval and once schedules.
+
+    \b
+    colibri schedule add nightly "nightly build" --cron "0 0 * * *" \\
+        --tz Europe/Ljubljana --cap freebsd
+    colibri schedule add sweep "clean caches" --every 15m
+    colibri schedule add release "tag 2.0" --at "2026-12-24T18:00:00+01:00"
+    colibri schedule show nightly --next 10
+    """
+
+
+def _when(s: dict[str, Any]) -> str:
+    if s["kind"] == "cron":
+        return f"cron {s['cron']}"
+    if s["kind"] == "interval":
+        from colibri.core.durations import format_duration
+
+        return f"every {format_duration(s['every'])}"
+    return f"once at {s['at']}"
+
+
+@schedule.command("add")
+@click.argument("name")
+@click.argument("text")
+@click.option("--cron", help="A five-field cron expression or a macro such as @daily.")
+@click.option("--tz", help="IANA time zone of the cron expression (default: this machine's).")
+@click.option("--every", help="Interval: a duration such as 90s, 15m, 1h30m, 1d.")
+@click.option(
+    "--at", "at_", metavar="TIME", help="Once: ISO 8601, with an offset or local to --tz."
+)
+@click.option(
+    "--cap", "caps", multiple=True, metavar="CAP", help="A required capability (repeatable)."
+)
+@click.option("--agent", help="Pin the fired tasks to this agent.")
+@click.option("--workspace", help="Only agents of this workspace may take the tasks.")
+@click.option("--priority", type=int, default=0, show_default=True)
+@click.option("--label", "labels", multiple=True, help="A label for the fired tasks (repeatable).")
+@click.option("--max-attempts", type=click.IntRange(1, 100), default=1, show_default=True)
+@click.option(
+    "--catch-up",
+    type=click.Choice(["one", "all", "none"]),
+    default="one",
+    show_default=True,
+    help="After downtime: fire once for all missed times, each of them, or none.",
+)
+@click.option("--grace", help="Skip (and record) missed times older than this duration.")
+@click.option(
+    "--overlap",
+    type=click.Choice(["skip", "allow", "replace"]),
+    default="skip",
+    show_default=True,
+    help="If the previous fire's task is still open: skip, run both, or cancel it.",
+)
+@click.option("--jitter", help="Delay each fire by up to this duration (spreads load).")
+@click.option("--paused", is_flag=True, help="Add it paused.")
+@click.option("--replace", is_flag=True, help="Overwrite a schedule of the same name.")
+@json_option
+@pass_ctx
+def add(
+    ctx: Context,
+    name: str,
+    text: str,
+    cron: str | None,
+    tz: str | None,
+    every: str | None,
+    at_: str | None,
+    caps: tuple[str, ...],
+    agent: str | None,
+    workspace: str | None,
+    priority: int,
+    labels: tuple[str, ...],
+    max_attempts: int,
+    catch_up: str,
+    grace: str | None,
+    overlap: str,
+    jitter: str | None,
+    paused: bool,
+    replace: bool,
+    as_json: bool,
+) -> None:
+    """Add schedule NAME that submits a task saying TEXT each time it fires."""
+    if sum(x is not None for x in (cron, every, at_)) != 1:
+        raise click.UsageError("give exactly one of --cron, --every or --at")
+    task: dict[str, Any] = {
+        "text": text,
+        "capabilities": list(caps),
+        "priority": priority,
+        "labels": list(labels),
+        "max_attempts": max_attempts,
+    }
+    if agent:
+        task["agent"] = agent
+    if workspace:
+        task["workspace"] = workspace
+    spec = {
+        k: v
+        for k, v in {
+            "cron": cron,
+            "tz": tz,
+            "every": every,
+            "at": at_,
+            "catch_up": catch_up,
+            "grace": grace,
+            "overlap": overlap,
+            "jitter": jitter,
+            "paused": paused,
+            "task": task,
+        }.items()
+        if v is not None
+    }
+    reply = ctx.call("schedule-add", name=name, schedule=spec, replace=replace or None)
+    if as_json:
+        print_json({**reply["schedule"], "next": reply["next"]})
+        return
+    nxt = reply["next"][0] if reply["next"] else "never"
+    print(f"added {name}: {_when(reply['schedule'])}; next fire {nxt}")
+
+
+@schedule.command("list")
+@json_option
+@pass_ctx
+def list_schedules(ctx: Context, as_json: bool) -> None:
+    """List schedules with their next fire time."""
+    rows = ctx.call("schedule-list")["schedules"]
+    if as_json:
+        print_json(rows)
+        return
+    print_table(
+        ["NAME", "WHEN", "TZ", "NEXT", "STATE", "FIRES", "SKIPPED", "MISSED", "TASK"],
+        [
+            [
+                s["name"],
+                _when(s),
+                s.get("tz") or "-",
+                s.get("next_fire_at") or "-",
+                "finished" if s["finished"] else "paused" if s["paused"] else "active",
+                s["fires"],
+                s["skipped"],
+                s["missed"],
+                s["task"]["text"][:40],
+            ]
+            for s in rows
+        ],
+        empty="no schedules (add one with: colibri schedule add NAME TEXT --cron EXPR)",
+    )
+
+
+@schedule.command("show")
+@click.argument("name")
+@click.option(
+    "--next",
+    "count",
+    type=click.IntRange(0, 1000),
+    default=10,
+    show_default=True,
+    help="How many upcoming fire times to list.",
+)
+@click.option(
+    "--fires",
+    type=click.IntRange(0, 1000),
+    default=0,
+    show_default=True,
+    help="How many recent fires (fired, skipped, missed) to list.",
+)
+@json_option
+@pass_ctx
+def show(ctx: Context, name: str, count: int, fires: int, as_json: bool) -> None:
+    """Show one schedule and its next fire times."""
+    reply = ctx.call("schedule-get", name=name, next=count, fires=fires or None)
+    s = reply["schedule"]
+    if as_json:
+        doc = {**s, "next": reply["next"]}
+        if "fires" in reply:
+            doc["fires_recent"] = reply["fires"]
+        print_json(doc)
+        return
+    state = "finished" if s["finished"] else "paused" if s["paused"] else "active"
+    print(f"{s['name']}: {_when(s)} ({s.get('tz') or 'UTC'}), {state}")
+    print(
+        f"task: {s['task']['text']}"
+        + (
+            f"  [caps {', '.join(s['task']['capabilities'])}]"
+            if s["task"].get("capabilities")
+            else ""
+        )
+    )
+    print(
+        f"catch_up {s['catch_up']}, overlap {s['overlap']}, "
+        f"fired {s['fires']}, skipped {s['skipped']}, missed {s['missed']}"
+    )
+    if s.get("last_task"):
+        print(f"last fire {s['last_fire_at']} → task {s['last_task']}")
+    if reply["next"]:
+        print("next:")
+        for when in reply["next"]:
+            print(f"  {when}")
+    for fire in reply.get("fires", []):
+        print(f"  {fire['nominal']} {fire['outcome']} {fire.get('task') or ''}")
+
+
+_SIMPLE = {
+    "run": (
+        "fired",
+        "Fire schedule NAME now, once (prints the task id); its timetable is unchanged.",
+    ),
+    "rm": ("removed", "Remove schedule NAME."),
+    "pause": ("paused", "Pause schedule NAME: it does not fire until resumed."),
+    "resume": ("resumed", "Resume NAME from now on (times passed while paused are not fired)."),
+}
+
+
+def _simple(command: str) -> None:
+    verb, text = _SIMPLE[command]
+
+    @schedule.command(command, help=text)
+    @click.argument("name")
+    @json_option
+    @pass_ctx
+    def run(ctx: Context, name: str, as_json: bool) -> None:
+        reply = ctx.call(f"schedule-{command}", name=name)
+        if as_json:
+            print_json(reply.get("schedule") or reply.get("task"))
+        elif command == "run":
+            print(reply["task"]["id"])
+        else:
+            print(f"{verb} {name}")
+
+
+for _command in _SIMPLE:
+    _simple(_command)

@@ -1,0 +1,296 @@
+"""Schedule math: when a schedule fires next, and what a due check at ``now`` should do.
+
+Pure: every function takes the instant it reasons about (seconds since the epoch, UTC).
+
+Three kinds:
+- *cron*: standard five-field cron (lists, ranges, steps, month and weekday names, the
+  ``@hourly @daily @weekly @monthly @yearly`` macros; when both day-of-month and day-of-week are
+  restricted, either one matching fires) in an IANA time zone. Evaluation is cronsim's, which
+  follows Vixie/Debian cron across DST: a fixed time that the spring-forward gap skips fires
+  once, at the first valid instant after the gap; a fixed time that the fall-back hour repeats
+  fires once, on its first occurrence; jobs with a wildcard or step in the minute or hour field
+  keep firing by elapsed time (an hourly job fires every real hour).
+- *interval*: every fixed duration, anchored to nominal times (anchor + n·every), so a late
+  fire never makes the next one drift.
+- *once*: a single instant; finished after it fires.
+
+Catch-up after downtime (``plan``): ``one`` fires once for all missed times, ``all`` fires each
+(at most ``catch_up_max``), ``none`` fires only a time that is not late; ``grace`` skips any
+missed time older than it. Every time not fired is returned as *missed*, to be recorded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Annotated, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import msgspec
+
+from colibri.core.errors import BadRequest
+from colibri.core.model import Priority, Score
+from colibri.core.model import parse_rfc3339 as instant
+
+MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+#: A due time processed within this many seconds of its nominal instant is on time, not missed.
+ON_TIME = 60.0
+#: Most due times examined in one check; beyond it the rest are counted, not listed.
+SCAN_LIMIT = 10_000
+
+Kind = Literal["cron", "interval", "once"]
+CatchUp = Literal["one", "all", "none"]
+Overlap = Literal["skip", "allow", "replace"]
+
+
+class ScheduledTask(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    """The task a schedule submits each time it fires (the fields of ``submit``)."""
+
+    text: Annotated[str, msgspec.Meta(min_length=1, max_length=256 * 1024)]
+    capabilities: list[str] = []
+    workspace: str | None = None
+    agent: str | None = None
+    priority: Priority = 0
+    min_score: Score | None = None
+    labels: list[str] = []
+    tenant: str | None = None
+    max_attempts: Annotated[int, msgspec.Meta(ge=1, le=100)] = 1
+
+
+class ScheduleSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A schedule as a person writes it: in colibri.jsonc, or sent by ``schedule add``."""
+
+    cron: str | None = None
+    tz: str | None = None
+    #: Interval: a duration such as "15m", or seconds.
+    every: str | float | None = None
+    #: Once: ISO 8601 with an offset, or a local time in ``tz``.
+    at: str | None = None
+    catch_up: CatchUp = "one"
+    catch_up_max: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 100
+    grace: str | float | None = None
+    overlap: Overlap = "skip"
+    jitter: str | float | None = None
+    paused: bool = False
+    task: ScheduledTask
+
+
+class Schedule(msgspec.Struct, kw_only=True):
+    name: str
+    kind: Kind
+    cron: str | None = None
+    tz: str | None = None
+    every: float | None = None
+    #: Interval anchor, or the instant of a ``once`` schedule (RFC 3339).
+    at: str | None = None
+    catch_up: CatchUp = "one"
+    catch_up_max: int = 100
+    grace: float | None = None
+    overlap: Overlap = "skip"
+    jitter: float = 0.0
+    task: ScheduledTask
+    paused: bool = False
+    finished: bool = False
+    next_fire_at: str | None = None
+    last_fire_at: str | None = None
+    last_task: str | None = None
+    fires: int = 0
+    skipped: int = 0
+    missed: int = 0
+    source: Literal["cli", "config"] = "cli"
+    created_at: str = ""
+    updated_at: str = ""
+
+
+@lru_cache(maxsize=1024)
+def zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise BadRequest(
+            f"unknown time zone {name!r}: use an IANA name such as Europe/Ljubljana or UTC"
+        ) from None
+
+
+def normalize_cron(expr: str) -> str:
+    """Expand a macro and check the expression; raise BadRequest saying what is wrong."""
+    from cronsim import CronSim, CronSimError
+
+    text = " ".join(expr.split())
+    text = MACROS.get(text.lower(), text)
+    if len(text.split(" ")) != 5:
+        raise BadRequest(
+            f"cron expression {expr!r} must have five fields (minute hour day-of-month month "
+            f"day-of-week) or be one of {', '.join(MACROS)}"
+        )
+    try:
+        CronSim(text, datetime(2000, 1, 1, tzinfo=UTC))
+    except CronSimError as exc:
+        raise BadRequest(f"invalid cron expression {expr!r}: {exc}") from None
+    return text
+
+
+def next_after(schedule: Schedule, after: float) -> float | None:
+    """The first nominal fire time strictly after ``after``; None when there is none."""
+    if schedule.kind == "cron":
+        from cronsim import CronSim
+
+        assert schedule.cron is not None
+        tz = zone(schedule.tz or "UTC")
+        start = datetime.fromtimestamp(after, tz)
+        return next(CronSim(schedule.cron, start)).timestamp()
+    if schedule.kind == "interval":
+        assert schedule.every and schedule.at
+        anchor = instant(schedule.at)
+        steps = math.floor((after - anchor) / schedule.every) + 1
+        return anchor + max(steps, 1) * schedule.every
+    assert schedule.at is not None
+    at = instant(schedule.at)
+    return at if at > after else None
+
+
+def upcoming(schedule: Schedule, after: float, count: int) -> list[float]:
+    """The next ``count`` nominal fire times after ``after``."""
+    times: list[float] = []
+    cursor = after
+    while len(times) < count:
+        nxt = next_after(schedule, cursor)
+        if nxt is None:
+            break
+        times.append(nxt)
+        cursor = nxt
+    return times
+
+
+def jitter_offset(name: str, nominal: float, jitter: float) -> float:
+    """A delay in [0, jitter) fixed by (name, nominal), so a restart does not move it."""
+    if jitter <= 0:
+        return 0.0
+    digest = hashlib.blake2b(f"{name}@{nominal}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64 * jitter
+
+
+@dataclass(slots=True)
+class Plan:
+    """What a due check decided: nominal times to fire, times missed, and the next one."""
+
+    fire: list[float] = field(default_factory=list)
+    missed: list[float] = field(default_factory=list)
+    #: Missed times beyond SCAN_LIMIT, counted but not listed.
+    missed_uncounted: bool = False
+    next_fire_at: float | None = None
+
+
+def plan(schedule: Schedule, now: float) -> Plan:
+    """Decide what firing ``schedule`` at ``now`` means, from its stored ``next_fire_at``."""
+    result = Plan()
+    if schedule.next_fire_at is None or schedule.finished:
+        return result
+    first = instant(schedule.next_fire_at)
+    if first > now:
+        result.next_fire_at = first
+        return result
+    due = [first]
+    while len(due) < SCAN_LIMIT:
+        nxt = next_after(schedule, due[-1])
+        if nxt is None or nxt > now:
+            break
+        due.append(nxt)
+    else:
+        result.missed_uncounted = True
+    last = due[-1]
+    result.next_fire_at = next_after(schedule, max(last, now if result.missed_uncounted else last))
+    fresh = [t for t in due if schedule.grace is None or now - t <= schedule.grace]
+    if schedule.catch_up == "all":
+        result.fire = fresh[-schedule.catch_up_max :]
+    elif schedule.catch_up == "one":
+        result.fire = fresh[-1:]
+    else:
+        result.fire = [last] if now - last <= ON_TIME and last in fresh else []
+    chosen = set(result.fire)
+    result.missed = [t for t in due if t not in chosen]
+    return result
+
+
+def _seconds(value: str | float | None, what: str) -> float | None:
+    from colibri.core.durations import parse_duration
+
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise BadRequest(f"{what}: {exc}") from None
+
+
+def build(
+    name: str, spec: ScheduleSpec, *, now: float, default_tz: str, source: str = "cli"
+) -> Schedule:
+    """Check a definition and turn it into a schedule with its first ``next_fire_at``."""
+    from colibri.core.model import check_name, normalize_names, rfc3339
+
+    check_name(name, "schedule name")
+    kinds = [k for k in ("cron", "every", "at") if getattr(spec, k) is not None]
+    if len(kinds) != 1:
+        raise BadRequest(
+            f"schedule {name!r} needs exactly one of cron, every or at (got "
+            f"{', '.join(kinds) or 'none'})"
+        )
+    if not spec.task.text.strip():
+        raise BadRequest(f"schedule {name!r}: task text is empty")
+    normalize_names(spec.task.capabilities, "capability")
+    tz_name = spec.tz or default_tz
+    tz = zone(tz_name)
+    grace = _seconds(spec.grace, "grace")
+    jitter = _seconds(spec.jitter, "jitter") or 0.0
+    stamp = rfc3339(now)
+    schedule = Schedule(
+        name=name,
+        kind="cron",
+        tz=tz_name,
+        catch_up=spec.catch_up,
+        catch_up_max=spec.catch_up_max,
+        grace=grace,
+        overlap=spec.overlap,
+        jitter=jitter,
+        task=spec.task,
+        paused=spec.paused,
+        source=source,  # type: ignore[arg-type]
+        created_at=stamp,
+        updated_at=stamp,
+    )
+    if spec.cron is not None:
+        schedule.cron = normalize_cron(spec.cron)
+    elif spec.every is not None:
+        every = _seconds(spec.every, "every")
+        if not every or every < 1:
+            raise BadRequest(f"schedule {name!r}: every must be at least 1s")
+        schedule.kind, schedule.every, schedule.at = "interval", every, stamp
+    else:
+        assert spec.at is not None
+        try:
+            when = datetime.fromisoformat(spec.at.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise BadRequest(
+                f"schedule {name!r}: at {spec.at!r} is not a time; write it like "
+                "2026-12-24T18:00:00+01:00 or 2026-12-24 18:00 (local to tz)"
+            ) from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=tz)
+        if when.timestamp() <= now:
+            raise BadRequest(f"schedule {name!r}: at {spec.at} is in the past; give a future time")
+        schedule.kind, schedule.at = "once", rfc3339(when.timestamp())
+    first = next_after(schedule, now)
+    schedule.next_fire_at = None if first is None else rfc3339(first)
+    return schedule

@@ -1,0 +1,320 @@
+"""Firing schedules: wake at the next due time, fire durably, record every outcome.
+
+A fire writes, in the daemon's open transaction: the ``schedule_fires`` row for its nominal time
+(unique: a second fire of the same time is refused by the store), the task and its ledger row,
+and the schedule's new ``next_fire_at``. The server commits them together, so a crash at any
+point neither fires a due time twice nor loses it: after a restart the stored ``next_fire_at``
+is still the unfired time, and the catch-up policy decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+from collections.abc import Callable
+
+import msgspec
+
+from colibri.core import schedules as math
+from colibri.core.errors import BadRequest, ColibriError
+from colibri.core.model import LedgerEntry, parse_rfc3339, rfc3339
+from colibri.core.protocol import TaskFields
+from colibri.core.schedules import Schedule, ScheduleSpec
+from colibri.core.states import OPEN
+from colibri.daemon.board import Board, new_task_id
+
+log = logging.getLogger(__name__)
+
+#: Sleep at most this long, so a wall-clock jump is noticed within it.
+MAX_SLEEP = 60.0
+#: Missed fires get a ledger row each up to this many per check; the rest one summary row.
+LEDGER_MISSED_MAX = 100
+
+
+class UnknownSchedule(ColibriError):
+    code = "unknown_schedule"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no schedule named {name!r} (list them with: colibri schedule list)")
+
+
+class ScheduleExists(ColibriError):
+    code = "schedule_exists"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"a schedule named {name!r} exists; remove it first or add with replace")
+
+
+class ScheduleRunner:
+    def __init__(self, board: Board, default_tz: str) -> None:
+        self.board = board
+        self.store = board.store
+        self.clock = board.clock
+        self.default_tz = default_tz
+        self.schedules: dict[str, Schedule] = {}
+        self._heap: list[tuple[float, str]] = []
+        self.changed = asyncio.Event()
+
+    # -- loading and editing -----------------------------------------------------------------
+
+    def load(self, configured: dict[str, ScheduleSpec]) -> None:
+        """Read stored schedules; bring colibri.jsonc's ``schedules`` section in."""
+        now = self.clock.time()
+        stored = {s.name: s for s in self.store.schedules()}
+        for name, spec in configured.items():
+            fresh = math.build(name, spec, now=now, default_tz=self.default_tz, source="config")
+            old = stored.get(name)
+            if old is not None and _same_definition(old, fresh):
+                continue  # keep its runtime state: next fire, counters
+            if old is not None:
+                fresh.fires, fresh.skipped, fresh.missed = old.fires, old.skipped, old.missed
+                fresh.last_task, fresh.last_fire_at = old.last_task, old.last_fire_at
+            self.store.upsert_schedule(fresh)
+            stored[name] = fresh
+        for name, old in list(stored.items()):
+            if old.source == "config" and name not in configured:
+                self.store.delete_schedule(name)
+                del stored[name]
+        self.schedules = stored
+        self._rebuild_heap()
+
+    def reload(self) -> None:
+        """Re-read every schedule from the store (after a batch that did not commit)."""
+        self.schedules = {s.name: s for s in self.store.schedules()}
+        self._rebuild_heap()
+
+    def _rebuild_heap(self) -> None:
+        self._heap = [
+            (self._wake_at(s), s.name) for s in self.schedules.values() if self._active(s)
+        ]
+        heapq.heapify(self._heap)
+        self.changed.set()
+
+    @staticmethod
+    def _active(schedule: Schedule) -> bool:
+        return not schedule.paused and not schedule.finished and schedule.next_fire_at is not None
+
+    @staticmethod
+    def _wake_at(schedule: Schedule) -> float:
+        assert schedule.next_fire_at is not None
+        nominal = parse_rfc3339(schedule.next_fire_at)
+        return nominal + math.jitter_offset(schedule.name, nominal, schedule.jitter)
+
+    def _save(self, schedule: Schedule) -> None:
+        schedule.updated_at = rfc3339(self.clock.time())
+        self.store.upsert_schedule(schedule)
+        self.schedules[schedule.name] = schedule
+        if self._active(schedule):
+            heapq.heappush(self._heap, (self._wake_at(schedule), schedule.name))
+        self.changed.set()
+
+    def get(self, name: str) -> Schedule:
+        schedule = self.schedules.get(name)
+        if schedule is None:
+            raise UnknownSchedule(name)
+        return schedule
+
+    def add(self, name: str, spec: ScheduleSpec, replace: bool) -> Schedule:
+        if name in self.schedules and not replace:
+            raise ScheduleExists(name)
+        if self.schedules.get(name) is not None and self.schedules[name].source == "config":
+            raise BadRequest(f"schedule {name!r} comes from colibri.jsonc; change it there")
+        schedule = math.build(name, spec, now=self.clock.time(), default_tz=self.default_tz)
+        self._save(schedule)
+        return schedule
+
+    def remove(self, name: str) -> Schedule:
+        schedule = self.get(name)
+        if schedule.source == "config":
+            raise BadRequest(f"schedule {name!r} comes from colibri.jsonc; remove it there")
+        self.store.delete_schedule(name)
+        del self.schedules[name]
+        return schedule
+
+    def set_paused(self, name: str, paused: bool) -> Schedule:
+        schedule = msgspec.structs.replace(self.get(name), paused=paused)
+        if not paused and schedule.next_fire_at is not None and not schedule.finished:
+            # Resuming does not fire what was skipped while paused: start from now.
+            nxt = math.next_after(schedule, self.clock.time())
+            schedule.next_fire_at = None if nxt is None else rfc3339(nxt)
+        self._save(schedule)
+        return schedule
+
+    def upcoming(self, name: str, count: int) -> list[str]:
+        schedule = self.get(name)
+        if schedule.finished or schedule.next_fire_at is None:
+            return []
+        first = parse_rfc3339(schedule.next_fire_at)
+        rest = math.upcoming(schedule, first, count - 1) if count > 1 else []
+        return [rfc3339(t) for t in [first, *rest]]
+
+    # -- firing ------------------------------------------------------------------------------
+
+    def next_wake(self) -> float | None:
+        while self._heap:
+            wake, name = self._heap[0]
+            schedule = self.schedules.get(name)
+            if schedule is not None and self._active(schedule) and self._wake_at(schedule) == wake:
+                return wake
+            heapq.heappop(self._heap)
+        return None
+
+    def fire_due(self) -> int:
+        """Fire every schedule whose time has come; return how many tasks were submitted."""
+        now = self.clock.time()
+        submitted = 0
+        while (wake := self.next_wake()) is not None and wake <= now:
+            _, name = heapq.heappop(self._heap)
+            submitted += self._fire(self.schedules[name], now)
+        return submitted
+
+    def _fire(self, schedule: Schedule, now: float) -> int:
+        plan = math.plan(schedule, now)
+        schedule = msgspec.structs.replace(schedule)
+        stamp = rfc3339(now)
+        for n, nominal in enumerate(plan.missed):
+            if self.store.record_fire(schedule.name, rfc3339(nominal), "missed", None, stamp):
+                schedule.missed += 1
+                if n < LEDGER_MISSED_MAX:
+                    self._note(
+                        schedule, "missed", nominal, f"missed (catch_up {schedule.catch_up})"
+                    )
+        hidden = len(plan.missed) - LEDGER_MISSED_MAX
+        if hidden > 0 or plan.missed_uncounted:
+            more = f"{hidden} more" if hidden > 0 else "more"
+            self._note(schedule, "missed", now, f"{more} missed fires not listed one by one")
+        submitted = 0
+        for nominal in plan.fire:
+            submitted += self._fire_one(schedule, nominal, stamp)
+        schedule.next_fire_at = None if plan.next_fire_at is None else rfc3339(plan.next_fire_at)
+        if schedule.kind == "once" and plan.next_fire_at is None:
+            schedule.finished = True
+        self._save(schedule)
+        return submitted
+
+    def _fire_one(
+        self, schedule: Schedule, nominal: float, stamp: str, manual: bool = False
+    ) -> int:
+        previous = self.board.tasks.get(schedule.last_task or "")
+        if previous is not None and previous.state in OPEN and not manual:
+            if schedule.overlap == "skip":
+                if self.store.record_fire(schedule.name, rfc3339(nominal), "skipped", None, stamp):
+                    schedule.skipped += 1
+                    self._note(
+                        schedule,
+                        "skipped",
+                        nominal,
+                        f"skipped: previous task {previous.id} is still {previous.state}",
+                    )
+                return 0
+            if schedule.overlap == "replace":
+                self.board.cancel(previous.id, f"replaced by the next fire of {schedule.name}")
+        task_id = new_task_id()
+        key = rfc3339(nominal)
+        if not self.store.record_fire(schedule.name, key, "fired", task_id, stamp):
+            log.warning(
+                "fire already recorded; not firing again",
+                extra={"event": "schedule_duplicate", "schedule": schedule.name, "nominal": key},
+            )
+            return 0
+        template = schedule.task
+        fields = TaskFields(
+            text=template.text,
+            capabilities=template.capabilities,
+            workspace=template.workspace,
+            priority=template.priority,
+            min_score=template.min_score,
+            labels=template.labels,
+            tenant=template.tenant,
+            max_attempts=template.max_attempts,
+        )
+        why = "run by hand" if manual else f"for {key}"
+        self.board.submit(
+            fields,
+            template.agent,
+            schedule=schedule.name,
+            task_id=task_id,
+            reason=f"fired by schedule {schedule.name} {why}",
+        )
+        schedule.fires += 1
+        schedule.last_task = task_id
+        schedule.last_fire_at = key
+        self.board.broadcast(
+            {
+                "event": "schedule",
+                "schedule": schedule.name,
+                "what": "fired",
+                "nominal": key,
+                "task": task_id,
+            }
+        )
+        return 1
+
+    def run_now(self, name: str) -> str:
+        """Fire once now, outside the timetable; the next scheduled fire is unchanged."""
+        schedule = msgspec.structs.replace(self.get(name))
+        now = self.clock.time()
+        if not self._fire_one(schedule, now, rfc3339(now), manual=True):
+            raise BadRequest(f"schedule {name!r} was fired by hand this very millisecond; retry")
+        self._save(schedule)
+        assert schedule.last_task is not None
+        return schedule.last_task
+
+    def _note(self, schedule: Schedule, what: str, nominal: float, reason: str) -> None:
+        entry = LedgerEntry(
+            at=rfc3339(self.clock.time()),
+            schedule=schedule.name,
+            to_state=what,
+            reason=f"{reason}; nominal {rfc3339(nominal)}",
+        )
+        self.board.ledger_rows.append(self.store.append_ledger(entry))
+        self.board.broadcast(
+            {
+                "event": "schedule",
+                "schedule": schedule.name,
+                "what": what,
+                "nominal": rfc3339(nominal),
+            }
+        )
+
+    async def run(self, on_fired: Callable[[], None]) -> None:
+        """Sleep until the next due time (or a change), fire, hand the batch to the server."""
+        while True:
+            self.changed.clear()
+            wake = self.next_wake()
+            delay = (
+                MAX_SLEEP if wake is None else min(MAX_SLEEP, max(0.0, wake - self.clock.time()))
+            )
+            if delay > 0:
+                try:
+                    async with asyncio.timeout(delay):
+                        await self.changed.wait()
+                    continue
+                except TimeoutError:
+                    pass
+            try:
+                self.fire_due()
+            except ColibriError as exc:
+                log.error(
+                    "schedule fire failed",
+                    extra={"event": "schedule_failed", "error": exc.message},
+                )
+            on_fired()
+
+
+def _same_definition(a: Schedule, b: Schedule) -> bool:
+    keys = (
+        "kind",
+        "cron",
+        "tz",
+        "every",
+        "catch_up",
+        "catch_up_max",
+        "grace",
+        "overlap",
+        "jitter",
+        "task",
+        "paused",
+    )
+    return all(getattr(a, k) == getattr(b, k) for k in keys) and (a.kind != "once" or a.at == b.at)
