@@ -1,0 +1,197 @@
+"""Schedules through a real daemon: the commands, config, overlap, once, crashes at fires."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from colibri.client import RemoteError
+from colibri.core.model import parse_rfc3339, rfc3339
+from tests.helpers import Daemon, FakeAgent, wait_until
+
+
+def add(daemon: Daemon, name: str, **spec: Any) -> dict[str, Any]:
+    spec.setdefault("task", {"text": f"task of {name}"})
+    return daemon.call("schedule-add", name=name, schedule=spec)
+
+
+def fires(daemon: Daemon, name: str) -> list[dict[str, Any]]:
+    return daemon.call("schedule-get", name=name, next=0, fires=1000)["fires"]
+
+
+def test_add_show_list_pause_resume_remove(daemon: Daemon) -> None:
+    reply = add(
+        daemon,
+        "nightly",
+        cron="0 0 * * *",
+        tz="Europe/Ljubljana",
+        task={"text": "nightly build", "capabilities": ["FreeBSD"]},
+    )
+    schedule = reply["schedule"]
+    assert schedule["kind"] == "cron" and schedule["tz"] == "Europe/Ljubljana"
+    shown = daemon.call("schedule-get", name="nightly", next=10)
+    assert len(shown["next"]) == 10
+    instants = [parse_rfc3339(t) for t in shown["next"]]
+    assert instants == sorted(instants) and len(set(instants)) == 10
+    # midnight in Ljubljana is 23:00 UTC in winter, 22:00 UTC in summer
+    assert all(t.endswith(("T23:00:00.000Z", "T22:00:00.000Z")) for t in shown["next"])
+    assert [s["name"] for s in daemon.call("schedule-list")["schedules"]] == ["nightly"]
+    paused = daemon.call("schedule-pause", name="nightly")["schedule"]
+    assert paused["paused"] is True
+    resumed = daemon.call("schedule-resume", name="nightly")["schedule"]
+    assert resumed["paused"] is False and resumed["next_fire_at"] == shown["next"][0]
+    daemon.call("schedule-rm", name="nightly")
+    assert daemon.call("schedule-list")["schedules"] == []
+    with pytest.raises(RemoteError) as err:
+        daemon.call("schedule-get", name="nightly")
+    assert err.value.code == "unknown_schedule"
+
+
+def test_bad_definitions_are_refused_and_store_nothing(daemon: Daemon) -> None:
+    before = daemon.call("status")["ledger_seq"]
+    for spec, words in [
+        ({"cron": "61 * * * *"}, "cron"),
+        ({"cron": "* * *"}, "five fields"),
+        ({"cron": "@daily", "tz": "Mars/Olympus"}, "time zone"),
+        ({"at": "2001-01-01T00:00:00Z"}, "past"),
+        ({"every": "soon"}, "duration"),
+        ({"cron": "@daily", "every": "1m"}, "exactly one"),
+    ]:
+        with pytest.raises(RemoteError) as err:
+            add(daemon, "bad", **spec)
+        assert err.value.code == "bad_request"
+        assert words in err.value.message
+    assert daemon.call("schedule-list")["schedules"] == []
+    assert daemon.call("status")["ledger_seq"] == before
+    add(daemon, "dup", cron="@hourly")
+    with pytest.raises(RemoteError) as err:
+        add(daemon, "dup", cron="@daily")
+    assert err.value.code == "schedule_exists"
+
+
+def test_interval_fires_tasks_carrying_the_schedule_name(daemon: Daemon) -> None:
+    agent = FakeAgent(daemon, "runner", slots=10)
+    add(daemon, "tick", every="1s", task={"text": "tick work"})
+    assigns = []
+    for _ in range(2):  # answer each before the next fire: overlap "skip" is the default
+        assign = agent.next_assign(timeout=10)
+        assert assign["task"]["schedule"] == "tick"
+        agent.out(assign)
+        assigns.append(assign)
+    first, second = (parse_rfc3339(a["task"]["created_at"]) for a in assigns)
+    assert second > first
+    rows = daemon.call("ledger", task=assigns[0]["task"]["id"])["entries"]
+    assert "fired by schedule tick" in rows[0]["reason"]
+    agent.close()
+
+
+def test_overlap_skip_counts_and_records(daemon: Daemon) -> None:
+    add(daemon, "busy", every="1s")  # nobody takes the task: it stays pending
+    wait_until(lambda: daemon.call("schedule-get", name="busy")["schedule"]["skipped"] >= 2)
+    schedule = daemon.call("schedule-get", name="busy")["schedule"]
+    assert schedule["fires"] == 1
+    pending = daemon.call("list", state="pending")["tasks"]
+    assert len(pending) == 1
+    outcomes = {f["outcome"] for f in fires(daemon, "busy")}
+    assert outcomes == {"fired", "skipped"}
+    skipped_rows = [r for r in daemon.call("ledger")["entries"] if r.get("to_state") == "skipped"]
+    assert skipped_rows and all(r["schedule"] == "busy" for r in skipped_rows)
+
+
+def test_overlap_replace_cancels_the_previous_task(daemon: Daemon) -> None:
+    add(daemon, "fresh", every="1s", overlap="replace")
+    wait_until(lambda: daemon.call("schedule-get", name="fresh")["schedule"]["fires"] >= 3)
+    tasks = daemon.call("list")["tasks"]
+    cancelled = [t for t in tasks if t.get("outcome") == "cancelled"]
+    assert len(cancelled) >= 2
+    assert len([t for t in tasks if t["state"] == "pending"]) == 1
+
+
+def test_run_now_fires_once_without_moving_the_timetable(daemon: Daemon) -> None:
+    add(daemon, "later", cron="0 0 1 1 *")
+    before = daemon.call("schedule-get", name="later")["schedule"]["next_fire_at"]
+    task = daemon.call("schedule-run", name="later")["task"]
+    assert task["schedule"] == "later" and task["state"] == "pending"
+    after = daemon.call("schedule-get", name="later")["schedule"]
+    assert after["next_fire_at"] == before and after["fires"] == 1
+
+
+def test_once_fires_exactly_once_and_finishes_across_a_restart(daemon: Daemon) -> None:
+    at = time.time() + 1.5
+    add(daemon, "one", at=rfc3339(at))
+    wait_until(lambda: daemon.call("schedule-get", name="one")["schedule"]["finished"])
+    daemon.restart()
+    time.sleep(1.0)
+    schedule = daemon.call("schedule-get", name="one")["schedule"]
+    assert schedule["fires"] == 1 and schedule["finished"] and schedule["next_fire_at"] is None
+    assert len([t for t in daemon.call("list")["tasks"] if t.get("schedule") == "one"]) == 1
+
+
+def test_config_schedules_load_and_errors_name_the_line(root: Path) -> None:
+    (root / "colibri.jsonc").write_text(
+        "{\n  // a schedule from the file\n  schedules: {\n    nightly: {\n"
+        '      cron: "30 2 * * *", tz: "Europe/Ljubljana",\n'
+        '      task: { text: "nightly build", capabilities: ["freebsd"] },\n    },\n  },\n}\n'
+    )
+    daemon = Daemon(root)
+    daemon.start()
+    try:
+        listed = daemon.call("schedule-list")["schedules"]
+        assert [(s["name"], s["source"], s["cron"]) for s in listed] == [
+            ("nightly", "config", "30 2 * * *")
+        ]
+        with pytest.raises(RemoteError) as err:
+            daemon.call("schedule-rm", name="nightly")
+        assert "colibri.jsonc" in err.value.message
+    finally:
+        daemon.stop()
+    (root / "colibri.jsonc").write_text(
+        '{\n  "schedules": {\n    "broken": {\n      "cron": "99 * * * *",\n'
+        '      "task": {"text": "x"}\n    }\n  }\n}\n'
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "colibri", "--root", str(root), "run"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 1
+    assert f"{root / 'colibri.jsonc'}:3:" in result.stderr and "broken" in result.stderr
+
+
+def test_kill_at_fires_never_fires_a_time_twice_nor_loses_one(root: Path) -> None:
+    """SIGKILL the daemon repeatedly around the fires of an every-second schedule.
+
+    Each nominal time from the first to the last must be recorded exactly once (fired, or
+    missed under catch_up all with its cap), and no two tasks may come from one nominal time.
+    """
+    daemon = Daemon(root)
+    daemon.start()
+    try:
+        add(daemon, "beat", every="1s", catch_up="all", overlap="allow")
+        for n in range(6):
+            time.sleep(0.7 + 0.3 * (n % 3))
+            daemon.kill()
+            time.sleep(0.4)
+            daemon.start()
+        time.sleep(1.2)
+        records = fires(daemon, "beat")
+        nominals = sorted(parse_rfc3339(r["nominal"]) for r in records)
+        assert len(nominals) == len(set(nominals)), "a nominal time was recorded twice"
+        steps = {round(b - a, 3) for a, b in zip(nominals, nominals[1:], strict=False)}
+        assert steps == {1.0}, f"nominal times skipped or doubled: gaps {steps}"
+        fired = [r for r in records if r["outcome"] == "fired"]
+        listed = daemon.call("list", limit=10_000)["tasks"]
+        tasks = [t for t in listed if t.get("schedule") == "beat"]
+        assert sorted(t["id"] for t in tasks) == sorted(r["task"] for r in fired)
+        reasons = [daemon.call("ledger", task=t["id"])["entries"][0]["reason"] for t in tasks]
+        assert len(reasons) == len(set(reasons))
+    finally:
+        daemon.stop()
+    json.dumps(records)  # the records are plain JSON (what `schedule show --json` prints)
