@@ -57,6 +57,13 @@ def _when(s: dict[str, Any]) -> str:
     show_default=True,
     help="After downtime: fire once for all missed times, each of them, or none.",
 )
+@click.option(
+    "--catch-up-max",
+    type=click.IntRange(1, 10_000),
+    default=100,
+    show_default=True,
+    help="With --catch-up all: fire at most this many missed times.",
+)
 @click.option("--grace", help="Skip (and record) missed times older than this duration.")
 @click.option(
     "--overlap",
@@ -85,6 +92,7 @@ def add(
     labels: tuple[str, ...],
     max_attempts: int,
     catch_up: str,
+    catch_up_max: int,
     grace: str | None,
     overlap: str,
     jitter: str | None,
@@ -114,6 +122,7 @@ def add(
             "every": every,
             "at": at_,
             "catch_up": catch_up,
+            "catch_up_max": catch_up_max,
             "grace": grace,
             "overlap": overlap,
             "jitter": jitter,
