@@ -131,6 +131,17 @@ def _ledger_from_row(row: sqlite3.Row) -> LedgerEntry:
     )
 
 
+#: SQLite result codes that mean the storage, not the statement, is at fault.
+_STORAGE_CODES = (
+    "SQLITE_FULL", "SQLITE_IOERR", "SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_BUSY",
+    "SQLITE_LOCKED", "SQLITE_NOMEM", "SQLITE_PROTOCOL", "SQLITE_CORRUPT", "SQLITE_NOTADB",
+)  # fmt: skip
+
+
+def _is_storage_fault(exc: sqlite3.Error) -> bool:
+    return str(getattr(exc, "sqlite_errorname", "")).startswith(_STORAGE_CODES)
+
+
 def _storage_error(exc: sqlite3.Error) -> StorageUnavailable:
     return StorageUnavailable(f"the board's store could not write ({exc}); nothing was changed")
 
@@ -202,9 +213,9 @@ class SqliteStore:
             if not self._conn.in_transaction:
                 self._conn.execute("BEGIN IMMEDIATE")
             yield self._conn
-        except sqlite3.IntegrityError:
-            raise
         except sqlite3.OperationalError as exc:
+            if not _is_storage_fault(exc):
+                raise  # a bug in a statement, not a storage problem: reported as internal
             self.rollback()
             raise _storage_error(exc) from None
 
@@ -225,7 +236,10 @@ class SqliteStore:
                 pass  # SQLite may already have rolled back by itself (e.g. on SQLITE_FULL)
 
     def close(self) -> None:
-        self.rollback()
+        try:
+            self.rollback()
+        except sqlite3.ProgrammingError:
+            return  # already closed
         self._conn.close()
 
     # -- tasks -------------------------------------------------------------------------------
