@@ -76,7 +76,7 @@ class Agent(msgspec.Struct, kw_only=True):
     last_seen: str | None = None
 
 
-class LedgerEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
+class LedgerEntry(msgspec.Struct, kw_only=True):
     seq: int = 0
     at: str
     #: The task that changed; absent on a schedule's row for a missed or skipped fire.

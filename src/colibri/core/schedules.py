@@ -9,7 +9,8 @@ Three kinds:
   follows Vixie/Debian cron across DST: a fixed time that the spring-forward gap skips fires
   once, at the first valid instant after the gap; a fixed time that the fall-back hour repeats
   fires once, on its first occurrence; jobs with a wildcard or step in the minute or hour field
-  keep firing by elapsed time (an hourly job fires every real hour).
+  keep firing at every local time that exists (an hourly job fires every real hour where the
+  shift is a whole hour; in Australia/Lord_Howe, whose shift is 30 minutes, at each local hour).
 - *interval*: every fixed duration, anchored to nominal times (anchor + n·every), so a late
   fire never makes the next one drift.
 - *once*: a single instant; finished after it fires.
@@ -148,8 +149,13 @@ def next_after(schedule: Schedule, after: float) -> float | None:
 
         assert schedule.cron is not None
         tz = zone(schedule.tz or "UTC")
-        start = datetime.fromtimestamp(after, tz)
-        return next(CronSim(schedule.cron, start)).timestamp()
+        times = CronSim(schedule.cron, datetime.fromtimestamp(after, tz))
+        # cronsim drops the fold of a fixed time inside a repeated (fall-back) hour, so it can
+        # answer an instant before ``after``: step on until it is strictly later.
+        nxt = next(times).timestamp()
+        while nxt <= after:
+            nxt = next(times).timestamp()
+        return nxt
     if schedule.kind == "interval":
         assert schedule.every and schedule.at
         anchor = instant(schedule.at)
@@ -158,6 +164,28 @@ def next_after(schedule: Schedule, after: float) -> float | None:
     assert schedule.at is not None
     at = instant(schedule.at)
     return at if at > after else None
+
+
+def latest_due(schedule: Schedule, now: float) -> float | None:
+    """The last nominal fire time at or before ``now`` (None if there is none)."""
+    if schedule.kind == "cron":
+        from cronsim import CronSim
+
+        assert schedule.cron is not None
+        start = datetime.fromtimestamp(now + 1, zone(schedule.tz or "UTC"))
+        times = CronSim(schedule.cron, start, reverse=True)
+        latest = next(times).timestamp()
+        while latest > now:
+            latest = next(times).timestamp()
+        return latest
+    assert schedule.at is not None
+    if schedule.kind == "interval":
+        assert schedule.every
+        anchor = instant(schedule.at)
+        steps = math.floor((now - anchor) / schedule.every)
+        return anchor + steps * schedule.every if steps >= 1 else None
+    at = instant(schedule.at)
+    return at if at <= now else None
 
 
 def upcoming(schedule: Schedule, after: float, count: int) -> list[float]:
@@ -208,9 +236,14 @@ def plan(schedule: Schedule, now: float) -> Plan:
             break
         due.append(nxt)
     else:
+        # Too many to list: the rest are counted as missed, but the latest due time is
+        # still the one a policy may fire.
         result.missed_uncounted = True
+        latest = latest_due(schedule, now)
+        if latest is not None and latest > due[-1]:
+            due.append(latest)
     last = due[-1]
-    result.next_fire_at = next_after(schedule, max(last, now if result.missed_uncounted else last))
+    result.next_fire_at = next_after(schedule, last)
     fresh = [t for t in due if schedule.grace is None or now - t <= schedule.grace]
     if schedule.catch_up == "all":
         result.fire = fresh[-schedule.catch_up_max :]
@@ -249,7 +282,15 @@ def build(
         )
     if not spec.task.text.strip():
         raise BadRequest(f"schedule {name!r}: task text is empty")
-    normalize_names(spec.task.capabilities, "capability")
+    task = spec.task
+    task = msgspec.structs.replace(
+        task,
+        capabilities=normalize_names(task.capabilities, "capability"),
+        labels=normalize_names(task.labels, "label"),
+        workspace=check_name(task.workspace, "workspace") if task.workspace else None,
+        agent=check_name(task.agent, "agent name") if task.agent else None,
+        tenant=check_name(task.tenant, "tenant") if task.tenant else None,
+    )
     tz_name = spec.tz or default_tz
     tz = zone(tz_name)
     grace = _seconds(spec.grace, "grace")
@@ -264,7 +305,7 @@ def build(
         grace=grace,
         overlap=spec.overlap,
         jitter=jitter,
-        task=spec.task,
+        task=task,
         paused=spec.paused,
         source=source,  # type: ignore[arg-type]
         created_at=stamp,

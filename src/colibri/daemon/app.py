@@ -138,11 +138,20 @@ async def _run_until_stopped(config: Config, board: Board, server: Server) -> No
             board.dispatch_wanted = True
             server.schedule_flush()
 
+    sweep_wake = asyncio.Event()
+    board.on_deadline = sweep_wake.set
+
     async def sweep() -> None:
         while True:
             deadline = board.next_deadline()
-            delay = 1.0 if deadline is None else min(1.0, max(0.02, deadline - loop.time()))
-            await asyncio.sleep(delay)
+            delay = 1.0 if deadline is None else min(1.0, max(0.005, deadline - loop.time()))
+            sweep_wake.clear()
+            try:
+                async with asyncio.timeout(delay):
+                    await sweep_wake.wait()  # a new, maybe earlier, deadline: recompute
+                continue
+            except TimeoutError:
+                pass
             board.sweep()
             server.close_stalled()
             server.schedule_flush()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -127,6 +127,8 @@ class Board:
         self.ledger_rows: list[LedgerEntry] = []
         self.outbox: list[tuple[Peer, dict[str, Any]]] = []
         self.dispatch_wanted = False
+        #: Called when a new deadline may be earlier than the sweep's next wake.
+        self.on_deadline: Callable[[], None] = lambda: None
 
     # -- recovery ----------------------------------------------------------------------------
 
@@ -313,6 +315,7 @@ class Board:
             wait = parse_rfc3339(task.not_before) - self.clock.time()
             if wait > 0:
                 heapq.heappush(self._delayed, (self.clock.monotonic() + wait, task.id))
+                self.on_deadline()
                 return
         self._make_dispatchable(task)
 
@@ -577,6 +580,7 @@ class Board:
                 elif task is not None and task.state in states.OUTCOMES:
                     self._close(task)
         self.agents[name] = agent
+        self.on_deadline()
         peer.agent_name = name
         self._index(agent)
         self.store.upsert_agent(agent.wire(), rfc3339(now))

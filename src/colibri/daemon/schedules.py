@@ -185,12 +185,16 @@ class ScheduleRunner:
             more = f"{hidden} more" if hidden > 0 else "more"
             self._note(schedule, "missed", now, f"{more} missed fires not listed one by one")
         submitted = 0
-        for nominal in plan.fire:
-            submitted += self._fire_one(schedule, nominal, stamp)
-        schedule.next_fire_at = None if plan.next_fire_at is None else rfc3339(plan.next_fire_at)
-        if schedule.kind == "once" and plan.next_fire_at is None:
-            schedule.finished = True
-        self._save(schedule)
+        try:
+            for nominal in plan.fire:
+                submitted += self._fire_one(schedule, nominal, stamp)
+        finally:  # a failed submit must not stop the timetable
+            schedule.next_fire_at = (
+                None if plan.next_fire_at is None else rfc3339(plan.next_fire_at)
+            )
+            if schedule.kind == "once" and plan.next_fire_at is None:
+                schedule.finished = True
+            self._save(schedule)
         return submitted
 
     def _fire_one(

@@ -1,0 +1,263 @@
+"""Crashes and restarts of a real daemon: durable board, reclaimed sessions, ledger mirror, lock."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from colibri.client import socket_path
+from tests.helpers import PYTHON, Daemon, FakeAgent, wait_until, write_config
+
+Spawn = Callable[..., FakeAgent]
+LONG_TTL = 30.0
+
+
+@pytest.fixture
+def spawn() -> Iterator[Spawn]:
+    made: list[FakeAgent] = []
+
+    def make(
+        daemon: Daemon, name: str, capabilities: list[str] | None = None, **extra: Any
+    ) -> FakeAgent:
+        agent = FakeAgent(daemon, name, capabilities, **extra)
+        made.append(agent)
+        return agent
+
+    yield make
+    for agent in made:
+        agent.close()
+
+
+@pytest.fixture
+def start_daemon(root: Path) -> Iterator[Callable[..., Daemon]]:
+    started: list[Daemon] = []
+
+    def start(**scheduler: Any) -> Daemon:
+        write_config(root, **scheduler)
+        daemon = Daemon(root)
+        daemon.start()
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        daemon.stop()
+
+
+def get(daemon: Daemon, task_id: str) -> dict[str, Any]:
+    return daemon.call("get", task=task_id)["task"]  # type: ignore[no-any-return]
+
+
+def ledger(daemon: Daemon, task_id: str | None = None) -> list[dict[str, Any]]:
+    return daemon.call("ledger", task=task_id, limit=10_000)["entries"]  # type: ignore[no-any-return]
+
+
+def mirror_path(root: Path) -> Path:
+    return root / ".colibri" / "ledger.jsonl"
+
+
+def mirror_rows(root: Path) -> list[dict[str, Any]]:
+    data = mirror_path(root).read_bytes()
+    assert data == b"" or data.endswith(b"\n"), "the mirror ends in a torn line"
+    return [json.loads(line) for line in data.splitlines()]
+
+
+def normalised(row: dict[str, Any]) -> dict[str, Any]:
+    """A row with its default fields filled in (a default may be written out or left out)."""
+    return {"tenant": "default", "epoch": 0, **row}
+
+
+def assert_mirror_matches_store(daemon: Daemon) -> list[dict[str, Any]]:
+    """ledger.jsonl holds exactly the store's rows: same seqs, in order, no gaps or doubles."""
+    stored = ledger(daemon)
+    mirrored = mirror_rows(daemon.root)
+    seqs = [row["seq"] for row in mirrored]
+    assert seqs == list(range(1, len(stored) + 1))
+    assert [normalised(row) for row in mirrored] == [normalised(row) for row in stored]
+    return stored
+
+
+def some_work(daemon: Daemon, agent: FakeAgent, n: int) -> None:
+    """Submit n tasks; the agent finishes them alternately done and failed."""
+    for i in range(n):
+        daemon.call("submit", text=f"job {i}")
+        assign = agent.next_assign(timeout=5)
+        if i % 2:
+            agent.fail(assign, "nope")
+        else:
+            agent.out(assign, "yes")
+
+
+# -- the board survives ----------------------------------------------------------------------------
+
+
+def test_pending_tasks_survive_sigkill_and_are_then_assigned(daemon: Daemon, spawn: Spawn) -> None:
+    ids = [daemon.call("submit", text=f"keep {n}", priority=n)["task"]["id"] for n in range(3)]
+    daemon.kill()
+    daemon.start()
+    listed = daemon.call("list", state="pending")["tasks"]
+    assert sorted(t["id"] for t in listed) == sorted(ids)
+    agent = spawn(daemon, "after", slots=3)
+    got = [agent.next_assign(timeout=5)["task"]["id"] for _ in range(3)]
+    assert got == list(reversed(ids))  # priority order holds after the restart too
+    assert all(get(daemon, task_id)["state"] == "running" for task_id in ids)
+
+
+def test_a_running_task_claimed_back_after_restart_stays_running(
+    daemon: Daemon, spawn: Spawn
+) -> None:
+    task = daemon.call("submit", text="outlives the daemon")["task"]
+    before = spawn(daemon, "keeper")
+    assign = before.next_assign(timeout=5)
+    daemon.kill()
+    before.close()
+    daemon.start()
+    assert get(daemon, task["id"])["state"] == "running"
+    after = spawn(daemon, "keeper", running=[{"task": task["id"], "epoch": assign["epoch"]}])
+    assert after.registration["adopted"] == [task["id"]]
+    kept = get(daemon, task["id"])
+    assert (kept["state"], kept["agent"], kept["epoch"], kept["attempts"]) == (
+        "running",
+        "keeper",
+        1,
+        1,
+    )
+    assert after.out(assign, "finished across a crash")["task"]["outcome"] == "done"
+    assert [r["to_state"] for r in ledger(daemon, task["id"])] == [
+        "pending",
+        "running",
+        "done",
+        "closed",
+    ]
+
+
+def test_a_running_task_nobody_claims_back_fails_as_session_lost(
+    start_daemon: Callable[..., Daemon], spawn: Spawn
+) -> None:
+    daemon = start_daemon(agent_ttl="0.5s")
+    task = daemon.call("submit", text="orphaned")["task"]
+    holder = spawn(daemon, "holder", ttl=LONG_TTL)
+    holder.next_assign(timeout=5)
+    daemon.kill()
+    holder.close()
+    daemon.start()
+    # A free agent that could run it is online, yet it is not replayed.
+    spawn(daemon, "bystander", ttl=LONG_TTL)
+    final = wait_until(lambda: (t := get(daemon, task["id"]))["state"] == "closed" and t)
+    assert final["outcome"] == "failed"
+    assert final["attempts"] == 1
+    rows = ledger(daemon, task["id"])
+    assert [(r.get("from_state"), r["to_state"]) for r in rows] == [
+        (None, "pending"),
+        ("pending", "running"),
+        ("running", "failed"),
+        ("failed", "closed"),
+    ]
+    assert "session lost" in rows[2]["reason"]
+    assert "restart" in rows[2]["reason"]
+
+
+# -- the ledger mirror -----------------------------------------------------------------------------
+
+
+def test_mirror_equals_the_store_after_a_normal_run(daemon: Daemon, spawn: Spawn) -> None:
+    agent = spawn(daemon, "worker")
+    some_work(daemon, agent, 4)
+    stored = assert_mirror_matches_store(daemon)
+    assert len(stored) == 4 * 4
+    daemon.stop()
+    daemon.start()
+    assert_mirror_matches_store(daemon)
+
+
+def test_mirror_equals_the_store_after_sigkill(daemon: Daemon, spawn: Spawn) -> None:
+    agent = spawn(daemon, "worker")
+    some_work(daemon, agent, 3)
+    daemon.call("submit", text="left pending", capabilities=["nobody"])
+    daemon.kill()
+    agent.close()
+    daemon.start()
+    stored = assert_mirror_matches_store(daemon)
+    assert len(stored) == 3 * 4 + 1
+    again = spawn(daemon, "worker")
+    some_work(daemon, again, 2)
+    assert len(assert_mirror_matches_store(daemon)) == 3 * 4 + 1 + 2 * 4
+
+
+def test_a_torn_last_line_is_cut_at_start_up(daemon: Daemon, spawn: Spawn) -> None:
+    agent = spawn(daemon, "worker")
+    some_work(daemon, agent, 2)
+    daemon.stop()
+    agent.close()
+    path = mirror_path(daemon.root)
+    intact = path.read_bytes()
+    with path.open("ab") as f:
+        f.write(b'{"seq":9,"at":"2026-01-01T00:00:00.000Z","ta')
+    daemon.start()
+    assert path.read_bytes() == intact
+    assert "torn" in daemon.log()
+    again = spawn(daemon, "worker")
+    some_work(daemon, again, 1)
+    assert len(assert_mirror_matches_store(daemon)) == 3 * 4
+    assert path.read_bytes().startswith(intact)
+
+
+def test_a_short_mirror_is_completed_from_the_store(daemon: Daemon, spawn: Spawn) -> None:
+    agent = spawn(daemon, "worker")
+    some_work(daemon, agent, 3)
+    daemon.stop()
+    agent.close()
+    path = mirror_path(daemon.root)
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert len(lines) == 12
+    path.write_bytes(b"".join(lines[:5]))
+    daemon.start()
+    assert len(assert_mirror_matches_store(daemon)) == 12
+    path.write_bytes(b"")
+    daemon.restart()
+    assert len(assert_mirror_matches_store(daemon)) == 12
+
+
+# -- one daemon per root, and clean exits ----------------------------------------------------------
+
+
+def test_a_second_daemon_on_the_same_root_exits_naming_the_first(daemon: Daemon) -> None:
+    assert daemon.process is not None
+    second = subprocess.run(
+        [PYTHON, "-m", "colibri", "--root", str(daemon.root), "run"],
+        capture_output=True,
+        timeout=30,
+    )
+    assert second.returncode == 1
+    stderr = second.stderr.decode()
+    assert f"pid {daemon.process.pid}" in stderr
+    # The first daemon is untouched: its socket still answers.
+    assert daemon.socket.exists()
+    assert daemon.call("ping")["pong"] is True
+
+
+def test_a_stale_socket_and_lock_do_not_block_the_next_start(daemon: Daemon) -> None:
+    task = daemon.call("submit", text="still here")["task"]
+    daemon.kill()
+    assert daemon.socket.is_socket()  # left behind by the crash
+    assert (daemon.root / ".colibri" / "daemon.lock").exists()
+    daemon.start()
+    assert daemon.call("ping")["pong"] is True
+    assert get(daemon, task["id"])["state"] == "pending"
+
+
+def test_sigterm_exits_zero_and_removes_the_socket(daemon: Daemon, spawn: Spawn) -> None:
+    assert daemon.process is not None
+    spawn(daemon, "connected")
+    daemon.call("submit", text="running at shutdown")
+    path = socket_path(daemon.root)
+    assert path.exists()
+    daemon.process.send_signal(signal.SIGTERM)
+    assert daemon.process.wait(timeout=15) == 0
+    assert not path.exists()
