@@ -253,8 +253,8 @@ class Board:
         reason: str = "submitted",
     ) -> tuple[Task, bool]:
         """Write a new pending task durably (on commit); return it and whether it is new."""
-        text = req.text.strip()
-        if not text:
+        text = req.text  # kept byte for byte: it is the session's input
+        if not text.strip():
             raise BadRequest("text is empty: say what the task is")
         tenant = check_name(req.tenant, "tenant") if req.tenant else DEFAULT_TENANT
         if req.idempotency_key is not None:

@@ -1,0 +1,537 @@
+"""The ``colibri`` command line as a real subprocess: roots, every command, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import json5
+import pytest
+
+from colibri import __version__
+from colibri.client import socket_path
+from tests.helpers import Daemon, FakeAgent
+
+COMMANDS = [
+    "init",
+    "run",
+    "demo",
+    "submit",
+    "list",
+    "show",
+    "cancel",
+    "retry",
+    "why",
+    "ledger",
+    "agents",
+    "skills",
+    "status",
+    "pause",
+    "resume",
+    "agent",
+]
+
+
+def colibri(
+    *args: str,
+    root: Path | None = None,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 30.0,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m colibri ARGS`` and capture what it prints."""
+    command = [sys.executable, "-m", "colibri"]
+    if root is not None:
+        command += ["--root", str(root)]
+    return subprocess.run(
+        [*command, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, f"exit {result.returncode}: {result.stderr}"
+    return result.stdout
+
+
+def error_line(result: subprocess.CompletedProcess[str], code: int = 1) -> str:
+    """The single line a failed command prints on stderr (nothing on stdout)."""
+    assert result.returncode == code, f"exit {result.returncode}: {result.stdout}{result.stderr}"
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def as_json(result: subprocess.CompletedProcess[str]) -> Any:
+    return json.loads(ok(result))
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    """A short directory in /tmp that is not inside any root."""
+    path = Path(tempfile.mkdtemp(prefix="cbc", dir="/tmp")).resolve()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# -- roots -------------------------------------------------------------------------------------
+
+
+def test_init_writes_commented_config_and_private_state_dir(scratch: Path) -> None:
+    target = scratch / "fleet"
+    out = ok(colibri("init", str(target), cwd=scratch))
+    assert str(target) in out
+    text = (target / "colibri.jsonc").read_text()
+    assert "//" in text  # commented, for people to edit
+    settings = json5.loads(text)
+    assert set(settings) == {"scheduler", "server", "store"}
+    assert settings["scheduler"]["tick"] == "30s"
+    state = target / ".colibri"
+    assert state.is_dir()
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    # A second init leaves the root (and an edited config) alone.
+    (target / "colibri.jsonc").write_text('{"scheduler": {"tick": "5s"}}')
+    again = ok(colibri("init", str(target), cwd=scratch))
+    assert "already" in again
+    assert json5.loads((target / "colibri.jsonc").read_text()) == {"scheduler": {"tick": "5s"}}
+
+
+def test_init_without_directory_uses_the_working_directory(scratch: Path) -> None:
+    ok(colibri("init", cwd=scratch))
+    assert (scratch / ".colibri").is_dir()
+    assert (scratch / "colibri.jsonc").is_file()
+
+
+def test_init_inside_a_root_is_refused_unless_forced(scratch: Path) -> None:
+    ok(colibri("init", cwd=scratch))
+    sub = scratch / "a" / "b"
+    sub.mkdir(parents=True)
+    line = error_line(colibri("init", cwd=sub))
+    assert f"inside the Colibri root {scratch}" in line
+    assert "--force" in line
+    assert not (sub / ".colibri").exists()
+    assert not (sub / "colibri.jsonc").exists()
+    # The same with an explicit directory.
+    line = error_line(colibri("init", str(sub), cwd=scratch))
+    assert str(scratch) in line
+    assert not (sub / ".colibri").exists()
+
+    ok(colibri("init", "--force", cwd=sub))
+    assert (sub / ".colibri").is_dir()
+    assert (sub / "colibri.jsonc").is_file()
+
+
+def test_run_inside_a_root_is_refused(scratch: Path) -> None:
+    ok(colibri("init", cwd=scratch))
+    sub = scratch / "work"
+    sub.mkdir()
+    # A daemon that started would never exit: the timeout turns that into a failure.
+    line = error_line(colibri("run", cwd=sub, timeout=20))
+    assert f"inside the Colibri root {scratch}" in line
+    assert not (sub / ".colibri").exists()
+    assert not socket_path(scratch).exists()
+
+
+def test_commands_find_the_root_from_cwd_root_option_and_environment(
+    daemon: Daemon, scratch: Path
+) -> None:
+    deep = daemon.root / "src" / "module"
+    deep.mkdir(parents=True)
+    by_cwd = ok(colibri("submit", "found from the working directory", cwd=deep)).strip()
+    by_option = ok(colibri("submit", "found from --root", root=daemon.root, cwd=scratch)).strip()
+    env = {**os.environ, "COLIBRI_ROOT": str(daemon.root)}
+    by_env = ok(colibri("submit", "found from COLIBRI_ROOT", cwd=scratch, env=env)).strip()
+    # --root wins over COLIBRI_ROOT.
+    wrong = {**os.environ, "COLIBRI_ROOT": str(scratch)}
+    by_both = ok(colibri("submit", "the option beats the env", root=daemon.root, env=wrong)).strip()
+    stored = {t["id"]: t["text"] for t in daemon.call("list")["tasks"]}
+    assert stored == {
+        by_cwd: "found from the working directory",
+        by_option: "found from --root",
+        by_env: "found from COLIBRI_ROOT",
+        by_both: "the option beats the env",
+    }
+
+
+def test_the_nearest_root_wins(root: Path) -> None:
+    nested = root / "team"
+    nested.mkdir()
+    ok(colibri("init", "--force", cwd=nested))
+    (nested / "deeper").mkdir()
+    # No daemon runs anywhere; the message names the root that was found.
+    line = error_line(colibri("list", cwd=nested / "deeper"))
+    assert f"no daemon is running for {nested} " in line
+    line = error_line(colibri("list", cwd=root))
+    assert f"no daemon is running for {root} " in line
+
+
+def test_outside_any_root_says_how_to_create_one(scratch: Path) -> None:
+    line = error_line(colibri("list", cwd=scratch))
+    assert "no Colibri root" in line
+    assert "colibri init" in line
+    line = error_line(colibri("submit", "x", root=scratch / "missing", cwd=scratch))
+    assert "is not a Colibri root" in line
+    assert f"colibri init {scratch / 'missing'}" in line
+    env = {**os.environ, "COLIBRI_ROOT": str(scratch)}
+    line = error_line(colibri("status", cwd=scratch, env=env))
+    assert f"{scratch} is not a Colibri root" in line
+
+
+def test_no_daemon_says_so_and_how_to_start_one(root: Path) -> None:
+    for args in (["list"], ["submit", "x", "--json"]):
+        line = error_line(colibri(*args, cwd=root))
+        assert "no daemon is running" in line
+        assert "colibri run" in line
+
+
+# -- commands against a daemon -------------------------------------------------------------------
+
+
+def test_submit_prints_the_id_and_json_prints_the_task(daemon: Daemon) -> None:
+    task_id = ok(colibri("submit", "upgrade zfs", "--cap", "zfs", root=daemon.root)).strip()
+    assert daemon.call("get", task=task_id)["task"]["text"] == "upgrade zfs"
+
+    task = as_json(
+        colibri(
+            "submit",
+            "build docs",
+            "--cap",
+            "docs",
+            "--cap",
+            "Linux",
+            "--priority",
+            "3",
+            "--label",
+            "nightly",
+            "--json",
+            root=daemon.root,
+        )
+    )
+    for name in ("id", "text", "capabilities", "state", "created_at", "priority", "labels"):
+        assert name in task
+    assert task["text"] == "build docs"
+    assert task["capabilities"] == ["docs", "linux"]
+    assert task["state"] == "pending"
+    assert task["priority"] == 3
+    assert task["labels"] == ["nightly"]
+    assert daemon.call("get", task=task["id"])["task"] == task
+
+
+def test_submit_reads_text_from_stdin(daemon: Daemon) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "colibri", "--root", str(daemon.root), "submit", "-"],
+        input="line one\n\tline two\n",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    task_id = ok(result).strip()
+    # The text is kept exactly as given, whitespace and all: it is the session's input.
+    assert daemon.call("get", task=task_id)["task"]["text"] == "line one\n\tline two\n"
+
+
+def test_empty_text_is_refused(daemon: Daemon) -> None:
+    line = error_line(colibri("submit", "  \n ", root=daemon.root))
+    assert "text is empty" in line
+    assert daemon.call("list")["tasks"] == []
+
+
+def test_list_show_and_table_output(daemon: Daemon) -> None:
+    first = ok(colibri("submit", "first task", "--cap", "python", root=daemon.root)).strip()
+    second = ok(colibri("submit", "second task", root=daemon.root)).strip()
+    tasks = as_json(colibri("list", "--json", root=daemon.root))
+    assert isinstance(tasks, list)
+    assert [t["id"] for t in tasks] == [first, second]  # oldest first
+    assert as_json(colibri("list", "--state", "running", "--json", root=daemon.root)) == []
+
+    table = ok(colibri("list", root=daemon.root))
+    assert "ID" in table and "STATE" in table
+    assert first in table and second in table
+    assert "first task" in table
+
+    shown = as_json(colibri("show", first, "--json", root=daemon.root))
+    assert shown["id"] == first
+    assert shown["text"] == "first task"
+    assert shown["capabilities"] == ["python"]
+    described = ok(colibri("show", first, root=daemon.root))
+    assert first in described
+    assert "first task" in described
+
+
+def test_empty_board_tables(daemon: Daemon) -> None:
+    assert ok(colibri("list", root=daemon.root)).strip() == "no tasks"
+    assert "no agents" in ok(colibri("agents", root=daemon.root))
+    assert as_json(colibri("list", "--json", root=daemon.root)) == []
+
+
+def test_agents_lists_the_fleet(daemon: Daemon) -> None:
+    agent = FakeAgent(daemon, "bsd-1", ["freebsd", "zfs"], slots=2)
+    try:
+        agents = as_json(colibri("agents", "--json", root=daemon.root))
+        assert isinstance(agents, list)
+        assert [a["name"] for a in agents] == ["bsd-1"]
+        assert agents[0]["capabilities"] == ["freebsd", "zfs"]
+        assert agents[0]["slots"] == 2
+        assert agents[0]["online"] is True
+        table = ok(colibri("agents", root=daemon.root))
+        assert "bsd-1" in table
+        assert "freebsd,zfs" in table
+    finally:
+        agent.close()
+
+
+def test_skills_lists_and_describes_capabilities(daemon: Daemon) -> None:
+    agent = FakeAgent(daemon, "bsd-1", ["freebsd", "zfs"])
+    try:
+        skills = as_json(colibri("skills", "--json", root=daemon.root))
+        assert isinstance(skills, list)
+        assert {s["name"] for s in skills} == {"freebsd", "zfs"}
+        ok(colibri("skills", "zfs", "the ZFS file system", root=daemon.root))
+        table = ok(colibri("skills", root=daemon.root))
+        assert "the ZFS file system" in table
+        assert "freebsd" in table
+    finally:
+        agent.close()
+
+
+def test_status_shows_daemon_and_board(daemon: Daemon) -> None:
+    agent = FakeAgent(daemon, "bsd-1", ["freebsd"], slots=2)
+    try:
+        daemon.call("submit", text="waits for linux", capabilities=["linux"])
+        status = as_json(colibri("status", "--json", root=daemon.root))
+        assert status["daemon"]["pid"] == daemon.process.pid  # type: ignore[union-attr]
+        assert Path(status["daemon"]["root"]) == daemon.root.resolve()
+        assert status["paused"] is False
+        assert status["tasks"]["pending"] == 1
+        assert status["agents"]["online"] == 1
+        assert status["slots"]["total"] == 2
+        text = ok(colibri("status", root=daemon.root))
+        assert f"pid {status['daemon']['pid']}" in text
+        assert "1 pending" in text
+        assert "1 online" in text
+    finally:
+        agent.close()
+
+
+def test_ledger_json_lines(daemon: Daemon) -> None:
+    task_id = ok(colibri("submit", "ledgered", root=daemon.root)).strip()
+    ok(colibri("cancel", task_id, "--reason", "not needed", root=daemon.root))
+    out = ok(colibri("ledger", "--json", root=daemon.root))
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [r["seq"] for r in rows] == sorted(r["seq"] for r in rows)
+    assert [(r.get("from_state"), r["to_state"]) for r in rows if r["task"] == task_id] == [
+        (None, "pending"),
+        ("pending", "cancelled"),
+        ("cancelled", "closed"),
+    ]
+    assert any(r.get("reason") == "not needed" for r in rows)
+    only = ok(colibri("ledger", "--json", "--task", task_id, "--after", "1", root=daemon.root))
+    assert [json.loads(line)["seq"] for line in only.splitlines()] == [
+        r["seq"] for r in rows if r["task"] == task_id and r["seq"] > 1
+    ]
+    table = ok(colibri("ledger", root=daemon.root))
+    assert task_id in table
+    assert "not needed" in table
+
+
+def test_cancel_cancels_the_family(daemon: Daemon) -> None:
+    parent = ok(colibri("submit", "release", root=daemon.root)).strip()
+    child = ok(colibri("submit", "notes", "--parent", parent, root=daemon.root)).strip()
+    out = ok(colibri("cancel", parent, root=daemon.root))
+    assert "cancelled 2 tasks" in out
+    assert parent in out and child in out
+    for task_id in (parent, child):
+        task = daemon.call("get", task=task_id)["task"]
+        assert (task["state"], task["outcome"]) == ("closed", "cancelled")
+    # A closed task cannot be cancelled again.
+    line = error_line(colibri("cancel", parent, root=daemon.root))
+    assert "illegal" in line or "cannot" in line
+
+
+def test_retry_submits_an_ended_task_again(daemon: Daemon) -> None:
+    old = ok(colibri("submit", "try again", "--cap", "python", root=daemon.root)).strip()
+    # A pending task has not ended: retry is refused.
+    error_line(colibri("retry", old, root=daemon.root))
+    ok(colibri("cancel", old, root=daemon.root))
+    new = ok(colibri("retry", old, root=daemon.root)).strip()
+    assert new != old
+    task = daemon.call("get", task=new)["task"]
+    assert (task["text"], task["capabilities"], task["state"]) == (
+        "try again",
+        ["python"],
+        "pending",
+    )
+    again = as_json(colibri("retry", old, "--json", root=daemon.root))
+    assert again["text"] == "try again"
+    assert again["id"] not in (old, new)
+
+
+def test_pause_and_resume_dispatch(daemon: Daemon) -> None:
+    assert "paused" in ok(colibri("pause", root=daemon.root))
+    assert daemon.call("status")["paused"] is True
+    assert as_json(colibri("pause", "--json", root=daemon.root)) == {"paused": True}
+    task_id = ok(colibri("submit", "held back", root=daemon.root)).strip()
+    agent = FakeAgent(daemon, "any-1")
+    try:
+        # Submissions are taken while paused; a fitting agent with a free slot gets nothing.
+        assert "PAUSED" in ok(colibri("status", root=daemon.root))
+        why = as_json(colibri("why", task_id, "--json", root=daemon.root))
+        assert why["task"]["state"] == "pending"
+        assert "paused" in why["summary"]
+        assert daemon.call("get", task=task_id)["task"]["state"] == "pending"
+        assert "resumed" in ok(colibri("resume", root=daemon.root))
+        assign = agent.next_assign()
+        assert assign["task"]["id"] == task_id
+        assert as_json(colibri("resume", "--json", root=daemon.root)) == {"paused": False}
+    finally:
+        agent.close()
+
+
+def test_why_explains_a_pending_task(daemon: Daemon) -> None:
+    agent = FakeAgent(daemon, "linux-1", ["linux"])
+    try:
+        task_id = ok(
+            colibri("submit", "zfs work", "--cap", "zfs", "--min-score", "1", root=daemon.root)
+        ).strip()
+        reply = as_json(colibri("why", task_id, "--json", root=daemon.root))
+        assert reply["task"]["id"] == task_id
+        assert reply["required"] == ["zfs"]
+        [considered] = reply["agents"]
+        assert considered["agent"] == "linux-1"
+        assert considered["missing"] == ["zfs"]
+        assert considered["eligible"] is False
+        text = ok(colibri("why", task_id, root=daemon.root))
+        assert task_id in text
+        assert "linux-1" in text
+        assert "zfs" in text
+    finally:
+        agent.close()
+
+
+def test_unknown_task_exits_1(daemon: Daemon) -> None:
+    for command in ("show", "cancel", "why"):
+        line = error_line(colibri(command, "no-such-task", root=daemon.root))
+        assert "no task with id no-such-task" in line
+    line = error_line(colibri("submit", "orphan", "--parent", "nope", root=daemon.root))
+    assert "nope" in line
+    assert daemon.call("list")["tasks"] == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["list", "--bogus"],
+        ["--bogus", "list"],
+        ["submit"],
+        ["list", "--state", "sleeping"],
+        ["submit", "x", "--priority", "high"],
+        ["nonsense-command"],
+        ["skills", "zfs"],
+    ],
+)
+def test_bad_usage_exits_2(daemon: Daemon, args: list[str]) -> None:
+    result = colibri(*args, root=daemon.root)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    assert "Usage:" in result.stderr or "Error:" in result.stderr
+    assert daemon.call("list")["tasks"] == []
+
+
+# -- configuration -------------------------------------------------------------------------------
+
+BAD_CONFIGS = {
+    "syntax": ('{\n  "scheduler": {\n    "tick": "1s"\n    "agent_ttl": "1s",\n  },\n}\n', 4, ""),
+    "unknown key": ('{\n  "scheduler": {\n    "tik": "30s",\n  },\n}\n', 3, "scheduler.tik"),
+    "unknown section": ('{\n  // fine\n  "schedule": {},\n}\n', 3, "schedule"),
+    "bad duration": (
+        '{\n  "scheduler": {\n    "tick": "1s",\n    "agent_ttl": "soon",\n  },\n}\n',
+        4,
+        "soon",
+    ),
+    "zero duration": ('{\n  "scheduler": {\n\n    "tick": "0s",\n  },\n}\n', 4, "tick"),
+    "bad durability": ('{\n  "store": {\n    "durability": "maybe",\n  },\n}\n', 3, "durability"),
+    "number out of range": ('{"scheduler": {"min_score": 2}}', 1, "min_score"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
+def test_config_errors_stop_run_with_file_and_line(root: Path, case: str) -> None:
+    text, line, words = BAD_CONFIGS[case]
+    config = root / "colibri.jsonc"
+    config.write_text(text)
+    message = error_line(colibri("run", root=root, timeout=20))
+    assert f"{config}:{line}: " in message
+    assert words in message
+    assert not socket_path(root).exists()
+
+
+def test_a_valid_config_with_comments_and_trailing_commas_runs(root: Path) -> None:
+    (root / "colibri.jsonc").write_text(
+        '// settings\n{\n  "scheduler": {"tick": "1h30m", "agent_ttl": "90s",},\n'
+        '  /* block */ "store": {"durability": "relaxed"},\n}\n'
+    )
+    daemon = Daemon(root)
+    daemon.start()
+    try:
+        status = as_json(colibri("status", "--json", root=root))
+        assert status["daemon"]["durability"] == "relaxed"
+    finally:
+        daemon.stop()
+
+
+# -- help, version, demo ---------------------------------------------------------------------------
+
+
+def test_help_lists_the_commands(scratch: Path) -> None:
+    out = ok(colibri("--help", cwd=scratch))
+    commands = out.split("Commands:")[1]
+    for name in COMMANDS:
+        assert f"\n  {name} " in commands, name
+    assert "submit" in ok(colibri("submit", "--help", cwd=scratch))
+
+
+def test_version(scratch: Path) -> None:
+    out = ok(colibri("--version", cwd=scratch))
+    assert out.strip() == f"colibri, version {__version__}"
+
+
+def test_demo_runs_to_the_end(scratch: Path) -> None:
+    target = scratch / "demo"
+    # Its own process group, so a demo that hangs takes its daemon and agents down with it.
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "colibri", "demo", str(target), "--exit-when-done"],
+        cwd=scratch,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = demo.communicate(timeout=90)
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait()
+    assert demo.returncode == 0, err
+    submitted = re.search(r"submitted (\d+) tasks", out)
+    assert submitted, out
+    transitions = [line for line in out.splitlines() if "→" in line]
+    closed = [line for line in transitions if line.split("→")[1].split()[0] == "closed"]
+    # Every demo task ends closed: done, failed (one is meant to) or cancelled (a family).
+    assert len(closed) == int(submitted[1]) >= 3, out
+    assert any("running → done" in line for line in transitions)
+    assert any("running → failed" in line and "exit 3" in line for line in transitions)
+    assert any("pending → cancelled" in line for line in transitions)
+    # The demo stopped its daemon on the way out.
+    line = error_line(colibri("status", root=target))
+    assert "no daemon is running" in line
