@@ -18,7 +18,9 @@ from colibri.client import Client, socket_path
 PYTHON = sys.executable
 
 
-def write_config(root: Path, *, tick: str = "30s", agent_ttl: str = "30s", **scheduler: Any) -> None:
+def write_config(
+    root: Path, *, tick: str = "30s", agent_ttl: str = "30s", **scheduler: Any
+) -> None:
     """Write colibri.jsonc with the given scheduler settings (short ones make tests fast)."""
     settings = {"tick": tick, "agent_ttl": agent_ttl, **scheduler}
     (root / "colibri.jsonc").write_text(json.dumps({"scheduler": settings}, indent=2))
@@ -50,11 +52,22 @@ class Daemon:
         return socket_path(self.root)
 
     def start(self, timeout: float = 15.0) -> None:
-        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            [PYTHON, "-m", "colibri", "--root", str(self.root), "run", "--log-level", "debug",
-             *self.extra_args],
-            stdout=log, stderr=log, start_new_session=True,
+            [
+                PYTHON,
+                "-m",
+                "colibri",
+                "--root",
+                str(self.root),
+                "run",
+                "--log-level",
+                "debug",
+                *self.extra_args,
+            ],
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
         )
         log.close()
         deadline = time.monotonic() + timeout
@@ -127,14 +140,26 @@ class RawConnection:
 class FakeAgent:
     """An agent speaking the protocol by hand, so a test controls every report."""
 
-    def __init__(self, daemon: Daemon, name: str, capabilities: list[str] | None = None,
-                 slots: int = 1, ttl: float | None = None, running: list[dict[str, Any]] | None = None,
-                 **extra: Any) -> None:
+    def __init__(
+        self,
+        daemon: Daemon,
+        name: str,
+        capabilities: list[str] | None = None,
+        slots: int = 1,
+        ttl: float | None = None,
+        running: list[dict[str, Any]] | None = None,
+        **extra: Any,
+    ) -> None:
         self.name = name
         self.client = daemon.client()
         self.registration = self.client.call(
-            "register-agent", name=name, capabilities=capabilities or [], slots=slots, ttl=ttl,
-            running=running or [], **extra,
+            "register-agent",
+            name=name,
+            capabilities=capabilities or [],
+            slots=slots,
+            ttl=ttl,
+            running=running or [],
+            **extra,
         )
         self.events: list[dict[str, Any]] = []
 
@@ -150,22 +175,42 @@ class FakeAgent:
         return self.next_event("assign", timeout)
 
     def out(self, assign: dict[str, Any], output: str = "ok", **extra: Any) -> dict[str, Any]:
-        return self.client.call("out", task=assign["task"]["id"], epoch=assign["epoch"], output=output, **extra)
+        return self.client.call(
+            "out", task=assign["task"]["id"], epoch=assign["epoch"], output=output, **extra
+        )
 
     def fail(self, assign: dict[str, Any], error: str = "boom", **extra: Any) -> dict[str, Any]:
-        return self.client.call("fail", task=assign["task"]["id"], epoch=assign["epoch"], error=error, **extra)
+        return self.client.call(
+            "fail", task=assign["task"]["id"], epoch=assign["epoch"], error=error, **extra
+        )
 
     def close(self) -> None:
         self.client.close()
 
 
-def harness(root: Path, name: str, caps: list[str], command: list[str], *extra: str) -> subprocess.Popen[bytes]:
+def harness(
+    root: Path, name: str, caps: list[str], command: list[str], *extra: str
+) -> subprocess.Popen[bytes]:
     """Start a real ``colibri agent`` harness process in its own process group."""
-    cmd = [PYTHON, "-m", "colibri", "--root", str(root), "agent", "--name", name, "--log-level", "debug", *extra]
+    cmd = [
+        PYTHON,
+        "-m",
+        "colibri",
+        "--root",
+        str(root),
+        "agent",
+        "--name",
+        name,
+        "--log-level",
+        "debug",
+        *extra,
+    ]
     for cap in caps:
         cmd += ["--cap", cap]
-    log = open(root / f"agent-{name}.log", "ab")  # noqa: SIM115
-    process = subprocess.Popen([*cmd, "--", *command], stdout=log, stderr=log, start_new_session=True, cwd=root)
+    log = open(root / f"agent-{name}.log", "ab")
+    process = subprocess.Popen(
+        [*cmd, "--", *command], stdout=log, stderr=log, start_new_session=True, cwd=root
+    )
     log.close()
     return process
 

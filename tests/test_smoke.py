@@ -8,7 +8,9 @@ from tests.helpers import Daemon, FakeAgent
 def test_submit_assign_out_close(daemon: Daemon) -> None:
     bsd = FakeAgent(daemon, "bsd", ["freebsd"])
     both = FakeAgent(daemon, "both", ["freebsd", "zfs"])
-    task = daemon.call("submit", text="upgrade zfs", capabilities=["FreeBSD ", "zfs", "zfs"])["task"]
+    task = daemon.call("submit", text="upgrade zfs", capabilities=["FreeBSD ", "zfs", "zfs"])[
+        "task"
+    ]
     assert task["capabilities"] == ["freebsd", "zfs"]
     assign = both.next_assign()
     assert assign["task"]["id"] == task["id"]
@@ -21,7 +23,10 @@ def test_submit_assign_out_close(daemon: Daemon) -> None:
     assert final["cost"] == {"tokens_in": 10, "usd": 0.5}
     rows = daemon.call("ledger", task=task["id"])["entries"]
     assert [(r.get("from_state"), r["to_state"]) for r in rows] == [
-        (None, "pending"), ("pending", "running"), ("running", "done"), ("done", "closed"),
+        (None, "pending"),
+        ("pending", "running"),
+        ("running", "done"),
+        ("done", "closed"),
     ]
     bsd.close()
     both.close()
