@@ -195,3 +195,38 @@ def test_kill_at_fires_never_fires_a_time_twice_nor_loses_one(root: Path) -> Non
     finally:
         daemon.stop()
     json.dumps(records)  # the records are plain JSON (what `schedule show --json` prints)
+
+
+def test_three_days_down_gives_one_catch_up_task_and_loud_missed_fires(root: Path) -> None:
+    """E3: an every-minute schedule and a daemon down for three days: one task, not 4,320."""
+    import sqlite3
+
+    daemon = Daemon(root)
+    daemon.start()
+    add(daemon, "minutely", cron="* * * * *")
+    daemon.stop()
+    three_days_ago = rfc3339((time.time() // 60) * 60 - 3 * 86400)
+    with sqlite3.connect(root / ".colibri" / "colibri.sqlite") as db:
+        db.execute(
+            "UPDATE schedules SET next_fire_at = ?, doc = json_set(doc, '$.next_fire_at', ?)",
+            (three_days_ago, three_days_ago),
+        )
+    daemon.start()
+    try:
+        schedule = wait_until(
+            lambda: (s := daemon.call("schedule-get", name="minutely")["schedule"])["fires"] and s
+        )
+        assert schedule["fires"] == 1
+        assert 4_300 <= schedule["missed"] <= 4_322
+        tasks = [t for t in daemon.call("list")["tasks"] if t.get("schedule") == "minutely"]
+        assert len(tasks) == 1
+        missed_rows = [
+            r
+            for r in daemon.call("ledger", limit=10_000)["entries"]
+            if r.get("to_state") == "missed"
+        ]
+        assert 100 <= len(missed_rows) <= 101  # one each up to 100, then one summary row
+        assert any("not listed one by one" in (r.get("reason") or "") for r in missed_rows)
+        assert parse_rfc3339(schedule["next_fire_at"]) > time.time()
+    finally:
+        daemon.stop()
