@@ -505,7 +505,8 @@ def test_why_lists_every_agent_with_score_missing_and_reasons(daemon: Daemon, sp
 
     def offline_seen() -> dict[str, Any] | None:
         why = daemon.call("why", task=later["id"])
-        return why if "offline" in why_row(why, "gone")["reasons"] else None
+        reasons = why_row(why, "gone")["reasons"]
+        return why if any(r.startswith("disconnected") for r in reasons) else None
 
     why = wait_until(offline_seen)
     assert get(daemon, later["id"])["state"] == "pending"
@@ -532,7 +533,7 @@ def test_why_lists_every_agent_with_score_missing_and_reasons(daemon: Daemon, sp
     assert (rows["gone"]["score"], rows["gone"]["missing"], rows["gone"]["reasons"]) == (
         1.0,
         [],
-        ["offline"],
+        ["disconnected (offline unless it reconnects within 30s)"],
     )
     assert not any(row["eligible"] for row in why["agents"])
     # Best first: score descending, then name.

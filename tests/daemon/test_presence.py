@@ -133,7 +133,10 @@ def test_a_disconnected_agent_gets_no_work_and_adopts_its_task_on_reconnect(
 
     def disconnect_seen() -> bool:
         why = daemon.call("why", task=probe["id"])
-        return any(r["agent"] == "worker" and "offline" in r["reasons"] for r in why["agents"])
+        return any(
+            r["agent"] == "worker" and any(x.startswith("disconnected") for x in r["reasons"])
+            for r in why["agents"]
+        )
 
     wait_until(disconnect_seen)
     # It has a free slot, but no connection: new work waits.
@@ -215,3 +218,49 @@ def test_fencing_a_stalled_agent_cannot_overwrite_the_retry(
     # Late reports after the end change nothing either.
     assert error_code(lambda: stalled.out(old, "stale result")) == "stale_claim"
     assert get(daemon, task["id"])["output"] == "the real result"
+
+
+def test_a_task_that_ended_while_its_agent_was_away_is_closed_on_reregistration(
+    start_daemon: Callable[..., Daemon], spawn: Spawn
+) -> None:
+    """The agent reported out but kept its session (session_ended false), then reconnected.
+
+    Registering again lists the task; it has ended, so it is rejected, closed, and the slot is
+    free for new work at once.
+    """
+    daemon = start_daemon(agent_ttl="30s")
+    first = spawn(daemon, "keeper", ttl=LONG_TTL)
+    task = daemon.call("submit", text="interactive")["task"]
+    assign = first.next_assign()
+    first.out(assign, "result", session_ended=False)
+    assert get(daemon, task["id"])["state"] == "done"
+    first.close()
+    again = spawn(
+        daemon,
+        "keeper",
+        ttl=LONG_TTL,
+        running=[{"task": task["id"], "epoch": assign["epoch"]}],
+    )
+    assert again.registration["rejected"] == [{"task": task["id"], "epoch": assign["epoch"]}]
+    final = get(daemon, task["id"])
+    assert (final["state"], final["outcome"], final["output"]) == ("closed", "done", "result")
+    follow_up = daemon.call("submit", text="next")["task"]
+    assert again.next_assign()["task"]["id"] == follow_up["id"]
+
+
+def test_subscribing_twice_does_not_double_events(
+    start_daemon: Callable[..., Daemon],
+) -> None:
+    daemon = start_daemon()
+    with daemon.client() as watcher:
+        watcher.call("subscribe")
+        watcher.call("subscribe")
+        task = daemon.call("submit", text="once")["task"]
+        daemon.call("cancel", task=task["id"])
+        seen = []
+        for event in watcher.events():
+            if event["event"] == "task":
+                seen.append((event["from"], event["to"]))
+            if event["to"] == "closed" if event["event"] == "task" else False:
+                break
+    assert seen == [(None, "pending"), ("pending", "cancelled"), ("cancelled", "closed")]

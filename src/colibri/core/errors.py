@@ -9,7 +9,8 @@ tests assert them. Messages say what was wrong and, where it helps, what to do.
     │   └── UnknownCommand   unknown_command
     ├── LineTooLong          line_too_long       framing is lost: the connection closes
     ├── UnknownTask          unknown_task
-    ├── UnknownAgent         unknown_agent
+    ├── UnknownSchedule      unknown_schedule
+    ├── ScheduleExists       schedule_exists
     ├── UnknownParent        unknown_parent
     ├── IllegalTransition    illegal_transition  the state machine forbids it
     ├── StaleClaim           stale_claim         a report from an older claim (epoch)
@@ -68,11 +69,18 @@ class UnknownTask(ColibriError):
         super().__init__(f"no task with id {task_id} (list tasks with: colibri list)")
 
 
-class UnknownAgent(ColibriError):
-    code = "unknown_agent"
+class UnknownSchedule(ColibriError):
+    code = "unknown_schedule"
 
     def __init__(self, name: str) -> None:
-        super().__init__(f"no agent named {name!r} (list agents with: colibri agents)")
+        super().__init__(f"no schedule named {name!r} (list them with: colibri schedule list)")
+
+
+class ScheduleExists(ColibriError):
+    code = "schedule_exists"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"a schedule named {name!r} exists; remove it first or add with replace")
 
 
 class UnknownParent(ColibriError):

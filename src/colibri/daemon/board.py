@@ -126,6 +126,8 @@ class Board:
         # Side effects of the current batch, let out by the server after commit.
         self.ledger_rows: list[LedgerEntry] = []
         self.outbox: list[tuple[Peer, dict[str, Any]]] = []
+        #: ``wait`` requests answered in this batch, restored if the batch does not commit.
+        self._answered: list[tuple[str, Peer, Any]] = []
         self.dispatch_wanted = False
         #: Called when a new deadline may be earlier than the sweep's next wake.
         self.on_deadline: Callable[[], None] = lambda: None
@@ -140,6 +142,9 @@ class Board:
         self._delayed.clear()
         self.ledger_rows.clear()
         self.outbox.clear()
+        for task_id, peer, request_id in self._answered:
+            self._waiters.setdefault(task_id, []).append((peer, request_id))
+        self._answered.clear()
         for agent in self.agents.values():
             agent.holding.clear()
         for task in self.store.open_tasks():
@@ -160,6 +165,12 @@ class Board:
 
     # -- side effects ------------------------------------------------------------------------
 
+    def take_effects(self) -> tuple[list[LedgerEntry], list[tuple[Peer, dict[str, Any]]]]:
+        """After a commit: hand over the batch's ledger rows and messages; start a new batch."""
+        rows, outbox = self.ledger_rows, self.outbox
+        self.ledger_rows, self.outbox, self._answered = [], [], []
+        return rows, outbox
+
     def _emit(self, peer: Peer, message: dict[str, Any]) -> None:
         self.outbox.append((peer, message))
 
@@ -170,6 +181,7 @@ class Board:
                 self._emit(peer, event)
         if task.state in states.ENDED:
             for peer, request_id in self._waiters.pop(task.id, ()):
+                self._answered.append((task.id, peer, request_id))
                 self._emit(peer, {"id": request_id, "ok": True, "task": task})
 
     def broadcast(self, message: dict[str, Any]) -> None:
@@ -178,7 +190,8 @@ class Board:
             self._emit(peer, message)
 
     def subscribe(self, peer: Peer) -> None:
-        self._subscribers.append(peer)
+        if peer not in self._subscribers:  # a second subscribe must not double every event
+            self._subscribers.append(peer)
 
     def forget_peer(self, peer: Peer) -> None:
         if peer in self._subscribers:
@@ -410,6 +423,15 @@ class Board:
         task = self.get(task_id)
         shape = self._shape(task)
         rows = explain(shape, (a.view() for a in self.agents.values() if a.tenant == task.tenant))
+        for row in rows:  # "offline" to the matcher; say why, for one still within its TTL
+            live = self.agents[row.agent]
+            if live.online and live.peer is None:
+                row.reasons = [
+                    f"disconnected (offline unless it reconnects within {live.ttl:g}s)"
+                    if r == "offline"
+                    else r
+                    for r in row.reasons
+                ]
         if task.state != State.PENDING:
             summary = f"task is {task.state}" + (
                 f" on agent {task.agent}" if task.agent and task.state == State.RUNNING else ""
@@ -566,7 +588,8 @@ class Board:
                 and task.epoch == held.epoch
                 and task.state in states.OUTCOMES
             ):
-                agent.holding.add(task.id)  # ended while away; the harness stops it and reclaims
+                # Ended while the agent was away: the harness stops the session it rejects.
+                self._close(task)
                 rejected.append(held)
             else:
                 rejected.append(held)

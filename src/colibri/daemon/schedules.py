@@ -17,7 +17,7 @@ from collections.abc import Callable
 import msgspec
 
 from colibri.core import schedules as math
-from colibri.core.errors import BadRequest, ColibriError
+from colibri.core.errors import BadRequest, ColibriError, ScheduleExists, UnknownSchedule
 from colibri.core.model import LedgerEntry, parse_rfc3339, rfc3339
 from colibri.core.protocol import TaskFields
 from colibri.core.schedules import Schedule, ScheduleSpec
@@ -30,20 +30,6 @@ log = logging.getLogger(__name__)
 MAX_SLEEP = 60.0
 #: Missed fires get a ledger row each up to this many per check; the rest one summary row.
 LEDGER_MISSED_MAX = 100
-
-
-class UnknownSchedule(ColibriError):
-    code = "unknown_schedule"
-
-    def __init__(self, name: str) -> None:
-        super().__init__(f"no schedule named {name!r} (list them with: colibri schedule list)")
-
-
-class ScheduleExists(ColibriError):
-    code = "schedule_exists"
-
-    def __init__(self, name: str) -> None:
-        super().__init__(f"a schedule named {name!r} exists; remove it first or add with replace")
 
 
 class ScheduleRunner:

@@ -158,7 +158,8 @@ class Connection(asyncio.Protocol):
             return
         self.transport.write(bytes(self._out))
         self._out.clear()
-        if self.subscriber and self.transport.get_write_buffer_size() > SUBSCRIBER_BUFFER_LIMIT:
+        watched = self.subscriber or self.follows_ledger
+        if watched and self.transport.get_write_buffer_size() > SUBSCRIBER_BUFFER_LIMIT:
             self.transport.write(
                 _encoder.encode(
                     {
@@ -285,19 +286,17 @@ class Server:
         if self._batch_error is not None:
             self._fail_batch(replies, self._batch_error)
         else:
-            rows = board.ledger_rows
+            rows, outbox = board.take_effects()
             if rows:
                 if self.mirror.broken:
                     self._repair_mirror()
                 else:
                     self.mirror.append(rows)
                 self._push_ledger(rows)
-                board.ledger_rows = []
             for conn, message in replies:
                 conn.queue(message)
-            for peer, message in board.outbox:
+            for peer, message in outbox:
                 peer.send(message)
-            board.outbox = []
         for conn in self.dirty:
             conn.write_out()
         self.dirty.clear()
