@@ -1,0 +1,301 @@
+"""Shared pieces of the benchmarks: a real daemon on a temporary root, a fast protocol speaker,
+process statistics and the machine description.
+
+Every benchmark starts ``python -m colibri --root R run --log-level warning`` on a fresh root
+under /tmp (short, so the socket path fits), talks to it over its Unix socket, and removes the
+root afterwards, even on error or Ctrl+C (SIGTERM, then SIGKILL after a grace period).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from colibri.client import Client, socket_path
+
+PYTHON = sys.executable
+REPO = Path(__file__).resolve().parent.parent
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+# SIGTERM unwinds like Ctrl+C (KeyboardInterrupt), so the finally
+# blocks stop the daemon and remove the temporary root instead of leaving them behind.
+if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
+
+# -- the daemon --------------------------------------------------------------------------------
+
+
+class Daemon:
+    """A real ``colibri run`` process on a fresh temporary root; a context manager."""
+
+    def __init__(
+        self,
+        *,
+        durability: str = "full",
+        config: dict[str, Any] | None = None,
+        cpu: int | None = None,
+    ) -> None:
+        self.durability = durability
+        self.config = config
+        self.cpu = cpu
+        self.root: Path | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    @property
+    def socket(self) -> Path:
+        assert self.root is not None
+        return socket_path(self.root)
+
+    def __enter__(self) -> Daemon:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self, timeout: float = 30.0) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="cb", dir="/tmp"))
+        if self.config is not None:
+            (self.root / "colibri.jsonc").write_text(json.dumps(self.config))
+        command = [
+            PYTHON,
+            "-m",
+            "colibri",
+            "--root",
+            str(self.root),
+            "run",
+            "--log-level",
+            "warning",
+        ]
+        command += ["--durability", self.durability]
+        if self.cpu is not None:
+            command = ["taskset", "-c", str(self.cpu), *command]
+        with open(self.root / "daemon.log", "ab") as log:
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"daemon exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                with Client(self.socket, timeout=5) as client:
+                    client.call("ping")
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"daemon not ready after {timeout}s:\n{self.log()}"
+                    ) from None
+                time.sleep(0.02)
+
+    def log(self) -> str:
+        if self.root is None:
+            return ""
+        path = self.root / "daemon.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def call(self, cmd: str, **fields: Any) -> dict[str, Any]:
+        with Client(self.socket, timeout=60) as client:
+            return client.call(cmd, **fields)
+
+    def stop(self, grace: float = 15.0) -> None:
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+        except ProcessLookupError:
+            pass
+
+    def close(self) -> None:
+        try:
+            self.stop()
+        finally:
+            if self.root is not None:
+                shutil.rmtree(self.root, ignore_errors=True)
+                self.root = None
+
+
+# -- /proc -------------------------------------------------------------------------------------
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """VmRSS, VmHWM and friends of a process, in KiB."""
+    out: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key.startswith("Vm") and value.strip().endswith("kB"):
+            out[key] = int(value.split()[0])
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def own_cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+# -- statistics and output ---------------------------------------------------------------------
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def percentile(sorted_values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile of already sorted values (p in 0..100)."""
+    if not sorted_values:
+        return float("nan")
+    rank = max(1, min(len(sorted_values), round(p / 100 * len(sorted_values) + 0.5)))
+    return sorted_values[rank - 1]
+
+
+def machine() -> dict[str, Any]:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": model,
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def emit(result: dict[str, Any]) -> None:
+    """The one JSON line on stdout that run_all.py collects."""
+    result.setdefault("machine", machine())
+    print(json.dumps(result), flush=True)
+
+
+def note(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def pin_self(cpu: int | None) -> None:
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+
+
+# -- a fast protocol speaker -------------------------------------------------------------------
+#
+# The load generator must not be the bottleneck: it runs on one core and has to keep up with the
+# daemon. So it is written on asyncio.Protocol (callbacks, no task per message), decodes only the
+# fields it needs into small msgspec structs, and answers a whole received chunk with one write.
+
+
+class TaskRef(msgspec.Struct):
+    id: str
+    state: str = ""
+
+
+class Message(msgspec.Struct):
+    """The few fields of a daemon message the benchmarks look at."""
+
+    id: int | None = None
+    ok: bool | None = None
+    event: str | None = None
+    epoch: int = 0
+    task: TaskRef | str | None = None
+    error: dict[str, Any] | None = None
+
+
+decode_message = msgspec.json.Decoder(Message).decode
+encode = msgspec.json.Encoder().encode
+
+
+class LineProtocol(asyncio.Protocol):
+    """Splits the stream into lines and hands each chunk's lines to ``on_lines``."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self._tail = b""
+        self.connected: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.connected.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        if self._tail:
+            data = self._tail + data
+        lines = data.split(b"\n")
+        self._tail = lines.pop()
+        self.on_lines(lines)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    def on_lines(self, lines: list[bytes]) -> None:
+        raise NotImplementedError
+
+    def write(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+
+
+async def connect(path: Path, factory: Callable[[], LineProtocol]) -> LineProtocol:
+    loop = asyncio.get_running_loop()
+    _, protocol = await loop.create_unix_connection(factory, str(path))
+    await protocol.connected
+    return protocol
+
+
+class Failure(Exception):
+    """The daemon answered a benchmark request with an error."""
+
+
+def check(message: Message, what: str) -> None:
+    if not message.ok:
+        raise Failure(f"{what} refused: {message.error}")

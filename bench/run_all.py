@@ -1,0 +1,225 @@
+"""Run every benchmark with several repetitions and print the medians as a Markdown table.
+
+Each benchmark runs as its own process (``bench/NAME.py --repeat N``) and prints one JSON line;
+those lines are kept (``--json-out``) and summarised here. The peer comparison is skipped with
+a note when Huey is not installed (``.venv/bin/pip install huey``).
+
+    .venv/bin/python bench/run_all.py                 # everything, --repeat 5
+    .venv/bin/python bench/run_all.py --quick         # smaller runs, a quick look
+    .venv/bin/python bench/run_all.py --only throughput latency
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from _support import PYTHON, machine, median, note
+
+HERE = Path(__file__).resolve().parent
+
+#: name → extra arguments (full run, quick run)
+BENCHES: dict[str, tuple[list[str], list[str]]] = {
+    "baseline": ([], ["--commits", "500", "--trips", "2000"]),
+    "throughput": ([], ["--tasks", "5000", "--warmup", "500"]),
+    "throughput-relaxed": (["--durability", "relaxed"], ["--tasks", "5000", "--warmup", "500"]),
+    "latency": ([], ["--tasks", "500", "--warmup", "100"]),
+    "latency-relaxed": (["--durability", "relaxed"], ["--tasks", "500", "--warmup", "100"]),
+    "matching": ([], ["--picks", "500", "--scan-picks", "100"]),
+    "memory": ([], ["--tasks", "20000"]),
+    "cli_startup": ([], ["--runs", "10"]),
+    "peers": ([], ["--tasks", "5000"]),
+    "schedules": ([], ["--schedules", "2000", "--idle", "3"]),
+}
+
+
+def run_bench(name: str, repeat: int, quick: bool) -> dict[str, Any]:
+    script = name.split("-")[0]
+    full, small = BENCHES[name]
+    command = [PYTHON, str(HERE / f"{script}.py"), "--repeat", str(repeat), *full]
+    if quick:
+        command += small
+    note(f"== {' '.join(command[1:])}")
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return {"bench": name, "error": f"exit {done.returncode}"}
+    result: dict[str, Any] = json.loads(lines[-1])
+    result["bench"] = name
+    return result
+
+
+def yes(met: Any) -> str:
+    return "" if met is None else ("yes" if met else "**no**")
+
+
+def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(figure, median, target, met) rows for one benchmark's result."""
+    name = result["bench"]
+    if "error" in result:
+        return [(name, f"failed ({result['error']})", "", "")]
+    if "skipped" in result:
+        return [(name, f"skipped: {result['skipped']}", "", "")]
+    if name == "baseline":
+        return [
+            (
+                "SQLite commit, synchronous=FULL",
+                f"{result['sqlite_commit_full_us']:.0f} µs",
+                "",
+                "",
+            ),
+            (
+                "SQLite commit, synchronous=NORMAL",
+                f"{result['sqlite_commit_normal_us']:.0f} µs",
+                "",
+                "",
+            ),
+            ("asyncio Unix-socket round trip", f"{result['socket_rtt_us']:.0f} µs", "", ""),
+        ]
+    if name.startswith("throughput"):
+        p = result["params"]
+        cpu = median([r["daemon_cpu_share"] for r in result["runs"]])
+        return [
+            (
+                f"end to end, {p['agents']} agents, durability {p['durability']}",
+                f"{result['tasks_per_s']:,.0f} tasks/s (daemon CPU {cpu:.0%})",
+                "≥ 5,000 tasks/s" if p["durability"] == "full" else "",
+                yes(result["met"]) if p["durability"] == "full" else "",
+            )
+        ]
+    if name == "latency-relaxed":
+        return [
+            (
+                "submit → assign p50 / p99, durability relaxed",
+                f"{result['submit_to_assign_p50_ms']:.3f} / "
+                f"{result['submit_to_assign_p99_ms']:.3f} ms",
+                "",
+                "",
+            )
+        ]
+    if name == "latency":
+        return [
+            (
+                "submit → assign p50",
+                f"{result['submit_to_assign_p50_ms']:.3f} ms",
+                "≤ 0.5 ms",
+                yes(result["submit_to_assign_p50_ms"] <= 0.5),
+            ),
+            (
+                "submit → assign p99",
+                f"{result['submit_to_assign_p99_ms']:.3f} ms",
+                "≤ 2 ms",
+                yes(result["submit_to_assign_p99_ms"] <= 2.0),
+            ),
+            (
+                "submit → ack p50 / p99",
+                f"{result['submit_ack_p50_ms']:.3f} / {result['submit_ack_p99_ms']:.3f} ms",
+                "",
+                "",
+            ),
+            (
+                "submit → closed p50 / p99",
+                f"{result['submit_to_closed_p50_ms']:.3f} / "
+                f"{result['submit_to_closed_p99_ms']:.3f} ms",
+                "",
+                "",
+            ),
+        ]
+    if name == "matching":
+        worst = result["by_required"]["5"]
+        return [
+            (
+                "pick among 1,000 agents (index, 1–5 caps)",
+                f"{result['pick_us']:.1f} µs",
+                "≤ 50 µs",
+                yes(result["met"]),
+            ),
+            ("  same, 5 required caps", f"{worst['index_us']:.1f} µs", "", ""),
+            ("  reference scan pick_agent", f"{result['scan_us']['median']:.1f} µs", "", ""),
+        ]
+    if name == "memory":
+        tasks = result["params"]["tasks"]
+        return [
+            (
+                f"daemon RSS, {tasks:,} pending tasks",
+                f"{result['rss_mb']:.1f} MB "
+                f"(peak {result['hwm_mb']:.1f}, idle {result['rss_start_mb']:.1f})",
+                "≤ 150 MB" if tasks == 100_000 else "",
+                yes(result["met"]) if tasks == 100_000 else "",
+            ),
+            ("intake, no agents", f"{result['intake_per_s']:,.0f} submits/s", "", ""),
+        ]
+    if name == "cli_startup":
+        return [
+            ("`colibri --help`", f"{result['help_ms']:.0f} ms", "≤ 150 ms", yes(result["met"])),
+            ("`colibri status` (live daemon)", f"{result['status_ms']:.0f} ms", "", ""),
+            ("`python -c pass` (interpreter alone)", f"{result['python_ms']:.0f} ms", "", ""),
+        ]
+    if name == "peers":
+        out = [("Colibri end to end (same run)", f"{result['colibri_tasks_per_s']:,.0f} tasks/s")]
+        for mode, label in (("default", "as it comes, durable"), ("off", "fsync=False")):
+            h = result["huey"][mode]
+            out += [
+                (f"Huey SqliteHuey ({label}) end to end", f"{h['e2e_tasks_per_s']:,.0f} tasks/s"),
+                (f"Huey ({label}) consumer drain only", f"{h['drain_tasks_per_s']:,.0f} tasks/s"),
+                (
+                    f"ratio Colibri / Huey ({label}): e2e, drain",
+                    f"{h['ratio_e2e']:.2f}×, {h['ratio_drain']:.2f}×",
+                ),
+            ]
+        return [(figure, value, "", "") for figure, value in out]
+    if name == "schedules":
+        n = f"{result['schedules']:,}"
+        return [
+            (f"daemon start-up with {n} schedules", f"{result['start_s_median']:.2f} s", "", ""),
+            (
+                f"next due for {n}: from the store / recomputed",
+                f"{result['next_due_from_store_ms_median']:.1f} / "
+                f"{result['next_due_recompute_all_ms_median']:.1f} ms",
+                "",
+                "",
+            ),
+            (
+                "idle daemon CPU, RSS",
+                f"{result['idle_cpu_percent']:.2f} %, {result['rss_mb']:.1f} MB",
+                "",
+                "",
+            ),
+        ]
+    return [(name, json.dumps(result), "", "")]
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    lines = ["| benchmark | figure | median | target | met |", "| --- | --- | --- | --- | --- |"]
+    for result in results:
+        for figure, value, target, met in rows(result):
+            lines.append(f"| {result['bench']} | {figure} | {value} | {target} | {met} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=5, help="repetitions of each benchmark")
+    ap.add_argument("--quick", action="store_true", help="smaller runs (not for the record)")
+    ap.add_argument("--only", nargs="+", choices=list(BENCHES), help="run only these")
+    ap.add_argument("--json-out", type=Path, help="also write every result here (JSON lines)")
+    args = ap.parse_args()
+    results = [run_bench(name, args.repeat, args.quick) for name in (args.only or BENCHES)]
+    if args.json_out:
+        args.json_out.write_text("".join(json.dumps(r) + "\n" for r in results))
+    info = machine()
+    print(
+        f"\nMedians of {args.repeat} runs{' (quick)' if args.quick else ''}; "
+        f"{info['nproc']} × {info['cpu']}, Python {info['python']}, {info['date']}, "
+        f"load average at the end {info['loadavg']}.\n"
+    )
+    print(table(results))
+    return 1 if any("error" in r for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,301 @@
+"""End-to-end throughput: submit → assign → out → closed, with 10 agents on a real daemon.
+
+Set-up: one daemon process (``colibri run``, durability full by default: every commit is
+fsynced) and one load process — this one — holding every agent and every submitter on a single
+asyncio loop, so the daemon gets one core and the load the other. Agents register with
+``--slots`` each and answer every ``assign`` with ``out`` at once (a whole received chunk is
+answered with one write; nothing waits for a reply before reading the next event). Submitters
+pipeline ``submit`` requests, keeping ``--window`` in flight each.
+
+A task counts when the agent receives the reply to its ``out``: the daemon sends it only after
+the commit holding both transitions (running → done → closed), so it is durably closed. The
+figure is tasks / seconds from the first submit written to the last such reply, after a warm-up
+batch; each repetition runs on a fresh daemon and root.
+
+    .venv/bin/python bench/throughput.py --tasks 20000 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from _support import (
+    Daemon,
+    Failure,
+    LineProtocol,
+    Message,
+    connect,
+    cpu_seconds,
+    decode_message,
+    emit,
+    encode,
+    median,
+    note,
+    own_cpu_seconds,
+    pin_self,
+)
+
+TARGET = 5000.0  # tasks/s, from the issue
+
+
+class Tally:
+    def __init__(self) -> None:
+        self.reset(0)
+
+    def reset(self, target: int) -> None:
+        self.target = target
+        self.closed = 0
+        self.assigned = 0
+        self.errors: list[str] = []
+        self.end = 0.0
+        self.done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+
+    def failed(self, message: Message, what: str) -> None:
+        self.errors.append(f"{what}: {message.error}")
+        if not self.done.done():
+            self.done.set_exception(Failure(f"{what} refused: {message.error}"))
+
+    def check(self) -> None:
+        if self.closed >= self.target and not self.done.done():
+            self.end = time.perf_counter()
+            self.done.set_result(self.end)
+
+
+class BenchAgent(LineProtocol):
+    """Registers, then answers each assign with out in the same callback."""
+
+    def __init__(self, tally: Tally) -> None:
+        super().__init__()
+        self.tally = tally
+        self.next_id = 1
+        self.registered: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+
+    def register(self, name: str, capabilities: list[str], slots: int) -> None:
+        self.write(
+            encode(
+                {
+                    "cmd": "register-agent",
+                    "id": 0,
+                    "name": name,
+                    "capabilities": capabilities,
+                    "slots": slots,
+                }
+            )
+            + b"\n"
+        )
+
+    def on_lines(self, lines: list[bytes]) -> None:
+        tally = self.tally
+        outs: list[bytes] = []
+        for line in lines:
+            m = decode_message(line)
+            if m.event is not None:
+                if m.event == "assign":
+                    assert not isinstance(m.task, str) and m.task is not None
+                    self.next_id += 1
+                    outs.append(
+                        b'{"cmd":"out","id":%d,"task":"%s","epoch":%d,"output":"ok"}\n'
+                        % (self.next_id, m.task.id.encode(), m.epoch)
+                    )
+                    tally.assigned += 1
+                continue
+            if m.id == 0:
+                self.registered.set_result(m)
+            elif m.ok and not isinstance(m.task, str) and m.task is not None:
+                if m.task.state != "closed":
+                    tally.failed(m, f"out left the task {m.task.state}")
+                tally.closed += 1
+            else:
+                tally.failed(m, "out")
+        if outs:
+            self.write(b"".join(outs))
+        tally.check()
+
+
+class Submitter(LineProtocol):
+    """Keeps ``window`` submits in flight until ``count`` are acknowledged."""
+
+    def __init__(self, tally: Tally, capabilities: list[str]) -> None:
+        super().__init__()
+        self.tally = tally
+        self.caps = encode(capabilities)
+        self.sent = 0
+        self.count = 0
+        self.next_id = 0
+
+    def _submits(self, n: int) -> bytes:
+        parts = []
+        for _ in range(n):
+            self.next_id += 1
+            parts.append(
+                b'{"cmd":"submit","id":%d,"text":"bench task %d","capabilities":%s}\n'
+                % (self.next_id, self.next_id, self.caps)
+            )
+        self.sent += n
+        return b"".join(parts)
+
+    def start(self, count: int, window: int) -> None:
+        self.count = count
+        self.sent = 0
+        self.write(self._submits(min(window, count)))
+
+    def on_lines(self, lines: list[bytes]) -> None:
+        acked = 0
+        for line in lines:
+            m = decode_message(line)
+            if m.event is not None:
+                continue
+            if not m.ok:
+                self.tally.failed(m, "submit")
+            acked += 1
+        more = min(acked, self.count - self.sent)
+        if more > 0:
+            self.write(self._submits(more))
+
+
+async def run_phase(
+    tally: Tally, submitters: list[Submitter], tasks: int, window: int, timeout: float
+) -> float:
+    tally.reset(tasks)
+    share, extra = divmod(tasks, len(submitters))
+    start = time.perf_counter()
+    for n, submitter in enumerate(submitters):
+        submitter.start(share + (1 if n < extra else 0), window)
+    await asyncio.wait_for(tally.done, timeout)
+    return tally.end - start
+
+
+async def measure_once(daemon: Daemon, args: argparse.Namespace) -> dict[str, Any]:
+    tally = Tally()
+    agents: list[BenchAgent] = []
+    for n in range(args.agents):
+        agent = await connect(daemon.socket, lambda: BenchAgent(tally))
+        assert isinstance(agent, BenchAgent)
+        agent.register(f"bench-{n:02d}", ["bench", f"host-{n:02d}"], args.slots)
+        agents.append(agent)
+    for agent in agents:
+        reply = await asyncio.wait_for(agent.registered, 30)
+        if not reply.ok:
+            raise Failure(f"register-agent refused: {reply.error}")
+    submitters: list[Submitter] = []
+    for _ in range(args.submitters):
+        s = await connect(daemon.socket, lambda: Submitter(tally, ["bench"]))
+        assert isinstance(s, Submitter)
+        submitters.append(s)
+    if args.warmup:
+        await run_phase(tally, submitters, args.warmup, args.window, args.timeout)
+    profiler = start_profiler(daemon.pid, args.profile) if args.profile else None
+    gc.collect()
+    gc.disable()
+    try:
+        daemon_cpu, load_cpu = cpu_seconds(daemon.pid), own_cpu_seconds()
+        seconds = await run_phase(tally, submitters, args.tasks, args.window, args.timeout)
+        daemon_cpu = cpu_seconds(daemon.pid) - daemon_cpu
+        load_cpu = own_cpu_seconds() - load_cpu
+    finally:
+        gc.enable()
+        if profiler is not None:
+            stop_profiler(profiler)
+    for proto in [*agents, *submitters]:
+        assert proto.transport is not None
+        proto.transport.close()
+    status = await asyncio.to_thread(daemon.call, "status")
+    closed = status["tasks"]["closed"]
+    if closed != args.tasks + args.warmup:
+        raise Failure(f"status says {closed} closed, expected {args.tasks + args.warmup}")
+    return {
+        "tasks_per_s": round(args.tasks / seconds, 1),
+        "seconds": round(seconds, 3),
+        "daemon_cpu_share": round(daemon_cpu / seconds, 2),
+        "load_cpu_share": round(load_cpu / seconds, 2),
+    }
+
+
+def start_profiler(pid: int, out: str) -> subprocess.Popen[bytes]:
+    """py-spy sampling the daemon during the measured phase (``--profile``; adds overhead)."""
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    fmt = "speedscope" if out.endswith(".json") else "raw"
+    command = [py_spy, "record", "-p", str(pid), "-r", "200", "-f", fmt, "-o", out]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(1.0)  # let it attach
+    return process
+
+
+def stop_profiler(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGINT)
+    try:
+        _, err = process.communicate(timeout=30)
+        if err.strip():
+            note(err.decode(errors="replace").strip())
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """``--repeat`` runs, each on a fresh daemon; returns one dict per run."""
+    pin_self(1 if args.pin else None)
+    runs = []
+    for n in range(args.repeat):
+        with Daemon(durability=args.durability, cpu=0 if args.pin else None) as daemon:
+            result = asyncio.run(measure_once(daemon, args))
+        note(f"throughput run {n + 1}/{args.repeat}: {result}")
+        runs.append(result)
+    return runs
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--tasks", type=int, default=20_000, help="tasks per measured run")
+    ap.add_argument("--warmup", type=int, default=2_000, help="tasks before measuring")
+    ap.add_argument("--agents", type=int, default=10)
+    ap.add_argument("--slots", type=int, default=32, help="slots per agent")
+    ap.add_argument("--submitters", type=int, default=4, help="submitting connections")
+    ap.add_argument("--window", type=int, default=256, help="submits in flight per connection")
+    ap.add_argument("--durability", choices=["full", "relaxed"], default="full")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per phase at most")
+    ap.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="sample the daemon with py-spy during each measured phase (raw stacks to FILE, "
+        "speedscope if FILE ends in .json); the figures are then not for the record",
+    )
+    ap.add_argument(
+        "--pin", action="store_true", help="pin the daemon to CPU 0 and this load to CPU 1"
+    )
+    return ap
+
+
+def main() -> int:
+    args = parser().parse_args()
+    runs = run(args)
+    value = median([r["tasks_per_s"] for r in runs])
+    emit(
+        {
+            "bench": "throughput",
+            "params": {
+                k: getattr(args, k)
+                for k in ("tasks", "warmup", "agents", "slots", "submitters", "window")
+            }
+            | {"durability": args.durability, "pin": args.pin},
+            "runs": runs,
+            "tasks_per_s": value,
+            "target": TARGET,
+            "met": value >= TARGET,
+        }
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
