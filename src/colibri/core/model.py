@@ -33,7 +33,9 @@ class Cost(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     model: str | None = None
 
 
-class Task(msgspec.Struct, kw_only=True):
+class Task(msgspec.Struct, kw_only=True, gc=False):
+    """A task. ``gc=False``: it holds no cycles, and the collector need not scan many of them."""
+
     id: str
     text: str
     capabilities: list[str]
@@ -91,9 +93,19 @@ class LedgerEntry(msgspec.Struct, kw_only=True):
     cost: Cost | None = None
 
 
+_last_stamp: tuple[int, str] = (-1, "")
+
+
 def rfc3339(ts: float) -> str:
     """Seconds since the epoch → ``2026-11-30T06:19:45.123Z``."""
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    global _last_stamp
+    ms = round(ts * 1_000_000) // 1000  # as datetime rounds: to the microsecond, then cut
+    if _last_stamp[0] == ms:  # many transitions share a millisecond: format it once
+        return _last_stamp[1]
+    text = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+    text = text.replace("+00:00", "Z")
+    _last_stamp = (ms, text)
+    return text
 
 
 def parse_rfc3339(text: str) -> float:

@@ -31,7 +31,8 @@ def sort_key(priority: int, created_at: float, task_id: str, ageing: float | Non
 class PendingTasks:
     def __init__(self) -> None:
         self._shape_of: dict[str, Shape] = {}
-        self._heaps: dict[Shape, list[tuple[SortKey, str]]] = {}
+        #: Per shape, a heap of sort keys; a key ends with its task id.
+        self._heaps: dict[Shape, list[SortKey]] = {}
 
     def __len__(self) -> int:
         return len(self._shape_of)
@@ -43,18 +44,19 @@ class PendingTasks:
         if task_id in self._shape_of:
             return
         self._shape_of[task_id] = shape
-        heapq.heappush(self._heaps.setdefault(shape, []), (key, task_id))
+        assert key[-1] == task_id
+        heapq.heappush(self._heaps.setdefault(shape, []), key)
 
     def discard(self, task_id: str) -> None:
         """Forget a task (claimed, cancelled); its heap entry is dropped lazily."""
         self._shape_of.pop(task_id, None)
 
-    def _head(self, shape: Shape) -> tuple[SortKey, str] | None:
+    def _head(self, shape: Shape) -> SortKey | None:
         heap = self._heaps.get(shape)
         while heap:
-            key, task_id = heap[0]
-            if self._shape_of.get(task_id) == shape:
-                return key, task_id
+            key = heap[0]
+            if self._shape_of.get(key[-1]) == shape:
+                return key
             heapq.heappop(heap)
         self._heaps.pop(shape, None)
         return None
@@ -69,7 +71,7 @@ class PendingTasks:
         for n, shape in enumerate(list(self._heaps)):
             head = self._head(shape)
             if head is not None:
-                order.append((head[0], n, shape))
+                order.append((head, n, shape))
         heapq.heapify(order)
         while order:
             _, n, shape = heapq.heappop(order)
@@ -79,10 +81,10 @@ class PendingTasks:
             head = self._head(shape)
             if head is None:
                 continue
-            task_id = head[1]
+            task_id = head[-1]
             heapq.heappop(self._heaps[shape])
             del self._shape_of[task_id]
             yield task_id, agent
             nxt = self._head(shape)
             if nxt is not None:
-                heapq.heappush(order, (nxt[0], n, shape))
+                heapq.heappush(order, (nxt, n, shape))

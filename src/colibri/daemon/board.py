@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -57,7 +58,8 @@ def new_task_id() -> str:
     return str(uuid6.uuid7())
 
 
-LOST = "session lost"
+#: Most distinct shapes and name lists kept for sharing between tasks.
+SHARED_MAX = 10_000
 
 
 class Peer(Protocol):
@@ -129,6 +131,8 @@ class Board:
         #: ``wait`` requests answered in this batch, restored if the batch does not commit.
         self._answered: list[tuple[str, Peer, Any]] = []
         self.dispatch_wanted = False
+        self._shapes: dict[tuple[Any, ...], Shape] = {}
+        self._name_lists: dict[tuple[str, ...], list[str]] = {}
         #: Called when a new deadline may be earlier than the sweep's next wake.
         self.on_deadline: Callable[[], None] = lambda: None
 
@@ -221,37 +225,57 @@ class Board:
             cost=cost,
         )
 
-    def _move(self, task: Task, to: State, reason: str | None = None, **changes: Any) -> Task:
-        """Apply one legal transition: store row + ledger row, memory, events."""
+    def _move(
+        self,
+        task: Task,
+        to: State,
+        reason: str | None = None,
+        *,
+        close: bool = False,
+        **changes: Any,
+    ) -> Task:
+        """Apply one legal transition: store row + ledger row, memory, events.
+
+        ``close``: go on to ``closed`` at once (the session is already gone) — two transitions
+        and two ledger rows, but the task row is written once.
+        """
         states.check(task.id, State(task.state), to)
         if to in states.OUTCOMES:
             changes["outcome"] = to.value
         new = msgspec.structs.replace(
             task, state=to.value, updated_at=rfc3339(self.clock.time()), **changes
         )
+        entries = [self._entry(new, task.state, reason, changes.get("cost"))]
+        final = new
+        if close:
+            states.check(task.id, to, State.CLOSED)
+            self._release(task)
+            final = msgspec.structs.replace(new, state=State.CLOSED.value)
+            entries.append(self._entry(final, new.state, None))
         try:
-            entry = self.store.update_task(
-                new,
-                task.state,
-                task.epoch,
-                self._entry(new, task.state, reason, changes.get("cost")),
-            )
+            self.store.update_task(final, task.state, task.epoch, *entries)
         except StoreConflict:
             raise IllegalTransition(task.id, task.state, to.value) from None
-        self.ledger_rows.append(entry)
-        if to == State.CLOSED:
+        self.ledger_rows.extend(entries)
+        if final.state == State.CLOSED:
             self.tasks.pop(task.id, None)
         else:
-            self.tasks[task.id] = new
+            self.tasks[task.id] = final
         self._announce(new, task.state, reason)
-        return new
+        if close:
+            self._announce(final, new.state, None)
+        return final
 
-    def _close(self, task: Task) -> Task:
+    def _release(self, task: Task) -> None:
+        """The task's session is gone: free its agent's slot."""
         holder = self.agents.get(task.agent or "") if task.agent else None
         if holder is not None and task.id in holder.holding:
             holder.holding.discard(task.id)
             self._refresh(holder)
         self._orphans.pop(task.id, None)
+
+    def _close(self, task: Task) -> Task:
+        self._release(task)
         return self._move(task, State.CLOSED)
 
     # -- intake ------------------------------------------------------------------------------
@@ -274,8 +298,8 @@ class Board:
             existing = self.store.find_idempotent(tenant, req.idempotency_key)
             if existing is not None:
                 return existing, False
-        capabilities = normalize_names(req.capabilities, "capability")
-        labels = normalize_names(req.labels, "label")
+        capabilities = self._shared(normalize_names(req.capabilities, "capability"))
+        labels = self._shared(normalize_names(req.labels, "label"))
         workspace = check_name(req.workspace, "workspace") if req.workspace else None
         if pin is not None:
             check_name(pin, "agent name")
@@ -314,14 +338,27 @@ class Board:
         return task, True
 
     def _shape(self, task: Task) -> Shape:
+        """The task's shape; equal shapes are one shared object (100,000 tasks, a few shapes)."""
         min_score = task.min_score if task.min_score is not None else self.settings.min_score
-        return Shape(
-            frozenset(task.capabilities),
-            task.workspace,
-            task.agent if task.pinned else None,
-            min_score,
-            task.tenant,
-        )
+        pin = task.agent if task.pinned else None
+        key = (tuple(task.capabilities), task.workspace, pin, min_score, task.tenant)
+        shape = self._shapes.get(key)
+        if shape is None:
+            if len(self._shapes) >= SHARED_MAX:
+                self._shapes.clear()  # sharing saves memory; it is never needed for correctness
+            shape = Shape(frozenset(task.capabilities), task.workspace, pin, min_score, task.tenant)
+            self._shapes[key] = shape
+        return shape
+
+    def _shared(self, names: list[str]) -> list[str]:
+        """One list object per distinct list of names, shared by every task that has it."""
+        key = tuple(names)
+        shared = self._name_lists.get(key)
+        if shared is None:
+            if len(self._name_lists) >= SHARED_MAX:
+                self._name_lists.clear()
+            shared = self._name_lists[key] = [sys.intern(n) for n in names]
+        return shared
 
     def _enqueue(self, task: Task) -> None:
         if task.not_before is not None:
@@ -662,8 +699,9 @@ class Board:
         task = self._held(agent, task_id, epoch)
         if task.state != State.RUNNING:
             raise IllegalTransition(task_id, task.state, State.DONE.value)
-        done = self._move(task, State.DONE, "out", output=output, error=None, cost=cost)
-        return self._close(done) if session_ended else done
+        return self._move(
+            task, State.DONE, "out", close=session_ended, output=output, error=None, cost=cost
+        )
 
     def fail(
         self, agent: LiveAgent, task_id: str, epoch: int, error: str, session_ended: bool = True

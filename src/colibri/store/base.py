@@ -47,9 +47,17 @@ class Store(Protocol):
         """Write a new task and its first ledger row; return the row with its ``seq``."""
 
     def update_task(
-        self, task: Task, expected_state: str, expected_epoch: int, entry: LedgerEntry
+        self,
+        task: Task,
+        expected_state: str,
+        expected_epoch: int,
+        entry: LedgerEntry,
+        *more: LedgerEntry,
     ) -> LedgerEntry:
         """Write ``task`` over the row if it still has ``expected_state`` and ``expected_epoch``.
+
+        ``entry`` and then ``more`` are appended to the ledger (their ``seq`` set in place);
+        ``entry`` is returned.
 
         :raises StoreConflict: the row had moved; nothing was written.
         """

@@ -255,15 +255,28 @@ class SqliteStore:
             return self._ledger(conn, entry)
 
     def update_task(
-        self, task: Task, expected_state: str, expected_epoch: int, entry: LedgerEntry
+        self,
+        task: Task,
+        expected_state: str,
+        expected_epoch: int,
+        entry: LedgerEntry,
+        *more: LedgerEntry,
     ) -> LedgerEntry:
-        row = _task_row(task)
-        row["expected_state"] = expected_state
-        row["expected_epoch"] = expected_epoch
+        row = {
+            "id": task.id, "state": task.state, "outcome": task.outcome, "agent": task.agent,
+            "output": task.output, "error": task.error,
+            "cost": None if task.cost is None else _json.encode(task.cost),
+            "attempts": task.attempts, "epoch": task.epoch, "not_before": task.not_before,
+            "updated_at": task.updated_at, "expected_state": expected_state,
+            "expected_epoch": expected_epoch,
+        }  # fmt: skip
         with self._writing() as conn:
             if conn.execute(_Q["update_task"], row).rowcount != 1:
                 raise StoreConflict(task.id)
-            return self._ledger(conn, entry)
+            first = self._ledger(conn, entry)
+            for extra in more:  # further rows of the same change, in order (e.g. done, closed)
+                self._ledger(conn, extra)
+            return first
 
     def _one(
         self, query: str, args: tuple[Any, ...], convert: Callable[[sqlite3.Row], T]
