@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.helpers import Daemon, FakeAgent
 
 
@@ -30,3 +32,18 @@ def test_submit_assign_out_close(daemon: Daemon) -> None:
     ]
     bsd.close()
     both.close()
+
+
+def test_the_plain_asyncio_loop_works_too(root: Path) -> None:
+    """uvloop is used when installed; the daemon must run on asyncio's own loop as well."""
+    daemon = Daemon(root, "--loop", "asyncio")
+    daemon.start()
+    try:
+        agent = FakeAgent(daemon, "plain", ["x"])
+        task = daemon.call("submit", text="on asyncio", capabilities=["x"])["task"]
+        assign = agent.next_assign()
+        assert assign["task"]["id"] == task["id"]
+        assert agent.out(assign, "fine")["task"]["outcome"] == "done"
+        agent.close()
+    finally:
+        daemon.stop()

@@ -43,6 +43,13 @@ def init(directory: Path | None, force: bool) -> None:
 @click.option(
     "--log-format", default="text", show_default=True, type=click.Choice(["text", "json"])
 )
+@click.option(
+    "--loop",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", "uvloop", "asyncio"]),
+    help="Event loop: uvloop when it is installed (auto), or force one.",
+)
 @pass_ctx
 def run(
     ctx: Context,
@@ -51,15 +58,14 @@ def run(
     force: bool,
     log_level: str,
     log_format: str,
+    loop: str,
 ) -> None:
     """Run the daemon in the foreground (creating the root here if there is none).
 
     Stop it with Ctrl+C or SIGTERM. One daemon per root.
     """
-    import asyncio
-
     from colibri.config import init_root, load_config
-    from colibri.daemon.app import serve
+    from colibri.daemon.app import run_loop, serve
     from colibri.daemon.logs import setup
 
     root = Path(ctx.root_option or os.getcwd()).expanduser().resolve()
@@ -67,7 +73,7 @@ def run(
         click.echo(f"colibri: initialised a new root at {root}", err=True)
     config = load_config(root, store=store, durability=durability)
     setup(log_level, log_format)
-    raise SystemExit(asyncio.run(serve(config)))
+    raise SystemExit(run_loop(serve(config), loop))
 
 
 @cli.command()

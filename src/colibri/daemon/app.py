@@ -8,10 +8,12 @@ import logging
 import os
 import signal
 import stat
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 from colibri.config import Config
-from colibri.core.errors import RootError
+from colibri.core.errors import ConfigError, RootError
 from colibri.daemon.board import Board
 from colibri.daemon.clock import SystemClock
 from colibri.daemon.ledger import LedgerMirror
@@ -57,6 +59,23 @@ def clear_stale_socket(path: Path) -> None:
     if not stat.S_ISSOCK(info.st_mode):
         raise RootError(f"{path} exists and is not a socket; refusing to remove it")
     os.unlink(path)
+
+
+def run_loop(main: Coroutine[Any, Any, int], loop: str = "auto") -> int:
+    """Run the daemon's loop: uvloop when it is installed (faster sockets), else asyncio's."""
+    try:
+        if loop == "asyncio":
+            raise ImportError
+        import uvloop
+    except ImportError:
+        if loop == "uvloop":
+            main.close()
+            raise ConfigError(
+                "--loop uvloop: uvloop is not installed (pip install uvloop)"
+            ) from None
+        return asyncio.run(main)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main)
 
 
 async def serve(config: Config) -> int:
