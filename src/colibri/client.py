@@ -10,17 +10,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import socket
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from colibri.config import STATE_DIR
 from colibri.core.errors import ColibriError, DaemonNotRunning
+
+if TYPE_CHECKING:
+    import asyncio
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(dict[str, Any]).decode
@@ -115,6 +117,8 @@ class AsyncClient:
     """An asyncio client: many requests in flight; pushed events go to ``on_event``."""
 
     def __init__(self, path: Path | str, on_event: EventHandler | None = None) -> None:
+        import asyncio  # here, not at the top: the blocking client (the CLI) needs none of it
+
         self.path = str(path)
         self.on_event = on_event
         self._ids = itertools.count(1)
@@ -124,6 +128,8 @@ class AsyncClient:
         self.closed = asyncio.Event()
 
     async def connect(self) -> AsyncClient:
+        import asyncio
+
         try:
             reader, self._writer = await asyncio.open_unix_connection(self.path, limit=STREAM_LIMIT)
         except (FileNotFoundError, ConnectionRefusedError):
@@ -132,6 +138,8 @@ class AsyncClient:
         return self
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
+        import asyncio
+
         try:
             while line := await reader.readline():
                 message = _decode(line)
@@ -156,6 +164,8 @@ class AsyncClient:
     async def call(self, cmd: str, **fields: Any) -> dict[str, Any]:
         if self._writer is None or self.closed.is_set():
             raise RemoteError("closed", "not connected to the daemon")
+        import asyncio
+
         request_id = next(self._ids)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
@@ -163,6 +173,8 @@ class AsyncClient:
         return _raise_for(await future)
 
     async def close(self) -> None:
+        import asyncio
+
         if self._writer is not None:
             self._writer.close()
             try:

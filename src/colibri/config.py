@@ -12,12 +12,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from colibri.core.durations import parse_duration
 from colibri.core.errors import ConfigError, RootError
-from colibri.core.protocol import DEFAULT_MAX_LINE
-from colibri.core.schedules import ScheduleSpec
+from colibri.core.model import DEFAULT_MAX_LINE
+
+if TYPE_CHECKING:
+    from colibri.core.schedules import ScheduleSpec
 
 CONFIG_NAME = "colibri.jsonc"
 STATE_DIR = ".colibri"
@@ -264,6 +266,7 @@ def _schedules(
 
     from colibri.core import schedules as schedule_math
     from colibri.core.errors import BadRequest
+    from colibri.core.schedules import ScheduleSpec
 
     specs: dict[str, ScheduleSpec] = {}
     for name, body in raw.items():

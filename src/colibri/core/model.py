@@ -15,6 +15,8 @@ import msgspec
 from colibri.core.errors import BadRequest
 
 DEFAULT_TENANT = "default"
+#: Longest request line the daemon accepts by default (server.max_line), in bytes.
+DEFAULT_MAX_LINE = 1 << 20
 
 #: Capability, label, workspace, agent and tenant names: short, printable, no path tricks.
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._:+-]{0,63}$"

@@ -15,7 +15,6 @@ from colibri.core.errors import BadJson, BadRequest, UnknownCommand
 from colibri.core.model import Cost, Priority, Score
 from colibri.core.schedules import ScheduleSpec
 
-DEFAULT_MAX_LINE = 1 << 20
 MAX_TEXT = 256 * 1024
 
 RequestId = int | str | None
