@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from colibri.core.protocol import DEFAULT_MAX_LINE
+from colibri.core.model import DEFAULT_MAX_LINE
 from tests.helpers import Daemon, FakeAgent, RawConnection
 
 UNKNOWN_ID = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"  # well-formed, never issued
