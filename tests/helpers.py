@@ -41,9 +41,11 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: fl
 class Daemon:
     """``python -m colibri run`` on a root, as a real process."""
 
-    def __init__(self, root: Path, *extra_args: str) -> None:
+    def __init__(self, root: Path, *extra_args: str, env: dict[str, str] | None = None) -> None:
         self.root = root
         self.extra_args = list(extra_args)
+        #: Extra environment variables for the daemon process (e.g. COLIBRI_CRASHPOINT).
+        self.env = dict(env or {})
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = root / "daemon.log"
 
@@ -68,6 +70,7 @@ class Daemon:
             stdout=log,
             stderr=log,
             start_new_session=True,
+            env={**os.environ, **self.env} if self.env else None,
         )
         log.close()
         deadline = time.monotonic() + timeout

@@ -20,6 +20,7 @@ from colibri.core.model import DEFAULT_MAX_LINE
 
 if TYPE_CHECKING:
     from colibri.core.schedules import ScheduleSpec
+    from colibri.workspaces import Workspace
 
 CONFIG_NAME = "colibri.jsonc"
 STATE_DIR = ".colibri"
@@ -49,6 +50,8 @@ TEMPLATE = """\
     "max_line": 1048576,
     // Most concurrent connections; more are told "busy" and closed.
     "max_connections": 256,
+    // A connection holding an unfinished request line for longer than this is closed.
+    "line_timeout": "30s",
   },
   "store": {
     // "full": an acknowledged task survives power loss (fsync per commit).
@@ -72,6 +75,7 @@ class SchedulerSettings:
 class ServerSettings:
     max_line: int = DEFAULT_MAX_LINE
     max_connections: int = 256
+    line_timeout: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +89,10 @@ class Config:
     schedules: dict[str, ScheduleSpec] = field(default_factory=dict)
     #: The zone of schedules that name none: the daemon's local zone.
     default_tz: str = "UTC"
+    #: Workspaces of colibri.jsonc, merged with their templates and checked.
+    workspaces: dict[str, Workspace] = field(default_factory=dict)
+    #: ``COLIBRI_CRASHPOINT`` (``name:n``), for the crash tests: die at that point.
+    crashpoint: str | None = None
 
     @property
     def state_dir(self) -> Path:
@@ -147,10 +155,14 @@ def init_root(target: Path, *, force: bool = False) -> bool:
 
 _KNOWN: dict[str, set[str]] = {
     "scheduler": {"tick", "agent_ttl", "min_score", "ageing", "retry_backoff"},
-    "server": {"max_line", "max_connections"},
+    "server": {"max_line", "max_connections", "line_timeout"},
     "store": {"durability", "path"},
-    "schedules": set(),  # names are free; each is checked as a schedule
+    # names are free in these; each entry is checked as what it is
+    "schedules": set(),
+    "templates": set(),
+    "workspaces": set(),
 }
+_FREE = {"schedules", "templates", "workspaces"}
 
 
 def load_config(root: Path, *, store: str | None = None, durability: str | None = None) -> Config:
@@ -185,7 +197,7 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
         if not isinstance(value, dict):
             raise ConfigError(f"{where(section)}: {section!r} must be an object")
         for key in value:
-            if section != "schedules" and key not in _KNOWN[section]:
+            if section not in _FREE and key not in _KNOWN[section]:
                 raise ConfigError(
                     f"{where(key)}: unknown key {section}.{key}; known: "
                     f"{', '.join(sorted(_KNOWN[section]))}"
@@ -227,6 +239,7 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
     server = ServerSettings(
         max_line=int(number("server", "max_line", DEFAULT_MAX_LINE, 1024, 1 << 30)),
         max_connections=int(number("server", "max_connections", 256, 1, 100_000)),
+        line_timeout=duration("server", "line_timeout", 30.0) or 30.0,
     )
     chosen_durability = durability or raw.get("store", {}).get("durability", "full")
     if chosen_durability not in ("full", "relaxed"):
@@ -237,6 +250,11 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
     store_path = os.path.expanduser(store_path)
     if not os.path.isabs(store_path):
         store_path = str(root / store_path)
+    from colibri.workspaces import resolve as resolve_workspaces
+
+    workspaces = resolve_workspaces(
+        raw.get("workspaces", {}), raw.get("templates", {}), root, where
+    )
     default_tz = local_zone_name()
     schedules = _schedules(raw.get("schedules", {}), where, default_tz)
     config = Config(
@@ -247,6 +265,8 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
         server=server,
         schedules=schedules,
         default_tz=default_tz,
+        workspaces=workspaces,
+        crashpoint=os.environ.get("COLIBRI_CRASHPOINT") or None,
     )
     if len(os.fsencode(config.socket_path)) > MAX_SOCKET_PATH:
         raise ConfigError(

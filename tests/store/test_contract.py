@@ -73,6 +73,7 @@ FULL_TASK = Task(
     agent="bsd-1",
     pinned=True,
     parent="t0000",
+    sender="api",
     priority=-7,
     min_score=0.75,
     state="done",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -20,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from colibri.client import AsyncClient, RemoteError
+from colibri.config import STATE_DIR
 from colibri.core.errors import DaemonNotRunning
+from colibri.core.lineage import Body, build_body
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,10 @@ class AgentSpec:
     workspace: str | None = None
     tenant: str | None = None
     cwd: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    output_limit: int = OUTPUT_LIMIT
+    #: A session running longer than this is stopped and its task fails.
+    max_runtime: float | None = None
 
 
 @dataclass
@@ -151,15 +158,36 @@ class Harness:
             self._reregister.set()
 
     async def _run_session(self, session: Session, task: dict[str, Any]) -> None:
+        sessions_dir = self.root / STATE_DIR / "sessions"
+        sessions_dir.mkdir(mode=0o700, exist_ok=True)
+        task_file = sessions_dir / f"{session.task}.task"
+        body = Body(
+            task=session.task, text=task["text"], parent=task.get("parent"),
+            sender=task.get("sender"), workspace=task.get("workspace"),
+        )  # fmt: skip
+        task_file.write_text(build_body(body), encoding="utf-8")
         env = {
             **os.environ,
+            **self.spec.env,
             "COLIBRI_TASK_ID": session.task,
+            "COLIBRI_EPOCH": str(session.epoch),
+            "COLIBRI_TASK_FILE": str(task_file),
             "COLIBRI_SOCKET": str(self.socket_path),
             "COLIBRI_ROOT": str(self.root),
             "COLIBRI_AGENT": self.spec.name,
         }
         if task.get("workspace"):
             env["COLIBRI_WORKSPACE"] = task["workspace"]
+        if task.get("parent"):
+            env["COLIBRI_PARENT"] = task["parent"]
+        try:
+            await self._run_process(session, task, env)
+        finally:
+            task_file.unlink(missing_ok=True)
+
+    async def _run_process(
+        self, session: Session, task: dict[str, Any], env: dict[str, str]
+    ) -> None:
         try:
             process = await asyncio.create_subprocess_exec(
                 *self.spec.command,
@@ -175,17 +203,27 @@ class Harness:
             await self._deliver(session)
             return
         session.process = process
-        stdout, stderr = await process.communicate(task["text"].encode())
+        try:
+            async with asyncio.timeout(self.spec.max_runtime):
+                stdout, stderr = await process.communicate(task["text"].encode())
+        except TimeoutError:
+            await self._kill(session)
+            limit = self.spec.max_runtime
+            session.report = ("fail", {"error": f"max_runtime: stopped after {limit:g}s"})
+            await self._deliver(session)
+            return
         if session.cancelled:
             return
         if process.returncode == 0:
             output = stdout.decode(errors="replace")
-            if len(stdout) > OUTPUT_LIMIT:
+            limit = self.spec.output_limit
+            if len(stdout) > limit:
                 output = (
-                    stdout[:OUTPUT_LIMIT].decode(errors="replace")
+                    stdout[:limit].decode(errors="replace")
                     + f"\n[output truncated: {len(stdout)} bytes in all]"
                 )
-            session.report = ("out", {"output": output})
+            output, cost = claude_result(output)
+            session.report = ("out", {"output": output, "cost": cost})
         else:
             tail = stderr[-STDERR_TAIL:].decode(errors="replace").strip()
             session.report = (
@@ -202,6 +240,12 @@ class Harness:
             await self.client.call(cmd, task=session.task, epoch=session.epoch, **fields)
         except RemoteError as exc:
             if exc.code == "closed":
+                return
+            if exc.code == "illegal_transition":
+                # The session reported by itself (``colibri out``); its end closes the task.
+                with contextlib.suppress(RemoteError):
+                    await self.client.call("reclaimed", task=session.task, epoch=session.epoch)
+                self.sessions.pop(session.task, None)
                 return
             log.warning(
                 "report refused: %s",
@@ -239,6 +283,40 @@ class Harness:
             if session.report is None:
                 session.report = ("fail", {"error": f"agent {self.spec.name} stopped"})
             await self._deliver(session)
+
+
+def claude_result(stdout: str) -> tuple[str, dict[str, Any] | None]:
+    """Output and cost of a one-shot agent that ends with a JSON result object.
+
+    Claude Code's ``-p --output-format json`` prints one object with ``result``,
+    ``total_cost_usd`` and ``usage.input_tokens``/``output_tokens``: its ``result`` becomes the
+    output and the rest the session's cost. Anything else is returned as it is, without cost.
+    """
+    text = stdout.strip()
+    if not text.endswith("}"):
+        return stdout, None
+    start = text.rfind("\n{") + 1  # the last line that opens an object, or the whole output
+    try:
+        doc = json.loads(text[start:])
+    except ValueError:
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            return stdout, None
+    if not isinstance(doc, dict) or ("total_cost_usd" not in doc and "usage" not in doc):
+        return stdout, None
+    usage: dict[str, Any] = doc["usage"] if isinstance(doc.get("usage"), dict) else {}
+    cost: dict[str, Any] = {}
+    for key, value in (
+        ("usd", doc.get("total_cost_usd")),
+        ("tokens_in", usage.get("input_tokens")),
+        ("tokens_out", usage.get("output_tokens")),
+        ("model", doc.get("model")),
+    ):
+        if value is not None:
+            cost[key] = value
+    output = doc["result"] if isinstance(doc.get("result"), str) else stdout
+    return output, cost or None
 
 
 def run_agent(spec: AgentSpec, socket_path: Path, root: Path) -> int:

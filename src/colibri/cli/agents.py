@@ -110,31 +110,26 @@ def resume(ctx: Context, as_json: bool) -> None:
 
 
 @cli.command(context_settings={"ignore_unknown_options": False})
-@click.option("--name", required=True, help="Unique agent name.")
+@click.option("--name", help="Unique agent name (default: the workspace's name).")
 @click.option("--cap", "caps", multiple=True, metavar="CAP", help="A capability (repeatable).")
-@click.option(
-    "--slots",
-    type=click.IntRange(1, 10_000),
-    default=1,
-    show_default=True,
-    help="Sessions at once.",
-)
+@click.option("--slots", type=click.IntRange(1, 10_000), help="Sessions at once [default: 1].")
 @click.option("--ttl", type=float, help="Seconds of silence before the daemon counts it offline.")
-@click.option("--workspace", help="The workspace this agent serves.")
+@click.option(
+    "--workspace",
+    help="The workspace this agent serves; without COMMAND, run it as colibri.jsonc defines it.",
+)
 @click.option("--tenant", help="Tenant (default: default).")
 @click.option(
-    "--log-level",
-    default="info",
-    show_default=True,
+    "--log-level", default="info", show_default=True,
     type=click.Choice(["debug", "info", "warning", "error"]),
-)
-@click.argument("command", nargs=-1, required=True)
+)  # fmt: skip
+@click.argument("command", nargs=-1)
 @pass_ctx
 def agent(
     ctx: Context,
-    name: str,
+    name: str | None,
     caps: tuple[str, ...],
-    slots: int,
+    slots: int | None,
     ttl: float | None,
     workspace: str | None,
     tenant: str | None,
@@ -146,6 +141,7 @@ def agent(
     \b
     Exit 0 reports the task done with stdout as its output; any other exit fails it.
     Example:  colibri agent --name build-7 --cap freebsd --cap zfs -- ./run-task.sh
+    A workspace of colibri.jsonc, as defined there:  colibri agent --workspace api
     """
     from pathlib import Path
 
@@ -155,14 +151,26 @@ def agent(
 
     setup(log_level, "text")
     root = ctx.root()
-    spec = AgentSpec(
-        name=name,
-        command=list(command),
-        capabilities=list(caps),
-        slots=slots,
-        ttl=ttl,
-        workspace=workspace,
-        tenant=tenant,
-        cwd=Path.cwd(),
-    )
+    if command:
+        if name is None:
+            raise click.UsageError("give the agent a --name")
+        spec = AgentSpec(
+            name=name, command=list(command), capabilities=list(caps), slots=slots or 1,
+            ttl=ttl, workspace=workspace, tenant=tenant, cwd=Path.cwd(),
+        )  # fmt: skip
+    else:
+        if workspace is None:
+            raise click.UsageError("give a COMMAND to run per task, or --workspace NAME")
+        from colibri.config import load_config
+
+        defined = load_config(root).workspaces.get(workspace)
+        if defined is None:
+            raise click.UsageError(f"colibri.jsonc defines no workspace {workspace!r}")
+        Path(defined.path).mkdir(parents=True, exist_ok=True)
+        spec = AgentSpec(
+            name=name or workspace, command=defined.command,
+            capabilities=list(caps) or defined.capabilities, slots=slots or defined.slots,
+            ttl=ttl, workspace=workspace, tenant=tenant, cwd=Path(defined.path),
+            env=defined.env, output_limit=defined.output_limit, max_runtime=defined.max_runtime,
+        )  # fmt: skip
     run_agent(spec, socket_path(root), root)

@@ -76,6 +76,6 @@ def cli(ctx: click.Context, root: str | None) -> None:
 
 
 def main() -> None:
-    from colibri.cli import agents, daemon, schedules, tasks  # noqa: F401  (registers commands)
+    from colibri.cli import agents, daemon, schedules, session, tasks  # noqa: F401  (registers)
 
     cli(prog_name="colibri")

@@ -100,3 +100,30 @@ def describe_task(task: dict[str, Any]) -> None:
                 print(f"  {line}")
         else:
             print(f"{name + ':':16}{text}")
+
+
+def print_tree(tasks: list[dict[str, Any]], mark: str | None = None) -> None:
+    """Tasks as families: each child indented under its parent (parents outside the list are
+    roots here)."""
+    if not tasks:
+        print("no tasks")
+        return
+    ids = {t["id"] for t in tasks}
+    children: dict[str | None, list[dict[str, Any]]] = {}
+    for task in tasks:
+        parent = task.get("parent") if task.get("parent") in ids else None
+        children.setdefault(parent, []).append(task)
+
+    def line(task: dict[str, Any], prefix: str, last: bool, top: bool) -> None:
+        state = task["state"] if task["state"] != "closed" else f"closed/{task.get('outcome')}"
+        branch = "" if top else ("└─ " if last else "├─ ")
+        where = f" @{task['workspace']}" if task.get("workspace") else ""
+        here = "  ◀" if task["id"] == mark else ""
+        print(f"{prefix}{branch}{task['id']}  {state}{where}  {short(task['text'], 40)}{here}")
+        kids = children.get(task["id"], [])
+        deeper = prefix + ("" if top else ("   " if last else "│  "))
+        for n, kid in enumerate(kids):
+            line(kid, deeper, n == len(kids) - 1, False)
+
+    for task in children.get(None, []):
+        line(task, "", True, True)

@@ -14,6 +14,7 @@ from colibri.cli.output import (
     print_json,
     print_json_line,
     print_table,
+    print_tree,
     task_row,
 )
 
@@ -28,6 +29,12 @@ STATES = ["pending", "running", "done", "failed", "cancelled", "closed"]
 @click.option("--agent", help="Pin the task to this agent (create-task) instead of best fit.")
 @click.option("--workspace", help="Only agents of this workspace may take it.")
 @click.option("--parent", help="The task this one is a child of (for families and cancel).")
+@click.option(
+    "--to",
+    "to",
+    metavar="WORKSPACE",
+    help="Inside a session: hand a child task to WORKSPACE (parent: this session's task).",
+)
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
 @click.option(
     "--min-score", type=click.FloatRange(0, 1), help="Lowest capability score accepted (1 = all)."
@@ -52,6 +59,7 @@ def submit(
     agent: str | None,
     workspace: str | None,
     parent: str | None,
+    to: str | None,
     priority: int,
     min_score: float | None,
     labels: tuple[str, ...],
@@ -64,6 +72,15 @@ def submit(
     """Submit a task. TEXT is what to do ("-" reads it from stdin)."""
     if text == "-":
         text = sys.stdin.read()
+    if to is not None:
+        import os
+
+        parent = parent or os.environ.get("COLIBRI_TASK_ID")
+        if not parent:
+            raise click.UsageError(
+                "--to hands work on from inside a session; outside one, give --parent ID too"
+            )
+        workspace = to
     fields: dict[str, Any] = dict(
         text=text,
         capabilities=list(caps),
@@ -107,6 +124,7 @@ def submit(
 @click.option("--tenant", help="Only tasks of this tenant.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
 @click.option("--after", metavar="ID", help="Start after this id (the previous page's last).")
+@click.option("--tree", is_flag=True, help="Show families: children indented under parents.")
 @json_option
 @pass_ctx
 def list_tasks(
@@ -118,6 +136,7 @@ def list_tasks(
     tenant: str | None,
     limit: int,
     after: str | None,
+    tree: bool,
     as_json: bool,
 ) -> None:
     """List tasks, oldest first."""
@@ -134,17 +153,28 @@ def list_tasks(
     if as_json:
         print_json(reply["tasks"])
         return
-    print_table(TASK_COLUMNS, [task_row(t) for t in reply["tasks"]], empty="no tasks")
+    if tree:
+        print_tree(reply["tasks"])
+    else:
+        print_table(TASK_COLUMNS, [task_row(t) for t in reply["tasks"]], empty="no tasks")
     if reply.get("next"):
         click.echo(f"more: colibri list --after {reply['next']}", err=True)
 
 
 @cli.command()
 @click.argument("task_id", metavar="ID")
+@click.option("--family", is_flag=True, help="Show the task's whole family as a tree.")
 @json_option
 @pass_ctx
-def show(ctx: Context, task_id: str, as_json: bool) -> None:
-    """Show one task."""
+def show(ctx: Context, task_id: str, family: bool, as_json: bool) -> None:
+    """Show one task (--family: its whole family as a tree)."""
+    if family:
+        reply = ctx.call("family", task=task_id)
+        if as_json:
+            print_json(reply["tasks"])
+        else:
+            print_tree(reply["tasks"], mark=task_id)
+        return
     task = ctx.call("get", task=task_id)["task"]
     if as_json:
         print_json(task)

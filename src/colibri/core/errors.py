@@ -17,6 +17,7 @@ tests assert them. Messages say what was wrong and, where it helps, what to do.
     ├── NotYourTask          not_your_task       a report from an agent that does not hold it
     ├── NotRegistered        not_registered      an agent command before register-agent
     ├── ParentCancelled      parent_cancelled
+    ├── HandOffRefused       handoff_refused     a child for a workspace not in send_to
     ├── Forbidden            forbidden           peer uid not allowed
     ├── Busy                 busy                too many connections
     ├── StorageUnavailable   storage_unavailable the store could not commit (disk full, read-only)
@@ -128,6 +129,16 @@ class ParentCancelled(ColibriError):
 
     def __init__(self, parent: str) -> None:
         super().__init__(f"parent task {parent} is cancelled; no new children can be added")
+
+
+class HandOffRefused(ColibriError):
+    code = "handoff_refused"
+
+    def __init__(self, sender: str, target: str, allowed: list[str]) -> None:
+        targets = ", ".join(allowed) if allowed else "none"
+        super().__init__(
+            f"workspace {sender!r} may not hand work to {target!r}; its send_to allows: {targets}"
+        )
 
 
 class Forbidden(ColibriError):

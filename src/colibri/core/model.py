@@ -46,6 +46,8 @@ class Task(msgspec.Struct, kw_only=True, gc=False):
     agent: str | None = None
     pinned: bool = False
     parent: str | None = None
+    #: The parent's workspace when the task was handed on (lineage), else absent.
+    sender: str | None = None
     priority: int = 0
     min_score: float | None = None
     state: str = "pending"

@@ -7,7 +7,7 @@ call and its error names the offending field path. docs/PROTOCOL.md shows each w
 
 from __future__ import annotations
 
-from typing import Annotated, Union
+from typing import Annotated, Literal, Union
 
 import msgspec
 
@@ -84,6 +84,18 @@ class Cancel(Request, tag="cancel"):
     reason: ShortStr | None = None
 
 
+class Family(Request, tag="family"):
+    """The task's whole family: its top ancestor and every descendant."""
+
+    task: TaskId
+
+
+class CostTotals(Request, tag="cost"):
+    by: Literal["agent", "workspace", "tenant", "day"] = "agent"
+    #: RFC 3339 instant or a date; absent means since the beginning.
+    since: ShortStr | None = None
+
+
 class Retry(Request, tag="retry"):
     task: TaskId
 
@@ -152,6 +164,8 @@ class Out(Request, tag="out"):
     cost: Cost | None = None
     #: The session is already gone (a one-shot command): close the task at once.
     session_ended: bool = True
+    #: Sent by the session itself (``colibri out`` inside it), not by its agent's harness.
+    from_session: bool = False
 
 
 class Fail(Request, tag="fail"):
@@ -159,6 +173,7 @@ class Fail(Request, tag="fail"):
     epoch: Epoch
     error: Annotated[str, msgspec.Meta(max_length=64 * 1024)] = ""
     session_ended: bool = True
+    from_session: bool = False
 
 
 class Reclaimed(Request, tag="reclaimed"):
@@ -208,7 +223,8 @@ class ScheduleResume(Request, tag="schedule-resume"):
 
 
 REQUESTS: tuple[type[Request], ...] = (
-    Ping, Status, IntakeTask, Submit, CreateTask, Get, ListTasks, Cancel, Retry, Why, Wait,
+    Ping, Status, IntakeTask, Submit, CreateTask, Get, ListTasks, Cancel, Retry, Why, Wait, Family,
+    CostTotals,
     ToggleSwarm, Agents, Skills, DescribeSkill, Ledger, RegisterAgent, Heartbeat, Out, Fail,
     Reclaimed, Subscribe, ScheduleAdd, ScheduleList, ScheduleGet, ScheduleRun, ScheduleRemove,
     SchedulePause, ScheduleResume,

@@ -14,6 +14,7 @@ from typing import Any
 
 from colibri.config import Config
 from colibri.core.errors import ConfigError, RootError
+from colibri.daemon import crashpoints
 from colibri.daemon.board import Board
 from colibri.daemon.clock import SystemClock
 from colibri.daemon.ledger import LedgerMirror
@@ -79,10 +80,17 @@ def run_loop(main: Coroutine[Any, Any, int], loop: str = "auto") -> int:
 
 
 async def serve(config: Config) -> int:
+    crashpoints.arm(config.crashpoint)
+    if crashpoints.armed is not None:
+        log.warning(
+            "crash point armed: this daemon will SIGKILL itself (for crash tests only)",
+            extra={"event": "crashpoint_armed", "crashpoint": config.crashpoint},
+        )
     config.state_dir.mkdir(mode=0o700, exist_ok=True)
     check_state_dir(config.state_dir)
     lock_fd = acquire_lock(config.lock_path)
     store = None
+    bound = False  # the socket path is ours to remove only once we created it
     mirror = LedgerMirror(config.ledger_path)
     try:
         store = open_store(config.store, durability=config.durability)
@@ -92,7 +100,8 @@ async def serve(config: Config) -> int:
                 "ledger mirror caught up from the store",
                 extra={"event": "ledger_caught_up", "rows": caught_up},
             )
-        board = Board(store, config.scheduler, SystemClock())
+        send_to = {name: ws.send_to for name, ws in config.workspaces.items()}
+        board = Board(store, config.scheduler, SystemClock(), send_to)
         board.rebuild()
         server = Server(config, board, mirror)
         server.schedules.load(config.schedules)
@@ -103,6 +112,7 @@ async def serve(config: Config) -> int:
             unix_server = await server.loop.create_unix_server(
                 lambda: Connection(server), path=str(config.socket_path), backlog=1024
             )
+            bound = True
         finally:
             os.umask(old_umask)
         log.info(
@@ -125,7 +135,8 @@ async def serve(config: Config) -> int:
         return 0
     finally:
         try:
-            os.unlink(config.socket_path)
+            if bound:
+                os.unlink(config.socket_path)
         except FileNotFoundError:
             pass
         mirror.close()

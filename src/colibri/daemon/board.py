@@ -24,6 +24,7 @@ from colibri.config import SchedulerSettings
 from colibri.core import events, states
 from colibri.core.errors import (
     BadRequest,
+    HandOffRefused,
     IllegalTransition,
     NotRegistered,
     NotYourTask,
@@ -47,6 +48,7 @@ from colibri.core.model import (
 from colibri.core.pending import PendingTasks, sort_key
 from colibri.core.protocol import Held, RegisterAgent, TaskFields
 from colibri.core.states import State
+from colibri.daemon import crashpoints
 from colibri.daemon.clock import Clock
 from colibri.store import Store, StoreConflict, TaskFilter
 
@@ -109,10 +111,18 @@ class LiveAgent:
 
 
 class Board:
-    def __init__(self, store: Store, settings: SchedulerSettings, clock: Clock) -> None:
+    def __init__(
+        self,
+        store: Store,
+        settings: SchedulerSettings,
+        clock: Clock,
+        send_to: dict[str, list[str]] | None = None,
+    ) -> None:
         self.store = store
         self.settings = settings
         self.clock = clock
+        #: Lineage edges of the configured workspaces: who may hand work to whom.
+        self.send_to = send_to or {}
         self.paused = False
         #: Tasks not yet closed: pending, running, and ended ones whose session is still around.
         self.tasks: dict[str, Task] = {}
@@ -303,12 +313,23 @@ class Board:
         workspace = check_name(req.workspace, "workspace") if req.workspace else None
         if pin is not None:
             check_name(pin, "agent name")
+        sender: str | None = None
         if req.parent is not None:
             parent = self.tasks.get(req.parent) or self.store.get_task(req.parent)
             if parent is None:
                 raise UnknownParent(req.parent)
             if parent.outcome == State.CANCELLED:
                 raise ParentCancelled(parent.id)
+            sender = parent.workspace
+            if (
+                sender is not None
+                and sender in self.send_to
+                and workspace is not None
+                and workspace != sender
+            ):
+                allowed = self.send_to[sender]
+                if workspace not in allowed:
+                    raise HandOffRefused(sender, workspace, allowed)
         now = rfc3339(self.clock.time())
         task = Task(
             id=task_id or new_task_id(),
@@ -318,6 +339,7 @@ class Board:
             agent=pin,
             pinned=pin is not None,
             parent=req.parent,
+            sender=sender,
             priority=req.priority,
             min_score=req.min_score,
             tenant=tenant,
@@ -539,6 +561,8 @@ class Board:
                         task, why if task.id == root.id else f"{why} (family of {root.id})"
                     )
                 )
+                if task.id != root.id:
+                    crashpoints.hit("mid-cancel")
             stack.extend(self.store.children(task.id))
         if not changed and root.state in states.ENDED:
             raise IllegalTransition(root.id, root.state, State.CANCELLED.value)
@@ -560,6 +584,24 @@ class Board:
             self._emit(holder.peer, events.cancel(cancelled, reason))
             return cancelled
         return self._close(cancelled)
+
+    def family(self, task_id: str) -> tuple[str, list[Task]]:
+        """The task's whole family: its top ancestor's id, and every member, parents first."""
+        top = self.get(task_id)
+        seen = {top.id}
+        while top.parent is not None:
+            parent = self.tasks.get(top.parent) or self.store.get_task(top.parent)
+            if parent is None or parent.id in seen:
+                break
+            seen.add(parent.id)
+            top = parent
+        members: list[Task] = []
+        queue = [top]
+        while queue:
+            task = queue.pop(0)
+            members.append(self.tasks.get(task.id, task))
+            queue.extend(self.store.children(task.id))
+        return top.id, members
 
     def retry(self, task_id: str) -> Task:
         old = self.get(task_id)
@@ -659,6 +701,20 @@ class Board:
             raise NotRegistered(cmd)
         self.heartbeat(agent)  # any word from an agent shows it is alive
         return agent
+
+    def reporter(self, peer: Peer, cmd: str, task_id: str, from_session: bool) -> LiveAgent:
+        """Who reports on a task: the agent of this connection, or — for a report sent by the
+        session itself — the agent that holds the task (the epoch still has to match)."""
+        if not from_session:
+            return self.agent_of(peer, cmd)
+        task = self.tasks.get(task_id)
+        holder = self.agents.get(task.agent or "") if task is not None else None
+        if task is None or holder is None or task_id not in holder.holding:
+            stored = task or self.store.get_task(task_id)
+            if stored is None:
+                raise UnknownTask(task_id)
+            raise IllegalTransition(task_id, stored.state, "reported (no session holds it)")
+        return holder
 
     def heartbeat(self, agent: LiveAgent) -> None:
         agent.last_seen = self.clock.monotonic()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from colibri import __version__
 from colibri.core import protocol as p
+from colibri.core.errors import BadRequest
 from colibri.daemon.board import Board
 from colibri.store import TaskFilter
 
@@ -37,6 +38,8 @@ class Commands:
             p.ListTasks: self.list_tasks,
             p.Cancel: self.cancel,
             p.Retry: self.retry,
+            p.Family: self.family,
+            p.CostTotals: self.cost,
             p.Why: self.why,
             p.Wait: self.wait,
             p.ToggleSwarm: self.toggle_swarm,
@@ -109,6 +112,24 @@ class Commands:
         cancelled = self.board.cancel(req.task, req.reason)
         return {"cancelled": [t.id for t in cancelled]}
 
+    def cost(self, req: p.CostTotals, conn: Connection) -> Reply:
+        since = req.since or ""
+        if since:
+            from colibri.core.model import parse_rfc3339, rfc3339
+
+            try:
+                since = rfc3339(parse_rfc3339(since if "T" in since else since + "T00:00:00Z"))
+            except ValueError:
+                raise BadRequest(
+                    f"since {req.since!r} is not a time: write 2026-11-30 or 2026-11-30T08:00:00Z"
+                ) from None
+        rows = self.board.store.cost_totals(req.by, since)
+        return {"by": req.by, "since": since or None, "totals": rows}
+
+    def family(self, req: p.Family, conn: Connection) -> Reply:
+        top, members = self.board.family(req.task)
+        return {"root": top, "tasks": members}
+
     def retry(self, req: p.Retry, conn: Connection) -> Reply:
         return {"task": self.board.retry(req.task)}
 
@@ -160,12 +181,12 @@ class Commands:
         return {}
 
     def out(self, req: p.Out, conn: Connection) -> Reply:
-        agent = self.board.agent_of(conn, "out")
+        agent = self.board.reporter(conn, "out", req.task, req.from_session)
         task = self.board.out(agent, req.task, req.epoch, req.output, req.cost, req.session_ended)
         return {"task": task}
 
     def fail(self, req: p.Fail, conn: Connection) -> Reply:
-        agent = self.board.agent_of(conn, "fail")
+        agent = self.board.reporter(conn, "fail", req.task, req.from_session)
         task = self.board.fail(agent, req.task, req.epoch, req.error, req.session_ended)
         return {"task": task}
 

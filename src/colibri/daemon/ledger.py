@@ -15,6 +15,7 @@ from pathlib import Path
 import msgspec
 
 from colibri.core.model import LedgerEntry
+from colibri.daemon import crashpoints
 from colibri.store import Store
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,9 @@ class LedgerMirror:
         if not data or self.broken:
             return
         try:
+            if crashpoints.armed is not None and crashpoints.due("mid-mirror-write"):
+                os.write(self._fd, data[: len(data) // 2])  # a torn line, then death
+                crashpoints.crash()
             if os.write(self._fd, data) != len(data):
                 raise OSError("short write (disk full?)")
         except OSError as exc:

@@ -22,6 +22,7 @@ from colibri.core.model import LedgerEntry, parse_rfc3339, rfc3339
 from colibri.core.protocol import TaskFields
 from colibri.core.schedules import Schedule, ScheduleSpec
 from colibri.core.states import OPEN
+from colibri.daemon import crashpoints
 from colibri.daemon.board import Board, new_task_id
 
 log = logging.getLogger(__name__)
@@ -227,6 +228,7 @@ class ScheduleRunner:
             task_id=task_id,
             reason=f"fired by schedule {schedule.name} {why}",
         )
+        crashpoints.hit("mid-fire")  # the task is in; the schedule's next fire not yet
         schedule.fires += 1
         schedule.last_task = task_id
         schedule.last_fire_at = key

@@ -2,9 +2,10 @@
 
 Requests are handled as they arrive, each writing into the store's open transaction. Replies,
 assignments and events are held back. One callback per loop iteration (``flush``) then runs a
-dispatch pass, commits once, mirrors the new ledger rows and only then writes everything out.
-So an acknowledgement always follows the commit that made it durable, and a burst of requests
-from many clients costs one fsync instead of one each.
+dispatch pass, commits once, and only then writes everything out and appends the new ledger
+rows to ``ledger.jsonl`` (the mirror is completed from the store at start-up if a crash comes
+between the two). So an acknowledgement always follows the commit that made it durable, and
+a burst of requests from many clients costs one fsync instead of one each.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from colibri.core.errors import (
     StorageUnavailable,
 )
 from colibri.core.model import LedgerEntry
+from colibri.daemon import crashpoints
 from colibri.daemon.board import Board
 from colibri.daemon.commands import Commands
 from colibri.daemon.ledger import LedgerMirror
@@ -40,8 +42,6 @@ log = logging.getLogger(__name__)
 _encoder = msgspec.json.Encoder()
 #: A subscriber whose unread output passes this is dropped rather than buffered without end.
 SUBSCRIBER_BUFFER_LIMIT = 8 * 1024 * 1024
-#: A partial line older than this (a client sending a byte at a time) closes the connection.
-PARTIAL_LINE_TIMEOUT = 30.0
 
 
 def peer_uid(sock: socket.socket) -> int:
@@ -229,6 +229,7 @@ class Server:
             self._batch_error = error
             self.reply_error(conn, req.id, error)
             return
+        crashpoints.hit("before-commit")
         if reply is not None:
             self._reply(conn, {"id": req.id, "ok": True, **reply})
 
@@ -267,9 +268,11 @@ class Server:
         if self.closed:
             return
         board = self.board
+        placed = 0
+        rows: list[LedgerEntry] = []
         if self._batch_error is None and board.dispatch_wanted:
             try:
-                board.dispatch()
+                placed = board.dispatch()
             except StorageUnavailable as exc:
                 self._batch_error = exc
             except Exception:
@@ -287,11 +290,10 @@ class Server:
         else:
             rows, outbox = board.take_effects()
             if rows:
-                if self.mirror.broken:
-                    self._repair_mirror()
-                else:
-                    self.mirror.append(rows)
+                crashpoints.hit("after-commit")
                 self._push_ledger(rows)
+            if placed:
+                crashpoints.hit("before-assign")
             for conn, message in replies:
                 conn.queue(message)
             for peer, message in outbox:
@@ -299,6 +301,12 @@ class Server:
         for conn in self.dirty:
             conn.write_out()
         self.dirty.clear()
+        if rows:  # the store has them already: a crash here is repaired at start-up
+            crashpoints.hit("before-mirror")
+            if self.mirror.broken:
+                self._repair_mirror()
+            else:
+                self.mirror.append(rows)
         for conn in self._to_close:
             if conn.transport is not None:
                 conn.transport.close()
@@ -343,7 +351,7 @@ class Server:
 
     def close_stalled(self) -> None:
         """Close connections stuck on a partial line (slow clients that hold a slot)."""
-        cutoff = self.loop.time() - PARTIAL_LINE_TIMEOUT
+        cutoff = self.loop.time() - self.config.server.line_timeout
         for conn in list(self.connections):
             if conn.partial_since is not None and conn.partial_since < cutoff and conn.transport:
                 conn.closing = True

@@ -112,3 +112,7 @@ class Store(Protocol):
     def fires(self, schedule: str, limit: int) -> list[dict[str, Any]]: ...
 
     def append_ledger(self, entry: LedgerEntry) -> LedgerEntry: ...
+
+    def cost_totals(self, by: str, since: str) -> list[dict[str, Any]]:
+        """Sessions, usd, tokens_in and tokens_out since ``since``, per agent, workspace,
+        tenant or day (``by``), from the ledger rows that carry a cost."""

@@ -52,6 +52,7 @@ def _task_row(task: Task) -> dict[str, Any]:
         "agent": task.agent,
         "pinned": int(task.pinned),
         "parent": task.parent,
+        "sender": task.sender,
         "priority": task.priority,
         "min_score": task.min_score,
         "state": task.state,
@@ -81,6 +82,7 @@ def _task_from_row(row: sqlite3.Row) -> Task:
         agent=row["agent"],
         pinned=bool(row["pinned"]),
         parent=row["parent"],
+        sender=row["sender"],
         priority=row["priority"],
         min_score=row["min_score"],
         state=row["state"],
@@ -151,7 +153,13 @@ class SqliteStore:
         self.location = location
         if durability not in ("full", "relaxed"):
             raise ConfigError(f"unknown durability {durability!r}: use full or relaxed")
-        fd = os.open(location, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd = os.open(location, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise ConfigError(
+                f"{location} cannot be opened for writing ({exc.strerror}); fix its permissions "
+                "or pass --store with another path"
+            ) from None
         os.close(fd)
         self._conn = sqlite3.connect(
             location, isolation_level=None, check_same_thread=False, cached_statements=256
@@ -413,6 +421,18 @@ class SqliteStore:
 
     def fires(self, schedule: str, limit: int) -> list[dict[str, Any]]:
         return [dict(r) for r in self._conn.execute(_Q["fires_of"], (schedule, limit))]
+
+    COST_KEYS = {
+        "agent": "l.agent",
+        "workspace": "t.workspace",
+        "tenant": "l.tenant",
+        "day": "substr(l.at, 1, 10)",
+    }
+
+    def cost_totals(self, by: str, since: str) -> list[dict[str, Any]]:
+        """Cost reported by sessions since ``since`` (RFC 3339), summed per ``by``."""
+        query = _Q["cost_totals"].replace("{key}", self.COST_KEYS[by])
+        return [dict(r) for r in self._conn.execute(query, (since,))]
 
     def append_ledger(self, entry: LedgerEntry) -> LedgerEntry:
         """A ledger row with no task change (a schedule's missed or skipped fire)."""

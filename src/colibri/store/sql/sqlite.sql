@@ -15,6 +15,7 @@ CREATE TABLE tasks (
     agent           TEXT,
     pinned          INTEGER NOT NULL DEFAULT 0,
     parent          TEXT,
+    sender          TEXT,
     priority        INTEGER NOT NULL DEFAULT 0,
     min_score       REAL,
     state           TEXT NOT NULL,
@@ -80,10 +81,10 @@ CREATE TABLE schedule_fires (
 ) WITHOUT ROWID;
 
 -- name: insert_task
-INSERT INTO tasks (id, tenant, text, capabilities, workspace, agent, pinned, parent, priority,
+INSERT INTO tasks (id, tenant, text, capabilities, workspace, agent, pinned, parent, sender, priority,
                    min_score, state, outcome, output, error, cost, attempts, max_attempts, epoch,
                    labels, idempotency_key, not_before, schedule, created_at, updated_at)
-VALUES (:id, :tenant, :text, :capabilities, :workspace, :agent, :pinned, :parent, :priority,
+VALUES (:id, :tenant, :text, :capabilities, :workspace, :agent, :pinned, :parent, :sender, :priority,
         :min_score, :state, :outcome, :output, :error, :cost, :attempts, :max_attempts, :epoch,
         :labels, :idempotency_key, :not_before, :schedule, :created_at, :updated_at);
 
@@ -170,3 +171,13 @@ INSERT INTO schedule_fires (schedule, nominal, outcome, task, at) VALUES (?, ?, 
 -- name: fires_of
 SELECT schedule, nominal, outcome, task, at FROM schedule_fires
  WHERE schedule = ? ORDER BY nominal DESC LIMIT ?;
+
+-- name: cost_totals
+-- {key} is one of the expressions in SqliteStore.COST_KEYS, never user text.
+SELECT {key} AS key, COUNT(*) AS sessions,
+       COALESCE(SUM(json_extract(l.cost, '$.usd')), 0) AS usd,
+       COALESCE(SUM(json_extract(l.cost, '$.tokens_in')), 0) AS tokens_in,
+       COALESCE(SUM(json_extract(l.cost, '$.tokens_out')), 0) AS tokens_out
+  FROM ledger l LEFT JOIN tasks t ON t.id = l.task
+ WHERE l.cost IS NOT NULL AND l.at >= ?
+ GROUP BY key ORDER BY key;

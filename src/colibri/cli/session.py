@@ -1,0 +1,145 @@
+"""Commands a session runs from inside itself (out, fail), and the cost report."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from colibri.cli.main import Context, cli, json_option, pass_ctx
+from colibri.cli.output import print_json, print_table
+
+_session_options = [
+    click.option(
+        "--task", "task_id", envvar="COLIBRI_TASK_ID", required=True, metavar="ID",
+        help="The session's task [env: COLIBRI_TASK_ID, set in every session].",
+    ),
+    click.option(
+        "--epoch", envvar="COLIBRI_EPOCH", required=True, type=int,
+        help="The claim being reported on [env: COLIBRI_EPOCH, set in every session].",
+    ),
+]  # fmt: skip
+
+
+def session_options(f: Any) -> Any:
+    for option in reversed(_session_options):
+        f = option(f)
+    return f
+
+
+def parse_cost(text: str) -> dict[str, Any]:
+    """``--cost`` as JSON (``{"usd": 0.12}``) or ``usd=0.12,tokens_in=900,model=sonnet``."""
+    import json
+
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise click.BadParameter(f"not valid JSON: {exc}") from None
+        if not isinstance(value, dict):
+            raise click.BadParameter("give a JSON object")
+        return value
+    cost: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, eq, raw = part.partition("=")
+        if not eq:
+            raise click.BadParameter(
+                f"{part!r}: write key=value (usd, tokens_in, tokens_out, model)"
+            )
+        if key in ("tokens_in", "tokens_out"):
+            cost[key] = int(raw)
+        elif key == "usd":
+            cost[key] = float(raw)
+        else:
+            cost[key] = raw
+    return cost
+
+
+@cli.command("out")
+@click.argument("text", required=False)
+@click.option(
+    "--file",
+    "path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Read the output from a file.",
+)
+@click.option(
+    "--cost", help="What the session cost: usd=0.12,tokens_in=900,tokens_out=300 or JSON."
+)
+@session_options
+@json_option
+@pass_ctx
+def out(
+    ctx: Context,
+    text: str | None,
+    path: str | None,
+    cost: str | None,
+    task_id: str,
+    epoch: int,
+    as_json: bool,
+) -> None:
+    """Inside a session: report the task done with TEXT ("-": stdin) as its output.
+
+    The session may go on running; the task is closed when it ends.
+    """
+    if path is not None:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            output = handle.read()
+    elif text == "-" or text is None:
+        output = sys.stdin.read() if text == "-" or not sys.stdin.isatty() else ""
+    else:
+        output = text
+    task = ctx.call(
+        "out", task=task_id, epoch=epoch, output=output,
+        cost=parse_cost(cost) if cost else None, session_ended=False, from_session=True,
+    )["task"]  # fmt: skip
+    print_json(task) if as_json else print(f"task {task_id} done")
+
+
+@cli.command("fail")
+@click.argument("error", required=False, default="")
+@session_options
+@json_option
+@pass_ctx
+def fail(ctx: Context, error: str, task_id: str, epoch: int, as_json: bool) -> None:
+    """Inside a session: report the task failed, saying why."""
+    task = ctx.call(
+        "fail", task=task_id, epoch=epoch, error=error or "reported failed by the session",
+        session_ended=False, from_session=True,
+    )["task"]  # fmt: skip
+    print_json(task) if as_json else print(f"task {task_id} {task['state']}")
+
+
+@cli.command()
+@click.option(
+    "--by",
+    type=click.Choice(["agent", "workspace", "tenant", "day"]),
+    default="agent",
+    show_default=True,
+    help="Sum per this.",
+)
+@click.option("--since", metavar="TIME", help="Only sessions since this (2026-11-30 or RFC 3339).")
+@json_option
+@pass_ctx
+def cost(ctx: Context, by: str, since: str | None, as_json: bool) -> None:
+    """What the sessions cost: sessions, dollars and tokens, summed."""
+    reply = ctx.call("cost", by=by, since=since)
+    if as_json:
+        print_json(reply["totals"])
+        return
+    rows = reply["totals"]
+    print_table(
+        [by.upper(), "SESSIONS", "USD", "TOKENS IN", "TOKENS OUT"],
+        [
+            [r["key"] or "-", r["sessions"], f"{r['usd']:.4f}", r["tokens_in"], r["tokens_out"]]
+            for r in rows
+        ],
+        empty="no session has reported a cost yet",
+    )
+    if len(rows) > 1:
+        print(
+            f"total: {sum(r['sessions'] for r in rows)} sessions, "
+            f"${sum(r['usd'] for r in rows):.4f}"
+        )

@@ -1,0 +1,70 @@
+"""The task body a session receives: a small header, a blank line, then the text.
+
+    colibri-task: 01a22b47-7755-7e84-b77c-7ea09550014b
+    parent: 01a22b47-7c41-7a3d-a025-2b8c5dd64a2a
+    from: api
+    workspace: web
+
+    write the release notes for 2.0
+
+``parent`` and ``from`` (the workspace that handed the task on) are ``-`` for a task with no
+parent. The body is written to the file named by ``COLIBRI_TASK_FILE``; stdin carries the text
+alone, so a one-shot command such as ``claude -p`` reads exactly the task. Built and parsed
+here, and only here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAGIC = "colibri-task"
+FIELDS = ("parent", "from", "workspace")
+
+
+@dataclass(frozen=True, slots=True)
+class Body:
+    task: str
+    text: str
+    parent: str | None = None
+    sender: str | None = None
+    workspace: str | None = None
+
+
+def build_body(body: Body) -> str:
+    def value(v: str | None) -> str:
+        return v if v else "-"
+
+    return (
+        f"{MAGIC}: {body.task}\n"
+        f"parent: {value(body.parent)}\n"
+        f"from: {value(body.sender)}\n"
+        f"workspace: {value(body.workspace)}\n"
+        f"\n{body.text}"
+    )
+
+
+def parse_body(data: str) -> Body:
+    """The inverse of ``build_body``; raise ValueError for text that is not a task body."""
+    head, sep, text = data.partition("\n\n")
+    if not sep:
+        raise ValueError("not a task body: no blank line after the header")
+    values: dict[str, str] = {}
+    for line in head.split("\n"):
+        key, colon, value = line.partition(": ")
+        if not colon:
+            raise ValueError(f"not a task body: header line {line!r} has no ': '")
+        values[key] = value
+    if MAGIC not in values:
+        raise ValueError(f"not a task body: the first header is not {MAGIC}")
+
+    def opt(key: str) -> str | None:
+        v = values.get(key, "-")
+        return None if v == "-" else v
+
+    return Body(
+        task=values[MAGIC],
+        text=text,
+        parent=opt("parent"),
+        sender=opt("from"),
+        workspace=opt("workspace"),
+    )

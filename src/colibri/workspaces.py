@@ -1,0 +1,175 @@
+"""Workspaces and templates from colibri.jsonc: merged, checked, resolved.
+
+A workspace is a directory (``path``, inside the root) plus the agent that works there: its
+capabilities, slots and session (the command each task runs). A workspace may ``extends`` a
+template; templates may extend templates. Merging is deep: objects merge key by key, lists and
+scalars replace. So with
+
+    "templates": { "oneshot": { "session": { "command": ["claude", "-p"], "env": { "A": "1" } } } },
+    "workspaces": { "api": { "extends": "oneshot", "session": { "env": { "B": "2" } } } }
+
+``api`` runs ``claude -p`` with both A and B set, while ``"capabilities": [...]`` in ``api``
+replaces, never appends to, a template's list.
+
+``send_to`` lists the workspaces a session here may hand child tasks to (lineage edges).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from colibri.core.durations import parse_duration
+from colibri.core.errors import BadRequest, ConfigError
+from colibri.core.model import check_name, normalize_names
+
+Duration = str | float
+
+
+class SessionSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    backend: Literal["subprocess", "tmux"] = "subprocess"
+    command: list[str] = []
+    env: dict[str, str] = {}
+    #: A session that is not ready within this long is killed; its task waits again.
+    ready_timeout: Duration = "120s"
+    #: A ready session with nothing to do is reclaimed after this long.
+    idle: Duration = "60s"
+    #: tmux: a regular expression that, once on the screen, means the session is ready.
+    ready_pattern: str | None = None
+    #: Most bytes of output kept per task; the rest is cut (and marked).
+    output_limit: Annotated[int, msgspec.Meta(ge=1024)] = 1 << 20
+
+
+class WorkspaceSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    extends: str | None = None
+    path: str | None = None
+    capabilities: list[str] = []
+    slots: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 1
+    session: SessionSpec = msgspec.field(default_factory=SessionSpec)
+    send_to: list[str] = []
+    #: Sessions kept started and ready before any task comes.
+    warm: Annotated[int, msgspec.Meta(ge=0, le=100)] = 0
+    #: A task running longer than this is stopped and fails.
+    max_runtime: Duration | None = None
+
+
+class Workspace(msgspec.Struct, kw_only=True):
+    """A resolved workspace: merged, checked, paths absolute, durations in seconds."""
+
+    name: str
+    path: str
+    capabilities: list[str]
+    slots: int
+    backend: str
+    command: list[str]
+    env: dict[str, str]
+    ready_timeout: float
+    idle: float
+    ready_pattern: str | None
+    output_limit: int
+    send_to: list[str]
+    warm: int
+    max_runtime: float | None
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """Objects merge key by key; lists and scalars in ``over`` replace those in ``base``."""
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _expand(
+    name: str, raw: dict[str, Any], templates: dict[str, Any], where: Callable[[str], str]
+) -> dict[str, Any]:
+    """Follow ``extends`` through the templates, refusing unknown names and cycles."""
+    chain: list[str] = []
+    layers = [raw]
+    parent = raw.get("extends")
+    while parent is not None:
+        if not isinstance(parent, str) or parent not in templates:
+            known = ", ".join(sorted(templates)) or "none defined"
+            raise ConfigError(
+                f"{where(name)}: {name} extends unknown template {parent!r} (templates: {known})"
+            )
+        if parent in chain:
+            cycle = " → ".join([*chain, parent])
+            raise ConfigError(f"{where(parent)}: templates extend each other in a cycle: {cycle}")
+        chain.append(parent)
+        template = templates[parent]
+        if not isinstance(template, dict):
+            raise ConfigError(f"{where(parent)}: template {parent!r} must be an object")
+        layers.append(template)
+        parent = template.get("extends")
+    merged: dict[str, Any] = {}
+    for layer in reversed(layers):
+        merged = deep_merge(merged, layer)
+    merged.pop("extends", None)
+    return merged
+
+
+def resolve(
+    raw_workspaces: dict[str, Any],
+    templates: dict[str, Any],
+    root: Path,
+    where: Callable[[str], str],
+) -> dict[str, Workspace]:
+    """Every workspace of colibri.jsonc, or a ConfigError saying ``file:line: what is wrong``."""
+    real_root = root.resolve()
+    resolved: dict[str, Workspace] = {}
+    for name, raw in raw_workspaces.items():
+        try:
+            check_name(name, "workspace name")
+        except BadRequest as exc:
+            raise ConfigError(f"{where(name)}: {exc.message}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{where(name)}: workspace {name!r} must be an object")
+        merged = _expand(name, raw, templates, where)
+        try:
+            spec = msgspec.convert(merged, WorkspaceSpec)
+            capabilities = normalize_names(spec.capabilities, "capability")
+            ready_timeout = parse_duration(spec.session.ready_timeout)
+            idle = parse_duration(spec.session.idle)
+            max_runtime = None if spec.max_runtime is None else parse_duration(spec.max_runtime)
+        except (msgspec.ValidationError, ValueError) as exc:
+            raise ConfigError(f"{where(name)}: workspaces.{name}: {exc}") from None
+        except BadRequest as exc:
+            raise ConfigError(f"{where(name)}: workspaces.{name}: {exc.message}") from None
+        if not spec.session.command:
+            raise ConfigError(
+                f"{where(name)}: workspace {name!r} has no session.command (give it one, or "
+                "extends a template that has one)"
+            )
+        relative = spec.path if spec.path is not None else name
+        if Path(relative).is_absolute():
+            raise ConfigError(
+                f"{where(name)}: workspace {name!r}: path must be relative to the root"
+            )
+        full = (real_root / relative).resolve()
+        if full != real_root and real_root not in full.parents:
+            raise ConfigError(
+                f"{where(name)}: workspace {name!r}: path {relative!r} leads outside the root"
+            )
+        resolved[name] = Workspace(
+            name=name, path=str(full), capabilities=capabilities, slots=spec.slots,
+            backend=spec.session.backend, command=spec.session.command, env=spec.session.env,
+            ready_timeout=ready_timeout, idle=idle, ready_pattern=spec.session.ready_pattern,
+            output_limit=spec.session.output_limit, send_to=list(dict.fromkeys(spec.send_to)),
+            warm=spec.warm, max_runtime=max_runtime,
+        )  # fmt: skip
+    for workspace in resolved.values():
+        for target in workspace.send_to:
+            if target not in resolved:
+                raise ConfigError(
+                    f"{where(workspace.name)}: workspace {workspace.name!r} sends to "
+                    f"{target!r}, which is not a workspace (workspaces: "
+                    f"{', '.join(sorted(resolved))})"
+                )
+    return resolved
