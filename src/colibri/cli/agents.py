@@ -79,6 +79,9 @@ def status(ctx: Context, as_json: bool) -> None:
         f"agents   {reply['agents']['online']} online of {reply['agents']['known']}, "
         f"{reply['slots']['busy']}/{reply['slots']['total']} slots busy"
     )
+    for h in reply.get("harnesses", []):
+        state = "DEGRADED" if h["degraded"] else (f"pid {h['pid']}" if h["pid"] else "starting")
+        print(f"harness  {h['workspace']}: {state}, {h['restarts']} restarts")
 
 
 def _toggle(ctx: Context, paused: bool, as_json: bool) -> None:
@@ -166,6 +169,13 @@ def agent(
         defined = load_config(root).workspaces.get(workspace)
         if defined is None:
             raise click.UsageError(f"colibri.jsonc defines no workspace {workspace!r}")
+        from colibri.config import STATE_DIR
+        from colibri.locks import harness_lock, hold_lock
+
+        try:
+            hold_lock(harness_lock(root / STATE_DIR, workspace))  # held until this process ends
+        except RuntimeError as exc:
+            raise click.ClickException(f"workspace {workspace}: {exc}") from None
         Path(defined.path).mkdir(parents=True, exist_ok=True)
         spec = AgentSpec(
             name=name or workspace, command=defined.command,

@@ -191,7 +191,10 @@ async def _run_until_stopped(config: Config, board: Board, server: Server) -> No
             group.create_task(tick(), name="tick"),
             group.create_task(sweep(), name="sweep"),
             group.create_task(server.schedules.run(server.schedule_flush), name="schedules"),
+            group.create_task(server.supervisor.run(), name="supervisor"),
         ]
         await stop.wait()
         for task in tasks:
             task.cancel()
+    # Harnesses are stopped while the socket still serves, so their last reports land.
+    await server.supervisor.stop_all()

@@ -81,6 +81,7 @@ class Commands:
                 "connections": self.server.connection_count,
             },
             **self.board.status(),
+            "harnesses": self.server.supervisor.status(),
         }
 
     def intake_task(self, req: p.TaskFields, conn: Connection) -> Reply:

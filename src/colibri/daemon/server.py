@@ -36,6 +36,7 @@ from colibri.daemon.board import Board
 from colibri.daemon.commands import Commands
 from colibri.daemon.ledger import LedgerMirror
 from colibri.daemon.schedules import ScheduleRunner
+from colibri.daemon.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +181,7 @@ class Server:
         self.mirror = mirror
         self.commands = Commands(board, self)
         self.schedules = ScheduleRunner(board, config.default_tz)
+        self.supervisor = Supervisor(config)
         self.owner_uid = os.getuid()
         self.loop = asyncio.get_running_loop()
         self.connections: set[Connection] = set()

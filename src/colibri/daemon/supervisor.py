@@ -1,0 +1,174 @@
+"""Keep one harness running per workspace of colibri.jsonc.
+
+Each harness (``colibri agent --workspace NAME``) holds an exclusive lock on
+``.colibri/harness/NAME.lock`` for its whole life and writes its pid there. The supervisor asks
+the lock, not its own memory, whether a harness is alive — so a daemon that crashed and started
+again finds the harnesses that outlived it and adopts them instead of starting duplicates, while
+their sessions (an AI agent may be an hour into its task) run on.
+
+A harness that exits is started again after a backoff (1 s, 2 s, 4 s … up to 60 s); the restarts
+are counted. One that exits ``crash_loop`` times within ``crash_window`` is marked degraded and
+left alone until ``cool_down`` has passed. A clean daemon stop (SIGTERM) stops every harness;
+a daemon crash stops none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from colibri.config import Config
+from colibri.locks import harness_lock, holder_pid
+
+log = logging.getLogger(__name__)
+
+CHECK_EVERY = 0.5
+CRASH_LOOP = 5
+CRASH_WINDOW = 60.0
+COOL_DOWN = 300.0
+MAX_BACKOFF = 60.0
+STOP_GRACE = 10.0
+
+
+@dataclass
+class Harness:
+    workspace: str
+    pid: int | None = None
+    process: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    exits: deque[float] = field(default_factory=lambda: deque(maxlen=CRASH_LOOP))
+    next_start: float = 0.0
+    degraded_until: float = 0.0
+
+    def status(self, now: float) -> dict[str, Any]:
+        return {
+            "workspace": self.workspace,
+            "pid": self.pid,
+            "restarts": self.restarts,
+            "degraded": now < self.degraded_until,
+        }
+
+
+class Supervisor:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.harnesses = {name: Harness(name) for name in config.workspaces}
+        (config.state_dir / "harness").mkdir(mode=0o700, exist_ok=True)
+
+    def status(self) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        return [h.status(now) for h in self.harnesses.values()]
+
+    async def run(self) -> None:
+        while True:
+            for harness in self.harnesses.values():
+                self._tend(harness, time.monotonic())
+            await asyncio.sleep(CHECK_EVERY)
+
+    def _tend(self, harness: Harness, now: float) -> None:
+        if harness.process is not None and harness.process.poll() is not None:
+            code = harness.process.returncode
+            harness.process = None
+            self._exited(harness, now, f"exit code {code}")
+        pid = holder_pid(harness_lock(self.config.state_dir, harness.workspace))
+        if pid is not None:
+            if harness.pid != pid:
+                if harness.process is None:
+                    log.info(
+                        "adopted a running harness",
+                        extra={"event": "harness_adopted", "workspace": harness.workspace,
+                               "pid": pid},
+                    )  # fmt: skip
+                harness.pid = pid
+            return
+        if harness.pid is not None and harness.process is None:
+            self._exited(harness, now, "the adopted harness is gone")
+        if harness.process is not None:
+            return  # started, not holding its lock yet
+        if now < harness.degraded_until or now < harness.next_start:
+            return
+        self._start(harness)
+
+    def _exited(self, harness: Harness, now: float, why: str) -> None:
+        harness.pid = None
+        harness.exits.append(now)
+        delay = min(MAX_BACKOFF, 2.0 ** (len(harness.exits) - 1))
+        harness.next_start = now + delay
+        if len(harness.exits) == CRASH_LOOP and now - harness.exits[0] < CRASH_WINDOW:
+            harness.degraded_until = now + COOL_DOWN
+            harness.exits.clear()
+            log.error(
+                "harness crash-loops; marked degraded",
+                extra={"event": "harness_degraded", "workspace": harness.workspace,
+                       "cool_down": COOL_DOWN},
+            )  # fmt: skip
+        else:
+            log.warning(
+                "harness exited; restarting after backoff",
+                extra={"event": "harness_exited", "workspace": harness.workspace, "why": why,
+                       "backoff": delay},
+            )  # fmt: skip
+
+    def _start(self, harness: Harness) -> None:
+        if harness.next_start:
+            harness.restarts += 1
+        logfile = self.config.state_dir / "harness" / f"{harness.workspace}.log"
+        with open(logfile, "ab") as out:
+            harness.process = subprocess.Popen(
+                [
+                    sys.executable, "-m", "colibri", "--root", str(self.config.root), "agent",
+                    "--workspace", harness.workspace,
+                ],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                start_new_session=True,  # its own group: it outlives a crash of the daemon
+            )  # fmt: skip
+        harness.pid = harness.process.pid
+        log.info(
+            "harness started",
+            extra={"event": "harness_started", "workspace": harness.workspace,
+                   "pid": harness.pid},
+        )  # fmt: skip
+
+    async def stop_all(self) -> None:
+        """A clean stop: SIGTERM every harness (it stops its sessions), SIGKILL stragglers."""
+        pids: list[int] = []
+        for harness in self.harnesses.values():
+            pid = holder_pid(harness_lock(self.config.state_dir, harness.workspace))
+            pid = pid if pid and pid > 0 else harness.pid
+            if pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGTERM)
+                pids.append(pid)
+        deadline = time.monotonic() + STOP_GRACE
+        while pids and time.monotonic() < deadline:
+            for harness in self.harnesses.values():
+                if harness.process is not None:
+                    harness.process.poll()
+            pids = [pid for pid in pids if _alive(pid)]
+            await asyncio.sleep(0.05)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        for harness in self.harnesses.values():
+            if harness.process is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    harness.process.wait(timeout=1)
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"

@@ -1,0 +1,50 @@
+"""Process locks: who holds a root or a workspace, held with flock for a process's life.
+
+The kernel drops a flock when its holder dies, however it dies, so a lock left by a killed
+process never blocks the next one, and a lock that is held proves its holder is alive.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+
+def harness_lock(state_dir: Path, workspace: str) -> Path:
+    return state_dir / "harness" / f"{workspace}.lock"
+
+
+def holder_pid(path: Path) -> int | None:
+    """The pid of the harness holding the lock at ``path``, or None if nobody holds it."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def hold_lock(path: Path) -> int:
+    """For the harness: take the workspace's lock for the life of the process, or raise."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise RuntimeError(
+            f"another harness (pid {holder}) already serves this workspace"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
