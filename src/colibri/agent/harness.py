@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from colibri.agent import tmux
 from colibri.client import AsyncClient, RemoteError
 from colibri.config import STATE_DIR
 from colibri.core.errors import DaemonNotRunning
@@ -46,6 +47,9 @@ class AgentSpec:
     output_limit: int = OUTPUT_LIMIT
     #: A session running longer than this is stopped and its task fails.
     max_runtime: float | None = None
+    backend: str = "subprocess"
+    ready_timeout: float = 120.0
+    ready_pattern: str | None = None
 
 
 @dataclass
@@ -57,6 +61,9 @@ class Session:
     #: (cmd, fields) of the report still to deliver, once the session has ended.
     report: tuple[str, dict[str, Any]] | None = None
     cancelled: bool = False
+    #: tmux backend: the pane's process (a group leader) and the session's readiness.
+    pane_pid: int | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class Harness:
@@ -154,6 +161,10 @@ class Harness:
             if held is not None:
                 held.cancelled = True
                 self._group.create_task(self._cancel(held), name=f"cancel-{held.task}")
+        elif kind == "ready":
+            waiting = self.sessions.get(message["task"])
+            if waiting is not None:
+                waiting.ready.set()
         elif kind == "expired":
             self._reregister.set()
 
@@ -181,9 +192,55 @@ class Harness:
         if task.get("parent"):
             env["COLIBRI_PARENT"] = task["parent"]
         try:
-            await self._run_process(session, task, env)
+            if self.spec.backend == "tmux":
+                await self._run_tmux(session, task, env)
+            else:
+                await self._run_process(session, task, env)
         finally:
             task_file.unlink(missing_ok=True)
+
+    async def _run_tmux(self, session: Session, task: dict[str, Any], env: dict[str, str]) -> None:
+        sock = tmux.socket_for(self.root, self.spec.name)
+        own = {k: v for k, v in env.items() if k.startswith("COLIBRI_") or k in self.spec.env}
+        try:
+            pid = await tmux.start(sock, session.task, self.spec.command, own, self.spec.cwd)
+        except (RuntimeError, OSError) as exc:
+            session.report = ("fail", {"error": f"could not start the tmux session: {exc}"})
+            await self._deliver(session)
+            return
+        session.pane_pid = pid
+        try:
+            async with asyncio.timeout(self.spec.ready_timeout):
+                ready = await tmux.wait_ready(
+                    sock, session.task, pid, session.ready, self.spec.ready_pattern
+                )
+        except TimeoutError:
+            await self._kill(session)
+            reason = f"session not ready within {self.spec.ready_timeout:g}s"
+            session.report = ("requeue", {"reason": reason})
+            await self._deliver(session)
+            return
+        if session.cancelled:
+            return
+        if not ready:
+            session.report = ("fail", {"error": "the session ended before it was ready"})
+            await self._deliver(session)
+            return
+        await tmux.type_text(sock, session.task, task["text"])
+        try:
+            async with asyncio.timeout(self.spec.max_runtime):
+                await tmux.wait_exit(pid)
+        except TimeoutError:
+            await self._kill(session)
+            limit = self.spec.max_runtime
+            session.report = ("fail", {"error": f"max_runtime: stopped after {limit:g}s"})
+            await self._deliver(session)
+            return
+        if session.cancelled:
+            return
+        # Refused if the session reported by itself (colibri out): then it is just closed.
+        session.report = ("fail", {"error": "the session ended without out"})
+        await self._deliver(session)
 
     async def _run_process(
         self, session: Session, task: dict[str, Any], env: dict[str, str]
@@ -262,6 +319,11 @@ class Harness:
                 await self.client.call("reclaimed", task=session.task, epoch=session.epoch)
 
     async def _kill(self, session: Session) -> None:
+        if session.pane_pid is not None:
+            await tmux.kill(
+                tmux.socket_for(self.root, self.spec.name), session.task, session.pane_pid
+            )
+            return
         process = session.process
         if process is None or process.returncode is not None:
             return

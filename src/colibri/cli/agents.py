@@ -79,6 +79,9 @@ def status(ctx: Context, as_json: bool) -> None:
         f"agents   {reply['agents']['online']} online of {reply['agents']['known']}, "
         f"{reply['slots']['busy']}/{reply['slots']['total']} slots busy"
     )
+    if reply.get("warnings"):
+        counts = ", ".join(f"{w}: {n}" for w, n in reply["warnings"].items())
+        print(f"warnings sessions never ready — {counts}")
     for h in reply.get("harnesses", []):
         state = "DEGRADED" if h["degraded"] else (f"pid {h['pid']}" if h["pid"] else "starting")
         print(f"harness  {h['workspace']}: {state}, {h['restarts']} restarts")
@@ -182,5 +185,7 @@ def agent(
             capabilities=list(caps) or defined.capabilities, slots=slots or defined.slots,
             ttl=ttl, workspace=workspace, tenant=tenant, cwd=Path(defined.path),
             env=defined.env, output_limit=defined.output_limit, max_runtime=defined.max_runtime,
+            backend=defined.backend, ready_timeout=defined.ready_timeout,
+            ready_pattern=defined.ready_pattern,
         )  # fmt: skip
     run_agent(spec, socket_path(root), root)

@@ -112,6 +112,32 @@ def fail(ctx: Context, error: str, task_id: str, epoch: int, as_json: bool) -> N
     print_json(task) if as_json else print(f"task {task_id} {task['state']}")
 
 
+@cli.command("ready")
+@session_options
+@pass_ctx
+def ready(ctx: Context, task_id: str, epoch: int) -> None:
+    """Inside a tmux session: say the agent is ready; its task is typed in next."""
+    ctx.call("ready", task=task_id, epoch=epoch)
+
+
+@cli.command("attach-session")
+@click.argument("task_id", metavar="TASK")
+@pass_ctx
+def attach_session(ctx: Context, task_id: str) -> None:
+    """Watch (and type into) the tmux session running TASK. Detach with Ctrl+B d."""
+    import os
+
+    from colibri.agent.tmux import socket_for
+
+    task = ctx.call("get", task=task_id)["task"]
+    if task["state"] != "running" or not task.get("agent"):
+        raise click.ClickException(f"task {task_id} is {task['state']}: no session to attach to")
+    sock = socket_for(ctx.root(), task["agent"])
+    if not sock.exists():
+        raise click.ClickException(f"agent {task['agent']} runs no tmux sessions here ({sock})")
+    os.execvp("tmux", ["tmux", "-S", str(sock), "attach-session", "-t", task_id])
+
+
 @cli.command()
 @click.option(
     "--by",

@@ -183,6 +183,22 @@ class Reclaimed(Request, tag="reclaimed"):
     epoch: Epoch
 
 
+class Ready(Request, tag="ready"):
+    """Sent by a session (``colibri ready``): it is ready to be given its task."""
+
+    task: TaskId
+    epoch: Epoch
+
+
+class Requeue(Request, tag="requeue"):
+    """Sent by a harness: the session never became ready; the task waits again (no attempt
+    is spent) and a warning is counted."""
+
+    task: TaskId
+    epoch: Epoch
+    reason: Annotated[str, msgspec.Meta(max_length=2000)] = ""
+
+
 class Subscribe(Request, tag="subscribe"):
     priority: int = 0
 
@@ -226,7 +242,8 @@ REQUESTS: tuple[type[Request], ...] = (
     Ping, Status, IntakeTask, Submit, CreateTask, Get, ListTasks, Cancel, Retry, Why, Wait, Family,
     CostTotals,
     ToggleSwarm, Agents, Skills, DescribeSkill, Ledger, RegisterAgent, Heartbeat, Out, Fail,
-    Reclaimed, Subscribe, ScheduleAdd, ScheduleList, ScheduleGet, ScheduleRun, ScheduleRemove,
+    Reclaimed, Ready, Requeue,
+    Subscribe, ScheduleAdd, ScheduleList, ScheduleGet, ScheduleRun, ScheduleRemove,
     SchedulePause, ScheduleResume,
 )  # fmt: skip
 AnyRequest = Union[REQUESTS]  # type: ignore[valid-type]  # noqa: UP007

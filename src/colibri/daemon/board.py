@@ -60,6 +60,10 @@ def new_task_id() -> str:
     return str(uuid6.uuid7())
 
 
+#: Sessions in a row that never become ready before an agent's circuit breaker opens.
+BREAKER_AFTER = 3
+#: How long an open breaker keeps work away (its tasks wait; none is dropped).
+BREAKER_COOL_DOWN = 60.0
 #: Most distinct shapes and name lists kept for sharing between tasks.
 SHARED_MAX = 10_000
 
@@ -86,6 +90,10 @@ class LiveAgent:
     last_seen_wall: float
     online: bool = True
     holding: set[str] = field(default_factory=set)
+    #: Sessions in a row that never became ready, and until when (monotonic) the circuit
+    #: breaker keeps work away from this agent.
+    requeues_in_row: int = 0
+    unhealthy_until: float = 0.0
 
     def view(self) -> AgentView:
         return AgentView(
@@ -142,6 +150,8 @@ class Board:
         self._answered: list[tuple[str, Peer, Any]] = []
         self.dispatch_wanted = False
         self._shapes: dict[tuple[Any, ...], Shape] = {}
+        #: Sessions that never became ready, per workspace (or agent): shown in status.
+        self.warnings: dict[str, int] = {}
         self._name_lists: dict[tuple[str, ...], list[str]] = {}
         #: Called when a new deadline may be earlier than the sweep's next wake.
         self.on_deadline: Callable[[], None] = lambda: None
@@ -404,7 +414,8 @@ class Board:
 
     def _index(self, agent: LiveAgent) -> None:
         index = self.indexes.setdefault(agent.tenant, AgentIndex())
-        if agent.online and agent.peer is not None:
+        healthy = agent.unhealthy_until <= self.clock.monotonic()
+        if agent.online and agent.peer is not None and healthy:
             index.add(
                 agent.name, agent.capabilities, agent.slots - len(agent.holding), agent.workspace
             )
@@ -484,6 +495,9 @@ class Board:
         rows = explain(shape, (a.view() for a in self.agents.values() if a.tenant == task.tenant))
         for row in rows:  # "offline" to the matcher; say why, for one still within its TTL
             live = self.agents[row.agent]
+            if live.unhealthy_until > self.clock.monotonic():
+                row.eligible = False
+                row.reasons.append("unhealthy: sessions never became ready (circuit breaker)")
             if live.online and live.peer is None:
                 row.reasons = [
                     f"disconnected (offline unless it reconnects within {live.ttl:g}s)"
@@ -529,6 +543,7 @@ class Board:
             "paused": self.paused,
             "tasks": {s.value: counts.get(s.value, 0) for s in State},
             "ledger_seq": self.store.max_ledger_seq(),
+            "warnings": dict(sorted(self.warnings.items())),
             "waiting": len(self.pending),
             "retrying": len(self._delayed),
             "agents": {"online": online, "known": len(self.agents)},
@@ -755,6 +770,7 @@ class Board:
         task = self._held(agent, task_id, epoch)
         if task.state != State.RUNNING:
             raise IllegalTransition(task_id, task.state, State.DONE.value)
+        agent.requeues_in_row = 0
         return self._move(
             task, State.DONE, "out", close=session_ended, output=output, error=None, cost=cost
         )
@@ -765,8 +781,43 @@ class Board:
         task = self._held(agent, task_id, epoch)
         if task.state != State.RUNNING:
             raise IllegalTransition(task_id, task.state, State.FAILED.value)
+        agent.requeues_in_row = 0
         ended = self._end_session(task, error or "session failed")
         return self._close(ended) if session_ended and ended.state != State.PENDING else ended
+
+    def session_ready(self, peer: Peer, task_id: str, epoch: int) -> None:
+        """A session says it is ready: tell the harness that holds its task to type it in."""
+        holder = self.reporter(peer, "ready", task_id, from_session=True)
+        task = self._held(holder, task_id, epoch)
+        if holder.peer is not None:
+            self._emit(holder.peer, {"event": "ready", "task": task.id, "epoch": task.epoch})
+
+    def requeue(self, agent: LiveAgent, task_id: str, epoch: int, reason: str) -> Task:
+        """The session never became ready: back to pending, no attempt spent, a warning."""
+        task = self._held(agent, task_id, epoch)
+        if task.state != State.RUNNING:
+            raise IllegalTransition(task_id, task.state, State.PENDING.value)
+        self._release(task)
+        why = reason or "session not ready"
+        waiting = self._move(task, State.PENDING, f"requeued: {why}", attempts=task.attempts - 1)
+        where = agent.workspace or agent.name
+        self.warnings[where] = self.warnings.get(where, 0) + 1
+        self.broadcast({"event": "warning", "workspace": where, "task": task_id, "reason": why})
+        agent.requeues_in_row += 1
+        if agent.requeues_in_row >= BREAKER_AFTER:
+            agent.requeues_in_row = 0
+            agent.unhealthy_until = self.clock.monotonic() + BREAKER_COOL_DOWN
+            self._index(agent)
+            self.on_deadline()
+            message = (
+                f"{BREAKER_AFTER} sessions in a row never became ready; no work for "
+                f"{BREAKER_COOL_DOWN:g}s (its tasks wait)"
+            )
+            log.warning(message, extra={"event": "breaker_open", "agent": agent.name})
+            self.broadcast({"event": "unhealthy", "agent": agent.name, "workspace": where,
+                            "reason": message})  # fmt: skip
+        self._enqueue(waiting)
+        return waiting
 
     def reclaimed(self, agent: LiveAgent, task_id: str, epoch: int) -> Task:
         task = self._held(agent, task_id, epoch)
@@ -818,6 +869,10 @@ class Board:
         for agent in list(self.agents.values()):
             if agent.online and now - agent.last_seen > agent.ttl:
                 self._expire(agent)
+            elif agent.unhealthy_until and agent.unhealthy_until <= now:
+                agent.unhealthy_until = 0.0  # the breaker closes: work may come again
+                self._index(agent)
+                self.dispatch_wanted = True
         for task_id, deadline in list(self._orphans.items()):
             if now >= deadline:
                 task = self.tasks.get(task_id)
@@ -836,6 +891,7 @@ class Board:
         """The monotonic instant at which ``sweep`` next has something to do."""
         candidates = [a.last_seen + a.ttl for a in self.agents.values() if a.online]
         candidates.extend(self._orphans.values())
+        candidates.extend(a.unhealthy_until for a in self.agents.values() if a.unhealthy_until)
         if self._delayed:
             candidates.append(self._delayed[0][0])
         return min(candidates, default=None)

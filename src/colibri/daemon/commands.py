@@ -52,6 +52,8 @@ class Commands:
             p.Out: self.out,
             p.Fail: self.fail,
             p.Reclaimed: self.reclaimed,
+            p.Ready: self.ready,
+            p.Requeue: self.requeue,
             p.Subscribe: self.subscribe,
             p.ScheduleAdd: self.schedule_add,
             p.ScheduleList: self.schedule_list,
@@ -194,6 +196,14 @@ class Commands:
     def reclaimed(self, req: p.Reclaimed, conn: Connection) -> Reply:
         agent = self.board.agent_of(conn, "reclaimed")
         return {"task": self.board.reclaimed(agent, req.task, req.epoch)}
+
+    def ready(self, req: p.Ready, conn: Connection) -> Reply:
+        self.board.session_ready(conn, req.task, req.epoch)
+        return {}
+
+    def requeue(self, req: p.Requeue, conn: Connection) -> Reply:
+        agent = self.board.agent_of(conn, "requeue")
+        return {"task": self.board.requeue(agent, req.task, req.epoch, req.reason)}
 
     def subscribe(self, req: p.Subscribe, conn: Connection) -> Reply:
         self.board.subscribe(conn)

@@ -1,0 +1,110 @@
+"""The tmux session backend: interactive agents an operator can attach to.
+
+Each task runs as a tmux session (named by the task id) on the workspace's own tmux server,
+whose socket is ``.colibri/tmux/<agent>.sock``; ``colibri attach-session TASK`` (or plain
+``tmux -S … attach -t TASK``) shows it live. The agent's command starts first; the task is typed
+into it once it is ready — when the session runs ``colibri ready``, or when ``ready_pattern``
+appears on its screen. The session reports with ``colibri out``; a session that ends without
+out fails its task. One that is not ready within ``ready_timeout`` is killed and its task goes
+back to pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+from pathlib import Path
+
+POLL = 0.1
+
+
+def socket_for(root: Path, agent: str) -> Path:
+    from colibri.config import STATE_DIR
+
+    return root / STATE_DIR / "tmux" / f"{agent}.sock"
+
+
+async def tmux(socket: Path, *args: str) -> str:
+    """Run one tmux command against the workspace's server; raise RuntimeError on failure."""
+    process = await asyncio.create_subprocess_exec(
+        "tmux", "-S", str(socket), *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    out, err = await process.communicate()
+    if process.returncode != 0:
+        raise RuntimeError(f"tmux {args[0]}: {err.decode(errors='replace').strip()}")
+    return out.decode(errors="replace")
+
+
+async def start(
+    socket: Path, name: str, command: list[str], env: dict[str, str], cwd: Path | None
+) -> int:
+    """Start ``command`` as tmux session ``name``; return the pid of its pane (a group leader)."""
+    socket.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    flags = [f"-e{key}={value}" for key, value in env.items()]
+    where = ["-c", str(cwd)] if cwd is not None else []
+    out = await tmux(
+        socket, "new-session", "-d", "-s", name, "-x", "200", "-y", "50", *where, *flags,
+        "-P", "-F", "#{pane_pid}", *command,
+    )  # fmt: skip
+    return int(out.strip())
+
+
+async def screen(socket: Path, name: str) -> str:
+    return await tmux(socket, "capture-pane", "-p", "-t", name)
+
+
+async def type_text(socket: Path, name: str, text: str) -> None:
+    """Type the task into the session literally (never through a shell), then Enter."""
+    await tmux(socket, "send-keys", "-t", name, "-l", text)
+    await tmux(socket, "send-keys", "-t", name, "Enter")
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+async def wait_ready(
+    socket: Path, name: str, pid: int, ready: asyncio.Event, pattern: str | None
+) -> bool:
+    """Until ready (``colibri ready``, or ``pattern`` on the screen); False if it ended first."""
+    compiled = re.compile(pattern) if pattern else None
+    while not ready.is_set():
+        if not alive(pid):
+            return False
+        if compiled is not None:
+            with contextlib.suppress(RuntimeError):
+                if compiled.search(await screen(socket, name)):
+                    return True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(POLL):
+                await ready.wait()
+    return True
+
+
+async def wait_exit(pid: int) -> None:
+    while alive(pid):
+        await asyncio.sleep(POLL)
+
+
+async def kill(socket: Path, name: str, pid: int) -> None:
+    """Stop the session's whole process group, then its tmux session."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    for _ in range(50):
+        if not alive(pid):
+            break
+        await asyncio.sleep(POLL)
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(RuntimeError):
+        await tmux(socket, "kill-session", "-t", name)
