@@ -1,0 +1,174 @@
+"""The tmux backend with real tmux: attachable sessions, readiness, typing, timeouts, breaker."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import Daemon, wait_until
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+
+#: A session that shows a prompt, reads one line (the task, typed in), reports it, and exits.
+PROMPTED = (
+    "import sys, subprocess\n"
+    "print('PROMPT>', flush=True)\n"
+    "line = input()\n"
+    "subprocess.run([sys.executable, '-m', 'colibri', 'out', 'got ' + line, '--cost', 'usd=0.1'])\n"
+)
+#: A session that says it is ready with `colibri ready`, then reads the task the same way.
+SAYS_READY = (
+    "import sys, subprocess\n"
+    "subprocess.run([sys.executable, '-m', 'colibri', 'ready'], check=True)\n"
+    "line = input()\n"
+    "subprocess.run([sys.executable, '-m', 'colibri', 'out', 'ready then ' + line])\n"
+)
+
+
+def config(workspaces: dict[str, Any]) -> str:
+    return json.dumps({"scheduler": {"agent_ttl": "30s"}, "workspaces": workspaces})
+
+
+@pytest.fixture
+def tmux_root(root: Path) -> Iterator[Path]:
+    yield root
+    for sock in (root / ".colibri" / "tmux").glob("*.sock"):
+        subprocess.run(["tmux", "-S", str(sock), "kill-server"], capture_output=True)
+
+
+def start(root: Path, workspaces: dict[str, Any]) -> Daemon:
+    (root / "colibri.jsonc").write_text(config(workspaces))
+    daemon = Daemon(root)
+    daemon.start()
+    return daemon
+
+
+def wait_end(daemon: Daemon, task_id: str, timeout: float = 20) -> dict[str, Any]:
+    return wait_until(  # type: ignore[no-any-return]
+        lambda: (t := daemon.call("get", task=task_id)["task"])["state"] == "closed" and t,
+        timeout=timeout,
+    )
+
+
+def test_task_is_typed_in_after_the_ready_pattern_and_reported_with_out(tmux_root: Path) -> None:
+    daemon = start(tmux_root, {"term": {"capabilities": ["tty"], "session": {
+        "backend": "tmux", "ready_pattern": "PROMPT>", "ready_timeout": "10s",
+        "command": [sys.executable, "-c", PROMPTED]}}})  # fmt: skip
+    try:
+        text = 'hello $(touch pwned) `touch pwned2` "quoted" ; echo no'
+        task = daemon.call("submit", text=text, capabilities=["tty"])["task"]
+        final = wait_end(daemon, task["id"])
+        assert (final["outcome"], final["output"]) == ("done", "got " + text)
+        assert final["cost"] == {"usd": 0.1}
+        assert not list(tmux_root.rglob("pwned*"))
+        rows = [r["to_state"] for r in daemon.call("ledger", task=task["id"])["entries"]]
+        assert rows == ["pending", "running", "done", "closed"]
+    finally:
+        daemon.stop()
+
+
+def test_colibri_ready_and_attach_to_the_live_session(tmux_root: Path) -> None:
+    daemon = start(tmux_root, {"term": {"session": {
+        "backend": "tmux", "ready_timeout": "10s", "command": [sys.executable, "-c", SAYS_READY]
+    }}})  # fmt: skip
+    try:
+        task = daemon.call("submit", text="go", workspace="term")["task"]
+        final = wait_end(daemon, task["id"])
+        assert final["output"] == "ready then go"
+    finally:
+        daemon.stop()
+
+
+def test_an_operator_can_see_the_session_while_it_runs(tmux_root: Path) -> None:
+    daemon = start(tmux_root, {"term": {"session": {
+        "backend": "tmux", "ready_pattern": "PROMPT>", "ready_timeout": "10s",
+        "command": [sys.executable, "-c", "print('PROMPT>', flush=True); import time; "
+                    "line = input(); print('working on', line, flush=True); time.sleep(60)"],
+    }}})  # fmt: skip
+    try:
+        task = daemon.call("submit", text="the long job", workspace="term")["task"]
+        sock = tmux_root / ".colibri" / "tmux" / "term.sock"
+
+        def screen() -> str:
+            out = subprocess.run(
+                ["tmux", "-S", str(sock), "capture-pane", "-p", "-t", task["id"]],
+                capture_output=True, text=True,
+            )  # fmt: skip
+            return out.stdout
+
+        assert "working on the long job" in wait_until(
+            lambda: "working on" in (s := screen()) and s
+        )
+        # attach-session refuses politely when there is no terminal, but finds the session
+        listed = subprocess.run(["tmux", "-S", str(sock), "list-sessions", "-F",
+                                 "#{session_name}"], capture_output=True, text=True)  # fmt: skip
+        assert task["id"] in listed.stdout.split()
+        daemon.call("cancel", task=task["id"])
+        final = wait_end(daemon, task["id"])
+        assert final["outcome"] == "cancelled"
+        wait_until(lambda: task["id"] not in subprocess.run(
+            ["tmux", "-S", str(sock), "list-sessions", "-F", "#{session_name}"],
+            capture_output=True, text=True).stdout.split())  # fmt: skip
+    finally:
+        daemon.stop()
+
+
+def test_a_window_that_closes_without_out_fails_its_task(tmux_root: Path) -> None:
+    daemon = start(tmux_root, {"term": {"session": {
+        "backend": "tmux", "ready_pattern": "PROMPT>", "ready_timeout": "10s",
+        "command": [sys.executable, "-c", "print('PROMPT>', flush=True); input()"],
+    }}})  # fmt: skip
+    try:
+        task = daemon.call("submit", text="vanish", workspace="term")["task"]
+        final = wait_end(daemon, task["id"])
+        assert final["outcome"] == "failed"
+        assert "without out" in final["error"]
+    finally:
+        daemon.stop()
+
+
+def test_never_ready_sessions_requeue_with_warnings_then_open_the_breaker(
+    tmux_root: Path,
+) -> None:
+    daemon = start(tmux_root, {"slow": {"session": {
+        "backend": "tmux", "ready_timeout": "0.5s", "command": ["sleep", "60"],
+    }}})  # fmt: skip
+    try:
+        task = daemon.call("submit", text="never served", workspace="slow")["task"]
+
+        def breaker_open() -> bool:
+            why = daemon.call("why", task=task["id"])
+            return any("circuit breaker" in r for a in why["agents"] for r in a["reasons"])
+
+        wait_until(breaker_open, timeout=20)
+        rows = daemon.call("ledger", task=task["id"])["entries"]
+        requeued = [r for r in rows if (r.get("reason") or "").startswith("requeued")]
+        assert len(requeued) == 3
+        current = daemon.call("get", task=task["id"])["task"]
+        assert current["state"] == "pending" and current["attempts"] == 0
+        assert daemon.call("status")["warnings"] == {"slow": 3}
+        time.sleep(1.0)  # the breaker holds: no fourth attempt meanwhile
+        rows_later = daemon.call("ledger", task=task["id"])["entries"]
+        assert len(rows_later) == len(rows)
+        # no session of the workspace is left running
+        assert not [p for p in os.listdir("/proc") if p.isdigit() and _is_sleep60(p)]
+    finally:
+        daemon.stop()
+
+
+def _is_sleep60(pid: str) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError, ProcessLookupError):
+        return False
+    return cmdline[:2] == [b"sleep", b"60"] and state != "Z"
