@@ -16,9 +16,11 @@ import json
 import logging
 import os
 import signal
+import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from colibri.agent import tmux
 from colibri.client import AsyncClient, RemoteError
@@ -27,6 +29,7 @@ from colibri.core.errors import DaemonNotRunning
 from colibri.core.lineage import Body, build_body
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 OUTPUT_LIMIT = 1 << 20
 STDERR_TAIL = 4096
@@ -64,6 +67,9 @@ class Session:
     #: tmux backend: the pane's process (a group leader) and the session's readiness.
     pane_pid: int | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Time spent waiting for an answer does not count against max_runtime.
+    paused_since: float | None = None
+    paused_total: float = 0.0
 
 
 class Harness:
@@ -161,6 +167,14 @@ class Harness:
             if held is not None:
                 held.cancelled = True
                 self._group.create_task(self._cancel(held), name=f"cancel-{held.task}")
+        elif kind in ("asking", "answered"):
+            held = self.sessions.get(message["task"])
+            if held is not None:
+                if kind == "asking" and held.paused_since is None:
+                    held.paused_since = time.monotonic()
+                elif kind == "answered" and held.paused_since is not None:
+                    held.paused_total += time.monotonic() - held.paused_since
+                    held.paused_since = None
         elif kind == "ready":
             waiting = self.sessions.get(message["task"])
             if waiting is not None:
@@ -228,8 +242,7 @@ class Harness:
             return
         await tmux.type_text(sock, session.task, task["text"])
         try:
-            async with asyncio.timeout(self.spec.max_runtime):
-                await tmux.wait_exit(pid)
+            await self._within_runtime(session, tmux.wait_exit(pid))
         except TimeoutError:
             await self._kill(session)
             limit = self.spec.max_runtime
@@ -261,8 +274,9 @@ class Harness:
             return
         session.process = process
         try:
-            async with asyncio.timeout(self.spec.max_runtime):
-                stdout, stderr = await process.communicate(task["text"].encode())
+            stdout, stderr = await self._within_runtime(
+                session, process.communicate(task["text"].encode())
+            )
         except TimeoutError:
             await self._kill(session)
             limit = self.spec.max_runtime
@@ -288,6 +302,30 @@ class Harness:
                 {"error": f"exit {process.returncode}" + (f": {tail}" if tail else "")},
             )
         await self._deliver(session)
+
+    async def _within_runtime(self, session: Session, work: Awaitable[T]) -> T:
+        """Await ``work`` within max_runtime, not counting time spent waiting for an answer
+        (``colibri ask``); raise TimeoutError past it."""
+        job = asyncio.ensure_future(work)
+        limit = self.spec.max_runtime
+        if limit is None:
+            return await job
+        started = time.monotonic()
+        while True:
+            paused = session.paused_total + (
+                time.monotonic() - session.paused_since if session.paused_since else 0.0
+            )
+            left = limit - (time.monotonic() - started - paused)
+            if session.paused_since is not None:
+                left = max(left, 0.0) + 0.5  # the clock stands still while it waits
+            if left <= 0:
+                job.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await job
+                raise TimeoutError
+            done, _ = await asyncio.wait({job}, timeout=min(left, 0.5))
+            if done:
+                return job.result()
 
     async def _deliver(self, session: Session) -> None:
         if session.report is None or self.client is None:

@@ -46,6 +46,8 @@ def task_row(task: dict[str, Any]) -> list[Any]:
     state = task["state"]
     if state == "closed" and task.get("outcome"):
         state = f"closed/{task['outcome']}"
+    if task.get("question"):
+        state += " (waiting)"
     return [
         task["id"],
         state,
@@ -79,6 +81,7 @@ def describe_task(task: dict[str, Any]) -> None:
         "labels",
         "idempotency_key",
         "not_before",
+        "question",
         "created_at",
         "updated_at",
         "cost",

@@ -112,6 +112,39 @@ def fail(ctx: Context, error: str, task_id: str, epoch: int, as_json: bool) -> N
     print_json(task) if as_json else print(f"task {task_id} {task['state']}")
 
 
+@cli.command("ask")
+@click.argument("question")
+@session_options
+@pass_ctx
+def ask(ctx: Context, question: str, task_id: str, epoch: int) -> None:
+    """Inside a session: ask the operator QUESTION; wait for the answer and print it."""
+    from colibri.client import RemoteError
+
+    while True:  # a daemon restart drops the wait: ask again once it is back
+        try:
+            reply = ctx.call("ask", task=task_id, epoch=epoch, question=question)
+        except RemoteError as exc:
+            if exc.code != "closed":
+                raise
+            import time
+
+            time.sleep(0.5)
+            continue
+        print(reply["answer"])
+        return
+
+
+@cli.command("answer")
+@click.argument("task_id", metavar="TASK")
+@click.argument("text")
+@json_option
+@pass_ctx
+def answer(ctx: Context, task_id: str, text: str, as_json: bool) -> None:
+    """Answer the question TASK's session is waiting on."""
+    task = ctx.call("answer", task=task_id, text=text)["task"]
+    print_json(task) if as_json else print(f"answered {task_id}")
+
+
 @cli.command("ready")
 @session_options
 @pass_ctx

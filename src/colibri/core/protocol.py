@@ -183,6 +183,19 @@ class Reclaimed(Request, tag="reclaimed"):
     epoch: Epoch
 
 
+class Ask(Request, tag="ask"):
+    """Sent by a session (``colibri ask``): the reply comes when someone answers."""
+
+    task: TaskId
+    epoch: Epoch
+    question: Annotated[str, msgspec.Meta(min_length=1, max_length=64 * 1024)]
+
+
+class Answer(Request, tag="answer"):
+    task: TaskId
+    text: Annotated[str, msgspec.Meta(max_length=1024 * 1024)]
+
+
 class Ready(Request, tag="ready"):
     """Sent by a session (``colibri ready``): it is ready to be given its task."""
 
@@ -242,7 +255,7 @@ REQUESTS: tuple[type[Request], ...] = (
     Ping, Status, IntakeTask, Submit, CreateTask, Get, ListTasks, Cancel, Retry, Why, Wait, Family,
     CostTotals,
     ToggleSwarm, Agents, Skills, DescribeSkill, Ledger, RegisterAgent, Heartbeat, Out, Fail,
-    Reclaimed, Ready, Requeue,
+    Reclaimed, Ready, Requeue, Ask, Answer,
     Subscribe, ScheduleAdd, ScheduleList, ScheduleGet, ScheduleRun, ScheduleRemove,
     SchedulePause, ScheduleResume,
 )  # fmt: skip

@@ -142,6 +142,8 @@ class Board:
         #: Running tasks nobody has claimed back since start-up: task id → monotonic deadline.
         self._orphans: dict[str, float] = {}
         self._waiters: dict[str, list[tuple[Peer, Any]]] = {}
+        #: Sessions waiting for an answer: task id → the asking connection and request id.
+        self._askers: dict[str, tuple[Peer, Any]] = {}
         self._subscribers: list[Peer] = []
         # Side effects of the current batch, let out by the server after commit.
         self.ledger_rows: list[LedgerEntry] = []
@@ -220,6 +222,8 @@ class Board:
     def forget_peer(self, peer: Peer) -> None:
         if peer in self._subscribers:
             self._subscribers.remove(peer)
+        for task_id in [t for t, (p, _) in self._askers.items() if p is peer]:
+            del self._askers[task_id]  # it asks again when it reconnects
         for task_id in [t for t, ws in self._waiters.items() if any(p is peer for p, _ in ws)]:
             rest = [(p, r) for p, r in self._waiters[task_id] if p is not peer]
             if rest:
@@ -262,6 +266,8 @@ class Board:
         states.check(task.id, State(task.state), to)
         if to in states.OUTCOMES:
             changes["outcome"] = to.value
+        if to != State.RUNNING:
+            changes["question"] = None  # a question dies with its session
         new = msgspec.structs.replace(
             task, state=to.value, updated_at=rfc3339(self.clock.time()), **changes
         )
@@ -784,6 +790,37 @@ class Board:
         agent.requeues_in_row = 0
         ended = self._end_session(task, error or "session failed")
         return self._close(ended) if session_ended and ended.state != State.PENDING else ended
+
+    def ask(self, peer: Peer, request_id: Any, task_id: str, epoch: int, question: str) -> None:
+        """A session asks its operator a question; the reply waits for ``answer``."""
+        holder = self.reporter(peer, "ask", task_id, from_session=True)
+        task = self._held(holder, task_id, epoch)
+        if task.state != State.RUNNING:
+            raise IllegalTransition(task_id, task.state, "waiting for an answer")
+        waiting = msgspec.structs.replace(task, question=question)
+        self.store.set_question(task_id, question)
+        self.tasks[task_id] = waiting
+        self._askers[task_id] = (peer, request_id)
+        self.broadcast({"event": "question", "task": task_id, "question": question})
+        if holder.peer is not None:  # the harness pauses the session's clocks meanwhile
+            self._emit(holder.peer, {"event": "asking", "task": task_id})
+
+    def answer(self, task_id: str, text: str) -> Task:
+        task = self.tasks.get(task_id)
+        if task is None or task.question is None:
+            state = (task or self.get(task_id)).state
+            raise BadRequest(f"task {task_id} is {state} and not waiting for an answer")
+        answered = msgspec.structs.replace(task, question=None)
+        self.store.set_question(task_id, None)
+        self.tasks[task_id] = answered
+        asker = self._askers.pop(task_id, None)
+        if asker is not None:
+            self._emit(asker[0], {"id": asker[1], "ok": True, "answer": text})
+        self.broadcast({"event": "answered", "task": task_id})
+        holder = self.agents.get(task.agent or "")
+        if holder is not None and holder.peer is not None:
+            self._emit(holder.peer, {"event": "answered", "task": task_id})
+        return answered
 
     def session_ready(self, peer: Peer, task_id: str, epoch: int) -> None:
         """A session says it is ready: tell the harness that holds its task to type it in."""

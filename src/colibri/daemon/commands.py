@@ -53,6 +53,8 @@ class Commands:
             p.Fail: self.fail,
             p.Reclaimed: self.reclaimed,
             p.Ready: self.ready,
+            p.Ask: self.ask,
+            p.Answer: self.answer,
             p.Requeue: self.requeue,
             p.Subscribe: self.subscribe,
             p.ScheduleAdd: self.schedule_add,
@@ -196,6 +198,13 @@ class Commands:
     def reclaimed(self, req: p.Reclaimed, conn: Connection) -> Reply:
         agent = self.board.agent_of(conn, "reclaimed")
         return {"task": self.board.reclaimed(agent, req.task, req.epoch)}
+
+    def ask(self, req: p.Ask, conn: Connection) -> Reply:
+        self.board.ask(conn, req.id, req.task, req.epoch, req.question)
+        return None  # answered later, by `answer`
+
+    def answer(self, req: p.Answer, conn: Connection) -> Reply:
+        return {"task": self.board.answer(req.task, req.text)}
 
     def ready(self, req: p.Ready, conn: Connection) -> Reply:
         self.board.session_ready(conn, req.task, req.epoch)

@@ -116,3 +116,6 @@ class Store(Protocol):
     def cost_totals(self, by: str, since: str) -> list[dict[str, Any]]:
         """Sessions, usd, tokens_in and tokens_out since ``since``, per agent, workspace,
         tenant or day (``by``), from the ledger rows that carry a cost."""
+
+    def set_question(self, task_id: str, question: str | None) -> None:
+        """Set or clear a running task's pending question; not a transition, no ledger row."""

@@ -67,6 +67,7 @@ def _task_row(task: Task) -> dict[str, Any]:
         "idempotency_key": task.idempotency_key,
         "not_before": task.not_before,
         "schedule": task.schedule,
+        "question": task.question,
         "created_at": task.created_at,
         "updated_at": task.updated_at,
     }
@@ -97,6 +98,7 @@ def _task_from_row(row: sqlite3.Row) -> Task:
         idempotency_key=row["idempotency_key"],
         not_before=row["not_before"],
         schedule=row["schedule"],
+        question=row["question"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
     )
@@ -275,7 +277,8 @@ class SqliteStore:
             "output": task.output, "error": task.error,
             "cost": None if task.cost is None else _json.encode(task.cost),
             "attempts": task.attempts, "epoch": task.epoch, "not_before": task.not_before,
-            "updated_at": task.updated_at, "expected_state": expected_state,
+            "question": task.question, "updated_at": task.updated_at,
+            "expected_state": expected_state,
             "expected_epoch": expected_epoch,
         }  # fmt: skip
         with self._writing() as conn:
@@ -433,6 +436,11 @@ class SqliteStore:
         """Cost reported by sessions since ``since`` (RFC 3339), summed per ``by``."""
         query = _Q["cost_totals"].replace("{key}", self.COST_KEYS[by])
         return [dict(r) for r in self._conn.execute(query, (since,))]
+
+    def set_question(self, task_id: str, question: str | None) -> None:
+        """A running task's pending question (not a transition: no ledger row)."""
+        with self._writing() as conn:
+            conn.execute(_Q["set_question"], (question, task_id))
 
     def append_ledger(self, entry: LedgerEntry) -> LedgerEntry:
         """A ledger row with no task change (a schedule's missed or skipped fire)."""

@@ -30,6 +30,7 @@ CREATE TABLE tasks (
     idempotency_key TEXT,
     not_before      TEXT,
     schedule        TEXT,
+    question        TEXT,
     created_at      TEXT NOT NULL,
     updated_at      TEXT NOT NULL
 ) WITHOUT ROWID;
@@ -83,16 +84,16 @@ CREATE TABLE schedule_fires (
 -- name: insert_task
 INSERT INTO tasks (id, tenant, text, capabilities, workspace, agent, pinned, parent, sender, priority,
                    min_score, state, outcome, output, error, cost, attempts, max_attempts, epoch,
-                   labels, idempotency_key, not_before, schedule, created_at, updated_at)
+                   labels, idempotency_key, not_before, schedule, question, created_at, updated_at)
 VALUES (:id, :tenant, :text, :capabilities, :workspace, :agent, :pinned, :parent, :sender, :priority,
         :min_score, :state, :outcome, :output, :error, :cost, :attempts, :max_attempts, :epoch,
-        :labels, :idempotency_key, :not_before, :schedule, :created_at, :updated_at);
+        :labels, :idempotency_key, :not_before, :schedule, :question, :created_at, :updated_at);
 
 -- name: update_task
 UPDATE tasks
    SET state = :state, outcome = :outcome, agent = :agent, output = :output, error = :error,
        cost = :cost, attempts = :attempts, epoch = :epoch, not_before = :not_before,
-       updated_at = :updated_at
+       question = :question, updated_at = :updated_at
  WHERE id = :id AND state = :expected_state AND epoch = :expected_epoch;
 
 -- name: insert_ledger
@@ -181,3 +182,6 @@ SELECT {key} AS key, COUNT(*) AS sessions,
   FROM ledger l LEFT JOIN tasks t ON t.id = l.task
  WHERE l.cost IS NOT NULL AND l.at >= ?
  GROUP BY key ORDER BY key;
+
+-- name: set_question
+UPDATE tasks SET question = ? WHERE id = ?;
