@@ -44,6 +44,9 @@ TEMPLATE = """\
     // "ageing": "5m",
     // First wait before a retry (tasks with max_attempts > 1); it doubles per attempt.
     "retry_backoff": "5s",
+    // Most sessions this host's workspaces run at once, whatever their slots (default:
+    // twice the CPUs), so a burst of tasks cannot fork-bomb the machine.
+    // "max_sessions": 8,
   },
   "server": {
     // Longest request line accepted on the socket, in bytes.
@@ -58,6 +61,15 @@ TEMPLATE = """\
     // "relaxed": survives a crash of the daemon, not of the machine.
     "durability": "full",
   },
+  "supervisor": {
+    // A workspace's harness that exits is started again after 1s, 2s, 4s … up to max_backoff.
+    "max_backoff": "60s",
+    // One that exits crash_loop times within crash_window is marked degraded and left
+    // alone for cool_down.
+    "crash_loop": 5,
+    "crash_window": "60s",
+    "cool_down": "5m",
+  },
 }
 """
 
@@ -69,6 +81,8 @@ class SchedulerSettings:
     min_score: float = 0.0
     ageing: float | None = None
     retry_backoff: float = 5.0
+    #: Most sessions the supervised workspaces of this host run at once.
+    max_sessions: int = field(default_factory=lambda: (os.cpu_count() or 1) * 2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +93,21 @@ class ServerSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class SupervisorSettings:
+    crash_loop: int = 5
+    crash_window: float = 60.0
+    cool_down: float = 300.0
+    max_backoff: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     root: Path
     store: str
     durability: str = "full"
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
+    supervisor: SupervisorSettings = field(default_factory=SupervisorSettings)
     #: Schedules defined in colibri.jsonc, by name.
     schedules: dict[str, ScheduleSpec] = field(default_factory=dict)
     #: The zone of schedules that name none: the daemon's local zone.
@@ -154,9 +177,10 @@ def init_root(target: Path, *, force: bool = False) -> bool:
 
 
 _KNOWN: dict[str, set[str]] = {
-    "scheduler": {"tick", "agent_ttl", "min_score", "ageing", "retry_backoff"},
+    "scheduler": {"tick", "agent_ttl", "min_score", "ageing", "retry_backoff", "max_sessions"},
     "server": {"max_line", "max_connections", "line_timeout"},
     "store": {"durability", "path"},
+    "supervisor": {"crash_loop", "crash_window", "cool_down", "max_backoff"},
     # names are free in these; each entry is checked as what it is
     "schedules": set(),
     "templates": set(),
@@ -235,11 +259,22 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
         ageing=duration("scheduler", "ageing", None),
         retry_backoff=duration("scheduler", "retry_backoff", defaults.retry_backoff)
         or defaults.retry_backoff,
+        max_sessions=int(number("scheduler", "max_sessions", defaults.max_sessions, 1, 100_000)),
     )
     server = ServerSettings(
         max_line=int(number("server", "max_line", DEFAULT_MAX_LINE, 1024, 1 << 30)),
         max_connections=int(number("server", "max_connections", 256, 1, 100_000)),
         line_timeout=duration("server", "line_timeout", 30.0) or 30.0,
+    )
+    sv = SupervisorSettings()
+    crash_loop = number("supervisor", "crash_loop", sv.crash_loop, 1, 1000)
+    if crash_loop != int(crash_loop):
+        raise ConfigError(f"{where('crash_loop')}: supervisor.crash_loop must be a whole number")
+    supervisor = SupervisorSettings(
+        crash_loop=int(crash_loop),
+        crash_window=duration("supervisor", "crash_window", None) or sv.crash_window,
+        cool_down=duration("supervisor", "cool_down", None) or sv.cool_down,
+        max_backoff=duration("supervisor", "max_backoff", None) or sv.max_backoff,
     )
     chosen_durability = durability or raw.get("store", {}).get("durability", "full")
     if chosen_durability not in ("full", "relaxed"):
@@ -263,6 +298,7 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
         durability=chosen_durability,
         scheduler=scheduler,
         server=server,
+        supervisor=supervisor,
         schedules=schedules,
         default_tz=default_tz,
         workspaces=workspaces,

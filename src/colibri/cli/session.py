@@ -202,3 +202,40 @@ def cost(ctx: Context, by: str, since: str | None, as_json: bool) -> None:
             f"total: {sum(r['sessions'] for r in rows)} sessions, "
             f"${sum(r['usd'] for r in rows):.4f}"
         )
+
+
+@cli.command("send")
+@click.option("--to", "to", required=True, metavar="WORKSPACE", help="The workspace to message.")
+@click.argument("text")
+@json_option
+@pass_ctx
+def send(ctx: Context, to: str, text: str, as_json: bool) -> None:
+    """Send TEXT (no task) to WORKSPACE's subscribers.
+
+    A message that carries a task header goes down their priority chain until one consumes it;
+    any other is broadcast to all of them.
+    """
+    reply = ctx.call("send", to=to, text=text)
+    reply.pop("ok", None)
+    reply.pop("id", None)
+    if as_json:
+        print_json(reply)
+    elif reply.get("consumed_by"):
+        print(f"consumed by {reply['consumed_by']}")
+    else:
+        print(f"delivered to {len(reply['delivered'])} subscriber(s)")
+
+
+@cli.command("events")
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher hears first.")
+@click.option("--workspace", help="Also receive the messages sent to this workspace.")
+@click.option("--name", help="How send replies name this subscriber.")
+@pass_ctx
+def events(ctx: Context, priority: int, workspace: str | None, name: str | None) -> None:
+    """Print every event as it happens, as JSON lines (Ctrl+C stops)."""
+    from colibri.cli.output import print_json_line
+
+    with ctx.client() as client:
+        client.call("subscribe", priority=priority, workspace=workspace, name=name)
+        for event in client.events():
+            print_json_line(event)

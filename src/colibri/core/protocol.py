@@ -213,7 +213,26 @@ class Requeue(Request, tag="requeue"):
 
 
 class Subscribe(Request, tag="subscribe"):
-    priority: int = 0
+    #: Higher gets events first, and chained messages first.
+    priority: Annotated[int, msgspec.Meta(ge=-1_000_000, le=1_000_000)] = 0
+    #: Receive the messages sent to this workspace (absent: to every workspace).
+    workspace: ShortStr | None = None
+    #: How ``send`` replies name this subscriber when it consumes a message.
+    name: ShortStr | None = None
+
+
+class Send(Request, tag="send"):
+    """A message (no task) to a workspace's subscribers; chained if it carries a task header."""
+
+    to: ShortStr
+    text: Text
+
+
+class Consumed(Request, tag="consumed"):
+    """A subscriber's answer to a chained message: consumed stops the chain."""
+
+    message: Annotated[int, msgspec.Meta(ge=1)]
+    consumed: bool = True
 
 
 class ScheduleAdd(Request, tag="schedule-add"):
@@ -256,7 +275,7 @@ REQUESTS: tuple[type[Request], ...] = (
     CostTotals,
     ToggleSwarm, Agents, Skills, DescribeSkill, Ledger, RegisterAgent, Heartbeat, Out, Fail,
     Reclaimed, Ready, Requeue, Ask, Answer,
-    Subscribe, ScheduleAdd, ScheduleList, ScheduleGet, ScheduleRun, ScheduleRemove,
+    Subscribe, Send, Consumed, ScheduleAdd, ScheduleList, ScheduleGet, ScheduleRun, ScheduleRemove,
     SchedulePause, ScheduleResume,
 )  # fmt: skip
 AnyRequest = Union[REQUESTS]  # type: ignore[valid-type]  # noqa: UP007

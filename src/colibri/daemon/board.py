@@ -131,6 +131,9 @@ class Board:
         self.clock = clock
         #: Lineage edges of the configured workspaces: who may hand work to whom.
         self.send_to = send_to or {}
+        #: Agents that are this host's supervised workspace harnesses: together they run at
+        #: most ``settings.max_sessions`` sessions, whatever their slots say.
+        self.supervised: frozenset[str] = frozenset(self.send_to)
         self.paused = False
         #: Tasks not yet closed: pending, running, and ended ones whose session is still around.
         self.tasks: dict[str, Task] = {}
@@ -145,6 +148,7 @@ class Board:
         #: Sessions waiting for an answer: task id → the asking connection and request id.
         self._askers: dict[str, tuple[Peer, Any]] = {}
         self._subscribers: list[Peer] = []
+        self._priority: dict[int, int] = {}
         # Side effects of the current batch, let out by the server after commit.
         self.ledger_rows: list[LedgerEntry] = []
         self.outbox: list[tuple[Peer, dict[str, Any]]] = []
@@ -215,13 +219,18 @@ class Board:
         for peer in self._subscribers:
             self._emit(peer, message)
 
-    def subscribe(self, peer: Peer) -> None:
-        if peer not in self._subscribers:  # a second subscribe must not double every event
-            self._subscribers.append(peer)
+    def subscribe(self, peer: Peer, priority: int = 0) -> None:
+        """Events go to subscribers from the highest priority down."""
+        if peer in self._subscribers:  # a second subscribe must not double every event
+            self._subscribers.remove(peer)
+        self._priority[id(peer)] = priority
+        self._subscribers.append(peer)
+        self._subscribers.sort(key=lambda p: -self._priority.get(id(p), 0))
 
     def forget_peer(self, peer: Peer) -> None:
         if peer in self._subscribers:
             self._subscribers.remove(peer)
+        self._priority.pop(id(peer), None)
         for task_id in [t for t, (p, _) in self._askers.items() if p is peer]:
             del self._askers[task_id]  # it asks again when it reconnects
         for task_id in [t for t, ws in self._waiters.items() if any(p is peer for p, _ in ws)]:
@@ -422,17 +431,27 @@ class Board:
         index = self.indexes.setdefault(agent.tenant, AgentIndex())
         healthy = agent.unhealthy_until <= self.clock.monotonic()
         if agent.online and agent.peer is not None and healthy:
-            index.add(
-                agent.name, agent.capabilities, agent.slots - len(agent.holding), agent.workspace
-            )
+            index.add(agent.name, agent.capabilities, self._free(agent), agent.workspace)
         else:
             index.remove(agent.name)
 
+    def _free(self, agent: LiveAgent) -> int:
+        """Free slots, and none for a supervised workspace while max_sessions are running."""
+        if agent.name in self.supervised:
+            running = sum(len(a.holding) for n in self.supervised if (a := self.agents.get(n)))
+            if running >= self.settings.max_sessions:
+                return 0
+        return agent.slots - len(agent.holding)
+
     def _refresh(self, agent: LiveAgent) -> None:
-        index = self.indexes.get(agent.tenant)
-        if index is not None and agent.name in index:
-            index.set_free(agent.name, agent.slots - len(agent.holding))
-            self.dispatch_wanted = True
+        affected = [agent]
+        if agent.name in self.supervised:  # the host-wide cap moves for all of them
+            affected = [a for n in self.supervised if (a := self.agents.get(n))]
+        for each in affected:
+            index = self.indexes.get(each.tenant)
+            if index is not None and each.name in index:
+                index.set_free(each.name, self._free(each))
+        self.dispatch_wanted = True
 
     def _pick(self, shape: Shape) -> str | None:
         index = self.indexes.get(shape.tenant)

@@ -57,6 +57,8 @@ class Commands:
             p.Answer: self.answer,
             p.Requeue: self.requeue,
             p.Subscribe: self.subscribe,
+            p.Send: self.send,
+            p.Consumed: self.consumed,
             p.ScheduleAdd: self.schedule_add,
             p.ScheduleList: self.schedule_list,
             p.ScheduleGet: self.schedule_get,
@@ -215,9 +217,17 @@ class Commands:
         return {"task": self.board.requeue(agent, req.task, req.epoch, req.reason)}
 
     def subscribe(self, req: p.Subscribe, conn: Connection) -> Reply:
-        self.board.subscribe(conn)
+        self.board.subscribe(conn, req.priority)
+        self.server.bus.subscribe(conn, req.priority, req.workspace, req.name)
         conn.subscriber = True
         return {"subscribed": True}
+
+    def send(self, req: p.Send, conn: Connection) -> Reply:
+        return self.server.bus.send(conn, req.id, req.to, req.text)
+
+    def consumed(self, req: p.Consumed, conn: Connection) -> Reply:
+        self.server.bus.consumed(conn, req.message, req.consumed)
+        return {}
 
     # -- schedules ---------------------------------------------------------------------------
 

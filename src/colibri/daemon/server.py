@@ -33,6 +33,7 @@ from colibri.core.errors import (
 from colibri.core.model import LedgerEntry
 from colibri.daemon import crashpoints
 from colibri.daemon.board import Board
+from colibri.daemon.bus import Bus
 from colibri.daemon.commands import Commands
 from colibri.daemon.ledger import LedgerMirror
 from colibri.daemon.schedules import ScheduleRunner
@@ -182,6 +183,7 @@ class Server:
         self.commands = Commands(board, self)
         self.schedules = ScheduleRunner(board, config.default_tz)
         self.supervisor = Supervisor(config)
+        self.bus = Bus(self)
         self.owner_uid = os.getuid()
         self.loop = asyncio.get_running_loop()
         self.connections: set[Connection] = set()
@@ -254,6 +256,7 @@ class Server:
     def lost(self, conn: Connection) -> None:
         self.connections.discard(conn)
         self._ledger_followers.discard(conn)
+        self.bus.forget(conn)
         self.board.disconnect(conn)
         self.schedule_flush()
 

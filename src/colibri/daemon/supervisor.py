@@ -6,10 +6,10 @@ the lock, not its own memory, whether a harness is alive — so a daemon that cr
 again finds the harnesses that outlived it and adopts them instead of starting duplicates, while
 their sessions (an AI agent may be an hour into its task) run on.
 
-A harness that exits is started again after a backoff (1 s, 2 s, 4 s … up to 60 s); the restarts
-are counted. One that exits ``crash_loop`` times within ``crash_window`` is marked degraded and
-left alone until ``cool_down`` has passed. A clean daemon stop (SIGTERM) stops every harness;
-a daemon crash stops none.
+A harness that exits is started again after a backoff (1 s, 2 s, 4 s … up to ``max_backoff``);
+the restarts are counted. One that exits ``crash_loop`` times within ``crash_window`` is marked
+degraded and left alone until ``cool_down`` has passed (``supervisor`` in colibri.jsonc). A
+clean daemon stop (SIGTERM) stops every harness; a daemon crash stops none.
 """
 
 from __future__ import annotations
@@ -33,10 +33,6 @@ from colibri.locks import harness_lock, holder_pid
 log = logging.getLogger(__name__)
 
 CHECK_EVERY = 0.5
-CRASH_LOOP = 5
-CRASH_WINDOW = 60.0
-COOL_DOWN = 300.0
-MAX_BACKOFF = 60.0
 STOP_GRACE = 10.0
 
 
@@ -46,7 +42,7 @@ class Harness:
     pid: int | None = None
     process: subprocess.Popen[bytes] | None = None
     restarts: int = 0
-    exits: deque[float] = field(default_factory=lambda: deque(maxlen=CRASH_LOOP))
+    exits: deque[float] = field(default_factory=deque)
     next_start: float = 0.0
     degraded_until: float = 0.0
 
@@ -62,7 +58,11 @@ class Harness:
 class Supervisor:
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.harnesses = {name: Harness(name) for name in config.workspaces}
+        self.settings = config.supervisor
+        self.harnesses = {
+            name: Harness(name, exits=deque(maxlen=self.settings.crash_loop))
+            for name in config.workspaces
+        }
         (config.state_dir / "harness").mkdir(mode=0o700, exist_ok=True)
 
     def status(self) -> list[dict[str, Any]]:
@@ -102,15 +102,16 @@ class Supervisor:
     def _exited(self, harness: Harness, now: float, why: str) -> None:
         harness.pid = None
         harness.exits.append(now)
-        delay = min(MAX_BACKOFF, 2.0 ** (len(harness.exits) - 1))
+        limits = self.settings
+        delay = min(limits.max_backoff, 2.0 ** (len(harness.exits) - 1))
         harness.next_start = now + delay
-        if len(harness.exits) == CRASH_LOOP and now - harness.exits[0] < CRASH_WINDOW:
-            harness.degraded_until = now + COOL_DOWN
+        if len(harness.exits) == limits.crash_loop and now - harness.exits[0] < limits.crash_window:
+            harness.degraded_until = now + limits.cool_down
             harness.exits.clear()
             log.error(
                 "harness crash-loops; marked degraded",
                 extra={"event": "harness_degraded", "workspace": harness.workspace,
-                       "cool_down": COOL_DOWN},
+                       "cool_down": limits.cool_down},
             )  # fmt: skip
         else:
             log.warning(
