@@ -54,6 +54,8 @@ class WorkspaceSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     warm: Annotated[int, msgspec.Meta(ge=0, le=100)] = 0
     #: A task running longer than this is stopped and fails.
     max_runtime: Duration | None = None
+    #: Dollars the workspace's sessions may spend per UTC day; past it, dispatch to it pauses.
+    budget_usd_daily: Annotated[float, msgspec.Meta(gt=0)] | None = None
 
 
 class Workspace(msgspec.Struct, kw_only=True):
@@ -73,6 +75,7 @@ class Workspace(msgspec.Struct, kw_only=True):
     send_to: list[str]
     warm: int
     max_runtime: float | None
+    budget_usd_daily: float | None = None
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -162,7 +165,7 @@ def resolve(
             backend=spec.session.backend, command=spec.session.command, env=spec.session.env,
             ready_timeout=ready_timeout, idle=idle, ready_pattern=spec.session.ready_pattern,
             output_limit=spec.session.output_limit, send_to=list(dict.fromkeys(spec.send_to)),
-            warm=spec.warm, max_runtime=max_runtime,
+            warm=spec.warm, max_runtime=max_runtime, budget_usd_daily=spec.budget_usd_daily,
         )  # fmt: skip
     for workspace in resolved.values():
         for target in workspace.send_to:

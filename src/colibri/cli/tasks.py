@@ -48,6 +48,11 @@ STATES = ["pending", "running", "done", "failed", "cancelled", "closed"]
     help="Sessions to try before the task fails.",
 )
 @click.option("--idempotency-key", help="Retrying with the same key returns the same task.")
+@click.option(
+    "--budget-usd",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Dollars this task and its descendants may spend (children inherit what remains).",
+)
 @click.option("--tenant", help="Tenant of the task (default: default).")
 @click.option("--wait", is_flag=True, help="Block until the task ends; print its output.")
 @json_option
@@ -68,6 +73,7 @@ def submit(
     tenant: str | None,
     wait: bool,
     as_json: bool,
+    budget_usd: float | None,
 ) -> None:
     """Submit a task. TEXT is what to do ("-" reads it from stdin)."""
     if text == "-":
@@ -92,6 +98,7 @@ def submit(
         max_attempts=max_attempts,
         idempotency_key=idempotency_key,
         tenant=tenant,
+        budget_usd=budget_usd,
     )
     with ctx.client() as client:
         if agent:

@@ -18,6 +18,7 @@ tests assert them. Messages say what was wrong and, where it helps, what to do.
     ├── NotRegistered        not_registered      an agent command before register-agent
     ├── ParentCancelled      parent_cancelled
     ├── HandOffRefused       handoff_refused     a child for a workspace not in send_to
+    ├── BudgetExceeded       budget_exceeded     a hand-off asking more than its parent has left
     ├── Forbidden            forbidden           peer uid not allowed
     ├── Busy                 busy                too many connections
     ├── StorageUnavailable   storage_unavailable the store could not commit (disk full, read-only)
@@ -138,6 +139,15 @@ class HandOffRefused(ColibriError):
         targets = ", ".join(allowed) if allowed else "none"
         super().__init__(
             f"workspace {sender!r} may not hand work to {target!r}; its send_to allows: {targets}"
+        )
+
+
+class BudgetExceeded(ColibriError):
+    code = "budget_exceeded"
+
+    def __init__(self, parent: str, asked: float, left: float) -> None:
+        super().__init__(
+            f"task {parent} has ${left:.4f} of its budget left; a child may not have ${asked:.4f}"
         )
 
 

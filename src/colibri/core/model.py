@@ -66,6 +66,8 @@ class Task(msgspec.Struct, kw_only=True, gc=False):
     not_before: str | None = None
     #: The schedule whose fire submitted this task.
     schedule: str | None = None
+    #: Dollars this task and its descendants may spend; children inherit what remains.
+    budget_usd: float | None = None
     #: While running: the question its session is waiting to have answered (``colibri ask``).
     question: str | None = None
     created_at: str

@@ -48,6 +48,8 @@ class TaskFields(Request, kw_only=True):
     tenant: ShortStr | None = None
     idempotency_key: ShortStr | None = None
     max_attempts: Annotated[int, msgspec.Meta(ge=1, le=100)] = 1
+    #: Dollars this task and its descendants may spend (children inherit what remains).
+    budget_usd: Annotated[float, msgspec.Meta(gt=0)] | None = None
 
 
 class IntakeTask(TaskFields, tag="intake-task"):

@@ -101,7 +101,12 @@ async def serve(config: Config) -> int:
                 extra={"event": "ledger_caught_up", "rows": caught_up},
             )
         send_to = {name: ws.send_to for name, ws in config.workspaces.items()}
-        board = Board(store, config.scheduler, SystemClock(), send_to)
+        budgets = {
+            name: ws.budget_usd_daily
+            for name, ws in config.workspaces.items()
+            if ws.budget_usd_daily is not None
+        }
+        board = Board(store, config.scheduler, SystemClock(), send_to, budgets)
         board.rebuild()
         server = Server(config, board, mirror)
         server.schedules.load(config.schedules)

@@ -24,6 +24,7 @@ from colibri.config import SchedulerSettings
 from colibri.core import events, states
 from colibri.core.errors import (
     BadRequest,
+    BudgetExceeded,
     HandOffRefused,
     IllegalTransition,
     NotRegistered,
@@ -125,12 +126,17 @@ class Board:
         settings: SchedulerSettings,
         clock: Clock,
         send_to: dict[str, list[str]] | None = None,
+        daily_budgets: dict[str, float] | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
         self.clock = clock
         #: Lineage edges of the configured workspaces: who may hand work to whom.
         self.send_to = send_to or {}
+        #: Dollars per UTC day each workspace may spend; past it, its agents get no work.
+        self.daily_budgets: dict[str, float] = dict(daily_budgets or {})
+        self.spent_today: dict[str, float] = {}
+        self._spending_day = ""
         #: Agents that are this host's supervised workspace harnesses: together they run at
         #: most ``settings.max_sessions`` sessions, whatever their slots say.
         self.supervised: frozenset[str] = frozenset(self.send_to)
@@ -166,6 +172,7 @@ class Board:
 
     def rebuild(self) -> None:
         """Reload memory from the store: at start-up, and after a failed commit."""
+        self._load_spending()
         now_mono = self.clock.monotonic()
         self.tasks.clear()
         self.pending = PendingTasks()
@@ -339,6 +346,7 @@ class Board:
         if pin is not None:
             check_name(pin, "agent name")
         sender: str | None = None
+        budget = req.budget_usd
         if req.parent is not None:
             parent = self.tasks.get(req.parent) or self.store.get_task(req.parent)
             if parent is None:
@@ -355,6 +363,12 @@ class Board:
                 allowed = self.send_to[sender]
                 if workspace not in allowed:
                     raise HandOffRefused(sender, workspace, allowed)
+            if parent.budget_usd is not None:
+                left = self._budget_left(parent)
+                if budget is None:
+                    budget = left  # a child inherits what remains
+                if budget > left or left <= 0:
+                    raise BudgetExceeded(parent.id, budget, left)
         now = rfc3339(self.clock.time())
         task = Task(
             id=task_id or new_task_id(),
@@ -371,6 +385,7 @@ class Board:
             labels=labels,
             idempotency_key=req.idempotency_key,
             max_attempts=req.max_attempts,
+            budget_usd=budget,
             schedule=schedule,
             created_at=now,
             updated_at=now,
@@ -430,7 +445,8 @@ class Board:
     def _index(self, agent: LiveAgent) -> None:
         index = self.indexes.setdefault(agent.tenant, AgentIndex())
         healthy = agent.unhealthy_until <= self.clock.monotonic()
-        if agent.online and agent.peer is not None and healthy:
+        funded = not self._over_budget(agent.workspace)
+        if agent.online and agent.peer is not None and healthy and funded:
             index.add(agent.name, agent.capabilities, self._free(agent), agent.workspace)
         else:
             index.remove(agent.name)
@@ -520,6 +536,9 @@ class Board:
         rows = explain(shape, (a.view() for a in self.agents.values() if a.tenant == task.tenant))
         for row in rows:  # "offline" to the matcher; say why, for one still within its TTL
             live = self.agents[row.agent]
+            if self._over_budget(live.workspace):
+                row.eligible = False
+                row.reasons.append(f"workspace {live.workspace} spent its budget for today")
             if live.unhealthy_until > self.clock.monotonic():
                 row.eligible = False
                 row.reasons.append("unhealthy: sessions never became ready (circuit breaker)")
@@ -624,6 +643,57 @@ class Board:
             self._emit(holder.peer, events.cancel(cancelled, reason))
             return cancelled
         return self._close(cancelled)
+
+    def _budget_left(self, task: Task) -> float:
+        """A task's budget less what it spent and what its children were given."""
+        assert task.budget_usd is not None
+        spent = task.cost.usd if task.cost is not None else 0.0
+        given = sum(child.budget_usd or 0.0 for child in self.store.children(task.id))
+        return task.budget_usd - spent - given
+
+    # -- daily budgets of workspaces -----------------------------------------------------
+
+    def _day(self) -> str:
+        return rfc3339(self.clock.time())[:10]
+
+    def _load_spending(self) -> None:
+        """Today's spending per workspace, from the ledger (at start-up and each new day)."""
+        self._spending_day = self._day()
+        rows = self.store.cost_totals("workspace", self._spending_day)
+        self.spent_today = {r["key"]: float(r["usd"]) for r in rows if r["key"]}
+
+    def _over_budget(self, workspace: str | None) -> bool:
+        if workspace is None or workspace not in self.daily_budgets:
+            return False
+        return self.spent_today.get(workspace, 0.0) >= self.daily_budgets[workspace]
+
+    def _spend(self, workspace: str | None, usd: float) -> None:
+        if workspace is None or usd <= 0:
+            return
+        if self._spending_day != self._day():
+            self._new_budget_day()
+        was_over = self._over_budget(workspace)
+        self.spent_today[workspace] = self.spent_today.get(workspace, 0.0) + usd
+        if self._over_budget(workspace) and not was_over:
+            budget = self.daily_budgets[workspace]
+            message = f"spent ${self.spent_today[workspace]:.4f} of its ${budget:g} for today"
+            log.warning(message, extra={"event": "budget_spent", "workspace": workspace})
+            self.broadcast({"event": "budget", "workspace": workspace, "paused": True,
+                            "reason": message})  # fmt: skip
+            for agent in self.agents.values():
+                if agent.workspace == workspace:
+                    self._index(agent)
+
+    def _new_budget_day(self) -> None:
+        over = {w for w in self.daily_budgets if self._over_budget(w)}
+        self._load_spending()
+        for workspace in over:
+            self.broadcast({"event": "budget", "workspace": workspace, "paused": False,
+                            "reason": "a new day"})  # fmt: skip
+        for agent in self.agents.values():
+            if agent.workspace in over:
+                self._index(agent)
+        self.dispatch_wanted = True
 
     def family(self, task_id: str) -> tuple[str, list[Task]]:
         """The task's whole family: its top ancestor's id, and every member, parents first."""
@@ -796,6 +866,8 @@ class Board:
         if task.state != State.RUNNING:
             raise IllegalTransition(task_id, task.state, State.DONE.value)
         agent.requeues_in_row = 0
+        if cost is not None:
+            self._spend(task.workspace or agent.workspace, cost.usd)
         return self._move(
             task, State.DONE, "out", close=session_ended, output=output, error=None, cost=cost
         )
@@ -922,6 +994,8 @@ class Board:
     def sweep(self) -> None:
         """Expire silent agents, fail sessions nobody claimed back, release due retries."""
         now = self.clock.monotonic()
+        if self.daily_budgets and self._spending_day != self._day():
+            self._new_budget_day()
         for agent in list(self.agents.values()):
             if agent.online and now - agent.last_seen > agent.ttl:
                 self._expire(agent)
@@ -947,6 +1021,9 @@ class Board:
         """The monotonic instant at which ``sweep`` next has something to do."""
         candidates = [a.last_seen + a.ttl for a in self.agents.values() if a.online]
         candidates.extend(self._orphans.values())
+        if self.daily_budgets:  # the day's spending starts again at midnight UTC
+            midnight = (self.clock.time() // 86400 + 1) * 86400
+            candidates.append(self.clock.monotonic() + (midnight - self.clock.time()))
         candidates.extend(a.unhealthy_until for a in self.agents.values() if a.unhealthy_until)
         if self._delayed:
             candidates.append(self._delayed[0][0])

@@ -68,6 +68,7 @@ def _task_row(task: Task) -> dict[str, Any]:
         "not_before": task.not_before,
         "schedule": task.schedule,
         "question": task.question,
+        "budget_usd": task.budget_usd,
         "created_at": task.created_at,
         "updated_at": task.updated_at,
     }
@@ -99,6 +100,7 @@ def _task_from_row(row: sqlite3.Row) -> Task:
         not_before=row["not_before"],
         schedule=row["schedule"],
         question=row["question"],
+        budget_usd=row["budget_usd"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
     )

@@ -31,6 +31,7 @@ CREATE TABLE tasks (
     not_before      TEXT,
     schedule        TEXT,
     question        TEXT,
+    budget_usd      REAL,
     created_at      TEXT NOT NULL,
     updated_at      TEXT NOT NULL
 ) WITHOUT ROWID;
@@ -84,10 +85,12 @@ CREATE TABLE schedule_fires (
 -- name: insert_task
 INSERT INTO tasks (id, tenant, text, capabilities, workspace, agent, pinned, parent, sender, priority,
                    min_score, state, outcome, output, error, cost, attempts, max_attempts, epoch,
-                   labels, idempotency_key, not_before, schedule, question, created_at, updated_at)
+                   labels, idempotency_key, not_before, schedule, question, budget_usd, created_at,
+                   updated_at)
 VALUES (:id, :tenant, :text, :capabilities, :workspace, :agent, :pinned, :parent, :sender, :priority,
         :min_score, :state, :outcome, :output, :error, :cost, :attempts, :max_attempts, :epoch,
-        :labels, :idempotency_key, :not_before, :schedule, :question, :created_at, :updated_at);
+        :labels, :idempotency_key, :not_before, :schedule, :question, :budget_usd, :created_at,
+        :updated_at);
 
 -- name: update_task
 UPDATE tasks
