@@ -53,6 +53,18 @@ class AgentSpec:
     backend: str = "subprocess"
     ready_timeout: float = 120.0
     ready_pattern: str | None = None
+    #: Sessions started ahead of any task (subprocess backend), and how long one may wait.
+    warm: int = 0
+    idle: float = 60.0
+
+
+@dataclass(eq=False)
+class WarmSession:
+    """A session started before its task: ready, waiting in the pool for one."""
+
+    process: asyncio.subprocess.Process
+    task_file: Path
+    since: float
 
 
 @dataclass
@@ -70,6 +82,8 @@ class Session:
     #: Time spent waiting for an answer does not count against max_runtime.
     paused_since: float | None = None
     paused_total: float = 0.0
+    #: The task file of the warm session that took this task, if one did.
+    warm_file: Path | None = None
 
 
 class Harness:
@@ -82,6 +96,11 @@ class Harness:
         self.stopping = asyncio.Event()
         self._reregister = asyncio.Event()
         self._group: asyncio.TaskGroup | None = None
+        #: The ready pool, and whether to keep it full (it empties after an idle spell and
+        #: fills again when work comes).
+        self.pool: list[WarmSession] = []
+        self._pool_wanted = spec.warm > 0
+        self._warm_count = 0
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -90,7 +109,11 @@ class Harness:
         async with asyncio.TaskGroup() as group:
             self._group = group
             connection = group.create_task(self._stay_connected(), name="connection")
+            pool = group.create_task(self._keep_pool(), name="pool") if self.spec.warm else None
             await self.stopping.wait()
+            if pool is not None:
+                pool.cancel()
+            await self._drain_pool()
             await self._stop_sessions()
             connection.cancel()
 
@@ -188,7 +211,7 @@ class Harness:
         task_file = sessions_dir / f"{session.task}.task"
         body = Body(
             task=session.task, text=task["text"], parent=task.get("parent"),
-            sender=task.get("sender"), workspace=task.get("workspace"),
+            sender=task.get("sender"), workspace=task.get("workspace"), epoch=session.epoch,
         )  # fmt: skip
         task_file.write_text(build_body(body), encoding="utf-8")
         env = {
@@ -212,6 +235,8 @@ class Harness:
                 await self._run_process(session, task, env)
         finally:
             task_file.unlink(missing_ok=True)
+            if session.warm_file is not None:
+                session.warm_file.unlink(missing_ok=True)
 
     async def _run_tmux(self, session: Session, task: dict[str, Any], env: dict[str, str]) -> None:
         sock = tmux.socket_for(self.root, self.spec.name)
@@ -255,19 +280,90 @@ class Harness:
         session.report = ("fail", {"error": "the session ended without out"})
         await self._deliver(session)
 
+    # -- the ready pool ---------------------------------------------------------------------
+
+    def _session_env(self) -> dict[str, str]:
+        env = {
+            **os.environ,
+            **self.spec.env,
+            "COLIBRI_SOCKET": str(self.socket_path),
+            "COLIBRI_ROOT": str(self.root),
+            "COLIBRI_AGENT": self.spec.name,
+        }
+        if self.spec.workspace:
+            env["COLIBRI_WORKSPACE"] = self.spec.workspace
+        return env
+
+    async def _start_process(self, env: dict[str, str]) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            *self.spec.command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=self.spec.cwd,
+            env=env,
+            process_group=0,
+        )
+
+    async def _keep_pool(self) -> None:
+        """Keep ``warm`` sessions ready; reclaim one idle past ``idle`` (and stop refilling
+        until work comes again)."""
+        sessions_dir = self.root / STATE_DIR / "sessions"
+        sessions_dir.mkdir(mode=0o700, exist_ok=True)
+        while True:
+            now = time.monotonic()
+            for warm in list(self.pool):
+                if warm.process.returncode is not None or now - warm.since > self.spec.idle:
+                    self.pool.remove(warm)
+                    self._pool_wanted = False
+                    await self._kill_process(warm.process)
+                    log.info("reclaimed an idle session", extra={"event": "session_reclaimed"})
+            while self._pool_wanted and len(self.pool) < self.spec.warm:
+                self._warm_count += 1
+                task_file = sessions_dir / f"{self.spec.name}-warm-{self._warm_count}.task"
+                env = {**self._session_env(), "COLIBRI_TASK_FILE": str(task_file)}
+                try:
+                    process = await self._start_process(env)
+                except OSError as exc:
+                    log.error("could not start a warm session: %s", exc)
+                    self._pool_wanted = False
+                    break
+                self.pool.append(WarmSession(process, task_file, time.monotonic()))
+            await asyncio.sleep(min(0.5, self.spec.idle / 4))
+
+    def _take_warm(self) -> WarmSession | None:
+        self._pool_wanted = self.spec.warm > 0  # work came: keep the pool full again
+        while self.pool:
+            warm = self.pool.pop(0)
+            if warm.process.returncode is None:
+                return warm
+        return None
+
+    async def _drain_pool(self) -> None:
+        for warm in self.pool:
+            await self._kill_process(warm.process)
+        self.pool.clear()
+
+    async def _kill_process(self, process: asyncio.subprocess.Process) -> None:
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        await process.wait()
+
     async def _run_process(
         self, session: Session, task: dict[str, Any], env: dict[str, str]
     ) -> None:
+        warm = self._take_warm() if self.spec.warm else None
         try:
-            process = await asyncio.create_subprocess_exec(
-                *self.spec.command,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=self.spec.cwd,
-                env=env,
-                process_group=0,
-            )
+            if warm is not None:
+                # A ready session takes the task at once: its header goes to its own file.
+                warm.task_file.write_text(
+                    Path(env["COLIBRI_TASK_FILE"]).read_text(encoding="utf-8"), encoding="utf-8"
+                )
+                process = warm.process
+                session.warm_file = warm.task_file
+            else:
+                process = await self._start_process(env)
         except OSError as exc:
             session.report = ("fail", {"error": f"could not start {self.spec.command[0]}: {exc}"})
             await self._deliver(session)

@@ -12,12 +12,12 @@ from colibri.cli.output import print_json, print_table
 
 _session_options = [
     click.option(
-        "--task", "task_id", envvar="COLIBRI_TASK_ID", required=True, metavar="ID",
-        help="The session's task [env: COLIBRI_TASK_ID, set in every session].",
+        "--task", "task_id", envvar="COLIBRI_TASK_ID", metavar="ID",
+        help="The session's task [env: COLIBRI_TASK_ID, or the header of COLIBRI_TASK_FILE].",
     ),
     click.option(
-        "--epoch", envvar="COLIBRI_EPOCH", required=True, type=int,
-        help="The claim being reported on [env: COLIBRI_EPOCH, set in every session].",
+        "--epoch", envvar="COLIBRI_EPOCH", type=int,
+        help="The claim reported on [env: COLIBRI_EPOCH, or the header of COLIBRI_TASK_FILE].",
     ),
 ]  # fmt: skip
 
@@ -26,6 +26,27 @@ def session_options(f: Any) -> Any:
     for option in reversed(_session_options):
         f = option(f)
     return f
+
+
+def claim(task_id: str | None, epoch: int | None) -> tuple[str, int]:
+    """The task and epoch a session reports on: from the options/environment, or — for a
+    session started before its task came (a warm one) — from its task file's header."""
+    import os
+
+    path = os.environ.get("COLIBRI_TASK_FILE")
+    if (task_id is None or epoch is None) and path and os.path.exists(path):
+        from colibri.core.lineage import parse_body
+
+        with open(path, encoding="utf-8") as handle:
+            body = parse_body(handle.read())
+        task_id = task_id or body.task
+        epoch = epoch if epoch is not None else body.epoch
+    if task_id is None or epoch is None:
+        raise click.UsageError(
+            "run this inside a session (it sets COLIBRI_TASK_ID and COLIBRI_EPOCH), "
+            "or give --task and --epoch"
+        )
+    return task_id, epoch
 
 
 def parse_cost(text: str) -> dict[str, Any]:
@@ -76,14 +97,15 @@ def out(
     text: str | None,
     path: str | None,
     cost: str | None,
-    task_id: str,
-    epoch: int,
+    task_id: str | None,
+    epoch: int | None,
     as_json: bool,
 ) -> None:
     """Inside a session: report the task done with TEXT ("-": stdin) as its output.
 
     The session may go on running; the task is closed when it ends.
     """
+    task_id, epoch = claim(task_id, epoch)
     if path is not None:
         with open(path, encoding="utf-8", errors="replace") as handle:
             output = handle.read()
@@ -103,8 +125,9 @@ def out(
 @session_options
 @json_option
 @pass_ctx
-def fail(ctx: Context, error: str, task_id: str, epoch: int, as_json: bool) -> None:
+def fail(ctx: Context, error: str, task_id: str | None, epoch: int | None, as_json: bool) -> None:
     """Inside a session: report the task failed, saying why."""
+    task_id, epoch = claim(task_id, epoch)
     task = ctx.call(
         "fail", task=task_id, epoch=epoch, error=error or "reported failed by the session",
         session_ended=False, from_session=True,
@@ -116,8 +139,9 @@ def fail(ctx: Context, error: str, task_id: str, epoch: int, as_json: bool) -> N
 @click.argument("question")
 @session_options
 @pass_ctx
-def ask(ctx: Context, question: str, task_id: str, epoch: int) -> None:
+def ask(ctx: Context, question: str, task_id: str | None, epoch: int | None) -> None:
     """Inside a session: ask the operator QUESTION; wait for the answer and print it."""
+    task_id, epoch = claim(task_id, epoch)
     from colibri.client import RemoteError
 
     while True:  # a daemon restart drops the wait: ask again once it is back
@@ -148,8 +172,9 @@ def answer(ctx: Context, task_id: str, text: str, as_json: bool) -> None:
 @cli.command("ready")
 @session_options
 @pass_ctx
-def ready(ctx: Context, task_id: str, epoch: int) -> None:
+def ready(ctx: Context, task_id: str | None, epoch: int | None) -> None:
     """Inside a tmux session: say the agent is ready; its task is typed in next."""
+    task_id, epoch = claim(task_id, epoch)
     ctx.call("ready", task=task_id, epoch=epoch)
 
 

@@ -1,16 +1,17 @@
 """The task body a session receives: a small header, a blank line, then the text.
 
     colibri-task: 01a22b47-7755-7e84-b77c-7ea09550014b
+    epoch: 1
     parent: 01a22b47-7c41-7a3d-a025-2b8c5dd64a2a
     from: api
     workspace: web
 
     write the release notes for 2.0
 
-``parent`` and ``from`` (the workspace that handed the task on) are ``-`` for a task with no
-parent. The body is written to the file named by ``COLIBRI_TASK_FILE``; stdin carries the text
-alone, so a one-shot command such as ``claude -p`` reads exactly the task. Built and parsed
-here, and only here.
+``epoch`` numbers the claim (reports must carry it). ``parent`` and ``from`` (the workspace
+that handed the task on) are ``-`` for a task with no parent. The body is written to the file
+named by ``COLIBRI_TASK_FILE``; stdin carries the text alone, so a one-shot command such as
+``claude -p`` reads exactly the task. Built and parsed here, and only here.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MAGIC = "colibri-task"
-FIELDS = ("parent", "from", "workspace")
+FIELDS = ("epoch", "parent", "from", "workspace")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,7 @@ class Body:
     parent: str | None = None
     sender: str | None = None
     workspace: str | None = None
+    epoch: int | None = None
 
 
 def build_body(body: Body) -> str:
@@ -36,6 +38,7 @@ def build_body(body: Body) -> str:
 
     return (
         f"{MAGIC}: {body.task}\n"
+        f"epoch: {body.epoch if body.epoch is not None else '-'}\n"
         f"parent: {value(body.parent)}\n"
         f"from: {value(body.sender)}\n"
         f"workspace: {value(body.workspace)}\n"
@@ -61,10 +64,12 @@ def parse_body(data: str) -> Body:
         v = values.get(key, "-")
         return None if v == "-" else v
 
+    epoch = opt("epoch")
     return Body(
         task=values[MAGIC],
         text=text,
         parent=opt("parent"),
         sender=opt("from"),
         workspace=opt("workspace"),
+        epoch=int(epoch) if epoch is not None and epoch.isdigit() else None,
     )
