@@ -6,6 +6,7 @@ import click
 
 from colibri.cli.main import Context, cli, json_option, pass_ctx
 from colibri.cli.output import print_json, print_table
+from colibri.core.errors import ColibriError
 
 
 @cli.command()
@@ -178,7 +179,7 @@ def agent(
         try:
             hold_lock(harness_lock(root / STATE_DIR, workspace))  # held until this process ends
         except RuntimeError as exc:
-            raise click.ClickException(f"workspace {workspace}: {exc}") from None
+            raise ColibriError(f"workspace {workspace}: {exc}") from None
         Path(defined.path).mkdir(parents=True, exist_ok=True)
         spec = AgentSpec(
             name=name or workspace, command=defined.command,

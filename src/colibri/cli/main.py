@@ -76,6 +76,6 @@ def cli(ctx: click.Context, root: str | None) -> None:
 
 
 def main() -> None:
-    from colibri.cli import agents, daemon, schedules, session, tasks  # noqa: F401  (registers)
+    from colibri.cli import agents, daemon, schedules, session, tasks, workspaces  # noqa: F401
 
     cli(prog_name="colibri")

@@ -9,6 +9,7 @@ import click
 
 from colibri.cli.main import Context, cli, json_option, pass_ctx
 from colibri.cli.output import print_json, print_table
+from colibri.core.errors import ColibriError
 
 _session_options = [
     click.option(
@@ -189,10 +190,10 @@ def attach_session(ctx: Context, task_id: str) -> None:
 
     task = ctx.call("get", task=task_id)["task"]
     if task["state"] != "running" or not task.get("agent"):
-        raise click.ClickException(f"task {task_id} is {task['state']}: no session to attach to")
+        raise ColibriError(f"task {task_id} is {task['state']}: no session to attach to")
     sock = socket_for(ctx.root(), task["agent"])
     if not sock.exists():
-        raise click.ClickException(f"agent {task['agent']} runs no tmux sessions here ({sock})")
+        raise ColibriError(f"agent {task['agent']} runs no tmux sessions here ({sock})")
     os.execvp("tmux", ["tmux", "-S", str(sock), "attach-session", "-t", task_id])
 
 

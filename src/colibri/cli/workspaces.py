@@ -1,0 +1,131 @@
+"""``colibri workspace``: list, show and add the workspaces of colibri.jsonc."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from colibri.cli.main import Context, cli, json_option, pass_ctx
+from colibri.cli.output import print_json, print_table
+from colibri.core.errors import ColibriError
+
+
+@cli.group()
+def workspace() -> None:
+    """The workspaces of colibri.jsonc: directories plus the agents that work in them."""
+
+
+def _resolved(ctx: Context) -> dict[str, Any]:
+    from colibri.config import load_config
+
+    return load_config(ctx.root()).workspaces
+
+
+@workspace.command("list")
+@json_option
+@pass_ctx
+def list_workspaces(ctx: Context, as_json: bool) -> None:
+    """List the workspaces, merged with their templates."""
+    import msgspec
+
+    workspaces = _resolved(ctx)
+    if as_json:
+        print_json([msgspec.to_builtins(w) for w in workspaces.values()])
+        return
+    root = str(ctx.root()) + "/"
+    print_table(
+        ["NAME", "PATH", "CAPABILITIES", "SLOTS", "BACKEND", "SEND TO", "COMMAND"],
+        [
+            [w.name, w.path.removeprefix(root), ",".join(w.capabilities) or "-", w.slots,
+             w.backend, ",".join(w.send_to) or "-", " ".join(w.command)[:40]]
+            for w in workspaces.values()
+        ],
+        empty="no workspaces (add one with: colibri workspace add NAME -- COMMAND)",
+    )  # fmt: skip
+
+
+@workspace.command("show")
+@click.argument("name")
+@json_option
+@pass_ctx
+def show_workspace(ctx: Context, name: str, as_json: bool) -> None:
+    """Show one workspace as the daemon sees it (templates merged, durations in seconds)."""
+    import msgspec
+
+    workspaces = _resolved(ctx)
+    if name not in workspaces:
+        raise ColibriError(f"no workspace {name!r} (workspaces: {', '.join(workspaces) or 'none'})")
+    doc = msgspec.to_builtins(workspaces[name])
+    if as_json:
+        print_json(doc)
+        return
+    for key, value in doc.items():
+        print(f"{key + ':':16}{value}")
+
+
+@workspace.command("add")
+@click.argument("name")
+@click.argument("command", nargs=-1)
+@click.option("--path", help="Its directory, relative to the root [default: NAME].")
+@click.option("--extends", help="A template to start from.")
+@click.option("--cap", "caps", multiple=True, metavar="CAP", help="A capability (repeatable).")
+@click.option("--slots", type=click.IntRange(1, 1000), help="Sessions at once [default: 1].")
+@click.option(
+    "--send-to",
+    "send_to",
+    multiple=True,
+    metavar="WORKSPACE",
+    help="A workspace it may hand work to (repeatable).",
+)
+@click.option("--backend", type=click.Choice(["subprocess", "tmux"]), help="Session backend.")
+@pass_ctx
+def add_workspace(
+    ctx: Context,
+    name: str,
+    command: tuple[str, ...],
+    path: str | None,
+    extends: str | None,
+    caps: tuple[str, ...],
+    slots: int | None,
+    send_to: tuple[str, ...],
+    backend: str | None,
+) -> None:
+    """Add workspace NAME to colibri.jsonc (its comments are kept), running COMMAND per task.
+
+    \b
+    Example:  colibri workspace add api --cap python --send-to web -- claude -p
+    The daemon picks it up at its next start.
+    """
+    from colibri.config import CONFIG_NAME, load_config
+    from colibri.core.errors import ConfigError
+    from colibri.workspaces import insert_workspace
+
+    root = ctx.root()
+    file = root / CONFIG_NAME
+    text = file.read_text(encoding="utf-8") if file.exists() else ""
+    if name in load_config(root).workspaces:
+        raise ColibriError(f"workspace {name!r} exists already in {file}")
+    entry: dict[str, Any] = {}
+    for key, value in (("extends", extends), ("path", path), ("slots", slots)):
+        if value is not None:
+            entry[key] = value
+    if caps:
+        entry["capabilities"] = list(caps)
+    if send_to:
+        entry["send_to"] = list(send_to)
+    session: dict[str, Any] = {}
+    if command:
+        session["command"] = list(command)
+    if backend:
+        session["backend"] = backend
+    if session:
+        entry["session"] = session
+    new_text = insert_workspace(text, name, entry)
+    file.write_text(new_text, encoding="utf-8")
+    try:
+        load_config(root)  # the whole file must still be valid
+    except ConfigError as exc:
+        file.write_text(text, encoding="utf-8")
+        raise ColibriError(f"not added, the file is unchanged: {exc.message}") from None
+    print(f"added workspace {name} to {file} (restart the daemon to start its harness)")
