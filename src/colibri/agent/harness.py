@@ -101,6 +101,7 @@ class Harness:
         self.pool: list[WarmSession] = []
         self._pool_wanted = spec.warm > 0
         self._warm_count = 0
+        self._pool_changed = asyncio.Event()
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -329,7 +330,10 @@ class Harness:
                     self._pool_wanted = False
                     break
                 self.pool.append(WarmSession(process, task_file, time.monotonic()))
-            await asyncio.sleep(min(0.5, self.spec.idle / 4))
+            self._pool_changed.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(0.5, self.spec.idle / 4)):
+                    await self._pool_changed.wait()  # a warm session was taken: refill now
 
     def _take_warm(self) -> WarmSession | None:
         self._pool_wanted = self.spec.warm > 0  # work came: keep the pool full again
@@ -369,10 +373,18 @@ class Harness:
             await self._deliver(session)
             return
         session.process = process
+        text: bytes | None = task["text"].encode()
+        if warm is not None and process.stdin is not None:
+            # Hand the task over first; only then refill the pool (starting a process blocks
+            # the loop for a moment, and this session should not wait for it).
+            with contextlib.suppress(ConnectionError):
+                process.stdin.write(text or b"")
+                await process.stdin.drain()
+                process.stdin.close()
+            text = None
+            self._pool_changed.set()
         try:
-            stdout, stderr = await self._within_runtime(
-                session, process.communicate(task["text"].encode())
-            )
+            stdout, stderr = await self._within_runtime(session, process.communicate(text))
         except TimeoutError:
             await self._kill(session)
             limit = self.spec.max_runtime
