@@ -61,15 +61,11 @@ TEMPLATE = """\
     // "relaxed": survives a crash of the daemon, not of the machine.
     "durability": "full",
   },
-  "supervisor": {
-    // A workspace's harness that exits is started again after 1s, 2s, 4s … up to max_backoff.
-    "max_backoff": "60s",
-    // One that exits crash_loop times within crash_window is marked degraded and left
-    // alone for cool_down.
-    "crash_loop": 5,
-    "crash_window": "60s",
-    "cool_down": "5m",
-  },
+  // Optional, with these defaults: a workspace's harness that exits is started again after
+  // 1s, 2s, 4s … up to max_backoff; one that exits crash_loop times within crash_window is
+  // marked degraded and left alone for cool_down.
+  // "supervisor": { "max_backoff": "60s", "crash_loop": 5, "crash_window": "60s",
+  //                 "cool_down": "5m" },
 }
 """
 

@@ -1,0 +1,221 @@
+"""Hand-offs between workspaces along send_to: refused off the edges, families, cancel, the CLI,
+and a whole hand-off run by real harnesses and sessions."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from colibri.client import RemoteError
+from tests.helpers import Daemon, wait_until
+from tests.sessions.support import ECHO, PY, colibri, online, wait_closed
+
+Fleet = Callable[..., Daemon]
+
+#: api may hand work to web, web to docs; docs to nobody.
+CHAIN = {
+    "api": {"session": {"command": ECHO}, "send_to": ["web"]},
+    "web": {"session": {"command": ECHO}, "send_to": ["docs"]},
+    "docs": {"session": {"command": ECHO}},
+}
+
+
+@pytest.fixture
+def board(fleet: Fleet) -> Daemon:
+    """Three workspaces online, dispatch paused so tasks stay where they are put."""
+    daemon = fleet(CHAIN)
+    wait_until(lambda: online(daemon, "api", "web", "docs"))
+    daemon.call("toggle-swarm", paused=True)
+    return daemon
+
+
+def submit(daemon: Daemon, text: str, workspace: str, parent: str | None = None) -> dict[str, Any]:
+    return daemon.call("submit", text=text, workspace=workspace, parent=parent)["task"]  # type: ignore[no-any-return]
+
+
+def refusal(daemon: Daemon, **fields: Any) -> RemoteError:
+    with pytest.raises(RemoteError) as caught:
+        daemon.call("submit", **fields)
+    return caught.value
+
+
+def in_env(root: Path, **env: str) -> dict[str, str]:
+    return {"COLIBRI_ROOT": str(root), **env}
+
+
+def test_a_hand_off_along_send_to_carries_the_sender(board: Daemon) -> None:
+    top = submit(board, "add the endpoint", "api")
+    child = submit(board, "update the client", "web", top["id"])
+    grandchild = submit(board, "document it", "docs", child["id"])
+    assert (child["parent"], child["sender"], child["workspace"]) == (top["id"], "api", "web")
+    assert (grandchild["sender"], grandchild["workspace"]) == ("web", "docs")
+    assert top.get("sender") is None
+    # kept in the store, not just in the reply
+    stored = board.call("get", task=child["id"])["task"]
+    assert (stored["parent"], stored["sender"]) == (top["id"], "api")
+    # a child in its own workspace, or in none, is no hand-off
+    assert submit(board, "more api work", "api", top["id"])["sender"] == "api"
+    assert board.call("submit", text="anyone", parent=top["id"])["task"]["sender"] == "api"
+
+
+def test_a_hand_off_off_the_edges_is_refused_naming_the_allowed(board: Daemon) -> None:
+    web = submit(board, "a web task", "web")
+    api = submit(board, "an api task", "api")
+    before = len(board.call("list")["tasks"])
+
+    error = refusal(board, text="back to api", workspace="api", parent=web["id"])
+    assert error.code == "handoff_refused"
+    assert "'web'" in error.message and "'api'" in error.message
+    assert error.message.endswith("allows: docs")
+
+    error = refusal(board, text="skip a step", workspace="docs", parent=api["id"])
+    assert error.code == "handoff_refused"
+    assert error.message.endswith("allows: web")
+
+    docs = submit(board, "a docs task", "docs")
+    error = refusal(board, text="anything", workspace="web", parent=docs["id"])
+    assert error.code == "handoff_refused" and error.message.endswith("allows: none")
+    assert len(board.call("list")["tasks"]) == before + 1  # only the docs task was added
+
+
+def test_family_returns_the_root_and_every_member(board: Daemon) -> None:
+    top = submit(board, "top", "api")
+    child = submit(board, "child", "web", top["id"])
+    sibling = submit(board, "sibling", "web", top["id"])
+    grandchild = submit(board, "grandchild", "docs", child["id"])
+    other = submit(board, "another family", "api")
+    members = [top["id"], child["id"], sibling["id"], grandchild["id"]]
+    for member in members:
+        reply = board.call("family", task=member)
+        assert reply["root"] == top["id"]
+        ids = [t["id"] for t in reply["tasks"]]
+        assert sorted(ids) == sorted(members)
+        assert ids[0] == top["id"]  # parents first
+        assert ids.index(child["id"]) < ids.index(grandchild["id"])
+    assert [t["id"] for t in board.call("family", task=other["id"])["tasks"]] == [other["id"]]
+
+
+def test_cancelling_the_root_cancels_the_family_one_ledger_row_each(board: Daemon) -> None:
+    top = submit(board, "top", "api")
+    child = submit(board, "child", "web", top["id"])
+    grandchild = submit(board, "grandchild", "docs", child["id"])
+    bystander = submit(board, "not family", "web")
+    family = {top["id"], child["id"], grandchild["id"]}
+
+    assert set(board.call("cancel", task=top["id"])["cancelled"]) == family
+    for task_id in family:
+        task = board.call("get", task=task_id)["task"]
+        assert (task["state"], task["outcome"]) == ("closed", "cancelled")
+        rows = board.call("ledger", task=task_id)["entries"]
+        assert [r["to_state"] for r in rows].count("cancelled") == 1
+    assert board.call("get", task=bystander["id"])["task"]["state"] == "pending"
+    # a child of a cancelled task is refused
+    error = refusal(board, text="late", workspace="web", parent=top["id"])
+    assert error.code == "parent_cancelled"
+
+
+def test_submit_to_inside_a_session_makes_a_child(board: Daemon, root: Path) -> None:
+    top = submit(board, "the session's task", "api")
+    env = in_env(root, COLIBRI_TASK_ID=top["id"])
+    result = colibri(None, "submit", "--to", "web", "update the client", env=env)
+    assert result.returncode == 0, result.stderr
+    child = board.call("get", task=result.stdout.strip())["task"]
+    assert (child["parent"], child["workspace"], child["sender"]) == (top["id"], "web", "api")
+    assert child["text"] == "update the client"
+
+    refused = colibri(None, "submit", "--to", "docs", "skip a step", env=env)
+    assert refused.returncode == 1
+    assert "may not hand work to 'docs'" in refused.stderr and "allows: web" in refused.stderr
+
+    outside = colibri(None, "submit", "--to", "web", "no session here", env=in_env(root))
+    assert outside.returncode == 2
+    assert "--to" in outside.stderr and "--parent" in outside.stderr
+    # outside a session, --parent names the parent
+    given = colibri(root, "submit", "--to", "web", "by hand", "--parent", top["id"])
+    assert given.returncode == 0, given.stderr
+    assert board.call("get", task=given.stdout.strip())["task"]["parent"] == top["id"]
+
+
+def tree_lines(output: str, *ids: str) -> list[str]:
+    """The lines of a tree printout that show the given tasks, in the order printed."""
+    return [line for line in output.splitlines() if any(i in line for i in ids)]
+
+
+def test_list_tree_and_show_family_indent_children(board: Daemon, root: Path) -> None:
+    top = submit(board, "top", "api")
+    child = submit(board, "child", "web", top["id"])
+    grandchild = submit(board, "grandchild", "docs", child["id"])
+    ids = (top["id"], child["id"], grandchild["id"])
+
+    listed = colibri(root, "list", "--tree")
+    assert listed.returncode == 0, listed.stderr
+    lines = tree_lines(listed.stdout, *ids)
+    assert lines[0].startswith(f"{top['id']}  pending @api")
+    assert lines[1].startswith(f"└─ {child['id']}  pending @web")
+    assert lines[2].startswith(f"   └─ {grandchild['id']}  pending @docs")
+
+    shown = colibri(root, "show", child["id"], "--family")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert len(lines) == 3
+    assert lines[0].startswith(top["id"]) and not lines[0].endswith("◀")
+    assert lines[1].startswith(f"└─ {child['id']}") and lines[1].endswith("◀")
+    assert lines[2].startswith(f"   └─ {grandchild['id']}")
+
+    as_json = colibri(root, "show", grandchild["id"], "--family", "--json")
+    assert [t["id"] for t in json.loads(as_json.stdout)] == list(ids)
+
+
+#: api's session: hands a child to web, logs a line, then ends with a Claude-style result.
+API_SESSION = [
+    PY,
+    "-c",
+    "import json, subprocess, sys\n"
+    "text = sys.stdin.read()\n"
+    "child = subprocess.run(\n"
+    "    [sys.executable, '-m', 'colibri', 'submit', '--to', 'web', 'notes for: ' + text],\n"
+    "    check=True, capture_output=True, text=True).stdout.strip()\n"
+    "print('handed on', child)\n"
+    "print(json.dumps({'result': 'api done, handed on ' + child, 'total_cost_usd': 0.25,\n"
+    "                  'usage': {'input_tokens': 100, 'output_tokens': 20}}))\n",
+]
+WEB_SESSION = [PY, "-c", "import sys; print(sys.stdin.read().upper())"]
+
+
+def test_a_hand_off_end_to_end(fleet: Fleet, root: Path) -> None:
+    daemon = fleet(
+        {
+            "api": {"session": {"command": API_SESSION}, "send_to": ["web"]},
+            "web": {"session": {"command": WEB_SESSION}},
+        }
+    )
+    wait_until(lambda: online(daemon, "api", "web"))
+    submitted = colibri(root, "submit", "add the endpoint", "--workspace", "api")
+    assert submitted.returncode == 0, submitted.stderr
+    top_id = submitted.stdout.strip()
+
+    top = wait_closed(daemon, top_id, timeout=20)
+    family = daemon.call("family", task=top_id)["tasks"]
+    assert len(family) == 2
+    child = wait_closed(daemon, family[1]["id"], timeout=20)
+    assert top["outcome"] == "done" and child["outcome"] == "done"
+    assert top["output"] == f"api done, handed on {child['id']}"
+    assert (child["parent"], child["sender"], child["workspace"]) == (top_id, "api", "web")
+    assert child["output"] == "NOTES FOR: ADD THE ENDPOINT\n"
+
+    listed = colibri(root, "list", "--tree")
+    lines = tree_lines(listed.stdout, top_id, child["id"])
+    assert lines[0].startswith(f"{top_id}  closed/done @api")
+    assert lines[1].startswith(f"└─ {child['id']}  closed/done @web")
+
+    cost = colibri(root, "cost", "--json")
+    assert cost.returncode == 0, cost.stderr
+    assert json.loads(cost.stdout) == [
+        {"key": "api", "sessions": 1, "usd": 0.25, "tokens_in": 100, "tokens_out": 20}
+    ]
+    by_workspace = json.loads(colibri(root, "cost", "--by", "workspace", "--json").stdout)
+    assert [row["key"] for row in by_workspace] == ["api"]

@@ -1,0 +1,155 @@
+"""The supervisor: one harness per workspace, restarted, adopted across a daemon crash, stopped
+on a clean stop, degraded when it crash-loops. Processes are read from /proc."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.helpers import Daemon, wait_until
+from tests.sessions.support import (
+    ECHO,
+    alive,
+    colibri,
+    gated,
+    harnesses,
+    mentioning,
+    one_each,
+    online,
+    pgid_of,
+    wait_closed,
+)
+
+Fleet = Callable[..., Daemon]
+
+
+def two(fleet: Fleet, root: Path, **settings: Any) -> tuple[Daemon, dict[str, int]]:
+    """A daemon with workspaces api (gated sessions) and web (echo), both harnesses online."""
+    daemon = fleet(
+        {"api": {"session": {"command": gated(root)}}, "web": {"session": {"command": ECHO}}},
+        **settings,
+    )
+    pids = wait_until(lambda: one_each(root, ["api", "web"]))
+    wait_until(lambda: online(daemon, "api", "web"))
+    return daemon, pids
+
+
+def status(daemon: Daemon) -> dict[str, dict[str, Any]]:
+    return {h["workspace"]: h for h in daemon.call("status")["harnesses"]}
+
+
+def test_one_harness_per_workspace_each_in_its_own_group(fleet: Fleet, root: Path) -> None:
+    daemon, pids = two(fleet, root)
+    assert daemon.process is not None
+    daemon_group = pgid_of(daemon.process.pid)
+    for pid in pids.values():
+        assert pgid_of(pid) == pid != daemon_group
+    assert os.getsid(pids["api"]) == pids["api"]
+    assert {
+        name: (h["pid"], h["restarts"], h["degraded"]) for name, h in status(daemon).items()
+    } == {
+        "api": (pids["api"], 0, False),
+        "web": (pids["web"], 0, False),
+    }
+    printed = colibri(root, "status")
+    assert f"harness  api: pid {pids['api']}, 0 restarts" in printed.stdout
+    assert f"harness  web: pid {pids['web']}, 0 restarts" in printed.stdout
+
+
+def test_a_killed_harness_is_started_again(fleet: Fleet, root: Path) -> None:
+    daemon, pids = two(fleet, root)
+    os.kill(pids["web"], signal.SIGKILL)
+    now = wait_until(
+        lambda: (p := one_each(root, ["api", "web"])) and p["web"] != pids["web"] and p
+    )
+    assert now["api"] == pids["api"]
+    wait_until(lambda: status(daemon)["web"]["pid"] == now["web"])
+    assert status(daemon)["web"]["restarts"] == 1
+    assert status(daemon)["api"]["restarts"] == 0
+    # the new harness serves its workspace
+    wait_until(lambda: online(daemon, "web"))
+    task = daemon.call("submit", text="after the restart", workspace="web")["task"]
+    assert wait_closed(daemon, task["id"])["output"] == "after the restart\n"
+    assert one_each(root, ["api", "web"]) == now
+
+
+def test_a_second_harness_for_a_workspace_refuses_to_start(fleet: Fleet, root: Path) -> None:
+    _, pids = two(fleet, root)
+    second = colibri(root, "agent", "--workspace", "api")
+    assert second.returncode == 1
+    assert f"another harness (pid {pids['api']}) already serves" in second.stderr
+    assert one_each(root, ["api", "web"]) == pids
+
+
+def test_harnesses_outlive_a_daemon_crash_and_are_adopted(fleet: Fleet, root: Path) -> None:
+    daemon, pids = two(fleet, root)
+    # a session is running when the daemon dies
+    running = daemon.call("submit", text="long work", workspace="api")["task"]
+    started = root / f"started-{running['id']}"
+    wait_until(started.exists)
+    session = int(started.read_text())
+
+    daemon.kill()
+    assert all(alive(pid) for pid in pids.values())
+    assert alive(session)
+    assert one_each(root, ["api", "web"]) == pids
+
+    daemon.start()
+    wait_until(lambda: online(daemon, "api", "web"))
+    wait_until(lambda: {n: h["pid"] for n, h in status(daemon).items()} == pids)
+    assert all(h["restarts"] == 0 for h in status(daemon).values())
+    assert one_each(root, ["api", "web"]) == pids  # adopted, no duplicates
+    assert daemon.call("get", task=running["id"])["task"]["state"] == "running"
+
+    # a task submitted now still runs, on the adopted harness
+    fresh = daemon.call("submit", text="after the crash", workspace="web")["task"]
+    assert wait_closed(daemon, fresh["id"])["output"] == "after the crash\n"
+
+    # the session that ran across the crash finishes, on its first attempt
+    (root / f"go-{running['id']}").touch()
+    ended = wait_closed(daemon, running["id"])
+    assert ended["outcome"] == "done"
+    assert ended["output"] == f"released {running['id']}\n"
+    assert ended["attempts"] == 1
+    assert one_each(root, ["api", "web"]) == pids
+
+
+def test_a_clean_stop_leaves_no_harness_and_no_session(fleet: Fleet, root: Path) -> None:
+    daemon, pids = two(fleet, root)
+    running = daemon.call("submit", text="long work", workspace="api")["task"]
+    started = root / f"started-{running['id']}"
+    wait_until(started.exists)
+    session = int(started.read_text())
+    assert session in mentioning(root)
+
+    daemon.stop()  # SIGTERM; asserts exit 0
+    assert not alive(session)
+    assert not any(alive(pid) for pid in pids.values())
+    assert harnesses(root) == {}
+    assert mentioning(root) == []
+
+
+def test_a_harness_that_cannot_start_is_marked_degraded(fleet: Fleet, root: Path) -> None:
+    (root / "broken").write_text("a file where the workspace's directory should be")
+    daemon = fleet(
+        {"web": {"session": {"command": ECHO}}, "broken": {"session": {"command": ECHO}}},
+        supervisor={
+            "crash_loop": 3,
+            "crash_window": "1m",
+            "cool_down": "1h",
+            "max_backoff": "0.2s",
+        },
+    )
+    broken = wait_until(lambda: status(daemon)["broken"]["degraded"] and status(daemon)["broken"])
+    assert broken["restarts"] == 2  # three starts, three exits: degraded
+    assert broken["pid"] is None
+    assert "broken" not in harnesses(root)
+    assert "FileExistsError" in (root / ".colibri" / "harness" / "broken.log").read_text()
+    assert "harness  broken: DEGRADED, 2 restarts" in colibri(root, "status").stdout
+    # the other workspace is not disturbed
+    web = status(daemon)["web"]
+    assert (web["restarts"], web["degraded"]) == (0, False)
+    assert one_each(root, ["web"]) == {"web": web["pid"]}
