@@ -29,6 +29,21 @@ def session_options(f: Any) -> Any:
     return f
 
 
+def current_task() -> str | None:
+    """Inside a session: its task id, from the environment or its task file's header."""
+    import os
+
+    if os.environ.get("COLIBRI_TASK_ID"):
+        return os.environ["COLIBRI_TASK_ID"]
+    path = os.environ.get("COLIBRI_TASK_FILE")
+    if path and os.path.exists(path):
+        from colibri.core.lineage import parse_body
+
+        with open(path, encoding="utf-8") as handle:
+            return parse_body(handle.read()).task
+    return None
+
+
 def claim(task_id: str | None, epoch: int | None) -> tuple[str, int]:
     """The task and epoch a session reports on: from the options/environment, or — for a
     session started before its task came (a warm one) — from its task file's header."""
@@ -143,16 +158,17 @@ def fail(ctx: Context, error: str, task_id: str | None, epoch: int | None, as_js
 def ask(ctx: Context, question: str, task_id: str | None, epoch: int | None) -> None:
     """Inside a session: ask the operator QUESTION; wait for the answer and print it."""
     task_id, epoch = claim(task_id, epoch)
+    import time
+
     from colibri.client import RemoteError
+    from colibri.core.errors import DaemonNotRunning
 
     while True:  # a daemon restart drops the wait: ask again once it is back
         try:
             reply = ctx.call("ask", task=task_id, epoch=epoch, question=question)
-        except RemoteError as exc:
-            if exc.code != "closed":
+        except (RemoteError, DaemonNotRunning) as exc:
+            if isinstance(exc, RemoteError) and exc.code != "closed":
                 raise
-            import time
-
             time.sleep(0.5)
             continue
         print(reply["answer"])

@@ -79,9 +79,9 @@ def submit(
     if text == "-":
         text = sys.stdin.read()
     if to is not None:
-        import os
+        from colibri.cli.session import current_task
 
-        parent = parent or os.environ.get("COLIBRI_TASK_ID")
+        parent = parent or current_task()
         if not parent:
             raise click.UsageError(
                 "--to hands work on from inside a session; outside one, give --parent ID too"

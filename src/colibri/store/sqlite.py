@@ -429,7 +429,10 @@ class SqliteStore:
 
     COST_KEYS = {
         "agent": "l.agent",
-        "workspace": "t.workspace",
+        # a task with no workspace counts for the workspace of the agent that ran it
+        "workspace": (
+            "COALESCE(t.workspace, (SELECT a.workspace FROM agents a WHERE a.name = l.agent))"
+        ),
         "tenant": "l.tenant",
         "day": "substr(l.at, 1, 10)",
     }
