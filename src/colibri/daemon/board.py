@@ -351,8 +351,14 @@ class Board:
             parent = self.tasks.get(req.parent) or self.store.get_task(req.parent)
             if parent is None:
                 raise UnknownParent(req.parent)
-            if parent.outcome == State.CANCELLED:
-                raise ParentCancelled(parent.id)
+            ancestor: Task | None = parent
+            seen: set[str] = set()
+            while ancestor is not None and ancestor.id not in seen:
+                if ancestor.outcome == State.CANCELLED:  # a cancelled family takes no children
+                    raise ParentCancelled(ancestor.id)
+                seen.add(ancestor.id)
+                up = ancestor.parent
+                ancestor = (self.tasks.get(up) or self.store.get_task(up)) if up else None
             sender = parent.workspace
             if (
                 sender is not None

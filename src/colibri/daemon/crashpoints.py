@@ -74,6 +74,14 @@ def due(name: str) -> bool:
     return _hits == _at
 
 
+def torn(data: bytes | bytearray) -> bytes:
+    """About the first half of ``data``, ending inside a line (never just after a newline)."""
+    half = len(data) // 2
+    if data[half - 1 : half] == b"\n":
+        half -= 1
+    return bytes(data[:half])
+
+
 def crash() -> None:
     """SIGKILL ourselves, after one line on stderr saying where."""
     try:

@@ -102,7 +102,7 @@ class LedgerMirror:
             return
         try:
             if crashpoints.armed is not None and crashpoints.due("mid-mirror-write"):
-                os.write(self._fd, data[: len(data) // 2])  # a torn line, then death
+                os.write(self._fd, crashpoints.torn(data))  # a torn line, then death
                 crashpoints.crash()
             if os.write(self._fd, data) != len(data):
                 raise OSError("short write (disk full?)")

@@ -1,0 +1,161 @@
+"""A stub agent: a real process that speaks the protocol with ``colibri.client``, as a harness does.
+
+    python tests/reliability/stub_agent.py --socket S --name N --log L [--slots 2] [--ttl 3]
+
+Each ``assign`` starts a "session" (a short sleep); the agent appends ``{"task_id", "epoch",
+"event": "start"}`` to its log and fsyncs it *before* the session starts, and ``"finish"`` when it
+ends, then reports ``out`` with the claim's epoch. Like the real harness it outlives the daemon:
+when the connection drops it reconnects, registers again with the sessions it still holds
+(``running``), reports those that finished meanwhile, and drops those the daemon rejects. A
+``cancel`` stops the session (``"stop"`` in the log) and is answered with ``reclaimed``.
+
+The log is the agent's own account, written by a process the daemon cannot roll back: the
+history checker counts session starts from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import time
+from typing import Any
+
+from colibri.client import AsyncClient, RemoteError
+from colibri.core.errors import DaemonNotRunning
+
+#: Replies after which a report is kept and made again after the next registration.
+UNSETTLED = {"closed", "not_registered", "storage_unavailable", "internal"}
+
+
+class StubAgent:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.socket = args.socket
+        self.name = args.name
+        self.slots = args.slots
+        self.ttl = args.ttl
+        self.work = (args.work_min, args.work_max)
+        self.random = random.Random(args.seed)
+        self.fd = os.open(args.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self.client: AsyncClient | None = None
+        #: Sessions started and not yet settled with the daemon: task id → epoch.
+        self.held: dict[str, int] = {}
+        #: Sessions that finished and whose ``out`` the daemon has not acknowledged yet.
+        self.finished: dict[str, int] = {}
+        self.sessions: dict[str, asyncio.Task[None]] = {}
+
+    def record(self, task_id: str, epoch: int, event: str) -> None:
+        line: dict[str, Any] = {"task_id": task_id, "epoch": epoch, "event": event}
+        line.update(agent=self.name, t=time.time())
+        os.write(self.fd, json.dumps(line).encode() + b"\n")
+        os.fsync(self.fd)
+
+    # -- events --------------------------------------------------------------------------------
+
+    def on_event(self, message: dict[str, Any]) -> None:
+        kind = message["event"]
+        if kind == "assign":
+            task_id, epoch = message["task"]["id"], message["epoch"]
+            self.held[task_id] = epoch
+            self.record(task_id, epoch, "start")
+            self.sessions[task_id] = asyncio.create_task(self.session(task_id, epoch))
+        elif kind == "cancel":
+            task_id, epoch = message["task"], message["epoch"]
+            session = self.sessions.pop(task_id, None)
+            if session is not None:
+                session.cancel()
+                self.record(task_id, epoch, "stop")
+            self.finished.pop(task_id, None)
+            asyncio.create_task(self.settle(task_id, epoch, "reclaimed"))
+        elif kind == "expired" and self.client is not None:
+            asyncio.create_task(self.client.close())  # reconnect and register again
+
+    async def session(self, task_id: str, epoch: int) -> None:
+        await asyncio.sleep(self.random.uniform(*self.work))
+        self.sessions.pop(task_id, None)
+        self.record(task_id, epoch, "finish")
+        self.finished[task_id] = epoch
+        await self.settle(task_id, epoch, "out")
+
+    async def settle(self, task_id: str, epoch: int, cmd: str) -> None:
+        """Report ``out``/``reclaimed``; if the connection is gone, the next one reports it."""
+        client = self.client
+        if client is None or client.closed.is_set():
+            return
+        fields: dict[str, Any] = {"task": task_id, "epoch": epoch}
+        if cmd == "out":
+            fields["output"] = f"done by {self.name}"
+        try:
+            await client.call(cmd, **fields)
+        except RemoteError as exc:
+            if exc.code in UNSETTLED:
+                return  # unknown outcome: registering again settles it
+        if self.held.get(task_id) == epoch:
+            del self.held[task_id]
+        if self.finished.get(task_id) == epoch:
+            del self.finished[task_id]
+
+    # -- the connection ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            try:
+                client = await AsyncClient(self.socket, self.on_event).connect()
+            except (DaemonNotRunning, OSError):
+                await asyncio.sleep(0.05)
+                continue
+            try:
+                await self.serve(client)
+            except (RemoteError, OSError):
+                pass
+            finally:
+                self.client = None
+                await client.close()
+            await asyncio.sleep(0.05)
+
+    async def serve(self, client: AsyncClient) -> None:
+        running = [{"task": t, "epoch": e} for t, e in sorted(self.held.items())]
+        reply = await client.call(
+            "register-agent", name=self.name, slots=self.slots, ttl=self.ttl, running=running
+        )
+        self.client = client
+        for rejected in reply["rejected"]:
+            task_id = rejected["task"]
+            session = self.sessions.pop(task_id, None)
+            if session is not None:
+                session.cancel()
+                self.record(task_id, rejected["epoch"], "stop")
+            self.held.pop(task_id, None)
+            self.finished.pop(task_id, None)
+        for task_id, epoch in list(self.finished.items()):
+            asyncio.create_task(self.settle(task_id, epoch, "out"))
+        beat = float(reply["heartbeat"])
+        while not client.closed.is_set():
+            try:
+                async with asyncio.timeout(beat):
+                    await client.closed.wait()
+            except TimeoutError:
+                await client.call("heartbeat")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--socket", required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--log", required=True)
+    parser.add_argument("--slots", type=int, default=2)
+    parser.add_argument("--ttl", type=float, default=3.0)
+    parser.add_argument("--work-min", type=float, default=0.0)
+    parser.add_argument("--work-max", type=float, default=0.02)
+    parser.add_argument("--seed", type=int, default=0)
+    agent = StubAgent(parser.parse_args())
+    try:
+        asyncio.run(agent.run())
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
