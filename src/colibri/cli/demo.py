@@ -97,11 +97,13 @@ def run_demo(root: Path, *, exit_when_done: bool) -> int:
             print(f"submitted {len(ids)} tasks, then cancelled a family (a parent, two children)\n")
             client.call("cancel", task=parent["id"], reason="demo: cancel a whole family")
             _follow(client, ids, start)
+        exe = Path(sys.executable).parent / "colibri"
+        colibri = str(exe) if exe.exists() else "colibri"
         print(
             "\nThe daemon and its agents keep running. In another terminal try:\n"
             f"  export COLIBRI_ROOT={root}\n"
-            "  colibri submit 'hello from me' --cap python --wait\n"
-            "  colibri list\n  colibri agents\n  colibri ledger --follow\n"
+            f"  {colibri} submit 'hello from me' --cap python --wait\n"
+            f"  {colibri} list\n  {colibri} agents\n  {colibri} ledger --follow\n"
         )
         if exit_when_done:
             return 0
