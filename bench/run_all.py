@@ -34,6 +34,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "cli_startup": ([], ["--runs", "10"]),
     "peers": ([], ["--tasks", "5000"]),
     "schedules": ([], ["--schedules", "2000", "--idle", "3"]),
+    "sessions": ([], ["--tasks", "50", "--burst", "50"]),
 }
 
 
@@ -190,6 +191,20 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 "",
             ),
         ]
+    if name == "sessions":
+        return [
+            ("submit → session running (subprocess), p50 / p99",
+             f"{result['cold_submit_to_session_p50_ms']:.1f} / "
+             f"{result['cold_submit_to_session_p99_ms']:.1f} ms", "p50 ≤ 20 ms",
+             yes(result["cold_submit_to_session_p50_ms"] <= 20)),
+            ("submit → a warm session has the task, p50 / p99",
+             f"{result['warm_submit_to_session_p50_ms']:.1f} / "
+             f"{result['warm_submit_to_session_p99_ms']:.1f} ms", "p50 ≤ 5 ms",
+             yes(result["warm_submit_to_session_p50_ms"] <= 5)),
+            (f"{result['burst_sessions']} concurrent sessions (sleep 1 each), all done",
+             f"{result['burst_seconds_median']:.2f} s, {result['burst_errors']} errors", "0 errors",
+             yes(result["burst_errors"] == 0)),
+        ]  # fmt: skip
     return [(name, json.dumps(result), "", "")]
 
 

@@ -172,3 +172,27 @@ def _is_sleep60(pid: str) -> bool:
     except (FileNotFoundError, IndexError, ProcessLookupError):
         return False
     return cmdline[:2] == [b"sleep", b"60"] and state != "Z"
+
+
+def test_a_warm_tmux_session_takes_the_task_and_is_renamed_after_it(tmux_root: Path) -> None:
+    warm_script = (
+        "import os, sys, subprocess\n"
+        "open(f'warm-{os.getpid()}', 'w').close()\n"
+        "print('PROMPT>', flush=True)\n"
+        "line = input()\n"
+        "subprocess.run([sys.executable, '-m', 'colibri', 'out', f'{os.getpid()} got {line}'])\n"
+    )
+    daemon = start(tmux_root, {"term": {"warm": 1, "session": {
+        "backend": "tmux", "ready_pattern": "PROMPT>", "ready_timeout": "10s", "idle": "60s",
+        "command": [sys.executable, "-c", warm_script]}}})  # fmt: skip
+    try:
+        folder = tmux_root / "term"
+        started = wait_until(lambda: list(folder.glob("warm-*")) if folder.exists() else [])
+        pid = int(started[0].name.split("-")[1])
+        time.sleep(0.5)  # its prompt shows: it is ready in the pool
+        task = daemon.call("submit", text="warm hello", workspace="term")["task"]
+        final = wait_end(daemon, task["id"])
+        assert final["output"] == f"{pid} got warm hello", "the warm session took the task"
+        wait_until(lambda: len(list(folder.glob("warm-*"))) == 2)  # the pool refilled
+    finally:
+        daemon.stop()

@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import time
 from collections.abc import Awaitable
@@ -56,15 +57,30 @@ class AgentSpec:
     #: Sessions started ahead of any task (subprocess backend), and how long one may wait.
     warm: int = 0
     idle: float = 60.0
+    #: This harness is the only one of its agent (it holds the workspace lock): at start it
+    #: kills sessions a killed predecessor left behind.
+    reap_leftovers: bool = False
 
 
 @dataclass(eq=False)
 class WarmSession:
-    """A session started before its task: ready, waiting in the pool for one."""
+    """A session started before its task, waiting in the pool for one.
 
-    process: asyncio.subprocess.Process
+    A subprocess one is ready at once (it waits on stdin); a tmux one once ``ready_pattern``
+    shows on its screen.
+    """
+
     task_file: Path
     since: float
+    process: asyncio.subprocess.Process | None = None
+    pane_pid: int | None = None
+    tmux_name: str = ""
+    ready: bool = False
+
+    def alive(self) -> bool:
+        if self.process is not None:
+            return self.process.returncode is None
+        return self.pane_pid is not None and tmux.alive(self.pane_pid)
 
 
 @dataclass
@@ -107,6 +123,8 @@ class Harness:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, self.stopping.set)
+        if self.spec.reap_leftovers:
+            self._reap_leftovers()
         async with asyncio.TaskGroup() as group:
             self._group = group
             connection = group.create_task(self._stay_connected(), name="connection")
@@ -238,17 +256,37 @@ class Harness:
             task_file.unlink(missing_ok=True)
             if session.warm_file is not None:
                 session.warm_file.unlink(missing_ok=True)
+            pgid = session.process.pid if session.process else session.pane_pid
+            if pgid is not None:  # reclaim means kill: nothing the session started outlives it
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, signal.SIGKILL)
+            self._untrack(pgid)
 
     async def _run_tmux(self, session: Session, task: dict[str, Any], env: dict[str, str]) -> None:
         sock = tmux.socket_for(self.root, self.spec.name)
-        own = {k: v for k, v in env.items() if k.startswith("COLIBRI_") or k in self.spec.env}
-        try:
-            pid = await tmux.start(sock, session.task, self.spec.command, own, self.spec.cwd)
-        except (RuntimeError, OSError) as exc:
-            session.report = ("fail", {"error": f"could not start the tmux session: {exc}"})
-            await self._deliver(session)
-            return
-        session.pane_pid = pid
+        warm = self._take_warm() if self.spec.warm else None
+        if warm is not None and warm.pane_pid is not None:
+            # A ready session takes the task at once; it is renamed after the task, so
+            # `colibri attach-session TASK` finds it.
+            warm.task_file.write_text(
+                Path(env["COLIBRI_TASK_FILE"]).read_text(encoding="utf-8"), encoding="utf-8"
+            )
+            session.warm_file = warm.task_file
+            with contextlib.suppress(RuntimeError):
+                await tmux.tmux(sock, "rename-session", "-t", warm.tmux_name, session.task)
+            session.pane_pid = pid = warm.pane_pid
+            session.ready.set()
+            self._pool_changed.set()
+        else:
+            own = {k: v for k, v in env.items() if k.startswith("COLIBRI_") or k in self.spec.env}
+            try:
+                pid = await tmux.start(sock, session.task, self.spec.command, own, self.spec.cwd)
+                self._track(pid)
+            except (RuntimeError, OSError) as exc:
+                session.report = ("fail", {"error": f"could not start the tmux session: {exc}"})
+                await self._deliver(session)
+                return
+            session.pane_pid = pid
         try:
             async with asyncio.timeout(self.spec.ready_timeout):
                 ready = await tmux.wait_ready(
@@ -281,6 +319,36 @@ class Harness:
         session.report = ("fail", {"error": "the session ended without out"})
         await self._deliver(session)
 
+    # -- session process groups ---------------------------------------------------------------
+
+    def _marker(self, pgid: int) -> Path:
+        return self.root / STATE_DIR / "sessions" / f"{self.spec.name}.{pgid}.pgid"
+
+    def _track(self, pgid: int) -> None:
+        """Note a session's process group, so a harness that replaces a killed one can stop it."""
+        marker = self._marker(pgid)
+        marker.parent.mkdir(mode=0o700, exist_ok=True)
+        marker.touch()
+
+    def _untrack(self, pgid: int | None) -> None:
+        if pgid is not None:
+            self._marker(pgid).unlink(missing_ok=True)
+
+    def _reap_leftovers(self) -> None:
+        """Kill the sessions of a predecessor that was killed (no orphans: their tasks are
+        already lost, or will be, with their agent)."""
+        folder = self.root / STATE_DIR / "sessions"
+        for marker in folder.glob(f"{self.spec.name}.*.pgid"):
+            pgid = marker.name.removeprefix(f"{self.spec.name}.").removesuffix(".pgid")
+            if pgid.isdigit():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(int(pgid), signal.SIGKILL)
+                    log.warning(
+                        "killed a session left by a previous harness",
+                        extra={"event": "leftover_killed", "pgid": int(pgid)},
+                    )
+            marker.unlink(missing_ok=True)
+
     # -- the ready pool ---------------------------------------------------------------------
 
     def _session_env(self) -> dict[str, str]:
@@ -296,7 +364,7 @@ class Harness:
         return env
 
     async def _start_process(self, env: dict[str, str]) -> asyncio.subprocess.Process:
-        return await asyncio.create_subprocess_exec(
+        process = await asyncio.create_subprocess_exec(
             *self.spec.command,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
@@ -305,6 +373,8 @@ class Harness:
             env=env,
             process_group=0,
         )
+        self._track(process.pid)
+        return process
 
     async def _keep_pool(self) -> None:
         """Keep ``warm`` sessions ready; reclaim one idle past ``idle`` (and stop refilling
@@ -314,38 +384,84 @@ class Harness:
         while True:
             now = time.monotonic()
             for warm in list(self.pool):
-                if warm.process.returncode is not None or now - warm.since > self.spec.idle:
+                idle = warm.ready and now - warm.since > self.spec.idle
+                late = not warm.ready and now - warm.since > self.spec.ready_timeout
+                if not warm.alive() or idle or late:
                     self.pool.remove(warm)
-                    self._pool_wanted = False
-                    await self._kill_process(warm.process)
-                    log.info("reclaimed an idle session", extra={"event": "session_reclaimed"})
+                    self._pool_wanted = self._pool_wanted and not idle
+                    await self._discard(warm)
+                    why = "idle" if idle else "not ready in time" if late else "ended"
+                    log.info(
+                        "reclaimed a warm session",
+                        extra={"event": "session_reclaimed", "why": why},
+                    )
             while self._pool_wanted and len(self.pool) < self.spec.warm:
                 self._warm_count += 1
-                task_file = sessions_dir / f"{self.spec.name}-warm-{self._warm_count}.task"
+                name = f"{self.spec.name}-warm-{self._warm_count}"
+                task_file = sessions_dir / f"{name}.task"
                 env = {**self._session_env(), "COLIBRI_TASK_FILE": str(task_file)}
+                warm = WarmSession(task_file, time.monotonic(), tmux_name=name)
                 try:
-                    process = await self._start_process(env)
-                except OSError as exc:
+                    if self.spec.backend == "tmux":
+                        own = {k: v for k, v in env.items()
+                               if k.startswith("COLIBRI_") or k in self.spec.env}  # fmt: skip
+                        sock = tmux.socket_for(self.root, self.spec.name)
+                        warm.pane_pid = await tmux.start(
+                            sock, name, self.spec.command, own, self.spec.cwd
+                        )
+                        self._track(warm.pane_pid)
+                    else:
+                        warm.process = await self._start_process(env)
+                        warm.ready = True
+                except (OSError, RuntimeError) as exc:
                     log.error("could not start a warm session: %s", exc)
                     self._pool_wanted = False
                     break
-                self.pool.append(WarmSession(process, task_file, time.monotonic()))
+                self.pool.append(warm)
+            for warm in self.pool:  # tmux: ready once its pattern shows
+                if not warm.ready and warm.pane_pid is not None:
+                    warm.ready = await self._pattern_shown(warm)
+                    if warm.ready:
+                        warm.since = time.monotonic()
             self._pool_changed.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(0.5, self.spec.idle / 4)):
                     await self._pool_changed.wait()  # a warm session was taken: refill now
 
+    async def _pattern_shown(self, warm: WarmSession) -> bool:
+        if self.spec.ready_pattern is None:
+            return True  # nothing to wait for: ready once started
+        sock = tmux.socket_for(self.root, self.spec.name)
+        try:
+            return (
+                re.search(self.spec.ready_pattern, await tmux.screen(sock, warm.tmux_name))
+                is not None
+            )
+        except RuntimeError:
+            return False
+
     def _take_warm(self) -> WarmSession | None:
         self._pool_wanted = self.spec.warm > 0  # work came: keep the pool full again
-        while self.pool:
-            warm = self.pool.pop(0)
-            if warm.process.returncode is None:
+        for warm in list(self.pool):
+            if warm.ready and warm.alive():
+                self.pool.remove(warm)
                 return warm
         return None
 
+    async def _discard(self, warm: WarmSession) -> None:
+        if warm.process is not None:
+            await self._kill_process(warm.process)
+            self._untrack(warm.process.pid)
+        elif warm.pane_pid is not None:
+            self._untrack(warm.pane_pid)
+            await tmux.kill(
+                tmux.socket_for(self.root, self.spec.name), warm.tmux_name, warm.pane_pid
+            )
+        warm.task_file.unlink(missing_ok=True)
+
     async def _drain_pool(self) -> None:
         for warm in self.pool:
-            await self._kill_process(warm.process)
+            await self._discard(warm)
         self.pool.clear()
 
     async def _kill_process(self, process: asyncio.subprocess.Process) -> None:
@@ -358,12 +474,14 @@ class Harness:
         self, session: Session, task: dict[str, Any], env: dict[str, str]
     ) -> None:
         warm = self._take_warm() if self.spec.warm else None
+        assert warm is None or warm.process is not None
         try:
             if warm is not None:
                 # A ready session takes the task at once: its header goes to its own file.
                 warm.task_file.write_text(
                     Path(env["COLIBRI_TASK_FILE"]).read_text(encoding="utf-8"), encoding="utf-8"
                 )
+                assert warm.process is not None
                 process = warm.process
                 session.warm_file = warm.task_file
             else:
@@ -384,7 +502,7 @@ class Harness:
             text = None
             self._pool_changed.set()
         try:
-            stdout, stderr = await self._within_runtime(session, process.communicate(text))
+            stdout, stderr = await self._within_runtime(session, self._talk(process, text))
         except TimeoutError:
             await self._kill(session)
             limit = self.spec.max_runtime
@@ -410,6 +528,41 @@ class Harness:
                 {"error": f"exit {process.returncode}" + (f": {tail}" if tail else "")},
             )
         await self._deliver(session)
+
+    async def _talk(
+        self, process: asyncio.subprocess.Process, text: bytes | None
+    ) -> tuple[bytes, bytes]:
+        """Give the session its input, collect its output until it exits.
+
+        Unlike ``communicate``, this does not wait for its pipes to close: a process the session
+        left running may hold them. Once the session has exited, what it left in its process
+        group is killed (reclaim means kill), which closes them.
+        """
+        assert process.stdout is not None and process.stderr is not None
+        out = asyncio.ensure_future(process.stdout.read())
+        err = asyncio.ensure_future(process.stderr.read())
+        try:
+            if process.stdin is not None:
+                with contextlib.suppress(ConnectionError):
+                    if text:
+                        process.stdin.write(text)
+                        await process.stdin.drain()
+                    process.stdin.close()
+            # ``process.wait()`` also waits for the pipes, which a leftover child may hold open:
+            # watch the process itself instead.
+            waiting = asyncio.ensure_future(process.wait())
+            while not waiting.done() and tmux.alive(process.pid):
+                await asyncio.wait({waiting}, timeout=0.05)
+            _, pending = await asyncio.wait({out, err}, timeout=0.5)
+            if pending:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
+            result = await out, await err
+            await waiting
+            return result
+        finally:
+            for reader in (out, err):
+                reader.cancel()
 
     async def _within_runtime(self, session: Session, work: Awaitable[T]) -> T:
         """Await ``work`` within max_runtime, not counting time spent waiting for an answer

@@ -187,7 +187,7 @@ def agent(
             ttl=ttl, workspace=workspace, tenant=tenant, cwd=Path(defined.path),
             env=defined.env, output_limit=defined.output_limit, max_runtime=defined.max_runtime,
             backend=defined.backend, ready_timeout=defined.ready_timeout,
-            ready_pattern=defined.ready_pattern, warm=defined.warm if defined.backend ==
-            "subprocess" else 0, idle=defined.idle,
+            ready_pattern=defined.ready_pattern, warm=defined.warm, idle=defined.idle,
+            reap_leftovers=True,
         )  # fmt: skip
     run_agent(spec, socket_path(root), root)
