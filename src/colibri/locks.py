@@ -33,8 +33,17 @@ def holder_pid(path: Path) -> int | None:
         os.close(fd)
 
 
+class LockHeld(Exception):
+    """Another live process holds the lock; ``holder`` is the pid it wrote there."""
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(f"held by pid {holder}")
+        self.holder = holder
+
+
 def hold_lock(path: Path) -> int:
-    """For the harness: take the workspace's lock for the life of the process, or raise."""
+    """Take the lock at ``path`` for the life of the process (writing our pid), or raise
+    LockHeld. The daemon holds its root's; a harness its workspace's."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -42,9 +51,7 @@ def hold_lock(path: Path) -> int:
     except BlockingIOError:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
         os.close(fd)
-        raise RuntimeError(
-            f"another harness (pid {holder}) already serves this workspace"
-        ) from None
+        raise LockHeld(holder) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd

@@ -174,12 +174,14 @@ def agent(
         if defined is None:
             raise click.UsageError(f"colibri.jsonc defines no workspace {workspace!r}")
         from colibri.config import STATE_DIR
-        from colibri.locks import harness_lock, hold_lock
+        from colibri.locks import LockHeld, harness_lock, hold_lock
 
         try:
             hold_lock(harness_lock(root / STATE_DIR, workspace))  # held until this process ends
-        except RuntimeError as exc:
-            raise ColibriError(f"workspace {workspace}: {exc}") from None
+        except LockHeld as held:
+            raise ColibriError(
+                f"workspace {workspace}: another harness (pid {held.holder}) already serves it"
+            ) from None
         Path(defined.path).mkdir(parents=True, exist_ok=True)
         spec = AgentSpec(
             name=name or workspace, command=defined.command,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
 import signal
@@ -19,6 +18,7 @@ from colibri.daemon.board import Board
 from colibri.daemon.clock import SystemClock
 from colibri.daemon.ledger import LedgerMirror
 from colibri.daemon.server import Connection, Server
+from colibri.locks import LockHeld, hold_lock
 from colibri.store import open_store
 
 log = logging.getLogger(__name__)
@@ -26,18 +26,12 @@ log = logging.getLogger(__name__)
 
 def acquire_lock(path: Path) -> int:
     """Hold ``daemon.lock`` for the life of the process; the kernel drops it if we die."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
+        return hold_lock(path)
+    except LockHeld as held:
         raise RootError(
-            f"another daemon (pid {holder}) is already running for {path.parent.parent}"
+            f"another daemon (pid {held.holder}) is already running for {path.parent.parent}"
         ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
 
 
 def check_state_dir(path: Path) -> None:
