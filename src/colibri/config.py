@@ -110,6 +110,8 @@ class Config:
     default_tz: str = "UTC"
     #: Workspaces of colibri.jsonc, merged with their templates and checked.
     workspaces: dict[str, Workspace] = field(default_factory=dict)
+    #: The daemon's environment, read once here; harnesses get only part of it.
+    environ: dict[str, str] = field(default_factory=dict)
     #: ``COLIBRI_CRASHPOINT`` (``name:n``), for the crash tests: die at that point.
     crashpoint: str | None = None
 
@@ -299,6 +301,7 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
         default_tz=default_tz,
         workspaces=workspaces,
         crashpoint=os.environ.get("COLIBRI_CRASHPOINT") or None,
+        environ=dict(os.environ),
     )
     if len(os.fsencode(config.socket_path)) > MAX_SOCKET_PATH:
         raise ConfigError(

@@ -29,11 +29,33 @@ from colibri.core.model import check_name, normalize_names
 
 Duration = str | float
 
+#: What a supervised harness — and so its sessions — inherits from the daemon's environment;
+#: nothing else (a token or password the daemon was given stays with it). A workspace adds
+#: names with ``session.pass_env`` and values with ``session.env``.
+INHERITED_ENV = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR",
+    "VIRTUAL_ENV", "PYTHONPATH", "SSH_AUTH_SOCK",
+})  # fmt: skip
+INHERITED_PREFIXES = ("LC_", "XDG_")
+
+
+def session_environment(environ: dict[str, str], pass_env: list[str]) -> dict[str, str]:
+    """The part of ``environ`` a workspace's harness and sessions may see."""
+    passed = set(pass_env)
+    return {
+        key: value
+        for key, value in environ.items()
+        if key in INHERITED_ENV or key in passed or key.startswith(INHERITED_PREFIXES)
+    }
+
 
 class SessionSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     backend: Literal["subprocess", "tmux"] = "subprocess"
     command: list[str] = []
     env: dict[str, str] = {}
+    #: Names of the daemon's environment variables its sessions may see beyond the usual ones
+    #: (PATH, HOME, LANG …), such as ANTHROPIC_API_KEY.
+    pass_env: list[str] = []
     #: A session that is not ready within this long is killed; its task waits again.
     ready_timeout: Duration = "120s"
     #: A ready session with nothing to do is reclaimed after this long.
@@ -69,6 +91,7 @@ class Workspace(msgspec.Struct, kw_only=True):
     backend: str
     command: list[str]
     env: dict[str, str]
+    pass_env: list[str]
     ready_timeout: float
     idle: float
     ready_pattern: str | None
@@ -164,6 +187,7 @@ def resolve(
         resolved[name] = Workspace(
             name=name, path=str(full), capabilities=capabilities, slots=spec.slots,
             backend=spec.session.backend, command=spec.session.command, env=spec.session.env,
+            pass_env=spec.session.pass_env,
             ready_timeout=ready_timeout, idle=idle, ready_pattern=spec.session.ready_pattern,
             output_limit=spec.session.output_limit, send_to=list(dict.fromkeys(spec.send_to)),
             warm=spec.warm, max_runtime=max_runtime, budget_usd_daily=spec.budget_usd_daily,

@@ -29,6 +29,7 @@ from typing import Any
 
 from colibri.config import Config
 from colibri.locks import harness_lock, holder_pid
+from colibri.workspaces import session_environment
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,9 @@ class Supervisor:
                 ],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                 start_new_session=True,  # its own group: it outlives a crash of the daemon
+                env=session_environment(
+                    self.config.environ, self.config.workspaces[harness.workspace].pass_env
+                ),
             )  # fmt: skip
         harness.pid = harness.process.pid
         log.info(
