@@ -47,6 +47,9 @@ TEMPLATE = """\
     // Most sessions this host's workspaces run at once, whatever their slots (default:
     // twice the CPUs), so a burst of tasks cannot fork-bomb the machine.
     // "max_sessions": 8,
+    // Quotas: most pending tasks per tenant, most children per task (quota_exceeded past them).
+    // "max_pending": 1000000,
+    // "max_children": 10000,
   },
   "server": {
     // Longest request line accepted on the socket, in bytes.
@@ -77,6 +80,10 @@ class SchedulerSettings:
     min_score: float = 0.0
     ageing: float | None = None
     retry_backoff: float = 5.0
+    #: Most pending tasks a tenant may have; more submissions are refused (quota_exceeded).
+    max_pending: int = 1_000_000
+    #: Most children one task may have.
+    max_children: int = 10_000
     #: Most sessions the supervised workspaces of this host run at once.
     max_sessions: int = field(default_factory=lambda: (os.cpu_count() or 1) * 2)
 
@@ -175,7 +182,16 @@ def init_root(target: Path, *, force: bool = False) -> bool:
 
 
 _KNOWN: dict[str, set[str]] = {
-    "scheduler": {"tick", "agent_ttl", "min_score", "ageing", "retry_backoff", "max_sessions"},
+    "scheduler": {
+        "tick",
+        "agent_ttl",
+        "min_score",
+        "ageing",
+        "retry_backoff",
+        "max_sessions",
+        "max_pending",
+        "max_children",
+    },  # fmt: skip
     "server": {"max_line", "max_connections", "line_timeout"},
     "store": {"durability", "path"},
     "supervisor": {"crash_loop", "crash_window", "cool_down", "max_backoff"},
@@ -258,6 +274,8 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
         retry_backoff=duration("scheduler", "retry_backoff", defaults.retry_backoff)
         or defaults.retry_backoff,
         max_sessions=int(number("scheduler", "max_sessions", defaults.max_sessions, 1, 100_000)),
+        max_pending=int(number("scheduler", "max_pending", defaults.max_pending, 1, 10**9)),
+        max_children=int(number("scheduler", "max_children", defaults.max_children, 1, 10**9)),
     )
     server = ServerSettings(
         max_line=int(number("server", "max_line", DEFAULT_MAX_LINE, 1024, 1 << 30)),

@@ -19,6 +19,7 @@ tests assert them. Messages say what was wrong and, where it helps, what to do.
     ├── ParentCancelled      parent_cancelled
     ├── HandOffRefused       handoff_refused     a child for a workspace not in send_to
     ├── BudgetExceeded       budget_exceeded     a hand-off asking more than its parent has left
+    ├── QuotaExceeded        quota_exceeded      too many pending tasks, or children of one task
     ├── Forbidden            forbidden           peer uid not allowed
     ├── Busy                 busy                too many connections
     ├── StorageUnavailable   storage_unavailable the store could not commit (disk full, read-only)
@@ -149,6 +150,10 @@ class BudgetExceeded(ColibriError):
         super().__init__(
             f"task {parent} has ${left:.4f} of its budget left; a child may not have ${asked:.4f}"
         )
+
+
+class QuotaExceeded(ColibriError):
+    code = "quota_exceeded"
 
 
 class Forbidden(ColibriError):

@@ -30,6 +30,7 @@ from colibri.core.errors import (
     NotRegistered,
     NotYourTask,
     ParentCancelled,
+    QuotaExceeded,
     StaleClaim,
     UnknownParent,
     UnknownTask,
@@ -162,6 +163,8 @@ class Board:
         self._answered: list[tuple[str, Peer, Any]] = []
         self.dispatch_wanted = False
         self._shapes: dict[tuple[Any, ...], Shape] = {}
+        #: Pending tasks per tenant, for the max_pending quota.
+        self._pending_by_tenant: dict[str, int] = {}
         #: Sessions that never became ready, per workspace (or agent): shown in status.
         self.warnings: dict[str, int] = {}
         self._name_lists: dict[tuple[str, ...], list[str]] = {}
@@ -184,8 +187,13 @@ class Board:
         self._answered.clear()
         for agent in self.agents.values():
             agent.holding.clear()
+        self._pending_by_tenant = {}
         for task in self.store.open_tasks():
             self.tasks[task.id] = task
+            if task.state == State.PENDING:
+                self._pending_by_tenant[task.tenant] = (
+                    self._pending_by_tenant.get(task.tenant, 0) + 1
+                )
             if task.state == State.PENDING:
                 self._enqueue(task)
             else:
@@ -299,6 +307,10 @@ class Board:
         except StoreConflict:
             raise IllegalTransition(task.id, task.state, to.value) from None
         self.ledger_rows.extend(entries)
+        if task.state == State.PENDING:
+            self._pending_by_tenant[task.tenant] -= 1
+        if final.state == State.PENDING:
+            self._pending_by_tenant[task.tenant] = self._pending_by_tenant.get(task.tenant, 0) + 1
         if final.state == State.CLOSED:
             self.tasks.pop(task.id, None)
         else:
@@ -345,12 +357,22 @@ class Board:
         workspace = check_name(req.workspace, "workspace") if req.workspace else None
         if pin is not None:
             check_name(pin, "agent name")
+        if self._pending_by_tenant.get(tenant, 0) >= self.settings.max_pending:
+            raise QuotaExceeded(
+                f"tenant {tenant} has {self.settings.max_pending} pending tasks, its quota; "
+                "wait for some to be taken (or raise scheduler.max_pending)"
+            )
         sender: str | None = None
         budget = req.budget_usd
         if req.parent is not None:
             parent = self.tasks.get(req.parent) or self.store.get_task(req.parent)
             if parent is None:
                 raise UnknownParent(req.parent)
+            if self.store.count_children(parent.id) >= self.settings.max_children:
+                raise QuotaExceeded(
+                    f"task {parent.id} has {self.settings.max_children} children, the most one "
+                    "task may have (scheduler.max_children)"
+                )
             ancestor: Task | None = parent
             seen: set[str] = set()
             while ancestor is not None and ancestor.id not in seen:
@@ -401,6 +423,7 @@ class Board:
         entry = self.store.insert_task(task, self._entry(task, None, reason))
         self.ledger_rows.append(entry)
         self.tasks[task.id] = task
+        self._pending_by_tenant[tenant] = self._pending_by_tenant.get(tenant, 0) + 1
         self._announce(task, None, reason)
         self._enqueue(task)
         return task, True

@@ -70,6 +70,8 @@ class Store(Protocol):
 
     def children(self, task_id: str) -> list[Task]: ...
 
+    def count_children(self, task_id: str) -> int: ...
+
     def open_tasks(self) -> list[Task]:
         """Every task not yet closed, oldest first: the daemon rebuilds from these."""
 

@@ -321,6 +321,9 @@ class SqliteStore:
         args.append(query.limit)
         return [_task_from_row(r) for r in self._conn.execute(text, args)]
 
+    def count_children(self, task_id: str) -> int:
+        return int(self._conn.execute(_Q["count_children"], (task_id,)).fetchone()[0])
+
     def children(self, task_id: str) -> list[Task]:
         return [_task_from_row(r) for r in self._conn.execute(_Q["children"], (task_id,))]
 

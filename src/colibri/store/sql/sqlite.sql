@@ -188,3 +188,6 @@ SELECT {key} AS key, COUNT(*) AS sessions,
 
 -- name: set_question
 UPDATE tasks SET question = ? WHERE id = ?;
+
+-- name: count_children
+SELECT COUNT(*) FROM tasks WHERE parent = ?;
