@@ -62,6 +62,8 @@ def new_task_id() -> str:
     return str(uuid6.uuid7())
 
 
+#: A gap between sweeps longer than this means the daemon was stalled (sweeps come every ≤1 s).
+STALL = 3.0
 #: Sessions in a row that never become ready before an agent's circuit breaker opens.
 BREAKER_AFTER = 3
 #: How long an open breaker keeps work away (its tasks wait; none is dropped).
@@ -165,6 +167,7 @@ class Board:
         self._shapes: dict[tuple[Any, ...], Shape] = {}
         #: Pending tasks per tenant, for the max_pending quota.
         self._pending_by_tenant: dict[str, int] = {}
+        self._last_sweep = clock.monotonic()
         #: Sessions that never became ready, per workspace (or agent): shown in status.
         self.warnings: dict[str, int] = {}
         self._name_lists: dict[tuple[str, ...], list[str]] = {}
@@ -1023,6 +1026,14 @@ class Board:
     def sweep(self) -> None:
         """Expire silent agents, fail sessions nobody claimed back, release due retries."""
         now = self.clock.monotonic()
+        stalled = now - self._last_sweep > STALL
+        self._last_sweep = now
+        if stalled:
+            # The daemon itself was stopped or starved (SIGSTOP, a loop stall): the agents'
+            # heartbeats of that time are still unread. Read them before judging anyone.
+            log.warning("sweep after a stall; expiry waits one pass", extra={"event": "stalled"})
+            self.on_deadline()
+            return
         if self.daily_budgets and self._spending_day != self._day():
             self._new_budget_day()
         for agent in list(self.agents.values()):
