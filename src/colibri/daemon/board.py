@@ -51,6 +51,7 @@ from colibri.core.pending import PendingTasks, sort_key
 from colibri.core.protocol import Held, RegisterAgent, TaskFields
 from colibri.core.states import State
 from colibri.daemon import crashpoints
+from colibri.daemon.budgets import DailyBudgets
 from colibri.daemon.clock import Clock
 from colibri.store import Store, StoreConflict, TaskFilter
 
@@ -137,9 +138,7 @@ class Board:
         #: Lineage edges of the configured workspaces: who may hand work to whom.
         self.send_to = send_to or {}
         #: Dollars per UTC day each workspace may spend; past it, its agents get no work.
-        self.daily_budgets: dict[str, float] = dict(daily_budgets or {})
-        self.spent_today: dict[str, float] = {}
-        self._spending_day = ""
+        self.budgets = DailyBudgets(daily_budgets or {})
         #: Agents that are this host's supervised workspace harnesses: together they run at
         #: most ``settings.max_sessions`` sessions, whatever their slots say.
         self.supervised: frozenset[str] = frozenset(self.send_to)
@@ -178,7 +177,7 @@ class Board:
 
     def rebuild(self) -> None:
         """Reload memory from the store: at start-up, and after a failed commit."""
-        self._load_spending()
+        self.budgets.load(self.store, self._day())
         now_mono = self.clock.monotonic()
         self.tasks.clear()
         self.pending = PendingTasks()
@@ -477,7 +476,7 @@ class Board:
     def _index(self, agent: LiveAgent) -> None:
         index = self.indexes.setdefault(agent.tenant, AgentIndex())
         healthy = agent.unhealthy_until <= self.clock.monotonic()
-        funded = not self._over_budget(agent.workspace)
+        funded = not self.budgets.over(agent.workspace)
         if agent.online and agent.peer is not None and healthy and funded:
             index.add(agent.name, agent.capabilities, self._free(agent), agent.workspace)
         else:
@@ -568,7 +567,7 @@ class Board:
         rows = explain(shape, (a.view() for a in self.agents.values() if a.tenant == task.tenant))
         for row in rows:  # "offline" to the matcher; say why, for one still within its TTL
             live = self.agents[row.agent]
-            if self._over_budget(live.workspace):
+            if self.budgets.over(live.workspace):
                 row.eligible = False
                 row.reasons.append(f"workspace {live.workspace} spent its budget for today")
             if live.unhealthy_until > self.clock.monotonic():
@@ -688,27 +687,14 @@ class Board:
     def _day(self) -> str:
         return rfc3339(self.clock.time())[:10]
 
-    def _load_spending(self) -> None:
-        """Today's spending per workspace, from the ledger (at start-up and each new day)."""
-        self._spending_day = self._day()
-        rows = self.store.cost_totals("workspace", self._spending_day)
-        self.spent_today = {r["key"]: float(r["usd"]) for r in rows if r["key"]}
-
-    def _over_budget(self, workspace: str | None) -> bool:
-        if workspace is None or workspace not in self.daily_budgets:
-            return False
-        return self.spent_today.get(workspace, 0.0) >= self.daily_budgets[workspace]
-
     def _spend(self, workspace: str | None, usd: float) -> None:
         if workspace is None or usd <= 0:
             return
-        if self._spending_day != self._day():
+        if self.budgets and self.budgets.day != self._day():
             self._new_budget_day()
-        was_over = self._over_budget(workspace)
-        self.spent_today[workspace] = self.spent_today.get(workspace, 0.0) + usd
-        if self._over_budget(workspace) and not was_over:
-            budget = self.daily_budgets[workspace]
-            message = f"spent ${self.spent_today[workspace]:.4f} of its ${budget:g} for today"
+        if self.budgets.spend(workspace, usd):
+            budget = self.budgets.budgets[workspace]
+            message = f"spent ${self.budgets.spent[workspace]:.4f} of its ${budget:g} for today"
             log.warning(message, extra={"event": "budget_spent", "workspace": workspace})
             self.broadcast({"event": "budget", "workspace": workspace, "paused": True,
                             "reason": message})  # fmt: skip
@@ -717,13 +703,12 @@ class Board:
                     self._index(agent)
 
     def _new_budget_day(self) -> None:
-        over = {w for w in self.daily_budgets if self._over_budget(w)}
-        self._load_spending()
-        for workspace in over:
+        reopened = self.budgets.start_day(self.store, self._day())
+        for workspace in reopened:
             self.broadcast({"event": "budget", "workspace": workspace, "paused": False,
                             "reason": "a new day"})  # fmt: skip
         for agent in self.agents.values():
-            if agent.workspace in over:
+            if agent.workspace in reopened:
                 self._index(agent)
         self.dispatch_wanted = True
 
@@ -1034,7 +1019,7 @@ class Board:
             log.warning("sweep after a stall; expiry waits one pass", extra={"event": "stalled"})
             self.on_deadline()
             return
-        if self.daily_budgets and self._spending_day != self._day():
+        if self.budgets and self.budgets.day != self._day():
             self._new_budget_day()
         for agent in list(self.agents.values()):
             if agent.online and now - agent.last_seen > agent.ttl:
@@ -1061,7 +1046,7 @@ class Board:
         """The monotonic instant at which ``sweep`` next has something to do."""
         candidates = [a.last_seen + a.ttl for a in self.agents.values() if a.online]
         candidates.extend(self._orphans.values())
-        if self.daily_budgets:  # the day's spending starts again at midnight UTC
+        if self.budgets:  # the day's spending starts again at midnight UTC
             midnight = (self.clock.time() // 86400 + 1) * 86400
             candidates.append(self.clock.monotonic() + (midnight - self.clock.time()))
         candidates.extend(a.unhealthy_until for a in self.agents.values() if a.unhealthy_until)
