@@ -53,20 +53,15 @@ class Daemon:
     def socket(self) -> Path:
         return socket_path(self.root)
 
+    def command(self) -> list[str]:
+        """How the daemon is started (a subclass may wrap it)."""
+        return [PYTHON, "-m", "colibri", "--root", str(self.root), "run", "--log-level", "debug",
+                *self.extra_args]  # fmt: skip
+
     def start(self, timeout: float = 15.0) -> None:
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            [
-                PYTHON,
-                "-m",
-                "colibri",
-                "--root",
-                str(self.root),
-                "run",
-                "--log-level",
-                "debug",
-                *self.extra_args,
-            ],
+            self.command(),
             stdout=log,
             stderr=log,
             start_new_session=True,

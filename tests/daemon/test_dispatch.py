@@ -2,50 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from colibri.client import RemoteError
-from tests.helpers import Daemon, FakeAgent, wait_until, write_config
-
-Spawn = Callable[..., FakeAgent]
-
-
-@pytest.fixture
-def spawn() -> Iterator[Spawn]:
-    """Make FakeAgents that are closed when the test ends."""
-    made: list[FakeAgent] = []
-
-    def make(
-        daemon: Daemon, name: str, capabilities: list[str] | None = None, **extra: Any
-    ) -> FakeAgent:
-        agent = FakeAgent(daemon, name, capabilities, **extra)
-        made.append(agent)
-        return agent
-
-    yield make
-    for agent in made:
-        agent.close()
-
-
-@pytest.fixture
-def start_daemon(root: Path) -> Iterator[Callable[..., Daemon]]:
-    """Start a daemon on ``root`` with the given scheduler settings; stopped (exit 0) after."""
-    started: list[Daemon] = []
-
-    def start(**scheduler: Any) -> Daemon:
-        write_config(root, **scheduler)
-        daemon = Daemon(root)
-        daemon.start()
-        started.append(daemon)
-        return daemon
-
-    yield start
-    for daemon in started:
-        daemon.stop()
+from tests.daemon.conftest import Spawn
+from tests.helpers import Daemon, wait_until
 
 
 def submit(daemon: Daemon, text: str = "a task", **fields: Any) -> dict[str, Any]:

@@ -2,51 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from colibri.client import RemoteError
-from tests.helpers import Daemon, FakeAgent, wait_until, write_config
+from tests.daemon.conftest import Spawn
+from tests.helpers import Daemon, wait_until
 
-Spawn = Callable[..., FakeAgent]
 #: The TTL under test; agents that must outlive it register their own, longer one.
 TTL = "0.5s"
 LONG_TTL = 30.0
-
-
-@pytest.fixture
-def spawn() -> Iterator[Spawn]:
-    made: list[FakeAgent] = []
-
-    def make(
-        daemon: Daemon, name: str, capabilities: list[str] | None = None, **extra: Any
-    ) -> FakeAgent:
-        agent = FakeAgent(daemon, name, capabilities, **extra)
-        made.append(agent)
-        return agent
-
-    yield make
-    for agent in made:
-        agent.close()
-
-
-@pytest.fixture
-def start_daemon(root: Path) -> Iterator[Callable[..., Daemon]]:
-    started: list[Daemon] = []
-
-    def start(**scheduler: Any) -> Daemon:
-        write_config(root, **scheduler)
-        daemon = Daemon(root)
-        daemon.start()
-        started.append(daemon)
-        return daemon
-
-    yield start
-    for daemon in started:
-        daemon.stop()
 
 
 def get(daemon: Daemon, task_id: str) -> dict[str, Any]:

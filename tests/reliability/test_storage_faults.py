@@ -28,7 +28,6 @@ from typing import Any, Protocol
 
 import pytest
 
-from colibri.client import Client
 from tests.helpers import PYTHON, Daemon, wait_until
 
 DB_NAME = "colibri.sqlite"
@@ -156,27 +155,8 @@ class NoFsizeSignalDaemon(Daemon):
     grow a file fail with EFBIG, as a full disk does with ENOSPC, instead of killing it.
     """
 
-    def start(self, timeout: float = 15.0) -> None:
-        log = open(self.log_path, "ab")
-        self.process = subprocess.Popen(
-            [PYTHON, "-c", _NO_SIGXFSZ, "-m", "colibri", "--root", str(self.root), "run"]
-            + ["--log-level", "debug", *self.extra_args],
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
-        log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise AssertionError(f"daemon exited with {self.process.returncode}:\n{self.log()}")
-            try:
-                with Client(self.socket, timeout=5) as client:
-                    client.call("ping")
-                return
-            except Exception:
-                time.sleep(0.02)
-        raise AssertionError(f"daemon did not become ready:\n{self.log()}")
+    def command(self) -> list[str]:
+        return [PYTHON, "-c", _NO_SIGXFSZ, *super().command()[1:]]
 
 
 class DiskFull(Protocol):
