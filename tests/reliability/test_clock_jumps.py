@@ -1,0 +1,196 @@
+"""C2: the wall clock jumps under a live daemon; nothing expires, times out or fires twice.
+
+The daemon runs under libfaketime, which moves the process's wall clock (``time.time``) by the
+offset in a file it re-reads on every call, and leaves the monotonic clock alone — as the system
+clock moving under NTP or ``date -s`` does. TTLs, timeouts and back-offs must follow the
+monotonic clock; schedules follow the wall clock, so a forward jump is a stretch of missed fires
+(the catch-up policy fires at most one) and a backward jump repeats no fire.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from colibri.core.model import parse_rfc3339
+from tests.helpers import Daemon, FakeAgent, wait_until, write_config
+from tests.reliability.crash_scenarios import store_path
+
+LIBFAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), Path())
+HOUR = 3600
+DAY = 86400
+EVERY = 2.0  # seconds between fires of the test schedules
+
+pytestmark = pytest.mark.skipif(
+    not LIBFAKETIME.is_file(), reason="needs libfaketime (Debian package libfaketime)"
+)
+
+
+class Jumps:
+    """The daemon's wall-clock offset, in whole seconds, changed while it runs."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.set(0)
+
+    def set(self, offset: int) -> None:
+        self.offset = offset
+        self.path.write_text(f"{offset:+d}\n")
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            "LD_PRELOAD": str(LIBFAKETIME),
+            "FAKETIME_TIMESTAMP_FILE": str(self.path),
+            "FAKETIME_NO_CACHE": "1",
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        }
+
+
+@pytest.fixture
+def jumps(root: Path) -> Jumps:
+    return Jumps(root / "faketime")
+
+
+@pytest.fixture
+def daemon(root: Path, jumps: Jumps) -> Iterator[Daemon]:
+    write_config(root, tick="1s", agent_ttl="3s")
+    d = Daemon(root, env=jumps.env)
+    d.start()
+    yield d
+    d.stop()
+
+
+def fires(root: Path, schedule: str) -> list[tuple[float, str, str]]:
+    """(nominal time, outcome, when) of every recorded fire of ``schedule``, oldest first."""
+    db = sqlite3.connect(f"file:{store_path(root)}?mode=ro", uri=True, timeout=10)
+    try:
+        rows = db.execute(
+            "SELECT nominal, outcome, at FROM schedule_fires WHERE schedule = ? ORDER BY nominal",
+            (schedule,),
+        ).fetchall()
+    finally:
+        db.close()
+    return [(parse_rfc3339(nominal), outcome, at) for nominal, outcome, at in rows]
+
+
+def fired(root: Path, schedule: str) -> list[float]:
+    return [nominal for nominal, outcome, _ in fires(root, schedule) if outcome == "fired"]
+
+
+def keep_alive(agent: FakeAgent, seconds: float, until: Callable[[], bool] | None = None) -> None:
+    """Heartbeat every half second (the TTL is 3 s) for ``seconds``, or until ``until()``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert agent.client.call("heartbeat")["ok"] is True
+        if until is not None and until():
+            return
+        time.sleep(0.5)
+    assert until is None, f"condition not met within {seconds}s: {until}"
+
+
+def test_daemon_clock_follows_the_offset_file(daemon: Daemon, jumps: Jumps) -> None:
+    """The fault is real: the daemon's idea of now moves with the file, the test's does not."""
+    before = parse_rfc3339(
+        daemon.call("submit", text="t0", capabilities=["none"])["task"]["created_at"]
+    )
+    jumps.set(DAY)
+    after = parse_rfc3339(
+        daemon.call("submit", text="t1", capabilities=["none"])["task"]["created_at"]
+    )
+    assert DAY - 60 < after - before < DAY + 60
+
+
+def test_jumps_expire_no_agent_and_fire_no_schedule_twice(
+    daemon: Daemon, jumps: Jumps, root: Path
+) -> None:
+    agent = FakeAgent(daemon, "steady", ["work"])
+    try:
+        task = daemon.call("submit", text="long job", capabilities=["work"])["task"]["id"]
+        assign = agent.next_assign()
+        assert assign["task"]["id"] == task
+        for name, catch_up in (("one", "one"), ("none", "none")):
+            added = daemon.call(
+                "schedule-add",
+                name=name,
+                schedule={
+                    "every": EVERY,
+                    "catch_up": catch_up,
+                    "overlap": "allow",
+                    "task": {"text": f"tick {name}", "capabilities": ["nobody-has-this"]},
+                },
+            )
+            assert added["ok"] is True, added
+        keep_alive(
+            agent, 20, until=lambda: len(fired(root, "one")) >= 2 and len(fired(root, "none")) >= 2
+        )
+
+        for offset in (HOUR, HOUR + DAY):  # forward: +1 h, then +1 d more
+            before = {name: len(fired(root, name)) for name in ("one", "none")}
+            jumped = time.monotonic()
+            jumps.set(offset)
+            # The runner wakes at its next due time (≤ EVERY away on the monotonic clock), finds
+            # the whole jumped stretch due, and applies the catch-up policy to it.
+            enough = before["one"] + 100
+            keep_alive(agent, 20, until=lambda enough=enough: len(fires(root, "one")) > enough)
+            keep_alive(agent, 2 * EVERY)
+            elapsed = time.monotonic() - jumped
+            for name in ("one", "none"):
+                # No burst: every pass fired at most one nominal time of a schedule …
+                passes = Counter(at for _, outcome, at in fires(root, name) if outcome == "fired")
+                assert max(passes.values()) == 1, (name, offset, passes.most_common(3))
+                # … so the jump added no fires beyond the timetable's own pace …
+                added = len(fired(root, name)) - before[name]
+                assert 1 <= added <= elapsed / EVERY + 2, (name, offset, added, elapsed)
+                # … and the stretch it skipped is recorded as missed, not fired.
+                missed = sum(1 for _, outcome, _ in fires(root, name) if outcome == "missed")
+                assert missed >= 100, (name, offset, missed)
+
+        # Backward by a day: the next nominal time is a day ahead again; nothing re-fires.
+        counts = {name: len(fires(root, name)) for name in ("one", "none")}
+        last = {name: max(fired(root, name)) for name in ("one", "none")}
+        jumps.set(HOUR)
+        keep_alive(agent, 3 * EVERY + 1)
+        for name in ("one", "none"):
+            assert len(fires(root, name)) == counts[name], name
+            assert max(fired(root, name)) == last[name], name
+        ones = [t for t, _, _ in fires(root, "one")]
+        assert len(ones) == len(set(ones))  # one row per nominal time (the store's key)
+
+        # Through all of it the agent never expired and its task never timed out.
+        shown = daemon.call("get", task=task)["task"]
+        assert shown["state"] == "running", shown
+        assert shown["epoch"] == assign["epoch"]
+        agents = {a["name"]: a for a in daemon.call("agents")["agents"]}
+        assert agents["steady"]["online"] is True, agents["steady"]
+        done = agent.out(assign, "finished after three jumps")
+        assert done["ok"] is True, done
+        reasons = [row["reason"] for row in daemon.call("ledger", task=task)["entries"]]
+        assert not any("lost" in (r or "") or "expired" in (r or "") for r in reasons), reasons
+    finally:
+        agent.close()
+
+
+def test_silence_still_expires_an_agent_after_a_backward_jump(daemon: Daemon, jumps: Jumps) -> None:
+    """The TTL is measured on the monotonic clock: a jump back does not lengthen it."""
+    agent = FakeAgent(daemon, "quiet", ["work"])
+    try:
+        task = daemon.call("submit", text="job", capabilities=["work"])["task"]["id"]
+        agent.next_assign()
+        jumps.set(-DAY)
+
+        # A wall-clock TTL would now wait a day; the monotonic one fails the task in ~3 s.
+        def failed() -> list[str]:
+            rows = daemon.call("ledger", task=task)["entries"]
+            return [r["reason"] for r in rows if r["to_state"] == "failed"]
+
+        reasons = wait_until(failed, timeout=20)
+        assert reasons == ["session lost: agent quiet silent for more than 3s"], reasons
+    finally:
+        agent.close()
