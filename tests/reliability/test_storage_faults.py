@@ -28,11 +28,10 @@ from typing import Any, Protocol
 
 import pytest
 
+from colibri.store.sqlite import WAL_SIZE_LIMIT
 from tests.helpers import PYTHON, Daemon, wait_until
 
 DB_NAME = "colibri.sqlite"
-#: ``PRAGMA journal_size_limit`` of the store: the WAL is cut back to this after a reset.
-JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -500,14 +499,14 @@ def test_wal_grows_only_while_a_reader_pins_it_and_is_cut_back_after(root: Path)
         assert reader.execute("SELECT COUNT(*) FROM tasks").fetchone()[0] == 0
         reader.execute("COMMIT")
         reader.close()
-        assert JOURNAL_SIZE_LIMIT < pinned <= 2 * written, (pinned, written)
+        assert WAL_SIZE_LIMIT < pinned <= 2 * written, (pinned, written)
 
         sizes: list[int] = []
 
         def cut_back() -> bool:
             request(daemon, "submit", text="after the reader")
             sizes.append(wal.stat().st_size)
-            return sizes[-1] <= JOURNAL_SIZE_LIMIT
+            return sizes[-1] <= WAL_SIZE_LIMIT
 
         wait_until(cut_back, timeout=30, interval=0.05)
         # At most the one small commit that triggers the checkpoint lands before the reset.

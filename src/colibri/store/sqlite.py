@@ -25,6 +25,10 @@ from colibri.store.base import StoreConflict, TaskFilter
 
 #: 'Coli' — marks the file as a Colibri board, so a foreign SQLite file is never written to.
 APPLICATION_ID = 0x436F6C69
+#: After a checkpoint resets the WAL, a larger file is cut back to this. In steady state the
+#: WAL resets at the auto-checkpoint (1,000 pages, just under 4 MiB), so only a reader that
+#: pinned it or one huge batch ever makes it grow past the limit, and never for long.
+WAL_SIZE_LIMIT = 4 * 1024 * 1024
 _Q = sql.load("sqlite")
 SCHEMA_VERSION = max(int(name.split("_")[1]) for name in _Q if name.startswith("migration_"))
 
@@ -174,7 +178,7 @@ class SqliteStore:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
             self._conn.execute("PRAGMA busy_timeout=5000")
-            self._conn.execute(f"PRAGMA journal_size_limit={64 * 1024 * 1024}")
+            self._conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             self._migrate()
         except sqlite3.DatabaseError as exc:
             self._conn.close()
