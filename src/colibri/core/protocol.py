@@ -166,7 +166,8 @@ class Out(Request, tag="out"):
     cost: Cost | None = None
     #: The session is already gone (a one-shot command): close the task at once.
     session_ended: bool = True
-    #: Sent by the session itself (``colibri out`` inside it), not by its agent's harness.
+    #: Sent on a connection with no agent: by the session itself (``colibri out`` inside it),
+    #: or by a stopping harness that has left. It counts as the holding agent's report.
     from_session: bool = False
 
 
@@ -284,6 +285,7 @@ AnyRequest = Union[REQUESTS]  # type: ignore[valid-type]  # noqa: UP007
 COMMANDS = sorted(str(cls.__struct_config__.tag) for cls in REQUESTS)
 
 _decoder = msgspec.json.Decoder(AnyRequest)
+_KNOWN = ", ".join(COMMANDS)
 
 
 def decode_request(line: bytes) -> Request:
@@ -293,7 +295,7 @@ def decode_request(line: bytes) -> Request:
     except msgspec.ValidationError as exc:
         message = str(exc)
         if message.endswith("at `$.cmd`") and message.startswith("Invalid value"):
-            raise UnknownCommand(f"{message}; known commands: {', '.join(COMMANDS)}") from None
+            raise UnknownCommand(f"{message}; known commands: {_KNOWN}") from None
         if message == "Object missing required field `cmd`":
             raise BadRequest(f'{message}: every request needs a "cmd"') from None
         raise BadRequest(message) from None

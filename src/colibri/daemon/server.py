@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 _encoder = msgspec.json.Encoder()
 #: A subscriber whose unread output passes this is dropped rather than buffered without end.
 SUBSCRIBER_BUFFER_LIMIT = 8 * 1024 * 1024
+#: Lines of one connection handled per loop iteration; the rest wait for the next one.
+LINES_PER_TURN = 64
 
 
 def peer_uid(sock: socket.socket) -> int:
@@ -64,6 +66,8 @@ class Connection(asyncio.Protocol):
         self._buf = bytearray()
         self._out = bytearray()
         self.partial_since: float | None = None
+        self._deferred = False  # lines left for the next loop iteration (LINES_PER_TURN)
+        self._write_paused = False
 
     # -- asyncio.Protocol --------------------------------------------------------------------
 
@@ -93,14 +97,24 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        self._buf += data
+        self._handle_lines()
+
+    def _handle_lines(self) -> None:
         buf = self._buf
-        buf += data
         start = 0
+        handled = 0
         limit = self.server.config.server.max_line
         while not self.closing:
             nl = buf.find(b"\n", start)
             if nl < 0:
                 break
+            if handled == LINES_PER_TURN:
+                # A peer that pipelines (or floods) gets a turn's worth; the rest waits for the
+                # next loop iteration, so the other connections' lines are not stuck behind it.
+                del buf[:start]
+                self._defer()
+                return
             line = bytes(buf[start:nl])
             start = nl + 1
             if len(line) > limit:
@@ -110,6 +124,7 @@ class Connection(asyncio.Protocol):
                 line = line[:-1]
             if line.strip():
                 self.server.handle_line(self, line)
+                handled += 1
         if start:
             del buf[:start]
         if len(buf) > limit:
@@ -119,6 +134,21 @@ class Connection(asyncio.Protocol):
             self.partial_since = None
         elif self.partial_since is None:
             self.partial_since = self.server.loop.time()
+
+    def _defer(self) -> None:
+        if self._deferred or self.transport is None:
+            return
+        self._deferred = True
+        self.transport.pause_reading()
+        self.server.loop.call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        self._deferred = False
+        if self.closing:
+            return
+        self._handle_lines()
+        if not self._deferred and not self._write_paused and self.transport is not None:
+            self.transport.resume_reading()
 
     def _too_long(self, limit: int) -> None:
         self._buf.clear()
@@ -134,11 +164,13 @@ class Connection(asyncio.Protocol):
         self.server.lost(self)
 
     def pause_writing(self) -> None:
+        self._write_paused = True
         if self.transport is not None:
             self.transport.pause_reading()
 
     def resume_writing(self) -> None:
-        if self.transport is not None and not self.closing:
+        self._write_paused = False
+        if self.transport is not None and not self.closing and not self._deferred:
             self.transport.resume_reading()
 
     # -- output ------------------------------------------------------------------------------
