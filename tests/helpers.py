@@ -225,3 +225,34 @@ def group_alive(pgid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+#: A uid that is not ours, for tests run as root: the conventional "nobody".
+NOBODY = 65534
+
+
+def run_as_nobody(
+    script: str, *args: str, timeout: float = 30
+) -> subprocess.CompletedProcess[bytes]:
+    """Run a Python ``script`` as uid/gid 65534 (needs root); skip the test if no Python is
+    reachable for that user (a virtual environment under /root may not be)."""
+    import shutil
+
+    import pytest
+
+    found = [os.path.realpath(sys.executable), "/usr/bin/python3", shutil.which("python3") or ""]
+    for python in dict.fromkeys(p for p in found if p and os.path.exists(p)):
+        try:
+            return subprocess.run(
+                [python, "-I", "-c", script, *args],
+                user=NOBODY,
+                group=NOBODY,
+                extra_groups=[],
+                cwd="/",
+                capture_output=True,
+                timeout=timeout,
+                check=False,
+            )
+        except PermissionError:
+            continue
+    pytest.skip(f"no Python interpreter that uid {NOBODY} may run")

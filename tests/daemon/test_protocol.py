@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import stat
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,7 +19,7 @@ from typing import Any
 import pytest
 
 from colibri.core.model import DEFAULT_MAX_LINE
-from tests.helpers import Daemon, FakeAgent, RawConnection
+from tests.helpers import Daemon, FakeAgent, RawConnection, run_as_nobody
 
 UNKNOWN_ID = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"  # well-formed, never issued
 
@@ -731,38 +728,13 @@ sys.stdout.write("<EOF>")
 """
 
 
-def _interpreters() -> list[str]:
-    """Pythons that another user can likely run (a venv under /root may not be)."""
-    found = [os.path.realpath(sys.executable), "/usr/bin/python3", shutil.which("python3") or ""]
-    return list(dict.fromkeys(p for p in found if p and os.path.exists(p)))
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another uid (65534)")
 def test_a_peer_with_another_uid_is_refused(daemon: Daemon) -> None:
     state_dir = daemon.socket.parent
     os.chmod(daemon.root, 0o755)
     os.chmod(state_dir, 0o777)
     os.chmod(daemon.socket, 0o666)
-    result = None
-    for python in _interpreters():
-        try:
-            attempt = subprocess.run(
-                [python, "-I", "-c", PEER_SCRIPT, str(daemon.socket)],
-                user=65534,
-                group=65534,
-                extra_groups=[],
-                cwd="/",
-                capture_output=True,
-                timeout=30,
-                check=False,
-            )
-        except PermissionError:
-            continue  # e.g. a Python under /root, which uid 65534 cannot reach
-        if attempt.returncode == 0:
-            result = attempt
-            break
-    if result is None:
-        pytest.skip("no Python interpreter that uid 65534 may run")
+    result = run_as_nobody(PEER_SCRIPT, str(daemon.socket))
     out = result.stdout.decode()
     assert out.endswith("<EOF>"), out  # the daemon disconnected it
     lines = [json.loads(x) for x in out.removesuffix("<EOF>").splitlines()]

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from msgspec.structs import fields as struct_fields
 
 from colibri.core import errors, protocol
-from tests.helpers import PYTHON, Daemon, RawConnection, wait_until
+from tests.helpers import PYTHON, Daemon, RawConnection, run_as_nobody, wait_until
 
 
 def write_settings(root: Path, **server: Any) -> None:
@@ -554,6 +554,54 @@ def test_a_world_writable_state_folder_is_tightened_to_0700(root: Path) -> None:
     with running(root) as daemon:
         assert stat.S_IMODE(os.stat(state).st_mode) == 0o700
         assert stat.S_IMODE(os.lstat(daemon.socket).st_mode) == 0o600
+
+
+POLLER = """
+import socket, sys, time
+path, seconds = sys.argv[1], float(sys.argv[2])
+tries = connected = 0
+deadline = time.monotonic() + seconds
+while time.monotonic() < deadline:
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(path)
+        connected += 1
+    except OSError:
+        pass
+    finally:
+        s.close()
+    tries += 1
+print(tries, connected)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="connecting as another uid needs root")
+def test_another_uid_never_connects_through_restarts_from_a_loose_folder(root: Path) -> None:
+    """S1: uid 65534 polls ``connect`` while the daemon is started 15 times, each time from a
+    state folder an operator left 0777: the folder is tightened before the socket is bound,
+    and the socket is born 0600, so not one connect gets through at any instant."""
+    os.chmod(root, 0o755)
+    daemon = Daemon(root)
+    result: list[subprocess.CompletedProcess[bytes]] = []
+    poller = threading.Thread(
+        target=lambda: result.append(run_as_nobody(POLLER, str(daemon.socket), "12", timeout=60))
+    )
+    os.chmod(root / ".colibri", 0o777)
+    poller.start()
+    starts = 0
+    try:
+        while poller.is_alive() and starts < 15:
+            os.chmod(root / ".colibri", 0o777)
+            daemon.start()
+            starts += 1
+            assert stat.S_IMODE(os.stat(root / ".colibri").st_mode) == 0o700
+            daemon.kill()
+    finally:
+        poller.join(timeout=60)
+    assert result, "the poller did not finish"
+    tries, connected = map(int, result[0].stdout.split())
+    assert starts >= 5 and tries > 1000, (starts, tries)
+    assert connected == 0, (connected, tries, starts)
 
 
 def test_a_second_daemon_says_already_running_and_leaves_the_first_alone(daemon: Daemon) -> None:
