@@ -106,6 +106,8 @@ FULL_ENTRY = LedgerEntry(
     epoch=3,
     reason="out",
     cost=Cost(tokens_in=1, tokens_out=2, usd=0.5, model="m"),
+    uid=1000,
+    pid=4242,
 )
 
 

@@ -267,10 +267,12 @@ def ledger(
         else:
             extra = f"  [{entry['reason']}]" if entry.get("reason") else ""
             agent = f" @{entry['agent']}" if entry.get("agent") else ""
+            asked = entry.get("uid") is not None
+            by = f"  (uid {entry['uid']} pid {entry['pid']})" if asked else ""
             print(
                 f"{entry['seq']:>8} {entry['at']} "
                 f"{entry.get('task') or 'schedule ' + str(entry.get('schedule'))} "
-                f"{entry.get('from_state') or '-':>9} → {entry['to_state']:<9}{agent}{extra}",
+                f"{entry.get('from_state') or '-':>9} → {entry['to_state']:<9}{agent}{extra}{by}",
                 flush=True,
             )
 

@@ -99,6 +99,10 @@ class LedgerEntry(msgspec.Struct, kw_only=True):
     epoch: int = 0
     reason: str | None = None
     cost: Cost | None = None
+    #: Who asked for the change: the uid and pid of the peer whose request made it. Absent
+    #: when the daemon decided by itself (a dispatch pass, an expiry, a schedule's fire).
+    uid: int | None = None
+    pid: int | None = None
 
 
 _last_stamp: tuple[int, str] = (-1, "")

@@ -159,6 +159,8 @@ class Board:
         self._priority: dict[int, int] = {}
         # Side effects of the current batch, let out by the server after commit.
         self.ledger_rows: list[LedgerEntry] = []
+        #: (uid, pid) of the peer whose request is being handled; None for the daemon's own work.
+        self.actor: tuple[int, int] | None = None
         self.outbox: list[tuple[Peer, dict[str, Any]]] = []
         #: ``wait`` requests answered in this batch, restored if the batch does not commit.
         self._answered: list[tuple[str, Peer, Any]] = []
@@ -273,6 +275,8 @@ class Board:
             epoch=task.epoch,
             reason=reason,
             cost=cost,
+            uid=None if self.actor is None else self.actor[0],
+            pid=None if self.actor is None else self.actor[1],
         )
 
     def _move(

@@ -259,6 +259,8 @@ class ScheduleRunner:
             schedule=schedule.name,
             to_state=what,
             reason=f"{reason}; nominal {rfc3339(nominal)}",
+            uid=None if self.board.actor is None else self.board.actor[0],
+            pid=None if self.board.actor is None else self.board.actor[1],
         )
         self.board.ledger_rows.append(self.store.append_ledger(entry))
         self.board.broadcast(

@@ -48,10 +48,11 @@ SUBSCRIBER_BUFFER_LIMIT = 8 * 1024 * 1024
 LINES_PER_TURN = 64
 
 
-def peer_uid(sock: socket.socket) -> int:
+def peer_credentials(sock: socket.socket) -> tuple[int, int]:
+    """The connected peer's (uid, pid), from the kernel (SO_PEERCRED): not forgeable."""
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return int(uid)
+    pid, uid, _gid = struct.unpack("3i", creds)
+    return int(uid), int(pid)
 
 
 class Connection(asyncio.Protocol):
@@ -66,6 +67,8 @@ class Connection(asyncio.Protocol):
         self._buf = bytearray()
         self._out = bytearray()
         self.partial_since: float | None = None
+        #: (uid, pid) of the process at the other end; every ledger row it causes names them.
+        self.peer: tuple[int, int] | None = None
         self._deferred = False  # lines left for the next loop iteration (LINES_PER_TURN)
         self._write_paused = False
 
@@ -75,9 +78,10 @@ class Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         sock = transport.get_extra_info("socket")
         try:
-            uid = peer_uid(sock)
+            uid, pid = peer_credentials(sock)
         except OSError:
-            uid = -1  # fail closed
+            uid, pid = -1, -1  # fail closed
+        self.peer = (uid, pid)
         if uid != self.server.owner_uid:
             self._refuse(Forbidden(f"uid {uid} may not use this daemon; only its owner may"))
             return
@@ -247,6 +251,7 @@ class Server:
         except ColibriError as exc:
             self.reply_error(conn, protocol.request_id(line), exc)
             return
+        self.board.actor = conn.peer
         try:
             reply = self.commands.handle(req, conn)
         except StorageUnavailable as exc:
@@ -265,6 +270,8 @@ class Server:
             self._batch_error = error
             self.reply_error(conn, req.id, error)
             return
+        finally:
+            self.board.actor = None
         crashpoints.hit("before-commit")
         if reply is not None:
             self._reply(conn, {"id": req.id, "ok": True, **reply})

@@ -122,6 +122,8 @@ def _ledger_row(entry: LedgerEntry) -> dict[str, Any]:
         "epoch": entry.epoch,
         "reason": entry.reason,
         "cost": None if entry.cost is None else _json.encode(entry.cost),
+        "uid": entry.uid,
+        "pid": entry.pid,
     }
 
 
@@ -138,6 +140,8 @@ def _ledger_from_row(row: sqlite3.Row) -> LedgerEntry:
         epoch=row["epoch"],
         reason=row["reason"],
         cost=None if row["cost"] is None else _cost_decoder.decode(row["cost"]),
+        uid=row["uid"],
+        pid=row["pid"],
     )
 
 

@@ -82,6 +82,11 @@ CREATE TABLE schedule_fires (
     PRIMARY KEY (schedule, nominal)
 ) WITHOUT ROWID;
 
+-- name: migration_2
+-- Who made each change: the uid and pid of the peer whose request it was (SO_PEERCRED).
+ALTER TABLE ledger ADD COLUMN uid INTEGER;
+ALTER TABLE ledger ADD COLUMN pid INTEGER;
+
 -- name: insert_task
 INSERT INTO tasks (id, tenant, text, capabilities, workspace, agent, pinned, parent, sender, priority,
                    min_score, state, outcome, output, error, cost, attempts, max_attempts, epoch,
@@ -100,8 +105,10 @@ UPDATE tasks
  WHERE id = :id AND state = :expected_state AND epoch = :expected_epoch;
 
 -- name: insert_ledger
-INSERT INTO ledger (at, task, schedule, tenant, from_state, to_state, agent, epoch, reason, cost)
-VALUES (:at, :task, :schedule, :tenant, :from_state, :to_state, :agent, :epoch, :reason, :cost);
+INSERT INTO ledger (at, task, schedule, tenant, from_state, to_state, agent, epoch, reason, cost,
+                    uid, pid)
+VALUES (:at, :task, :schedule, :tenant, :from_state, :to_state, :agent, :epoch, :reason, :cost,
+        :uid, :pid);
 
 -- name: get_task
 SELECT * FROM tasks WHERE id = ?;
