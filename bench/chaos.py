@@ -1,8 +1,11 @@
-"""Chaos, long form: the submit storm (A1) at full size, every crash point (A2) ×50, and the
-Board state machine (D4) at 2,000 sequences × 50 steps.
+"""Chaos, long form: the submit storm (A1) at full size, every crash point (A2) ×50, the Board
+state machine (D4) at 2,000 sequences × 50 steps, restart with 500 running tasks (D1) and the
+claim race of 200 agents over 100,000 tasks (B1).
 
-    .venv/bin/python bench/chaos.py                      # about 8 minutes on 2 cores
-    .venv/bin/python bench/chaos.py --runs 5 --submits 250 --kills 5 --d4-examples 200   # quick
+    .venv/bin/python bench/chaos.py                      # about 15 minutes on 2 cores
+    .venv/bin/python bench/chaos.py --runs 5 --submits 250 --kills 5 --d4-examples 200 \
+        --claim-tasks 5000                               # quick
+    .venv/bin/python bench/chaos.py --only D1,B1         # some of them
 
 A1: 8 clients submit 1,250 tasks each with idempotency keys, 20 stub agents run them, the
 daemon is SIGKILLed at 20 seeded instants and restarted; clients retry what was not
@@ -13,6 +16,15 @@ A2: each crash point (COLIBRI_CRASHPOINT) runs ``--runs`` seeded scenarios from
 tests/reliability/crash_scenarios.py, each asserting its pass criterion and running the checker.
 
 D4: tests/reliability/test_board_state_machine.py's Hypothesis machine with more examples.
+
+D1: ``--restart-tasks`` tasks held running by ``--restart-agents`` stub agents (one process
+each) through a SIGKILL of the daemon; while it is down an eighth of the agents are SIGKILLed and
+a tenth SIGSTOPped (tests/reliability/fleet.py: restart_at_size, which asserts the criteria).
+
+B1: ``--claim-agents`` stub agents, each its own process (``--claim-per-process K`` puts K in
+one process, with a connection each, for a smaller machine), race for ``--claim-tasks`` tasks:
+half waiting as a backlog when they register, half submitted while they work (fleet.py:
+claim_race). One daemon on SQLite; the form with several daemons needs the PostgreSQL store.
 
 Prints progress on stderr, then a Markdown table of the figures and one JSON line on stdout.
 Everything runs on fresh roots under /tmp, removed afterwards (kept, and named, on a failure).
@@ -27,6 +39,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +49,12 @@ sys.path.insert(0, str(REPO))
 
 from tests.helpers import write_config
 from tests.reliability.crash_scenarios import SCENARIOS
-from tests.reliability.fleet import submit_storm
+from tests.reliability.fleet import RunResult, claim_race, restart_at_size, submit_storm
 
 from colibri.config import init_root
+
+#: What ``--only`` selects from.
+SCENARIO_NAMES = ("A1", "A2", "D4", "D1", "B1")
 
 CRITERIA = {
     "K1": "task absent, client saw EOF",
@@ -83,6 +99,90 @@ def run_storm(args: argparse.Namespace) -> dict[str, Any]:
     else:
         shutil.rmtree(root, ignore_errors=True)
     return figures
+
+
+def judged(
+    name: str,
+    root: Path,
+    run: Callable[[], RunResult],
+    passed: Callable[[dict[str, Any]], bool],
+    tasks: int,
+) -> dict[str, Any]:
+    """One fleet scenario on ``root``: its figures and whether it ``passed`` (no anomaly and
+    ``passed(figures)``); the root is removed after a pass, kept and named after a failure."""
+    try:
+        result = run()
+    except Exception as exc:  # the scenario asserts as it goes: shown, and the others run
+        note(f"{name} FAILED (root kept at {root}):")
+        note("".join(traceback.format_exception(exc))[-3000:])
+        return {"tasks": tasks, "passed": False, "error": repr(exc)[:2000]}
+    problems = result.report.problems()
+    figures = dict(result.figures, passed=not problems and passed(result.figures))
+    if figures["passed"]:
+        shutil.rmtree(root, ignore_errors=True)
+    else:
+        note(f"{name} FAILED (root kept at {root}): {str(problems)[:2000]}")
+    note(f"{name}: {'passed' if figures['passed'] else 'FAILED'} in {figures['seconds']} s")
+    return figures
+
+
+def run_restart(args: argparse.Namespace) -> dict[str, Any]:
+    """D1 at ``--restart-tasks`` (the scenario asserts its criteria as it goes)."""
+    root = fresh_root()
+    agents = args.restart_agents
+    killed, frozen = max(1, agents // 8), max(1, agents // 10)
+    slots = -(-args.restart_tasks // (agents - killed))
+    note(
+        f"D1: {args.restart_tasks} running tasks, {frozen} + {agents} agents ({killed} killed,"
+        f" {frozen} frozen while the daemon is down; root {root})"
+    )
+    return judged(
+        "D1",
+        root,
+        lambda: restart_at_size(
+            root,
+            tasks=args.restart_tasks,
+            agents=agents,
+            slots=slots,
+            killed=killed,
+            frozen=frozen,
+            frozen_slots=5,
+            seed=args.seed,
+            agent_ttl=3.0,
+            log=note,
+        ),
+        lambda f: True,
+        args.restart_tasks,
+    )
+
+
+def run_claim_race(args: argparse.Namespace) -> dict[str, Any]:
+    """B1 at ``--claim-tasks``: exactly one claim, one session start and one end per task."""
+    root = fresh_root()
+    n = args.claim_tasks
+    note(
+        f"B1: {n:,} tasks, {args.claim_agents} agents in"
+        f" {args.claim_agents // args.claim_per_process} processes (root {root})"
+    )
+    return judged(
+        "B1",
+        root,
+        lambda: claim_race(
+            root,
+            tasks=n,
+            agents=args.claim_agents,
+            per_process=args.claim_per_process,
+            clients=4,
+            seed=args.seed,
+            log=note,
+        ),
+        lambda f: (
+            f["quiescent"]
+            and f["ledger_claims"] == f["tasks_claimed"] == f["session_starts"] == f["done"] == n
+            and f["tasks_claimed_twice"] == f["tasks_ended_twice"] == 0
+        ),
+        n,
+    )
 
 
 def run_points(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -173,6 +273,8 @@ def table(
     storm: dict[str, Any] | None,
     points: dict[str, dict[str, Any]],
     machine_run: dict[str, Any] | None = None,
+    restart: dict[str, Any] | None = None,
+    race: dict[str, Any] | None = None,
 ) -> str:
     lines = ["| test | what must hold | result | figures |", "| --- | --- | --- | --- |"]
     if storm is not None:
@@ -204,6 +306,46 @@ def table(
             f"{machine_run['examples']:,} sequences × ≤{machine_run['steps']} steps, "
             f"{machine_run['seconds']} s |"
         )
+    if restart is not None:
+        lines.append(
+            f"| D1 | {restart['tasks']} running through a kill: adopted stay running, lost fail"
+            " ≤ TTL + 5 s, late reports stale_claim, all done once | "
+            + (
+                f"{'pass' if restart['passed'] else 'FAIL'} | {restart['sessions_adopted']} "
+                f"adopted ({restart['adopted_restarted']} restarted, "
+                f"{restart['adopted_started_once']} started once, {restart['adopted_done_once']}"
+                f" done once); killed agents {restart['agents_killed']}: their "
+                f"{restart['sessions_killed']} sessions failed `session lost` ≤ "
+                f"{restart['lost_after_restart_max_s']} s after the restart (TTL "
+                f"{restart['agent_ttl_s']:g} s); frozen agents {restart['agents_frozen']}: their"
+                f" {restart['claims_superseded']} claims superseded, "
+                f"{restart['late_reports_stale_claim']} late reports `stale_claim`; stuck "
+                f"{restart['anomaly_stuck_running']}, duplicate starts "
+                f"{restart['anomaly_duplicate_starts']}, re-spawns {restart['anomaly_respawns']},"
+                f" phantom starts {restart['anomaly_phantom_starts']}; all adopted "
+                f"{restart['all_adopted_after_s']} s after the restart; {restart['seconds']} s |"
+                if "sessions_adopted" in restart
+                else f"FAIL | {restart['error']} |"
+            )
+        )
+    if race is not None:
+        lines.append(
+            f"| B1 | {race['tasks']:,} tasks: claims = tasks, 0 claimed twice, 0 starts without a"
+            " claim, all done once | "
+            + (
+                f"{'pass' if race['passed'] else 'FAIL'} | {race['agents']} agents in "
+                f"{race['agent_processes']} processes; {race['ledger_claims']:,} claims in the "
+                f"ledger, {race['tasks_claimed_twice']} tasks claimed twice, "
+                f"{race['session_starts']:,} session starts, phantom starts "
+                f"{race['anomaly_phantom_starts']}, duplicate starts "
+                f"{race['anomaly_duplicate_starts']}, {race['done']:,} done, "
+                f"{race['tasks_ended_twice']} ended twice; {race['agents_that_won_claims']} "
+                f"agents won {race['claims_per_agent_min']}–{race['claims_per_agent_max']} claims"
+                f" each; {race['tasks_per_s']:,} tasks/s, {race['seconds']} s |"
+                if "ledger_claims" in race
+                else f"FAIL | {race['error']} |"
+            )
+        )
     return "\n".join(lines)
 
 
@@ -219,20 +361,52 @@ def main() -> None:
     parser.add_argument("--no-storm", action="store_true", help="skip the submit storm")
     parser.add_argument("--d4-examples", type=int, default=2000, help="0 skips D4")
     parser.add_argument("--d4-steps", type=int, default=50)
+    parser.add_argument("--restart-tasks", type=int, default=500, help="D1; 0 skips it")
+    parser.add_argument("--restart-agents", type=int, default=40, help="D1, besides the frozen")
+    parser.add_argument("--claim-tasks", type=int, default=100_000, help="B1; 0 skips it")
+    parser.add_argument("--claim-agents", type=int, default=200)
+    parser.add_argument("--claim-per-process", type=int, default=1, help="B1 agents a process")
+    parser.add_argument(
+        "--only", help=f"run only these, e.g. D1,B1 (of {', '.join(SCENARIO_NAMES)})"
+    )
     parser.add_argument("--repeat", type=int, default=1, help="accepted for run_all; ignored")
     args = parser.parse_args()
     args.points = [p.strip().upper() for p in args.points.split(",") if p.strip()]
     if unknown := set(args.points) - set(SCENARIOS):
         parser.error(f"unknown crash points {sorted(unknown)}; known: {', '.join(SCENARIOS)}")
+    if args.only is not None:
+        only = {name.strip().upper() for name in args.only.split(",") if name.strip()}
+        if not only or only - set(SCENARIO_NAMES):
+            parser.error(
+                f"--only {args.only!r}: give a comma-separated list of {', '.join(SCENARIO_NAMES)}"
+            )
+        args.no_storm = args.no_storm or "A1" not in only
+        args.points = args.points if "A2" in only else []
+        args.d4_examples = args.d4_examples if "D4" in only else 0
+        args.restart_tasks = args.restart_tasks if "D1" in only else 0
+        args.claim_tasks = args.claim_tasks if "B1" in only else 0
+    if args.restart_tasks and not args.restart_agents >= 2:
+        parser.error(f"--restart-agents must be at least 2, got {args.restart_agents}")
+    if args.claim_tasks and (
+        args.claim_per_process < 1 or args.claim_agents % args.claim_per_process
+    ):
+        parser.error(
+            f"--claim-agents ({args.claim_agents}) must be a multiple of --claim-per-process"
+            f" ({args.claim_per_process})"
+        )
     started = time.monotonic()
     storm = None if args.no_storm else run_storm(args)
     points = run_points(args)
     machine_run = run_state_machine(args.d4_examples, args.d4_steps) if args.d4_examples else None
-    print(table(storm, points, machine_run), flush=True)
+    restart = run_restart(args) if args.restart_tasks else None
+    race = run_claim_race(args) if args.claim_tasks else None
+    print(table(storm, points, machine_run, restart, race), flush=True)
     passed = (
         (storm is None or storm["passed"])
         and all(r["passed"] == r["runs"] for r in points.values())
         and (machine_run is None or machine_run["passed"])
+        and (restart is None or restart["passed"])
+        and (race is None or race["passed"])
     )
     emit(
         {
@@ -242,6 +416,8 @@ def main() -> None:
             "storm": storm,
             "crash_points": points,
             "state_machine": machine_run,
+            "restart": restart,
+            "claim_race": race,
             "machine": machine(),
         }
     )

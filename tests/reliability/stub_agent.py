@@ -1,6 +1,7 @@
 """A stub agent: a real process that speaks the protocol with ``colibri.client``, as a harness does.
 
     python tests/reliability/stub_agent.py --socket S --name N --log L [--slots 2] [--ttl 3]
+        [--agents K] [--hold]
 
 Each ``assign`` starts a "session" (a short sleep); the agent appends ``{"task_id", "epoch",
 "event": "start"}`` to its log and fsyncs it *before* the session starts, and ``"finish"`` when it
@@ -8,6 +9,11 @@ ends, then reports ``out`` with the claim's epoch. Like the real harness it outl
 when the connection drops it reconnects, registers again with the sessions it still holds
 (``running``), reports those that finished meanwhile, and drops those the daemon rejects. A
 ``cancel`` stops the session (``"stop"`` in the log) and is answered with ``reclaimed``.
+
+``--agents K`` runs K agents in this one process (``N-0`` … ``N-K-1``), each with its own
+connection and registration, sharing the log: a fleet of hundreds of agents then costs tens of
+processes, not hundreds. ``--hold`` keeps every session running after its sleep until the process
+gets SIGUSR1, so a test can hold work in flight through a daemon kill for as long as it needs.
 
 The log is the agent's own account, written by a process the daemon cannot roll back: the
 history checker counts session starts from it.
@@ -20,6 +26,7 @@ import asyncio
 import json
 import os
 import random
+import signal
 import time
 from typing import Any
 
@@ -30,15 +37,46 @@ from colibri.core.errors import DaemonNotRunning
 UNSETTLED = {"closed", "not_registered", "storage_unavailable", "internal"}
 
 
+class Log:
+    """The agents' own record: one JSON line per event, fsynced before the agent acts on it."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+    def record(self, agent: str, task_id: str, epoch: int, event: str) -> None:
+        line = {
+            "task_id": task_id,
+            "epoch": epoch,
+            "event": event,
+            "agent": agent,
+            "t": time.time(),
+        }
+        os.write(self.fd, json.dumps(line).encode() + b"\n")
+        os.fsync(self.fd)
+
+
 class StubAgent:
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.socket = args.socket
-        self.name = args.name
-        self.slots = args.slots
-        self.ttl = args.ttl
-        self.work = (args.work_min, args.work_max)
-        self.random = random.Random(args.seed)
-        self.fd = os.open(args.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    def __init__(
+        self,
+        *,
+        socket: str,
+        name: str,
+        log: Log,
+        slots: int,
+        ttl: float,
+        work: tuple[float, float],
+        seed: int | str,
+        release: asyncio.Event | None = None,
+    ) -> None:
+        self.socket = socket
+        self.name = name
+        self.log = log
+        self.slots = slots
+        self.ttl = ttl
+        self.work = work
+        self.random = random.Random(seed)
+        #: Set when held sessions may end (``--hold``); None: sessions end after their sleep.
+        self.release = release
         self.client: AsyncClient | None = None
         #: Sessions started and not yet settled with the daemon: task id → epoch.
         self.held: dict[str, int] = {}
@@ -47,10 +85,7 @@ class StubAgent:
         self.sessions: dict[str, asyncio.Task[None]] = {}
 
     def record(self, task_id: str, epoch: int, event: str) -> None:
-        line: dict[str, Any] = {"task_id": task_id, "epoch": epoch, "event": event}
-        line.update(agent=self.name, t=time.time())
-        os.write(self.fd, json.dumps(line).encode() + b"\n")
-        os.fsync(self.fd)
+        self.log.record(self.name, task_id, epoch, event)
 
     # -- events --------------------------------------------------------------------------------
 
@@ -74,6 +109,8 @@ class StubAgent:
 
     async def session(self, task_id: str, epoch: int) -> None:
         await asyncio.sleep(self.random.uniform(*self.work))
+        if self.release is not None:
+            await self.release.wait()
         self.sessions.pop(task_id, None)
         self.record(task_id, epoch, "finish")
         self.finished[task_id] = epoch
@@ -140,6 +177,29 @@ class StubAgent:
                 await client.call("heartbeat")
 
 
+async def run_agents(args: argparse.Namespace) -> None:
+    release = None
+    if args.hold:
+        release = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, release.set)
+    log = Log(args.log)
+    names = [args.name] if args.agents == 1 else [f"{args.name}-{i}" for i in range(args.agents)]
+    agents = [
+        StubAgent(
+            socket=args.socket,
+            name=name,
+            log=log,
+            slots=args.slots,
+            ttl=args.ttl,
+            work=(args.work_min, args.work_max),
+            seed=args.seed if args.agents == 1 else f"{args.seed}-{i}",
+            release=release,
+        )
+        for i, name in enumerate(names)
+    ]
+    await asyncio.gather(*(agent.run() for agent in agents))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--socket", required=True)
@@ -150,9 +210,13 @@ def main() -> None:
     parser.add_argument("--work-min", type=float, default=0.0)
     parser.add_argument("--work-max", type=float, default=0.02)
     parser.add_argument("--seed", type=int, default=0)
-    agent = StubAgent(parser.parse_args())
+    parser.add_argument("--agents", type=int, default=1, help="agents in this process")
+    parser.add_argument("--hold", action="store_true", help="sessions end only after SIGUSR1")
+    args = parser.parse_args()
+    if args.agents < 1:
+        parser.error(f"--agents must be at least 1, got {args.agents}")
     try:
-        asyncio.run(agent.run())
+        asyncio.run(run_agents(args))
     except KeyboardInterrupt:
         pass
 
