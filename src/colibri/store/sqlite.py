@@ -180,10 +180,14 @@ class SqliteStore:
         try:
             self._check_identity()
             self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute(f"PRAGMA synchronous={'FULL' if durability == 'full' else 'NORMAL'}")
+            # Schema changes are synced whatever the durability: a power cut right after
+            # creating a board must not leave a file without its tables.
+            self._conn.execute("PRAGMA synchronous=FULL")
             self._conn.execute("PRAGMA busy_timeout=5000")
             self._conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             self._migrate()
+            if durability == "relaxed":
+                self._conn.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.DatabaseError as exc:
             self._conn.close()
             raise ConfigError(
