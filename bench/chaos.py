@@ -1,6 +1,6 @@
 """Chaos, long form: the submit storm (A1) at full size, every crash point (A2) ×50, the Board
-state machine (D4) at 2,000 sequences × 50 steps, restart with 500 running tasks (D1) and the
-claim race of 200 agents over 100,000 tasks (B1).
+state machine (D4) at 2,000 sequences × 50 steps, restart with 500 running tasks (D1), the
+claim race of 200 agents over 100,000 tasks (B1) and 30 + 10 power cuts (A3).
 
     .venv/bin/python bench/chaos.py                      # about 15 minutes on 2 cores
     .venv/bin/python bench/chaos.py --runs 5 --submits 250 --kills 5 --d4-examples 200 \
@@ -26,6 +26,10 @@ one process, with a connection each, for a smaller machine), race for ``--claim-
 half waiting as a backlog when they register, half submitted while they work (fleet.py:
 claim_race). One daemon on SQLite; the form with several daemons needs the PostgreSQL store.
 
+A3: ``--power-cuts`` seeded power cuts with durability full and a quarter as many with relaxed
+(tests/reliability/power_loss.py): the store on a FUSE file system that forgets unsynced
+writes, cut under load; full must lose no acknowledged submit or ``out``, relaxed is reported.
+
 Prints progress on stderr, then a Markdown table of the figures and one JSON line on stdout.
 Everything runs on fresh roots under /tmp, removed afterwards (kept, and named, on a failure).
 """
@@ -50,11 +54,12 @@ sys.path.insert(0, str(REPO))
 from tests.helpers import write_config
 from tests.reliability.crash_scenarios import SCENARIOS
 from tests.reliability.fleet import RunResult, claim_race, restart_at_size, submit_storm
+from tests.reliability.power_loss import fuse_available, run_power_loss
 
 from colibri.config import init_root
 
 #: What ``--only`` selects from.
-SCENARIO_NAMES = ("A1", "A2", "D4", "D1", "B1")
+SCENARIO_NAMES = ("A1", "A2", "D4", "D1", "B1", "A3")
 
 CRITERIA = {
     "K1": "task absent, client saw EOF",
@@ -185,6 +190,37 @@ def run_claim_race(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
+def run_power_cuts(cuts: int) -> dict[str, Any]:
+    """A3: ``cuts`` power cuts with durability full (0 lost), a quarter as many with relaxed."""
+    why_not = fuse_available()
+    if why_not is not None:
+        note(f"A3 skipped: {why_not}")
+        return {"skipped": why_not, "passed": True}
+    started = time.monotonic()
+    totals: dict[str, dict[str, int]] = {}
+    for durability, n in (("full", cuts), ("relaxed", max(1, cuts // 4))):
+        total = totals[durability] = dict.fromkeys(
+            ("cuts", "acknowledged", "finished", "lost", "undone", "cuts_with_loss"), 0
+        )
+        for seed in range(n):
+            root = Path(tempfile.mkdtemp(prefix="cp", dir="/tmp"))
+            try:
+                figures = run_power_loss(root, 10_000 + seed, durability)
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+            total["cuts"] += 1
+            for key in ("acknowledged", "finished", "lost", "undone"):
+                total[key] += figures[key]
+            total["cuts_with_loss"] += bool(figures["lost"] or figures["undone"])
+        note(f"A3 {durability}: {total}")
+    full = totals["full"]
+    return {
+        **totals,
+        "seconds": round(time.monotonic() - started, 1),
+        "passed": full["lost"] == full["undone"] == 0,
+    }
+
+
 def run_points(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     results: dict[str, dict[str, Any]] = {}
     for point in args.points:
@@ -275,6 +311,7 @@ def table(
     machine_run: dict[str, Any] | None = None,
     restart: dict[str, Any] | None = None,
     race: dict[str, Any] | None = None,
+    power: dict[str, Any] | None = None,
 ) -> str:
     lines = ["| test | what must hold | result | figures |", "| --- | --- | --- | --- |"]
     if storm is not None:
@@ -346,6 +383,18 @@ def table(
                 else f"FAIL | {race['error']} |"
             )
         )
+    if power is not None and "skipped" in power:
+        lines.append(f"| A3 | power cuts | skipped | {power['skipped']} |")
+    elif power is not None:
+        full, relaxed = power["full"], power["relaxed"]
+        lines.append(
+            f"| A3 | {full['cuts']} power cuts with durability full: 0 acknowledged lost | "
+            f"{'pass' if power['passed'] else 'FAIL'} | full: {full['acknowledged']:,} "
+            f"acknowledged submits, {full['finished']:,} acknowledged outs, lost {full['lost']},"
+            f" undone {full['undone']}; relaxed (reported): {relaxed['cuts_with_loss']} of "
+            f"{relaxed['cuts']} cuts lost work, {relaxed['lost']:,} of "
+            f"{relaxed['acknowledged']:,} submits; {power['seconds']} s |"
+        )
     return "\n".join(lines)
 
 
@@ -366,6 +415,7 @@ def main() -> None:
     parser.add_argument("--claim-tasks", type=int, default=100_000, help="B1; 0 skips it")
     parser.add_argument("--claim-agents", type=int, default=200)
     parser.add_argument("--claim-per-process", type=int, default=1, help="B1 agents a process")
+    parser.add_argument("--power-cuts", type=int, default=30, help="A3 with full; 0 skips it")
     parser.add_argument(
         "--only", help=f"run only these, e.g. D1,B1 (of {', '.join(SCENARIO_NAMES)})"
     )
@@ -385,6 +435,7 @@ def main() -> None:
         args.d4_examples = args.d4_examples if "D4" in only else 0
         args.restart_tasks = args.restart_tasks if "D1" in only else 0
         args.claim_tasks = args.claim_tasks if "B1" in only else 0
+        args.power_cuts = args.power_cuts if "A3" in only else 0
     if args.restart_tasks and not args.restart_agents >= 2:
         parser.error(f"--restart-agents must be at least 2, got {args.restart_agents}")
     if args.claim_tasks and (
@@ -400,13 +451,15 @@ def main() -> None:
     machine_run = run_state_machine(args.d4_examples, args.d4_steps) if args.d4_examples else None
     restart = run_restart(args) if args.restart_tasks else None
     race = run_claim_race(args) if args.claim_tasks else None
-    print(table(storm, points, machine_run, restart, race), flush=True)
+    power = run_power_cuts(args.power_cuts) if args.power_cuts else None
+    print(table(storm, points, machine_run, restart, race, power), flush=True)
     passed = (
         (storm is None or storm["passed"])
         and all(r["passed"] == r["runs"] for r in points.values())
         and (machine_run is None or machine_run["passed"])
         and (restart is None or restart["passed"])
         and (race is None or race["passed"])
+        and (power is None or power["passed"])
     )
     emit(
         {
@@ -418,6 +471,7 @@ def main() -> None:
             "state_machine": machine_run,
             "restart": restart,
             "claim_race": race,
+            "power_loss": power,
             "machine": machine(),
         }
     )
