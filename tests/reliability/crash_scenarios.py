@@ -167,7 +167,7 @@ def _pipelined_batch(daemon: Daemon, keys: list[str]) -> list[dict[str, Any]]:
     """Submit ``keys`` in one write, so the daemon handles them in one batch (almost always:
     the kernel may split a write); return an op per acknowledgement read before EOF."""
     conn = RawConnection(daemon.socket)
-    replies = []
+    replies: list[dict[str, Any]] = []
     try:
         lines = b"".join(
             json.dumps(
