@@ -130,11 +130,14 @@ class Harness:
             connection = group.create_task(self._stay_connected(), name="connection")
             pool = group.create_task(self._keep_pool(), name="pool") if self.spec.warm else None
             await self.stopping.wait()
+            # Leave first: while its sessions stop, the agent must not be given the tasks their
+            # reports free slots for (it would start them, and not stop).
+            connection.cancel()
+            await asyncio.wait({connection})
             if pool is not None:
                 pool.cancel()
             await self._drain_pool()
             await self._stop_sessions()
-            connection.cancel()
 
     async def _stay_connected(self) -> None:
         backoff = 0.05
@@ -201,6 +204,8 @@ class Harness:
             task = message["task"]
             session = Session(task["id"], message["epoch"])
             self.sessions[session.task] = session
+            if self.stopping.is_set():
+                return  # never started: reported failed with the others by _stop_sessions
             session.runner = self._group.create_task(
                 self._run_session(session, task), name=f"session-{session.task}"
             )
@@ -287,6 +292,9 @@ class Harness:
                 await self._deliver(session)
                 return
             session.pane_pid = pid
+        if session.cancelled:  # stopped while it was starting
+            await self._kill(session)
+            return
         try:
             async with asyncio.timeout(self.spec.ready_timeout):
                 ready = await tmux.wait_ready(
@@ -491,6 +499,9 @@ class Harness:
             await self._deliver(session)
             return
         session.process = process
+        if session.cancelled:  # stopped while it was starting
+            await self._kill(session)
+            return
         text: bytes | None = task["text"].encode()
         if warm is not None and process.stdin is not None:
             # Hand the task over first; only then refill the pool (starting a process blocks
@@ -525,7 +536,7 @@ class Harness:
             tail = stderr[-STDERR_TAIL:].decode(errors="replace").strip()
             session.report = (
                 "fail",
-                {"error": f"exit {process.returncode}" + (f": {tail}" if tail else "")},
+                {"error": ended_how(process.returncode) + (f": {tail}" if tail else "")},
             )
         await self._deliver(session)
 
@@ -637,13 +648,42 @@ class Harness:
             await process.wait()
 
     async def _stop_sessions(self) -> None:
-        """On SIGINT/SIGTERM: stop every session and report it failed while still connected."""
+        """On SIGINT/SIGTERM, once the agent's connection is closed: stop every session and
+        report it failed (or the report it had ready, if it had ended).
+
+        The reports go on a plain connection, as a session's own do: the daemon takes them for
+        the agent holding the task, checking the epoch, and gives the agent no new work."""
+        stopped = ("fail", {"error": f"agent {self.spec.name} stopped"})
         for session in list(self.sessions.values()):
             session.cancelled = True
             await self._kill(session)
-            if session.report is None:
-                session.report = ("fail", {"error": f"agent {self.spec.name} stopped"})
-            await self._deliver(session)
+        client = AsyncClient(self.socket_path)
+        try:
+            await client.connect()
+            for session in list(self.sessions.values()):
+                report = session.report
+                cmd, fields = report if report and report[0] in ("out", "fail") else stopped
+                with contextlib.suppress(RemoteError):
+                    await client.call(
+                        cmd, task=session.task, epoch=session.epoch, from_session=True, **fields
+                    )
+        except (DaemonNotRunning, OSError):
+            pass  # no daemon: these tasks fail as lost when it is back, unless claimed
+        finally:
+            self.sessions.clear()
+            await client.close()
+
+
+def ended_how(code: int | None) -> str:
+    """How a session ended, for its task's error: ``exit 3``, or ``killed by SIGKILL`` when a
+    signal ended it (asyncio gives those as negative codes, which read like exit codes)."""
+    if code is None or code >= 0:
+        return f"exit {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    return f"killed by {name}"
 
 
 def claude_result(stdout: str) -> tuple[str, dict[str, Any] | None]:
