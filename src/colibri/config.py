@@ -26,6 +26,9 @@ CONFIG_NAME = "colibri.jsonc"
 STATE_DIR = ".colibri"
 #: AF_UNIX paths are limited to 108 bytes on Linux (104 on the BSDs), terminator included.
 MAX_SOCKET_PATH = 103
+#: ``ledger.rotate_mib`` bounds: below 1 KiB every append would rotate; 1 TiB is plenty.
+MIN_ROTATE_MIB = 0.001
+MAX_ROTATE_MIB = 1024 * 1024
 
 TEMPLATE = """\
 // Colibri configuration. JSONC: comments and trailing commas are allowed.
@@ -63,6 +66,14 @@ TEMPLATE = """\
     // "full": an acknowledged task survives power loss (fsync per commit).
     // "relaxed": survives a crash of the daemon, not of the machine.
     "durability": "full",
+  },
+  "ledger": {
+    // .colibri/ledger.jsonl past this many MiB (fractions allowed) is renamed ledger.jsonl.1,
+    // older files move up one (.1 to .2 …) and a new ledger.jsonl is started. 0: never.
+    // `kill -USR1 <daemon pid>` rotates at once (the pid: colibri status).
+    "rotate_mib": 256,
+    // Rotated files kept (ledger.jsonl.1 … .N); the oldest beyond this are deleted.
+    "keep": 5,
   },
   // Optional, with these defaults: a workspace's harness that exits is started again after
   // 1s, 2s, 4s … up to max_backoff; one that exits crash_loop times within crash_window is
@@ -104,6 +115,18 @@ class SupervisorSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class LedgerSettings:
+    #: ``ledger.jsonl`` is rotated once it passes this size in MiB; 0 never rotates.
+    rotate_mib: float = 256.0
+    #: Rotated files kept, ``ledger.jsonl.1`` (newest) to ``ledger.jsonl.<keep>``.
+    keep: int = 5
+
+    @property
+    def rotate_bytes(self) -> int:
+        return int(self.rotate_mib * 1024 * 1024)
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     root: Path
     store: str
@@ -111,6 +134,7 @@ class Config:
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     supervisor: SupervisorSettings = field(default_factory=SupervisorSettings)
+    ledger: LedgerSettings = field(default_factory=LedgerSettings)
     #: Schedules defined in colibri.jsonc, by name.
     schedules: dict[str, ScheduleSpec] = field(default_factory=dict)
     #: The zone of schedules that name none: the daemon's local zone.
@@ -195,6 +219,7 @@ _KNOWN: dict[str, set[str]] = {
     "server": {"max_line", "max_connections", "line_timeout"},
     "store": {"durability", "path"},
     "supervisor": {"crash_loop", "crash_window", "cool_down", "max_backoff"},
+    "ledger": {"rotate_mib", "keep"},
     # names are free in these; each entry is checked as what it is
     "schedules": set(),
     "templates": set(),
@@ -292,6 +317,17 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
         cool_down=duration("supervisor", "cool_down", None) or sv.cool_down,
         max_backoff=duration("supervisor", "max_backoff", None) or sv.max_backoff,
     )
+    ld = LedgerSettings()
+    rotate_mib = number("ledger", "rotate_mib", ld.rotate_mib, 0, MAX_ROTATE_MIB)
+    if 0 < rotate_mib < MIN_ROTATE_MIB:
+        raise ConfigError(
+            f"{where('rotate_mib')}: ledger.rotate_mib must be 0 (never rotate) or at least "
+            f"{MIN_ROTATE_MIB} (1 KiB)"
+        )
+    keep = number("ledger", "keep", ld.keep, 1, 10_000)
+    if keep != int(keep):
+        raise ConfigError(f"{where('keep')}: ledger.keep must be a whole number")
+    ledger = LedgerSettings(rotate_mib=rotate_mib, keep=int(keep))
     chosen_durability = durability or raw.get("store", {}).get("durability", "full")
     if chosen_durability not in ("full", "relaxed"):
         raise ConfigError(f"{where('durability')}: store.durability must be full or relaxed")
@@ -315,6 +351,7 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
         scheduler=scheduler,
         server=server,
         supervisor=supervisor,
+        ledger=ledger,
         schedules=schedules,
         default_tz=default_tz,
         workspaces=workspaces,

@@ -94,8 +94,9 @@ def test_init_writes_commented_config_and_private_state_dir(scratch: Path) -> No
     text = (target / "colibri.jsonc").read_text()
     assert "//" in text  # commented, for people to edit
     settings = json5.loads(text)
-    assert set(settings) == {"scheduler", "server", "store"}
+    assert set(settings) == {"scheduler", "server", "store", "ledger"}
     assert settings["scheduler"]["tick"] == "30s"
+    assert settings["ledger"] == {"rotate_mib": 256, "keep": 5}
     state = target / ".colibri"
     assert state.is_dir()
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
@@ -461,6 +462,13 @@ BAD_CONFIGS = {
     "zero duration": ('{\n  "scheduler": {\n\n    "tick": "0s",\n  },\n}\n', 4, "tick"),
     "bad durability": ('{\n  "store": {\n    "durability": "maybe",\n  },\n}\n', 3, "durability"),
     "number out of range": ('{"scheduler": {"min_score": 2}}', 1, "min_score"),
+    "rotate size too small": (
+        '{\n  "ledger": {\n    "keep": 3,\n    "rotate_mib": 0.0001,\n  },\n}\n',
+        4,
+        "ledger.rotate_mib must be 0 (never rotate) or at least",
+    ),
+    "keep not whole": ('{\n  "ledger": {\n    "keep": 2.5,\n  },\n}\n', 3, "ledger.keep"),
+    "keep zero": ('{"ledger": {"keep": 0}}', 1, "ledger.keep must be a number from 1 to"),
 }
 
 

@@ -85,7 +85,7 @@ async def serve(config: Config) -> int:
     lock_fd = acquire_lock(config.lock_path)
     store = None
     bound = False  # the socket path is ours to remove only once we created it
-    mirror = LedgerMirror(config.ledger_path)
+    mirror = LedgerMirror(config.ledger_path, config.ledger.rotate_bytes, config.ledger.keep)
     try:
         store = open_store(config.store, durability=config.durability)
         caught_up = mirror.open(store)
@@ -160,6 +160,17 @@ async def _run_until_stopped(config: Config, board: Board, server: Server) -> No
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, signum)
+
+    def rotate_ledger() -> None:
+        if not server.mirror.rotate():
+            log.warning(
+                "SIGUSR1: ledger mirror not rotated (it is empty, or failing and being repaired)",
+                extra={"event": "ledger_not_rotated"},
+            )
+
+    # SIGUSR1 as nginx reopens its logs; SIGHUP keeps its meaning (a closed terminal stops a
+    # foreground daemon).
+    loop.add_signal_handler(signal.SIGUSR1, rotate_ledger)
 
     async def tick() -> None:
         while True:

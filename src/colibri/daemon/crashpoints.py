@@ -10,6 +10,7 @@ The points, in the order a request meets them (docs/RELIABILITY.md says what eac
 - ``after-commit`` (K2): a batch that changed something committed; no reply written yet.
 - ``before-mirror`` (K3): committed and replies written; ``ledger.jsonl`` not yet appended.
 - ``mid-mirror-write`` (K4): half of the bytes of a ``ledger.jsonl`` append are written.
+- ``mid-rotate``: ``ledger.jsonl`` was renamed ``ledger.jsonl.1``; no new ``ledger.jsonl`` yet.
 - ``before-assign`` (K5): a claim committed; its ``assign`` not yet written to the agent.
   (K6, between a claim and its ``running`` commit, does not exist: they are one transaction.)
 - ``mid-cancel`` (K7): a cancel cascade cancelled the task and a descendant, not the rest.
@@ -28,6 +29,7 @@ POINTS = (
     "after-commit",
     "before-mirror",
     "mid-mirror-write",
+    "mid-rotate",
     "before-assign",
     "mid-cancel",
     "mid-fire",

@@ -3,12 +3,21 @@
 The store is the truth; the mirror is written after each commit and completed from the store at
 start-up, so a crash between the two loses no row and writes none twice. A torn last line (a
 crash mid-write) is cut off before anything is appended, never fused with the next line.
+
+The daemon rotates the mirror itself — past ``ledger.rotate_mib``, or on SIGUSR1 — by renames
+only: ``ledger.jsonl.1`` → ``.2`` …, ``ledger.jsonl`` → ``.1``, then a new ``ledger.jsonl``.
+Nothing is copied or truncated, so no row can fall between two files, and the files read
+oldest (highest number) to newest, then ``ledger.jsonl``, give every row once, in order. A
+crash between two renames leaves at most a missing number, never a reordering; a crash before
+the new file exists leaves none, and start-up reads the last ``seq`` from the newest rotated
+file.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -23,12 +32,29 @@ log = logging.getLogger(__name__)
 _encode = msgspec.json.Encoder().encode
 _seq_only = msgspec.json.Decoder(dict[str, object])
 CATCH_UP_PAGE = 10_000
+_NUMBER = re.compile(r"[0-9]+")
+
+
+def _last_seq(lines: bytes | bytearray) -> int | None:
+    """The ``seq`` of the last of these whole lines; None if there is none."""
+    end = len(lines)
+    while end and lines[end - 1] == 0x0A:  # newline
+        end -= 1
+    if not end:
+        return None
+    seq = _seq_only.decode(lines[lines.rfind(b"\n", 0, end) + 1 : end]).get("seq", 0)
+    return seq if isinstance(seq, int) else 0
 
 
 class LedgerMirror:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, rotate_bytes: int = 0, keep: int = 5) -> None:
         self.path = path
+        #: Rotate once ``ledger.jsonl`` has at least this many bytes; 0 never.
+        self.rotate_bytes = rotate_bytes
+        #: Rotated files kept: ``ledger.jsonl.1`` to ``ledger.jsonl.<keep>``.
+        self.keep = keep
         self._fd = -1
+        self._size = 0
         self.last_seq = 0
         #: Set when a write failed (disk full): rows are safe in the store, and the next
         #: ``catch_up`` repairs the tail and copies them over.
@@ -38,19 +64,16 @@ class LedgerMirror:
         """Repair the tail, append what the store has beyond it; return rows appended."""
         self.close()
         self.broken = False
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-        self.last_seq = self._repair_tail()
+        self._open_live()
+        last = self._repair_tail(self._fd)
+        if last is None:  # nothing in ledger.jsonl: a rotation just began it, or none has
+            last = self._newest_rotated_seq()
+        self.last_seq = last or 0
         stored = store.max_ledger_seq()
         if self.last_seq > stored:
-            aside = self.path.with_name(f"{self.path.name}.{self.last_seq}.orphaned")
-            log.warning(
-                "ledger mirror is ahead of the store; moved aside",
-                extra={"event": "ledger_mirror_ahead", "path": str(aside)},
-            )
-            os.close(self._fd)
-            os.replace(self.path, aside)
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-            self.last_seq = 0
+            self._move_aside()
+        if self.rotate_bytes and self._size >= self.rotate_bytes:
+            self.rotate()  # killed between the write that passed the limit and its rotation
         appended = 0
         while True:
             rows = store.ledger(self.last_seq, CATCH_UP_PAGE)
@@ -60,16 +83,58 @@ class LedgerMirror:
             appended += len(rows)
         return appended
 
-    def _repair_tail(self) -> int:
-        size = os.fstat(self._fd).st_size
+    def _open_live(self) -> None:
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        # 0600 whatever the umask or an earlier chmod: the ledger is the daemon user's alone
+        os.fchmod(self._fd, 0o600)
+        self._size = os.fstat(self._fd).st_size
+
+    def _move_aside(self) -> None:
+        """The mirror is ahead of the store (another store, or one restored from a backup):
+        it is another history, so all of it goes aside and the store's is written afresh."""
+        aside = self.path.with_name(f"{self.path.name}.{self.last_seq}.orphaned")
+        log.warning(
+            "ledger mirror is ahead of the store; moved aside",
+            extra={"event": "ledger_mirror_ahead", "path": str(aside)},
+        )
+        self.close()
+        os.replace(self.path, aside)
+        for number, path in self.rotated():
+            os.replace(path, f"{aside}.{number}")
+        self._open_live()
+        self.last_seq = 0
+
+    def rotated(self) -> list[tuple[int, Path]]:
+        """The rotated files there are, newest (lowest number) first."""
+        prefix = f"{self.path.name}."
+        found = []
+        for name in os.listdir(self.path.parent):
+            if name.startswith(prefix) and _NUMBER.fullmatch(name, len(prefix)):
+                found.append((int(name[len(prefix) :]), self.path.with_name(name)))
+        return sorted(found)
+
+    def _newest_rotated_seq(self) -> int | None:
+        for _number, path in self.rotated():
+            fd = os.open(path, os.O_RDWR)
+            try:
+                last = self._repair_tail(fd)
+            finally:
+                os.close(fd)
+            if last is not None:
+                return last
+        return None
+
+    def _repair_tail(self, fd: int) -> int | None:
+        """Cut a torn last line; the last line's ``seq``, or None if no line is left."""
+        size = os.fstat(fd).st_size
         if size == 0:
-            return 0
+            return None
         block = 65536
         pos = size
         tail = b""
         while pos > 0:
             start = max(0, pos - block)
-            tail = os.pread(self._fd, pos - start, start) + tail
+            tail = os.pread(fd, pos - start, start) + tail
             pos = start
             if tail.count(b"\n") >= 2 or (pos == 0):
                 break
@@ -80,16 +145,15 @@ class LedgerMirror:
                 "ledger mirror had a torn last line; cut it off",
                 extra={"event": "ledger_torn_tail", "bytes": size - keep},
             )
-            os.ftruncate(self._fd, keep)
+            os.ftruncate(fd, keep)
+            if fd == self._fd:
+                self._size = keep
             tail = tail[:cut]
-        lines = tail.rstrip(b"\n").rsplit(b"\n", 1)
-        last = lines[-1] if lines else b""
-        if not last:
-            return 0
-        seq = _seq_only.decode(last).get("seq", 0)
-        return seq if isinstance(seq, int) else 0
+        return _last_seq(tail)
 
     def append(self, entries: Iterable[LedgerEntry]) -> None:
+        if self.broken:
+            return
         data = bytearray()
         last = self.last_seq
         for entry in entries:
@@ -98,8 +162,18 @@ class LedgerMirror:
             data += _encode(entry)
             data += b"\n"
             last = entry.seq
-        if not data or self.broken:
-            return
+        limit = self.rotate_bytes
+        while limit and data and self._size + len(data) >= limit:
+            # rotate at the row that passes the limit, not at the end of a long catch-up
+            cut = data.index(b"\n", max(0, limit - self._size - 1)) + 1
+            head = data[:cut]
+            if not self._write(head, _last_seq(head) or last) or not self.rotate():
+                return
+            del data[:cut]
+        if data:
+            self._write(data, last)
+
+    def _write(self, data: bytearray, last: int) -> bool:
         try:
             if crashpoints.armed is not None and crashpoints.due("mid-mirror-write"):
                 os.write(self._fd, crashpoints.torn(data))  # a torn line, then death
@@ -107,13 +181,43 @@ class LedgerMirror:
             if os.write(self._fd, data) != len(data):
                 raise OSError("short write (disk full?)")
         except OSError as exc:
-            self.broken = True
-            log.error(
-                "could not append to the ledger mirror; will catch up from the store",
-                extra={"event": "ledger_mirror_failed", "error": str(exc)},
-            )
-            return
+            self._failed("could not append to the ledger mirror", exc)
+            return False
+        self._size += len(data)
         self.last_seq = last
+        return True
+
+    def rotate(self) -> bool:
+        """``ledger.jsonl`` becomes ``ledger.jsonl.1`` (older files one number up, those past
+        ``keep`` deleted) and a new, empty ``ledger.jsonl`` is started. False if there was
+        nothing to rotate or it failed (then ``broken``: the next commit repairs it)."""
+        if self._fd < 0 or self.broken or self._size == 0:
+            return False  # an empty rotated file would hide the last seq from start-up
+        try:
+            for number, path in reversed(self.rotated()):  # oldest first: nothing overwritten
+                if number >= self.keep:
+                    os.unlink(path)
+                else:
+                    os.rename(path, path.with_name(f"{self.path.name}.{number + 1}"))
+            os.rename(self.path, self.path.with_name(f"{self.path.name}.1"))
+            crashpoints.hit("mid-rotate")
+            self.close()
+            self._open_live()
+        except OSError as exc:
+            self._failed("could not rotate the ledger mirror", exc)
+            return False
+        log.info(
+            "ledger mirror rotated",
+            extra={"event": "ledger_rotated", "seq": self.last_seq, "keep": self.keep},
+        )
+        return True
+
+    def _failed(self, message: str, exc: OSError) -> None:
+        self.broken = True
+        log.error(
+            f"{message}; will catch up from the store",
+            extra={"event": "ledger_mirror_failed", "error": str(exc)},
+        )
 
     def close(self) -> None:
         if self._fd >= 0:
