@@ -232,10 +232,11 @@ NOBODY = 65534
 
 
 def run_as_nobody(
-    script: str, *args: str, timeout: float = 30
+    script: str, *args: str, timeout: float = 30, group: int = NOBODY
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run a Python ``script`` as uid/gid 65534 (needs root); skip the test if no Python is
-    reachable for that user (a virtual environment under /root may not be)."""
+    """Run a Python ``script`` as uid 65534 with gid ``group`` and no other groups (needs
+    root); skip the test if no Python is reachable for that user (a virtual environment under
+    /root may not be)."""
     import shutil
 
     import pytest
@@ -246,7 +247,7 @@ def run_as_nobody(
             return subprocess.run(
                 [python, "-I", "-c", script, *args],
                 user=NOBODY,
-                group=NOBODY,
+                group=group,
                 extra_groups=[],
                 cwd="/",
                 capture_output=True,

@@ -61,6 +61,9 @@ TEMPLATE = """\
     "max_connections": 256,
     // A connection holding an unfinished request line for longer than this is closed.
     "line_timeout": "30s",
+    // A Unix group whose members may use the daemon too (socket 0660, state folder 0710);
+    // unset, only the user running the daemon may.
+    // "socket_group": "colibri",
   },
   "store": {
     // "full": an acknowledged task survives power loss (fsync per commit).
@@ -104,6 +107,9 @@ class ServerSettings:
     max_line: int = DEFAULT_MAX_LINE
     max_connections: int = 256
     line_timeout: float = 30.0
+    #: A Unix group whose members may use the socket too (its gid); None: the owner only.
+    socket_group: int | None = None
+    socket_group_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +222,7 @@ _KNOWN: dict[str, set[str]] = {
         "max_pending",
         "max_children",
     },  # fmt: skip
-    "server": {"max_line", "max_connections", "line_timeout"},
+    "server": {"max_line", "max_connections", "line_timeout", "socket_group"},
     "store": {"durability", "path"},
     "supervisor": {"crash_loop", "crash_window", "cool_down", "max_backoff"},
     "ledger": {"rotate_mib", "keep"},
@@ -302,10 +308,26 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
         max_pending=int(number("scheduler", "max_pending", defaults.max_pending, 1, 10**9)),
         max_children=int(number("scheduler", "max_children", defaults.max_children, 1, 10**9)),
     )
+    group_name = raw.get("server", {}).get("socket_group")
+    group_id = None
+    if group_name is not None:
+        import grp
+
+        if not isinstance(group_name, str) or not group_name:
+            raise ConfigError(f"{where('socket_group')}: server.socket_group must be a group name")
+        try:
+            group_id = grp.getgrnam(group_name).gr_gid
+        except KeyError:
+            raise ConfigError(
+                f"{where('socket_group')}: server.socket_group: there is no group "
+                f"{group_name!r} on this host (create it with groupadd, or see getent group)"
+            ) from None
     server = ServerSettings(
         max_line=int(number("server", "max_line", DEFAULT_MAX_LINE, 1024, 1 << 30)),
         max_connections=int(number("server", "max_connections", 256, 1, 100_000)),
         line_timeout=duration("server", "line_timeout", 30.0) or 30.0,
+        socket_group=group_id,
+        socket_group_name=group_name,
     )
     sv = SupervisorSettings()
     crash_loop = number("supervisor", "crash_loop", sv.crash_loop, 1, 1000)

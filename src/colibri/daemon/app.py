@@ -34,8 +34,11 @@ def acquire_lock(path: Path) -> int:
         ) from None
 
 
-def check_state_dir(path: Path) -> None:
-    """Refuse a state folder someone else could tamper with; tighten our own to 0700."""
+def check_state_dir(path: Path, group: int | None = None) -> None:
+    """Refuse a state folder someone else could tamper with; tighten our own to 0700.
+
+    With a socket group the folder also gets that group now, and its traverse bit only once the
+    socket is in place (``open_state_dir``), so nobody reaches a half-made socket."""
     info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
         raise RootError(f"{path} must be a real directory, not a symlink or a file")
@@ -43,6 +46,25 @@ def check_state_dir(path: Path) -> None:
         raise RootError(f"{path} belongs to uid {info.st_uid}, not to us (uid {os.getuid()})")
     if stat.S_IMODE(info.st_mode) != 0o700:
         os.chmod(path, 0o700)
+    if group is not None and info.st_gid != group:
+        try:
+            os.chown(path, -1, group)
+        except PermissionError:
+            raise RootError(
+                f"cannot give {path} to group {group} (server.socket_group): the user running "
+                "the daemon must be a member of that group"
+            ) from None
+
+
+def open_to_group(config: Config) -> None:
+    """Let ``server.socket_group`` in: the socket 0660 in a folder its members may traverse
+    (0710: they reach the socket by name, list nothing, and every file in it is 0600)."""
+    group = config.server.socket_group
+    if group is None:
+        return
+    os.chown(config.socket_path, -1, group)
+    os.chmod(config.socket_path, 0o660)
+    os.chmod(config.state_dir, 0o710)
 
 
 def clear_stale_socket(path: Path) -> None:
@@ -81,7 +103,7 @@ async def serve(config: Config) -> int:
             extra={"event": "crashpoint_armed", "crashpoint": config.crashpoint},
         )
     config.state_dir.mkdir(mode=0o700, exist_ok=True)
-    check_state_dir(config.state_dir)
+    check_state_dir(config.state_dir, config.server.socket_group)
     lock_fd = acquire_lock(config.lock_path)
     store = None
     bound = False  # the socket path is ours to remove only once we created it
@@ -114,6 +136,7 @@ async def serve(config: Config) -> int:
             bound = True
         finally:
             os.umask(old_umask)
+        open_to_group(config)
         log.info(
             "daemon ready",
             extra={

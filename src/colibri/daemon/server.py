@@ -48,11 +48,25 @@ SUBSCRIBER_BUFFER_LIMIT = 8 * 1024 * 1024
 LINES_PER_TURN = 64
 
 
-def peer_credentials(sock: socket.socket) -> tuple[int, int]:
-    """The connected peer's (uid, pid), from the kernel (SO_PEERCRED): not forgeable."""
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """The connected peer's (uid, gid, pid), from the kernel (SO_PEERCRED): not forgeable."""
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, _gid = struct.unpack("3i", creds)
-    return int(uid), int(pid)
+    pid, uid, gid = struct.unpack("3i", creds)
+    return int(uid), int(gid), int(pid)
+
+
+def in_group(uid: int, gid: int, group: int) -> bool:
+    """Whether a peer (uid, with its process's gid) belongs to ``group``: by that gid, or as
+    a listed member in the group database."""
+    if gid == group:
+        return True
+    import grp
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name in grp.getgrgid(group).gr_mem
+    except KeyError:
+        return False
 
 
 class Connection(asyncio.Protocol):
@@ -78,12 +92,12 @@ class Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         sock = transport.get_extra_info("socket")
         try:
-            uid, pid = peer_credentials(sock)
+            uid, gid, pid = peer_credentials(sock)
         except OSError:
-            uid, pid = -1, -1  # fail closed
+            uid, gid, pid = -1, -1, -1  # fail closed
         self.peer = (uid, pid)
-        if uid != self.server.owner_uid:
-            self._refuse(Forbidden(f"uid {uid} may not use this daemon; only its owner may"))
+        if not self.server.may_connect(uid, gid):
+            self._refuse(Forbidden(f"uid {uid} may not use this daemon; {self.server.who_may}"))
             return
         if self.server.connection_count >= self.server.config.server.max_connections:
             self._refuse(Busy("too many connections; try again later"))
@@ -221,6 +235,12 @@ class Server:
         self.supervisor = Supervisor(config)
         self.bus = Bus(self)
         self.owner_uid = os.getuid()
+        group = config.server.socket_group_name
+        self.who_may = (
+            f"only its owner (uid {self.owner_uid}) and members of group {group!r} may"
+            if group is not None
+            else f"only its owner (uid {self.owner_uid}) may"
+        )
         self.loop = asyncio.get_running_loop()
         self.connections: set[Connection] = set()
         self.dirty: set[Connection] = set()
@@ -244,6 +264,12 @@ class Server:
         return self._seq
 
     # -- requests ----------------------------------------------------------------------------
+
+    def may_connect(self, uid: int, gid: int) -> bool:
+        if uid == self.owner_uid:
+            return True
+        group = self.config.server.socket_group
+        return uid >= 0 and group is not None and in_group(uid, gid, group)
 
     def handle_line(self, conn: Connection, line: bytes) -> None:
         try:

@@ -1,0 +1,143 @@
+"""S1/S3 with ``server.socket_group``: members of one Unix group share the daemon, nobody else.
+
+Run as root: the peers are real processes of uid 65534 with a chosen gid — "nogroup" (65534)
+for a member, "daemon" (1) for an outsider.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import NOBODY, PYTHON, Daemon, run_as_nobody
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="peers of another uid need root")
+
+MEMBER_GID = NOBODY  # "nogroup"
+OUTSIDER_GID = 1  # "daemon"
+
+PEER = """
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1])
+except OSError as exc:
+    print(json.dumps({"connect": exc.__class__.__name__}))
+    raise SystemExit(0)
+s.sendall(sys.argv[2].encode() + b"\\n")
+data = b""
+while not data.endswith(b"\\n"):
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    data += chunk
+print(json.dumps({"reply": data.decode()}))
+"""
+
+READER = """
+import json, os, sys
+found = {}
+for path in sys.argv[1:]:
+    try:
+        if os.path.isdir(path):
+            os.listdir(path)
+        else:
+            open(path, "rb").close()
+        found[path] = "ok"
+    except OSError as exc:
+        found[path] = exc.__class__.__name__
+print(json.dumps(found))
+"""
+
+
+def config(root: Path, group: str) -> None:
+    (root / "colibri.jsonc").write_text(
+        json.dumps({"scheduler": {"tick": "30s"}, "server": {"socket_group": group}}, indent=2)
+    )
+
+
+@pytest.fixture
+def shared(root: Path) -> Iterator[Daemon]:
+    config(root, "nogroup")
+    os.chmod(root, 0o755)
+    daemon = Daemon(root)
+    daemon.start()
+    yield daemon
+    daemon.stop()
+
+
+def peer(daemon: Daemon, request: dict[str, object], gid: int) -> dict[str, object]:
+    done = run_as_nobody(PEER, str(daemon.socket), json.dumps(request), group=gid)
+    assert done.returncode == 0, done.stderr.decode()
+    result: dict[str, object] = json.loads(done.stdout)
+    if "reply" in result:
+        result["reply"] = json.loads(str(result["reply"]))
+    return result
+
+
+def test_socket_and_folder_open_to_the_group_and_no_further(shared: Daemon) -> None:
+    sock = os.lstat(shared.socket)
+    assert stat.S_IMODE(sock.st_mode) == 0o660 and sock.st_gid == MEMBER_GID
+    folder = os.lstat(shared.socket.parent)
+    assert stat.S_IMODE(folder.st_mode) == 0o710 and folder.st_gid == MEMBER_GID
+    # Every file in the folder stays the owner's alone.
+    for path in shared.socket.parent.iterdir():
+        if path.is_file():
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+def test_a_member_submits_and_the_ledger_names_its_uid(shared: Daemon) -> None:
+    result = peer(shared, {"cmd": "submit", "id": 1, "text": "from a member"}, MEMBER_GID)
+    reply = result["reply"]
+    assert isinstance(reply, dict) and reply["ok"] is True, result
+    task = reply["task"]["id"]
+    (row,) = shared.call("ledger", task=task)["entries"]
+    assert row["uid"] == NOBODY and row["pid"] not in (None, os.getpid())
+
+
+def test_an_outsider_cannot_even_connect(shared: Daemon) -> None:
+    result = peer(shared, {"cmd": "ping", "id": 1}, OUTSIDER_GID)
+    assert result == {"connect": "PermissionError"}
+
+
+def test_an_outsider_is_refused_by_the_daemon_when_the_files_are_opened_by_hand(
+    shared: Daemon,
+) -> None:
+    os.chmod(shared.socket.parent, 0o711)
+    os.chmod(shared.socket, 0o666)
+    result = peer(shared, {"cmd": "ping", "id": 1}, OUTSIDER_GID)
+    reply = result["reply"]
+    assert isinstance(reply, dict) and reply["ok"] is False, result
+    assert reply["error"]["code"] == "forbidden"
+    assert "members of group 'nogroup'" in reply["error"]["message"]
+    assert shared.call("status")["ledger_seq"] == 0
+
+
+def test_a_member_cannot_read_the_board_or_list_the_folder(shared: Daemon) -> None:
+    state = shared.socket.parent
+    paths = [str(state), str(state / "colibri.sqlite"), str(state / "ledger.jsonl")]
+    done = run_as_nobody(READER, *paths, group=MEMBER_GID)
+    assert done.returncode == 0, done.stderr.decode()
+    assert set(json.loads(done.stdout).values()) == {"PermissionError"}
+
+
+def test_an_unknown_group_is_a_one_line_error(root: Path) -> None:
+    config(root, "no-such-group-here")
+    done = subprocess.run(
+        [PYTHON, "-m", "colibri", "--root", str(root), "run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "colibri.jsonc:" in lines[0] and "no-such-group-here" in lines[0], lines[0]
+    assert not (root / ".colibri" / "colibri.sock").exists()
