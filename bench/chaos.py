@@ -1,8 +1,8 @@
 """Chaos, long form: the submit storm (A1) at full size, every crash point (A2) ×50, the Board
 state machine (D4) at 2,000 sequences × 50 steps, restart with 500 running tasks (D1), the
-claim race of 200 agents over 100,000 tasks (B1) and 30 + 10 power cuts (A3).
+claim race of 200 agents over 100,000 tasks (B1) and 100 + 25 power cuts (A3).
 
-    .venv/bin/python bench/chaos.py                      # about 15 minutes on 2 cores
+    .venv/bin/python bench/chaos.py                      # about 20 minutes on 2 cores
     .venv/bin/python bench/chaos.py --runs 5 --submits 250 --kills 5 --d4-examples 200 \
         --claim-tasks 5000                               # quick
     .venv/bin/python bench/chaos.py --only D1,B1         # some of them
@@ -415,7 +415,7 @@ def main() -> None:
     parser.add_argument("--claim-tasks", type=int, default=100_000, help="B1; 0 skips it")
     parser.add_argument("--claim-agents", type=int, default=200)
     parser.add_argument("--claim-per-process", type=int, default=1, help="B1 agents a process")
-    parser.add_argument("--power-cuts", type=int, default=30, help="A3 with full; 0 skips it")
+    parser.add_argument("--power-cuts", type=int, default=100, help="A3 with full; 0 skips it")
     parser.add_argument(
         "--only", help=f"run only these, e.g. D1,B1 (of {', '.join(SCENARIO_NAMES)})"
     )

@@ -35,6 +35,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "peers": ([], ["--tasks", "5000"]),
     "schedules": ([], ["--schedules", "2000", "--idle", "3"]),
     "sessions": ([], ["--tasks", "50", "--burst", "50"]),
+    "abuse": ([], ["--pings", "500"]),
 }
 
 
@@ -204,6 +205,18 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             (f"{result['burst_sessions']} concurrent sessions (sleep 1 each), all done",
              f"{result['burst_seconds_median']:.2f} s, {result['burst_errors']} errors", "0 errors",
              yes(result["burst_errors"] == 0)),
+        ]  # fmt: skip
+    if name == "abuse":
+        scenarios = result["scenarios"]
+        return [
+            (f"ping beside {label}, p50 / p99 (× quiet p99)",
+             f"{scenarios[key]['p50_ms']:.2f} / {scenarios[key]['p99_ms']:.2f} ms "
+             f"(× {scenarios[key]['p99_vs_quiet']:g})",
+             "p99 < 100 ms" if key != "quiet" else "",
+             yes(scenarios[key]["p99_ms"] < result["target_p99_ms"]) if key != "quiet" else "")
+            for key, label in (("quiet", "nobody"), ("garbage", "a garbage flood"),
+                               ("slowloris", "200 slowloris peers"),
+                               ("churn", "connection churn"))
         ]  # fmt: skip
     return [(name, json.dumps(result), "", "")]
 
