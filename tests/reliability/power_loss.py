@@ -82,8 +82,8 @@ class LazyDisk:
 @contextmanager
 def lazy_disk(root: Path) -> Iterator[LazyDisk]:
     disk = LazyDisk(root / "disk", root / "mnt")
-    disk.attach()
     try:
+        disk.attach()
         yield disk
     finally:
         disk.detach()
@@ -137,7 +137,8 @@ class Load:
     def join(self) -> None:
         self.stop.set()
         for thread in self.threads:
-            thread.join(timeout=15)
+            if thread.ident is not None:  # started
+                thread.join(timeout=15)
 
 
 def stored_states(db: Path) -> dict[str, str]:
@@ -157,15 +158,17 @@ def run_power_loss(root: Path, seed: int, durability: str = "full") -> dict[str,
     with lazy_disk(root) as disk:
         store = disk.mount / "colibri.sqlite"
         daemon = Daemon(root, "--store", str(store), "--durability", durability)
-        daemon.start()
         load = Load(daemon, clients=2, seed=seed)
-        load.start()
-        time.sleep(rng.uniform(0.3, 1.5))
-        disk.cut()  # the power goes: the disk's cache and the daemon together
-        assert daemon.process is not None
-        daemon.process.kill()
-        daemon.process.wait(timeout=10)
-        load.join()
+        try:
+            daemon.start()
+            load.start()
+            time.sleep(rng.uniform(0.3, 1.5))
+            disk.cut()  # the power goes: the disk's cache and the daemon together
+        finally:
+            if daemon.process is not None:
+                daemon.process.kill()
+                daemon.process.wait(timeout=10)
+            load.join()
     submitted, finished = list(load.submitted), list(load.finished)
     stored = stored_states(root / "disk" / "colibri.sqlite")  # what the "reboot" finds
     with lazy_disk(root) as disk:

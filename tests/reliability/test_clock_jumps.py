@@ -80,6 +80,10 @@ def fires(root: Path, schedule: str) -> list[tuple[float, str, str]]:
     return [(parse_rfc3339(nominal), outcome, at) for nominal, outcome, at in rows]
 
 
+def missed(root: Path, schedule: str) -> int:
+    return sum(1 for _, outcome, _ in fires(root, schedule) if outcome == "missed")
+
+
 def fired(root: Path, schedule: str) -> list[float]:
     return [nominal for nominal, outcome, _ in fires(root, schedule) if outcome == "fired"]
 
@@ -133,6 +137,7 @@ def test_jumps_expire_no_agent_and_fire_no_schedule_twice(
 
         for offset in (HOUR, HOUR + DAY):  # forward: +1 h, then +1 d more
             before = {name: len(fired(root, name)) for name in ("one", "none")}
+            missed_before = {name: missed(root, name) for name in ("one", "none")}
             jumped = time.monotonic()
             jumps.set(offset)
             # The runner wakes at its next due time (≤ EVERY away on the monotonic clock), finds
@@ -149,8 +154,8 @@ def test_jumps_expire_no_agent_and_fire_no_schedule_twice(
                 added = len(fired(root, name)) - before[name]
                 assert 1 <= added <= elapsed / EVERY + 2, (name, offset, added, elapsed)
                 # … and the stretch it skipped is recorded as missed, not fired.
-                missed = sum(1 for _, outcome, _ in fires(root, name) if outcome == "missed")
-                assert missed >= 100, (name, offset, missed)
+                newly_missed = missed(root, name) - missed_before[name]
+                assert newly_missed >= 100, (name, offset, newly_missed)
 
         # Backward by a day: the next nominal time is a day ahead again; nothing re-fires.
         counts = {name: len(fires(root, name)) for name in ("one", "none")}
@@ -192,5 +197,21 @@ def test_silence_still_expires_an_agent_after_a_backward_jump(daemon: Daemon, ju
 
         reasons = wait_until(failed, timeout=20)
         assert reasons == ["session lost: agent quiet silent for more than 3s"], reasons
+    finally:
+        agent.close()
+
+
+def test_a_retry_back_off_is_not_stretched_by_a_backward_jump(daemon: Daemon, jumps: Jumps) -> None:
+    """The retry is due 5 s (``retry_backoff``) after the failure on the monotonic clock, not
+    at a wall-clock instant that a jump back by a day would put a day away."""
+    agent = FakeAgent(daemon, "retrier", ["work"], ttl=120)  # silent while it waits
+    try:
+        daemon.call("submit", text="flaky", capabilities=["work"], max_attempts=2)
+        first = agent.next_assign()
+        assert agent.fail(first, "transient")["ok"] is True
+        jumps.set(-DAY)
+        second = agent.next_assign(timeout=20)
+        assert second["task"]["id"] == first["task"]["id"]
+        assert second["epoch"] == first["epoch"] + 1
     finally:
         agent.close()

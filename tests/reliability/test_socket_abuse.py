@@ -11,9 +11,11 @@ import json
 import os
 import random
 import select
+import shutil
 import socket
 import stat
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -557,11 +559,11 @@ def test_a_world_writable_state_folder_is_tightened_to_0700(root: Path) -> None:
 
 
 POLLER = """
-import socket, sys, time
-path, seconds = sys.argv[1], float(sys.argv[2])
+import os, socket, sys, time
+path, stop = sys.argv[1], sys.argv[2]
 tries = connected = 0
-deadline = time.monotonic() + seconds
-while time.monotonic() < deadline:
+deadline = time.monotonic() + 120  # a backstop; the test ends it through the stop file
+while not os.path.exists(stop) and time.monotonic() < deadline:
     s = socket.socket(socket.AF_UNIX)
     try:
         s.connect(path)
@@ -581,27 +583,31 @@ def test_another_uid_never_connects_through_restarts_from_a_loose_folder(root: P
     state folder an operator left 0777: the folder is tightened before the socket is bound,
     and the socket is born 0600, so not one connect gets through at any instant."""
     os.chmod(root, 0o755)
+    stop = Path(tempfile.mkdtemp(prefix="cbstop", dir="/tmp"))
+    os.chmod(stop, 0o755)
     daemon = Daemon(root)
     result: list[subprocess.CompletedProcess[bytes]] = []
     poller = threading.Thread(
-        target=lambda: result.append(run_as_nobody(POLLER, str(daemon.socket), "12", timeout=60))
+        target=lambda: result.append(
+            run_as_nobody(POLLER, str(daemon.socket), str(stop / "stop"), timeout=180)
+        )
     )
     os.chmod(root / ".colibri", 0o777)
     poller.start()
-    starts = 0
     try:
-        while poller.is_alive() and starts < 15:
+        for _ in range(15):
             os.chmod(root / ".colibri", 0o777)
             daemon.start()
-            starts += 1
             assert stat.S_IMODE(os.stat(root / ".colibri").st_mode) == 0o700
             daemon.kill()
     finally:
+        (stop / "stop").touch()
         poller.join(timeout=60)
+        shutil.rmtree(stop, ignore_errors=True)
     assert result, "the poller did not finish"
     tries, connected = map(int, result[0].stdout.split())
-    assert starts >= 5 and tries > 1000, (starts, tries)
-    assert connected == 0, (connected, tries, starts)
+    assert tries > 0, result[0].stderr
+    assert connected == 0, (connected, tries)
 
 
 def test_a_second_daemon_says_already_running_and_leaves_the_first_alone(daemon: Daemon) -> None:

@@ -30,10 +30,16 @@ try:
 except OSError as exc:
     print(json.dumps({"connect": exc.__class__.__name__}))
     raise SystemExit(0)
-s.sendall(sys.argv[2].encode() + b"\\n")
+try:
+    s.sendall(sys.argv[2].encode() + b"\\n")
+except (BrokenPipeError, ConnectionResetError):
+    pass  # refused and closed before the request went out: the refusal is still to be read
 data = b""
 while not data.endswith(b"\\n"):
-    chunk = s.recv(65536)
+    try:
+        chunk = s.recv(65536)
+    except ConnectionResetError:
+        break
     if not chunk:
         break
     data += chunk
