@@ -27,6 +27,9 @@ def test_running_work_is_adopted_lost_or_superseded_across_a_daemon_kill(root: P
         frozen_slots=4,
         seed=1,
         agent_ttl=2.0,
+        # The plan's bound is TTL + 5 s (bench/chaos.py holds it); on a busy machine the suite
+        # only rules out a TTL that never runs out or runs on the wall clock.
+        lost_within=30.0,
     )
     figures = result.figures
     assert not result.report.problems(), result.report.problems()
