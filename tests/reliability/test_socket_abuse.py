@@ -186,6 +186,23 @@ def test_a_partial_line_is_closed_after_line_timeout_while_others_are_served(
             conn.close()
 
 
+def test_a_peer_that_keeps_completing_lines_is_never_timed_out(root: Path, peers: Peers) -> None:
+    """Each write finishes the previous request and starts the next one: the connection always
+    holds a partial line, but never the same one for long. It must not be closed as stalled
+    (as a busy harness whose writes the kernel splits mid-line would be)."""
+    write_settings(root, line_timeout="1s")
+    with running(root) as daemon:
+        conn = peers.raw(daemon)
+        conn.send(b'{"cmd":"ping","id":0')
+        for n in range(1, 16):  # 15 × 0.25 s: several line timeouts long
+            time.sleep(0.25)
+            conn.send(b'}\n{"cmd":"ping","id":' + str(n).encode())
+            assert conn.reply() == {"id": n - 1, "ok": True, "pong": True}
+        conn.send(b"}\n")
+        assert conn.reply() == {"id": 15, "ok": True, "pong": True}
+        conn.close()
+
+
 def test_line_timeout_must_be_a_duration(root: Path) -> None:
     write_settings(root, line_timeout="soon")
     done = subprocess.run(

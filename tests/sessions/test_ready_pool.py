@@ -47,15 +47,16 @@ def alive(pid: int) -> bool:
 def test_a_warm_session_takes_the_task_and_the_pool_refills(root: Path) -> None:
     daemon = start(root, warm=2, idle="60s")
     try:
-        warm = wait_until(lambda: len(s := started(root)) == 2 and s)
+        warm = wait_until(lambda: len(s := started(root)) == 2 and s, timeout=30)
         task = daemon.call("submit", text="hello", workspace="hot")["task"]
         final = wait_until(
-            lambda: (t := daemon.call("get", task=task["id"])["task"])["state"] == "closed" and t
+            lambda: (t := daemon.call("get", task=task["id"])["task"])["state"] == "closed" and t,
+            timeout=30,
         )
         pid = int(final["output"].split(":")[0])
         assert pid in warm, "the task ran in a session started before it"
         assert final["outcome"] == "done" and final["output"].endswith(": hello")
-        wait_until(lambda: len(started(root)) == 3)  # the pool is full again
+        wait_until(lambda: len(started(root)) == 3, timeout=30)  # the pool is full again
         assert not list((root / ".colibri" / "sessions").glob(f"*{task['id']}*"))
     finally:
         daemon.stop()

@@ -28,6 +28,7 @@ from colibri.client import AsyncClient, RemoteError
 from colibri.config import STATE_DIR
 from colibri.core.errors import DaemonNotRunning
 from colibri.core.lineage import Body, build_body
+from colibri.processes import alive
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -80,7 +81,7 @@ class WarmSession:
     def alive(self) -> bool:
         if self.process is not None:
             return self.process.returncode is None
-        return self.pane_pid is not None and tmux.alive(self.pane_pid)
+        return self.pane_pid is not None and alive(self.pane_pid)
 
 
 @dataclass
@@ -562,7 +563,7 @@ class Harness:
             # ``process.wait()`` also waits for the pipes, which a leftover child may hold open:
             # watch the process itself instead.
             waiting = asyncio.ensure_future(process.wait())
-            while not waiting.done() and tmux.alive(process.pid):
+            while not waiting.done() and alive(process.pid):
                 await asyncio.wait({waiting}, timeout=0.05)
             _, pending = await asyncio.wait({out, err}, timeout=0.5)
             if pending:

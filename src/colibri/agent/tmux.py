@@ -18,6 +18,8 @@ import re
 import signal
 from pathlib import Path
 
+from colibri.processes import alive
+
 POLL = 0.1
 
 
@@ -62,14 +64,6 @@ async def type_text(socket: Path, name: str, text: str) -> None:
     """Type the task into the session literally (never through a shell), then Enter."""
     await tmux(socket, "send-keys", "-t", name, "-l", text)
     await tmux(socket, "send-keys", "-t", name, "Enter")
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
 
 
 async def wait_ready(

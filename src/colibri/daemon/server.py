@@ -131,6 +131,7 @@ class Connection(asyncio.Protocol):
                 # A peer that pipelines (or floods) gets a turn's worth; the rest waits for the
                 # next loop iteration, so the other connections' lines are not stuck behind it.
                 del buf[:start]
+                self.partial_since = None  # whole lines wait: the daemon is the slow one
                 self._defer()
                 return
             line = bytes(buf[start:nl])
@@ -145,6 +146,9 @@ class Connection(asyncio.Protocol):
                 handled += 1
         if start:
             del buf[:start]
+            # The unfinished tail, if any, is a new line: its clock starts now. (A peer that
+            # keeps sending whole lines is never "stalled", however long it goes on.)
+            self.partial_since = None
         if len(buf) > limit:
             self._too_long(limit)
             return

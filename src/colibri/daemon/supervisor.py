@@ -24,11 +24,11 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from colibri.config import Config
 from colibri.locks import harness_lock, holder_pid
+from colibri.processes import alive
 from colibri.workspaces import session_environment
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,7 @@ class Supervisor:
             for harness in self.harnesses.values():
                 if harness.process is not None:
                     harness.process.poll()
-            pids = [pid for pid in pids if _alive(pid)]
+            pids = [pid for pid in pids if alive(pid)]
             await asyncio.sleep(0.05)
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
@@ -168,12 +168,3 @@ class Supervisor:
             if harness.process is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     harness.process.wait(timeout=1)
-
-
-def _alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
