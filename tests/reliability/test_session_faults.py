@@ -522,3 +522,34 @@ def test_every_fault_at_once_through_two_daemon_kills(start: Start, root: Path) 
     assert len(history.read_jsonl(root / "starts.jsonl")) == 12  # 11 tasks, one retried
     daemon.stop()  # SIGTERM: harnesses stop too
     wait_until(lambda: leftovers(root) == mentioning(root) == [], timeout=15)
+
+
+STUBBORN = """\
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+with open(os.path.join(sys.argv[1], os.environ["COLIBRI_TASK_ID"] + ".pid"), "w") as out:
+    out.write(str(os.getpid()))
+time.sleep(1000)
+"""
+
+
+def test_sessions_that_ignore_sigterm_are_stopped_together_and_all_reported(
+    start: Start, root: Path
+) -> None:
+    """Three sessions ignore SIGTERM, so each needs the harness's 5 s kill grace. Stopped one by
+    one they would outlast the supervisor's 10 s before it SIGKILLs the harness, and their
+    reports would be lost; stopped together, every task is failed with the harness's reason."""
+    (root / "stubborn.py").write_text(STUBBORN)
+    stubborn = {
+        "slots": 3,
+        "session": {"command": [sys.executable, str(root / "stubborn.py"), str(root)]},
+    }
+    daemon = start({"w": stubborn})
+    tasks = [submit(daemon, f"stubborn {n}", workspace="w") for n in range(3)]
+    wait_until(lambda: all((root / f"{t['id']}.pid").exists() for t in tasks), timeout=30)
+    daemon.stop()  # SIGTERM: the supervisor stops the harness; asserts exit 0
+    store = history.read_store(root / ".colibri" / "colibri.sqlite")
+    assert [(store.tasks[t["id"]]["outcome"], store.tasks[t["id"]]["error"]) for t in tasks] == [
+        ("failed", "agent w stopped")
+    ] * 3
+    wait_until(lambda: leftovers(root) == [], timeout=15)

@@ -36,6 +36,9 @@ T = TypeVar("T")
 OUTPUT_LIMIT = 1 << 20
 STDERR_TAIL = 4096
 KILL_GRACE = 5.0
+#: How long a stopping harness tries to deliver its sessions' last reports (after the kills,
+#: within the supervisor's 10 s before it SIGKILLs the harness).
+REPORT_TIMEOUT = 4.0
 
 
 @dataclass
@@ -655,21 +658,26 @@ class Harness:
         The reports go on a plain connection, as a session's own do: the daemon takes them for
         the agent holding the task, checking the epoch, and gives the agent no new work."""
         stopped = ("fail", {"error": f"agent {self.spec.name} stopped"})
-        for session in list(self.sessions.values()):
+        sessions = list(self.sessions.values())
+        for session in sessions:
             session.cancelled = True
-            await self._kill(session)
+        # All at once: each may take its grace period, and whoever stops this harness (the
+        # supervisor) waits only so long before it SIGKILLs it.
+        await asyncio.gather(*(self._kill(session) for session in sessions))
         client = AsyncClient(self.socket_path)
         try:
-            await client.connect()
-            for session in list(self.sessions.values()):
-                report = session.report
-                cmd, fields = report if report and report[0] in ("out", "fail") else stopped
-                with contextlib.suppress(RemoteError):
-                    await client.call(
-                        cmd, task=session.task, epoch=session.epoch, from_session=True, **fields
-                    )
-        except (DaemonNotRunning, OSError):
-            pass  # no daemon: these tasks fail as lost when it is back, unless claimed
+            async with asyncio.timeout(REPORT_TIMEOUT):
+                await client.connect()
+                for session in sessions:
+                    report = session.report
+                    cmd, fields = report if report and report[0] in ("out", "fail") else stopped
+                    with contextlib.suppress(RemoteError):
+                        await client.call(
+                            cmd, task=session.task, epoch=session.epoch, from_session=True,
+                            **fields,
+                        )  # fmt: skip
+        except (DaemonNotRunning, OSError, TimeoutError):
+            pass  # no daemon (or a frozen one): these fail as lost later, unless claimed
         finally:
             self.sessions.clear()
             await client.close()
