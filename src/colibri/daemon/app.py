@@ -96,6 +96,9 @@ def run_loop(main: Coroutine[Any, Any, int], loop: str = "auto") -> int:
 
 
 async def serve(config: Config) -> int:
+    # SIGUSR1 rotates the ledger once the daemon runs; until then (lock, store, catch-up) its
+    # default action would end the process.
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     crashpoints.arm(config.crashpoint)
     if crashpoints.armed is not None:
         log.warning(

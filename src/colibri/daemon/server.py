@@ -46,6 +46,8 @@ _encoder = msgspec.json.Encoder()
 SUBSCRIBER_BUFFER_LIMIT = 8 * 1024 * 1024
 #: Lines of one connection handled per loop iteration; the rest wait for the next one.
 LINES_PER_TURN = 64
+#: How long a peer's socket-group membership, once looked up, is taken as known.
+MEMBERSHIP_TTL = 60.0
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
@@ -168,7 +170,14 @@ class Connection(asyncio.Protocol):
         self._deferred = False
         if self.closing:
             return
-        self._handle_lines()
+        try:
+            self._handle_lines()
+        except Exception:  # never leave a connection paused for good: close it
+            log.exception("internal error reading a connection", extra={"event": "internal_error"})
+            self.closing = True
+            if self.transport is not None:
+                self.transport.close()
+            return
         if not self._deferred and not self._write_paused and self.transport is not None:
             self.transport.resume_reading()
 
@@ -239,6 +248,7 @@ class Server:
         self.supervisor = Supervisor(config)
         self.bus = Bus(self)
         self.owner_uid = os.getuid()
+        self._membership: dict[tuple[int, int], tuple[float, bool]] = {}
         group = config.server.socket_group_name
         self.who_may = (
             f"only its owner (uid {self.owner_uid}) and members of group {group!r} may"
@@ -273,7 +283,16 @@ class Server:
         if uid == self.owner_uid:
             return True
         group = self.config.server.socket_group
-        return uid >= 0 and group is not None and in_group(uid, gid, group)
+        if uid < 0 or group is None:
+            return False
+        # The group database may be remote (LDAP, SSSD): ask it at most once a minute per
+        # peer, not on every connection, so a slow lookup cannot keep stalling the loop.
+        now = self.loop.time()
+        known = self._membership.get((uid, gid))
+        if known is None or known[0] < now:
+            known = (now + MEMBERSHIP_TTL, in_group(uid, gid, group))
+            self._membership[(uid, gid)] = known
+        return known[1]
 
     def handle_line(self, conn: Connection, line: bytes) -> None:
         try:
