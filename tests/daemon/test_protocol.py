@@ -580,6 +580,26 @@ def test_a_thousand_pipelined_requests_get_a_thousand_replies_in_order(daemon: D
         assert_usable(conn)
 
 
+def test_a_peer_that_pipelines_and_does_not_read_neither_stalls_others_nor_loses_replies(
+    daemon: Daemon,
+) -> None:
+    """20,000 requests in one go from a peer that reads nothing back: the daemon handles them a
+    turn's worth at a time and stops reading the peer while its replies pile up; the other
+    clients are served meanwhile, and once the peer reads, every reply comes, in order."""
+    count = 20_000
+    blob = b"".join(line({"cmd": "ping", "id": i}) for i in range(count))
+    with raw(daemon) as flooder:
+        sender = threading.Thread(target=flooder.send, args=(blob,))
+        sender.start()
+        with daemon.client() as other:
+            for n in range(20):
+                assert other.call("ping")["pong"] is True, n
+        ids = [flooder.reply()["id"] for _ in range(count)]
+        sender.join(timeout=60)
+        assert ids == list(range(count))
+        assert_usable(flooder)
+
+
 def test_pipelined_submissions_are_all_stored_in_order(daemon: Daemon) -> None:
     blob = b"".join(line({"cmd": "submit", "id": i, "text": f"task {i}"}) for i in range(1, 201))
     with raw(daemon) as conn:
