@@ -27,8 +27,15 @@ def test_no_acknowledged_task_is_lost_to_a_power_cut(tmp_path: Path, seed: int) 
 
 
 def test_relaxed_durability_does_lose_acknowledged_tasks_to_a_power_cut(tmp_path: Path) -> None:
-    """What ``relaxed`` gives up, measured: a crash of the daemon is survived, power loss not."""
-    runs = [run_power_loss(tmp_path / str(seed), seed, "relaxed") for seed in range(2)]
-    for figures in runs:
+    """What ``relaxed`` gives up, measured: a crash of the daemon is survived, power loss not.
+    A cut right after SQLite's own checkpoint (which syncs) loses nothing, so this cuts until
+    one loses acknowledged work: about four cuts in five do (bench/chaos.py), six never all
+    missing it but once in some 15,000 runs."""
+    runs = []
+    for seed in range(6):
+        figures = run_power_loss(tmp_path / str(seed), seed, "relaxed")
         assert figures["acknowledged"] > 0, figures
-    assert sum(figures["lost"] for figures in runs) > 0, runs
+        runs.append(figures)
+        if figures["lost"] or figures["undone"]:
+            break
+    assert runs[-1]["lost"] or runs[-1]["undone"], runs
