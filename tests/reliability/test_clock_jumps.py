@@ -157,14 +157,16 @@ def test_jumps_expire_no_agent_and_fire_no_schedule_twice(
                 newly_missed = missed(root, name) - missed_before[name]
                 assert newly_missed >= 100, (name, offset, newly_missed)
 
-        # Backward by a day: the next nominal time is a day ahead again; nothing re-fires.
-        counts = {name: len(fires(root, name)) for name in ("one", "none")}
+        # Backward by a day: the next nominal time is a day ahead again; nothing re-fires. (A
+        # fire the runner made just before it saw the jump is the timetable's next one: allowed.)
+        before_back = {name: {(t, o) for t, o, _ in fires(root, name)} for name in ("one", "none")}
         last = {name: max(fired(root, name)) for name in ("one", "none")}
         jumps.set(HOUR)
         keep_alive(agent, 3 * EVERY + 1)
         for name in ("one", "none"):
-            assert len(fires(root, name)) == counts[name], name
-            assert max(fired(root, name)) == last[name], name
+            new = {(t, o) for t, o, _ in fires(root, name)} - before_back[name]
+            assert len(new) <= 1, (name, new)
+            assert all(t > last[name] and o == "fired" for t, o in new), (name, new, last[name])
         ones = [t for t, _, _ in fires(root, "one")]
         assert len(ones) == len(set(ones))  # one row per nominal time (the store's key)
 
