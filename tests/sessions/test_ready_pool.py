@@ -57,7 +57,7 @@ def test_a_warm_session_takes_the_task_and_the_pool_refills(root: Path) -> None:
         assert pid in warm, "the task ran in a session started before it"
         assert final["outcome"] == "done" and final["output"].endswith(": hello")
         wait_until(lambda: len(started(root)) == 3, timeout=30)  # the pool is full again
-        assert not list((root / ".colibri" / "sessions").glob(f"*{task['id']}*"))
+        wait_until(lambda: not list((root / ".colibri" / "sessions").glob(f"*{task['id']}*")))
     finally:
         daemon.stop()
 

@@ -97,7 +97,8 @@ def test_the_task_file_holds_the_body_and_is_removed_after(fleet: Fleet, root: P
     assert seen["stdin"] == text  # stdin carries the text alone
     assert seen["epoch"] == "1"
     assert seen["parent"] == parent["id"] and seen["workspace"] == "web"
-    assert not Path(seen["file"]).exists()
+    # Removed once the session has ended (the report may reach the daemon just before).
+    wait_until(lambda: not Path(seen["file"]).exists())
     assert get(daemon, child["id"])["output"] == text
 
     seen = json.loads((root / f"seen-{lone['id']}").read_text())
@@ -105,7 +106,7 @@ def test_the_task_file_holds_the_body_and_is_removed_after(fleet: Fleet, root: P
         task=lone["id"], text="no family", workspace="web", epoch=1
     )
     assert seen["parent"] is None
-    assert not Path(seen["file"]).exists()
+    wait_until(lambda: not Path(seen["file"]).exists())
 
 
 ids = st.uuids().map(str)
