@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -78,6 +79,10 @@ class Daemon:
                 return
             except Exception:
                 time.sleep(0.02)
+        # Never leave it behind: the test fails here, before anything would stop it.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
         raise AssertionError(f"daemon did not become ready:\n{self.log()}")
 
     def log(self) -> str:
