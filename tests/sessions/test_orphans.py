@@ -8,6 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
+from colibri.processes import alive
 from tests.helpers import Daemon, wait_until
 
 #: Starts a grandchild that would live 1000 s, records its pid and group, then waits or exits.
@@ -19,14 +20,6 @@ SPAWNS = (
     "    time.sleep(1000)\n"
     "print('leaving my child behind')\n"
 )
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
 
 
 def group_members(pgid: int) -> list[int]:

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from colibri.processes import alive
 from tests.helpers import Daemon, wait_until
 
 #: Starts, writes its pid to a file (to prove it was started before its task), then waits for
@@ -34,14 +35,6 @@ def started(root: Path) -> set[int]:
     return (
         {int(p.name.split("-")[1]) for p in folder.glob("started-*")} if folder.exists() else set()
     )
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
 
 
 def test_a_warm_session_takes_the_task_and_the_pool_refills(root: Path) -> None:

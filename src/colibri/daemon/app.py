@@ -38,7 +38,7 @@ def check_state_dir(path: Path, group: int | None = None) -> None:
     """Refuse a state folder someone else could tamper with; tighten our own to 0700.
 
     With a socket group the folder also gets that group now, and its traverse bit only once the
-    socket is in place (``open_state_dir``), so nobody reaches a half-made socket."""
+    socket is in place (``open_to_group``), so nobody reaches a half-made socket."""
     info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
         raise RootError(f"{path} must be a real directory, not a symlink or a file")
