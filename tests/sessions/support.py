@@ -30,7 +30,10 @@ def gated(root: Path) -> list[str]:
         "-c",
         "import os, sys, time\n"
         "root, task = sys.argv[1], os.environ['COLIBRI_TASK_ID']\n"
-        "open(os.path.join(root, 'started-' + task), 'w').write(str(os.getpid()))\n"
+        # Written whole, then renamed: a reader never sees the file empty.
+        "partial = os.path.join(root, 'starting-' + task)\n"
+        "open(partial, 'w').write(str(os.getpid()))\n"
+        "os.replace(partial, os.path.join(root, 'started-' + task))\n"
         "while not os.path.exists(os.path.join(root, 'go-' + task)):\n"
         "    time.sleep(0.02)\n"
         "print('released', task)\n",
