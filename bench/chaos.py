@@ -1,10 +1,11 @@
 """Chaos, long form: the submit storm (A1) at full size, every crash point (A2) ×50, the Board
 state machine (D4) at 2,000 sequences × 50 steps, restart with 500 running tasks (D1), the
-claim race of 200 agents over 100,000 tasks (B1) and 100 + 25 power cuts (A3).
+claim race of 200 agents over 100,000 tasks (B1), 100 + 25 power cuts (A3) and 100,000 fuzzed
+requests on one connection (G).
 
     .venv/bin/python bench/chaos.py                      # about 20 minutes on 2 cores
     .venv/bin/python bench/chaos.py --runs 5 --submits 250 --kills 5 --d4-examples 200 \
-        --claim-tasks 5000                               # quick
+        --claim-tasks 5000 --power-cuts 10 --fuzz 2000   # quick
     .venv/bin/python bench/chaos.py --only D1,B1         # some of them
 
 A1: 8 clients submit 1,250 tasks each with idempotency keys, 20 stub agents run them, the
@@ -29,6 +30,10 @@ claim_race). One daemon on SQLite; the form with several daemons needs the Postg
 A3: ``--power-cuts`` seeded power cuts with durability full and a quarter as many with relaxed
 (tests/reliability/power_loss.py): the store on a FUSE file system that forgets unsynced
 writes, cut under load; full must lose no acknowledged submit or ``out``, relaxed is reported.
+
+G: ``--fuzz`` Hypothesis-generated request lines (tests/reliability/test_socket_abuse.py: fuzz),
+one at a time on one connection of a daemon: every reply ``ok`` or a known error code, the
+daemon alive after each, the slowest reply under a second.
 
 Prints progress on stderr, then a Markdown table of the figures and one JSON line on stdout.
 Everything runs on fresh roots under /tmp, removed afterwards (kept, and named, on a failure).
@@ -55,11 +60,14 @@ from tests.helpers import write_config
 from tests.reliability.crash_scenarios import SCENARIOS
 from tests.reliability.fleet import RunResult, claim_race, restart_at_size, submit_storm
 from tests.reliability.power_loss import fuse_available, run_power_loss
+from tests.reliability.test_socket_abuse import fuzz
 
 from colibri.config import init_root
 
 #: What ``--only`` selects from.
-SCENARIO_NAMES = ("A1", "A2", "D4", "D1", "B1", "A3")
+SCENARIO_NAMES = ("A1", "A2", "D4", "D1", "B1", "A3", "G")
+#: The plan's bound on any one reply to a fuzzed request (a hang).
+FUZZ_SLOWEST_S = 1.0
 
 CRITERIA = {
     "K1": "task absent, client saw EOF",
@@ -221,6 +229,47 @@ def run_power_cuts(cuts: int) -> dict[str, Any]:
     }
 
 
+def run_fuzz(examples: int) -> dict[str, Any]:
+    """G: ``examples`` fuzzed requests on one connection of a fresh daemon."""
+    from tests.helpers import Daemon, RawConnection
+
+    root = fresh_root()
+    note(f"G: {examples:,} fuzzed requests (root {root})")
+    started = time.monotonic()
+    daemon = Daemon(root)
+    daemon.start()
+    seen: dict[str, int] = {}
+    slowest = 0.0
+    error = None
+    try:
+        conn = RawConnection(daemon.socket, timeout=30)
+        try:
+            seen, slowest = fuzz(daemon, conn, examples)
+        finally:
+            conn.close()
+        assert daemon.process is not None
+        alive = daemon.call("status")["daemon"]["pid"] == daemon.process.pid
+    except Exception as exc:
+        error, alive = repr(exc)[:2000], False
+        note(f"G FAILED (root kept at {root}): {error}")
+    finally:
+        daemon.stop()
+    passed = error is None and alive and slowest < FUZZ_SLOWEST_S
+    if passed:
+        shutil.rmtree(root, ignore_errors=True)
+    seconds = round(time.monotonic() - started, 1)
+    note(f"G: {'passed' if passed else 'FAILED'} in {seconds} s: {seen}, slowest {slowest:.3f} s")
+    return {
+        "requests": sum(seen.values()),
+        "outcomes": dict(sorted(seen.items(), key=lambda kv: -kv[1])),
+        "slowest_s": round(slowest, 3),
+        "daemon_alive": alive,
+        "error": error,
+        "seconds": seconds,
+        "passed": passed,
+    }
+
+
 def run_points(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     results: dict[str, dict[str, Any]] = {}
     for point in args.points:
@@ -312,6 +361,7 @@ def table(
     restart: dict[str, Any] | None = None,
     race: dict[str, Any] | None = None,
     power: dict[str, Any] | None = None,
+    fuzzed: dict[str, Any] | None = None,
 ) -> str:
     lines = ["| test | what must hold | result | figures |", "| --- | --- | --- | --- |"]
     if storm is not None:
@@ -395,6 +445,16 @@ def table(
             f"{relaxed['cuts']} cuts lost work, {relaxed['lost']:,} of "
             f"{relaxed['acknowledged']:,} submits; {power['seconds']} s |"
         )
+    if fuzzed is not None:
+        outcomes = ", ".join(f"{code} {n:,}" for code, n in fuzzed["outcomes"].items())
+        lines.append(
+            f"| G | fuzzed requests: each answered ok or a known error, daemon alive, no reply "
+            f"≥ {FUZZ_SLOWEST_S:g} s | {'pass' if fuzzed['passed'] else 'FAIL'} | "
+            f"{fuzzed['requests']:,} requests: {outcomes}; slowest reply {fuzzed['slowest_s']} s;"
+            f" daemon alive: {'yes' if fuzzed['daemon_alive'] else 'NO'}; {fuzzed['seconds']} s"
+            + (f"; {fuzzed['error']}" if fuzzed["error"] else "")
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -416,6 +476,7 @@ def main() -> None:
     parser.add_argument("--claim-agents", type=int, default=200)
     parser.add_argument("--claim-per-process", type=int, default=1, help="B1 agents a process")
     parser.add_argument("--power-cuts", type=int, default=100, help="A3 with full; 0 skips it")
+    parser.add_argument("--fuzz", type=int, default=100_000, help="G requests; 0 skips it")
     parser.add_argument(
         "--only", help=f"run only these, e.g. D1,B1 (of {', '.join(SCENARIO_NAMES)})"
     )
@@ -436,6 +497,7 @@ def main() -> None:
         args.restart_tasks = args.restart_tasks if "D1" in only else 0
         args.claim_tasks = args.claim_tasks if "B1" in only else 0
         args.power_cuts = args.power_cuts if "A3" in only else 0
+        args.fuzz = args.fuzz if "G" in only else 0
     if args.restart_tasks and not args.restart_agents >= 2:
         parser.error(f"--restart-agents must be at least 2, got {args.restart_agents}")
     if args.claim_tasks and (
@@ -452,7 +514,8 @@ def main() -> None:
     restart = run_restart(args) if args.restart_tasks else None
     race = run_claim_race(args) if args.claim_tasks else None
     power = run_power_cuts(args.power_cuts) if args.power_cuts else None
-    print(table(storm, points, machine_run, restart, race, power), flush=True)
+    fuzzed = run_fuzz(args.fuzz) if args.fuzz else None
+    print(table(storm, points, machine_run, restart, race, power, fuzzed), flush=True)
     passed = (
         (storm is None or storm["passed"])
         and all(r["passed"] == r["runs"] for r in points.values())
@@ -460,6 +523,7 @@ def main() -> None:
         and (restart is None or restart["passed"])
         and (race is None or race["passed"])
         and (power is None or power["passed"])
+        and (fuzzed is None or fuzzed["passed"])
     )
     emit(
         {
@@ -472,6 +536,7 @@ def main() -> None:
             "restart": restart,
             "claim_race": race,
             "power_loss": power,
+            "fuzz": fuzzed,
             "machine": machine(),
         }
     )

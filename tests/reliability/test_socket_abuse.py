@@ -470,15 +470,16 @@ def request_lines(draw: st.DrawFn, request_id: int) -> bytes:
     return encode(obj)
 
 
-def test_fuzzed_requests_get_ok_or_a_known_error_and_never_kill_the_daemon(
-    daemon: Daemon, peers: Peers
-) -> None:
-    conn = peers.raw(daemon, timeout=30)
-    counter = iter(range(1, 1_000_000))
+def fuzz(daemon: Daemon, conn: RawConnection, examples: int) -> tuple[dict[str, int], float]:
+    """Send ``examples`` Hypothesis-generated lines on ``conn``, one at a time, checking each
+    reply; return the count of each outcome ("ok" or an error code) and the slowest reply in
+    seconds. The long form (bench/chaos.py, G) runs it with 100,000 examples."""
+    counter = iter(range(1, 1 << 62))
     seen: dict[str, int] = {}
+    slowest = 0.0
 
     @settings(
-        max_examples=1000,
+        max_examples=examples,
         derandomize=True,
         database=None,
         deadline=None,
@@ -486,14 +487,17 @@ def test_fuzzed_requests_get_ok_or_a_known_error_and_never_kill_the_daemon(
     )
     @given(st.data())
     def exchange(data: st.DataObject) -> None:
+        nonlocal slowest
         request_id = next(counter)
         raw = data.draw(request_lines(request_id))
         assume(len(raw) < 1_000_000)  # below server.max_line: a longer line closes the peer
+        sent = time.monotonic()
         conn.send(raw + b"\n")
         while True:
             reply = conn.reply()
             if "event" not in reply:
                 break  # assignments, ledger rows and board events may come in between
+        slowest = max(slowest, time.monotonic() - sent)
         assert isinstance(reply, dict) and reply.get("id") in echoable_ids(raw), reply
         if reply["ok"] is True:
             outcome = "ok"
@@ -506,6 +510,14 @@ def test_fuzzed_requests_get_ok_or_a_known_error_and_never_kill_the_daemon(
         assert daemon.process is not None and daemon.process.poll() is None
 
     exchange()
+    return seen, slowest
+
+
+def test_fuzzed_requests_get_ok_or_a_known_error_and_never_kill_the_daemon(
+    daemon: Daemon, peers: Peers
+) -> None:
+    conn = peers.raw(daemon, timeout=30)
+    seen, _slowest = fuzz(daemon, conn, 1000)
     assert sum(seen.values()) >= 1000
     # Far from everything was refused: the dispatcher ran real commands, too.
     assert seen.get("ok", 0) > 0 and seen.get("bad_request", 0) > 0 and seen.get("bad_json", 0)
