@@ -36,6 +36,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "schedules": ([], ["--schedules", "2000", "--idle", "3"]),
     "sessions": ([], ["--tasks", "50", "--burst", "50"]),
     "abuse": ([], ["--pings", "500"]),
+    "cascade": ([], ["--depth", "5"]),
 }
 
 
@@ -218,6 +219,15 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                                ("slowloris", "200 slowloris peers"),
                                ("churn", "connection churn"))
         ]  # fmt: skip
+    if name == "cascade":
+        return [
+            (
+                f"cancel a family of {result['tasks']:,} tasks (one transaction, round trip)",
+                f"{result['cancel_s'] * 1000:.0f} ms ({result['per_task_us']:.0f} µs a task)",
+                f"≤ {result['target_s']:g} s",
+                yes(result["met"]),
+            )
+        ]
     return [(name, json.dumps(result), "", "")]
 
 

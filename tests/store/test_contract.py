@@ -480,6 +480,22 @@ def test_children_are_the_direct_children_in_id_order(store: Store) -> None:
     assert store.children("no-such-task") == []
 
 
+def test_open_family_is_every_pending_or_running_member_at_any_depth_root_first(
+    store: Store,
+) -> None:
+    tasks = {t.id: t for t in _board(store)}
+    # t11 is open below t03, which is done: an ended member's children are still searched.
+    assert ids(store.open_family("t01")) == ["t01", "t09", "t11"]
+    assert all(t == tasks[t.id] for t in store.open_family("t01"))
+    assert ids(store.open_family("t03")) == ["t11"]  # the root itself ended
+    assert ids(store.open_family("t06")) == ["t10"]
+    assert ids(store.open_family("t02")) == ["t02", "t05"]
+    assert store.open_family("t12") == []
+    assert store.open_family("no-such-task") == []
+    move(store, tasks["t11"], state="closed")
+    assert ids(store.open_family("t01")) == ["t01", "t09"]
+
+
 def test_open_tasks_are_the_tasks_not_yet_closed_in_id_order(store: Store) -> None:
     """Ended tasks (done, failed, cancelled) stay open until closed: the daemon rebuilds them."""
     assert store.open_tasks() == []

@@ -645,9 +645,7 @@ class Board:
         root = self.get(task_id)
         why = reason or "cancelled"
         changed: list[Task] = []
-        stack = [root]
-        while stack:
-            task = stack.pop()
+        for task in self.store.open_family(root.id):
             task = self.tasks.get(task.id, task)
             if task.state in (State.PENDING, State.RUNNING):
                 changed.append(
@@ -657,17 +655,14 @@ class Board:
                 )
                 if task.id != root.id:
                     crashpoints.hit("mid-cancel")
-            stack.extend(self.store.children(task.id))
         if not changed and root.state in states.ENDED:
             raise IllegalTransition(root.id, root.state, State.CANCELLED.value)
         return changed
 
     def _cancel_one(self, task: Task, reason: str) -> Task:
-        was_running = task.state == State.RUNNING
         self.pending.discard(task.id)
         self._orphans.pop(task.id, None)
-        cancelled = self._move(task, State.CANCELLED, reason)
-        holder = self.agents.get(task.agent or "") if was_running else None
+        holder = self.agents.get(task.agent or "") if task.state == State.RUNNING else None
         if (
             holder is not None
             and holder.online
@@ -675,9 +670,10 @@ class Board:
             and task.id in holder.holding
         ):
             # The session closes the task when it has stopped (reclaimed).
+            cancelled = self._move(task, State.CANCELLED, reason)
             self._emit(holder.peer, events.cancel(cancelled, reason))
             return cancelled
-        return self._close(cancelled)
+        return self._move(task, State.CANCELLED, reason, close=True)
 
     def _budget_left(self, task: Task) -> float:
         """A task's budget less what it spent and what its children were given."""

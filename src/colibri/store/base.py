@@ -72,6 +72,9 @@ class Store(Protocol):
 
     def count_children(self, task_id: str) -> int: ...
 
+    def open_family(self, task_id: str) -> list[Task]:
+        """The task and its descendants at any depth that are pending or running, root first."""
+
     def open_tasks(self) -> list[Task]:
         """Every task not yet closed, oldest first: the daemon rebuilds from these."""
 

@@ -339,6 +339,9 @@ class SqliteStore:
     def children(self, task_id: str) -> list[Task]:
         return [_task_from_row(r) for r in self._conn.execute(_Q["children"], (task_id,))]
 
+    def open_family(self, task_id: str) -> list[Task]:
+        return [_task_from_row(r) for r in self._conn.execute(_Q["open_family"], (task_id,))]
+
     def open_tasks(self) -> list[Task]:
         return [_task_from_row(r) for r in self._conn.execute(_Q["open_tasks"])]
 

@@ -122,6 +122,18 @@ SELECT * FROM tasks WHERE state <> 'closed' ORDER BY id;
 -- name: children
 SELECT * FROM tasks WHERE parent = ? ORDER BY id;
 
+-- name: open_family
+-- A task and its descendants at any depth (an ended task's children may still be open), in one
+-- query rather than one per member; only the pending and running ones, the root first.
+WITH RECURSIVE family (id, depth) AS (
+    SELECT id, 0 FROM tasks WHERE id = ?
+    UNION ALL
+    SELECT tasks.id, family.depth + 1 FROM tasks JOIN family ON tasks.parent = family.id
+)
+SELECT tasks.* FROM family JOIN tasks ON tasks.id = family.id
+ WHERE tasks.state IN ('pending', 'running')
+ ORDER BY family.depth, tasks.id;
+
 -- name: ledger_after
 SELECT * FROM ledger WHERE seq > ? ORDER BY seq LIMIT ?;
 
