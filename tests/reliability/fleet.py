@@ -146,16 +146,26 @@ class Progress:
 class SubmitClient(threading.Thread):
     """Submits ``count`` tasks, each with its own idempotency key, retrying every submission
     whose outcome it does not know (the connection died) with the same key until it is
-    acknowledged. Every attempt is one op in ``ops``."""
+    acknowledged. Every attempt is one op in ``ops``. ``every`` > 0 paces it: the n-th task
+    is first sent no earlier than n × ``every`` seconds after the start (a steady rate, as in a
+    soak, instead of a storm)."""
 
     def __init__(
-        self, socket: Path, cid: int, count: int, progress: Progress, **fields: Any
+        self,
+        socket: Path,
+        cid: int,
+        count: int,
+        progress: Progress,
+        *,
+        every: float = 0.0,
+        **fields: Any,
     ) -> None:
         super().__init__(name=f"client-{cid}", daemon=True)
         self.socket = socket
         self.cid = cid
         self.count = count
         self.progress = progress
+        self.every = every
         #: Sent with every submission (e.g. ``max_attempts``).
         self.fields = fields
         self.ops: list[dict[str, Any]] = []
@@ -178,8 +188,11 @@ class SubmitClient(threading.Thread):
 
     def _run(self) -> None:
         client: Client | None = None
+        started = time.monotonic()
         for n in range(self.count):
             key = f"c{self.cid}-{n}"
+            if self.every > 0:
+                time.sleep(max(0.0, started + n * self.every - time.monotonic()))
             while True:
                 if client is None:
                     client = self._connect(time.monotonic() + 60)
