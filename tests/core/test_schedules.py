@@ -226,6 +226,13 @@ def test_build_unknown_time_zone() -> None:
         build("s", spec(cron="0 9 * * *"), now=T0, default_tz="Nowhere/Land")
 
 
+@pytest.mark.parametrize("name", ["Europe", "America/Argentina", "Europe/" + "x" * 300])
+def test_a_zone_database_folder_or_an_overlong_name_is_an_unknown_time_zone(name: str) -> None:
+    # ZoneInfo raises OSError for these (IsADirectoryError, ENAMETOOLONG), not KeyError
+    with pytest.raises(BadRequest, match="unknown time zone"):
+        make(cron="0 9 * * *", tz=name)
+
+
 def test_build_bad_cron_names_the_expression() -> None:
     with pytest.raises(BadRequest, match="61 9"):
         make(cron="61 9 * * *")

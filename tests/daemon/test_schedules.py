@@ -59,6 +59,9 @@ def test_bad_definitions_are_refused_and_store_nothing(daemon: Daemon) -> None:
         ({"cron": "61 * * * *"}, "cron"),
         ({"cron": "* * *"}, "five fields"),
         ({"cron": "@daily", "tz": "Mars/Olympus"}, "time zone"),
+        # a folder of the zone database, and a name too long for a file name: not zones either
+        ({"cron": "@daily", "tz": "Europe"}, "time zone"),
+        ({"cron": "@daily", "tz": "Europe/" + "x" * 300}, "time zone"),
         ({"at": "2001-01-01T00:00:00Z"}, "past"),
         ({"every": "soon"}, "duration"),
         ({"cron": "@daily", "every": "1m"}, "exactly one"),

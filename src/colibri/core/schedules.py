@@ -118,7 +118,8 @@ class Schedule(msgspec.Struct, kw_only=True):
 def zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    # OSError: a folder of the zone database ("Europe"), or a name too long for a file name
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         raise BadRequest(
             f"unknown time zone {name!r}: use an IANA name such as Europe/Ljubljana or UTC"
         ) from None
