@@ -172,6 +172,28 @@ def test_a_pinned_task_goes_only_to_its_agent(daemon: Daemon, spawn: Spawn) -> N
     assert get(daemon, later["id"])["agent"] == "ccc"
 
 
+def test_an_agent_registered_again_under_another_tenant_gets_only_that_tenants_work(
+    daemon: Daemon, spawn: Spawn
+) -> None:
+    mover = spawn(daemon, "mover", ["linux"], tenant="team-a")
+    assert mover.client.call(
+        "register-agent", name="mover", capabilities=["linux"], slots=1, tenant="team-b"
+    )["ok"]
+    # Dispatch runs in the submit's own batch: pending in the reply means it was not placed.
+    left = submit(daemon, capabilities=["linux"], tenant="team-a")
+    assert get(daemon, left["id"])["state"] == "pending"
+    why = daemon.call("why", task=left["id"])
+    assert all(row["agent"] != "mover" for row in why["agents"]), why
+    taken = submit(daemon, capabilities=["linux"], tenant="team-b")
+    assert mover.next_assign(timeout=5)["task"]["id"] == taken["id"]
+    # Gone from the first tenant for good: once its connection closes, a task of that tenant
+    # does not reach for it either (and the submit that would have dispatched it succeeds).
+    mover.close()
+    another = submit(daemon, capabilities=["linux"], tenant="team-a")
+    assert get(daemon, another["id"])["state"] == "pending"
+    assert get(daemon, left["id"])["state"] == "pending"
+
+
 def test_a_workspace_task_goes_only_to_that_workspace(daemon: Daemon, spawn: Spawn) -> None:
     spawn(daemon, "aaa", ["linux"])
     inside = spawn(daemon, "zzz", ["linux"], workspace="ws1")

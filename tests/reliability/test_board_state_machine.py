@@ -34,6 +34,8 @@ from colibri.store import Store, open_store
 from tests.reliability import history
 
 AGENTS = ("a0", "a1", "a2")
+#: Agents may register again under another tenant; work must only ever go to its own tenant's.
+TENANTS = ("default", "team-b")
 TTL = 5.0
 #: A RAM-backed folder when there is one: the store is real SQLite, its fsyncs are cheap.
 SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -75,6 +77,7 @@ class AgentModel:
     def __init__(self, name: str, slots: int) -> None:
         self.name = name
         self.slots = slots
+        self.tenant = "default"
         self.peer: Peer | None = None
         self.sessions: dict[str, int] = {}  # task id → epoch
         self.stopping: dict[str, int] = {}
@@ -84,6 +87,10 @@ class AgentModel:
         if kind == "assign":
             task_id = message["task"].id
             assert task_id not in self.sessions, f"{task_id} assigned twice to {self.name}"
+            tenant = message["task"].tenant
+            assert tenant == self.tenant, (
+                f"{task_id} of {tenant} sent to {self.name} of {self.tenant}"
+            )
             self.sessions[task_id] = message["epoch"]
         elif kind == "cancel":
             if self.sessions.get(message["task"]) == message["epoch"]:
@@ -157,13 +164,19 @@ class BoardMachine(RuleBasedStateMachine):
         count=st.integers(1, 3),
         parent=st.one_of(st.none(), st.integers(0, 100)),
         max_attempts=st.sampled_from([1, 1, 2]),
+        tenant=st.sampled_from(TENANTS),
     )
-    def submit(self, count: int, parent: int | None, max_attempts: int) -> None:
+    def submit(
+        self, count: int, parent: int | None, max_attempts: int, tenant: str = "default"
+    ) -> None:
         """``count`` submissions in one batch, maybe children of an earlier task."""
         parent_id = self.ids[parent % len(self.ids)] if parent is not None and self.ids else None
         for _ in range(count):
             fields = TaskFields(
-                text=f"task {len(self.ids)}", parent=parent_id, max_attempts=max_attempts
+                text=f"task {len(self.ids)}",
+                parent=parent_id,
+                max_attempts=max_attempts,
+                tenant=tenant,
             )
             # Ids given in order (the daemon's are time-ordered UUIDs): replays stay the same.
             task_id = f"task-{len(self.ids):04d}"
@@ -174,24 +187,43 @@ class BoardMachine(RuleBasedStateMachine):
             self.ids.append(task_id)
         self.flush()
 
-    @rule(name=st.sampled_from(AGENTS), with_sessions=st.booleans())
-    def register(self, name: str, with_sessions: bool) -> None:
-        """Connect (or reconnect) an agent; it reports the sessions it still runs, or not."""
+    @rule(
+        name=st.sampled_from(AGENTS),
+        with_sessions=st.booleans(),
+        tenant=st.sampled_from(TENANTS),
+        same_connection=st.booleans(),
+    )
+    def register(
+        self,
+        name: str,
+        with_sessions: bool,
+        tenant: str | None = None,
+        same_connection: bool = False,
+    ) -> None:
+        """Connect (or reconnect) an agent, or register again on the connection it has; it
+        reports the sessions it still runs, or not."""
         agent = self.agents[name]
-        if agent.peer is not None:
+        again = same_connection and agent.peer is not None
+        if agent.peer is not None and not again:
             self.board.disconnect(agent.peer)
         if not with_sessions:
             agent.sessions.clear()
             agent.stopping.clear()
-        peer = agent.peer = Peer(name)
+        peer = agent.peer if again and agent.peer is not None else Peer(name)
+        agent.peer = peer
         running = [Held(task=t, epoch=e) for t, e in {**agent.sessions, **agent.stopping}.items()]
-        request = RegisterAgent(name=name, slots=agent.slots, ttl=TTL, running=running)
+        tenant = agent.tenant if tenant is None else tenant
+        request = RegisterAgent(
+            name=name, slots=agent.slots, ttl=TTL, running=running, tenant=tenant
+        )
         try:
             _live, adopted, rejected = self.board.register(request, peer)
         except ColibriError:
-            agent.peer = None
+            if not again:
+                agent.peer = None
             self.flush()
             return
+        agent.tenant = tenant
         # The reply comes before any event of the batch: drop what was rejected first.
         for held in rejected:
             agent.sessions.pop(held.task, None)

@@ -808,6 +808,12 @@ class Board:
                     self._lose(task, f"session lost: agent {name} registered again without it")
                 elif task is not None and task.state in states.OUTCOMES:
                     self._close(task)
+        if previous is not None and previous.tenant != tenant:
+            # Indexes are per tenant: left in the old one, it would still be picked for that
+            # tenant's work (and, once its connection is gone, for work it cannot be sent).
+            old_index = self.indexes.get(previous.tenant)
+            if old_index is not None:
+                old_index.remove(name)
         self.agents[name] = agent
         self.on_deadline()
         peer.agent_name = name
