@@ -262,3 +262,44 @@ def run_as_nobody(
         except PermissionError:
             continue
     pytest.skip(f"no Python interpreter that uid {NOBODY} may run")
+
+
+_PEER_SCRIPT = """
+import json, socket, sys
+path, line, until_closed = sys.argv[1], sys.argv[2], sys.argv[3] == "closed"
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(10)
+try:
+    s.connect(path)
+except OSError as exc:
+    print(json.dumps({"connect": exc.__class__.__name__}))
+    raise SystemExit(0)
+try:
+    s.sendall(line.encode() + b"\\n")
+except OSError:
+    pass  # refused and closed before the request went out: the refusal is still to be read
+data, closed = b"", False
+while until_closed or not data.endswith(b"\\n"):
+    try:
+        chunk = s.recv(65536)
+    except ConnectionResetError:
+        chunk = b""
+    if not chunk:
+        closed = True
+        break
+    data += chunk
+print(json.dumps({"reply": data.decode(), "closed": closed}))
+"""
+
+
+def connect_as_nobody(
+    path: Path, line: str, *, until_closed: bool = False, group: int = NOBODY
+) -> dict[str, Any]:
+    """Connect to the socket ``path`` as uid 65534 (``run_as_nobody``), send ``line``, and read one
+    reply line, or everything until the daemon closes the connection: ``{"connect": error}``
+    if the connect failed, else ``{"reply": text read, "closed": whether it was closed}``."""
+    mode = "closed" if until_closed else "line"
+    done = run_as_nobody(_PEER_SCRIPT, str(path), line, mode, group=group)
+    assert done.returncode == 0, done.stderr.decode()
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result

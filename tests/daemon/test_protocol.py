@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from colibri.core.model import DEFAULT_MAX_LINE
-from tests.helpers import Daemon, FakeAgent, RawConnection, run_as_nobody
+from tests.helpers import Daemon, FakeAgent, RawConnection, connect_as_nobody
 
 UNKNOWN_ID = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"  # well-formed, never issued
 
@@ -725,28 +725,6 @@ def test_a_second_client_is_unaffected_by_one_sending_garbage(daemon: Daemon) ->
 
 # -- who may connect ---------------------------------------------------------------------------
 
-PEER_SCRIPT = """
-import socket, sys
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.settimeout(10)
-s.connect(sys.argv[1])
-try:
-    s.sendall(b'{"cmd":"ping","id":1}\\n')
-except OSError:
-    pass
-data = b""
-while True:
-    try:
-        chunk = s.recv(65536)
-    except ConnectionResetError:
-        break
-    if not chunk:
-        break
-    data += chunk
-sys.stdout.write(data.decode())
-sys.stdout.write("<EOF>")
-"""
-
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another uid (65534)")
 def test_a_peer_with_another_uid_is_refused(daemon: Daemon) -> None:
@@ -754,10 +732,9 @@ def test_a_peer_with_another_uid_is_refused(daemon: Daemon) -> None:
     os.chmod(daemon.root, 0o755)
     os.chmod(state_dir, 0o777)
     os.chmod(daemon.socket, 0o666)
-    result = run_as_nobody(PEER_SCRIPT, str(daemon.socket))
-    out = result.stdout.decode()
-    assert out.endswith("<EOF>"), out  # the daemon disconnected it
-    lines = [json.loads(x) for x in out.removesuffix("<EOF>").splitlines()]
+    out = connect_as_nobody(daemon.socket, '{"cmd":"ping","id":1}', until_closed=True)
+    assert out.get("closed") is True, out  # the daemon disconnected it
+    lines = [json.loads(x) for x in out["reply"].splitlines()]
     assert len(lines) == 1, lines  # the refusal, and no pong
     assert lines[0]["ok"] is False
     assert lines[0]["id"] is None

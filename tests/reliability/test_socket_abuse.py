@@ -205,13 +205,7 @@ def test_a_peer_that_keeps_completing_lines_is_never_timed_out(root: Path, peers
 
 def test_line_timeout_must_be_a_duration(root: Path) -> None:
     write_settings(root, line_timeout="soon")
-    done = subprocess.run(
-        [PYTHON, "-m", "colibri", "--root", str(root), "run"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_once(root)
     assert done.returncode == 1
     assert "server.line_timeout" in done.stderr
 

@@ -9,42 +9,18 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import NOBODY, PYTHON, Daemon, run_as_nobody
+from tests.helpers import NOBODY, Daemon, connect_as_nobody, run_as_nobody
+from tests.reliability.test_socket_abuse import one_line, run_once
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="peers of another uid need root")
 
 MEMBER_GID = NOBODY  # "nogroup"
 OUTSIDER_GID = 1  # "daemon"
-
-PEER = """
-import json, socket, sys
-s = socket.socket(socket.AF_UNIX)
-try:
-    s.connect(sys.argv[1])
-except OSError as exc:
-    print(json.dumps({"connect": exc.__class__.__name__}))
-    raise SystemExit(0)
-try:
-    s.sendall(sys.argv[2].encode() + b"\\n")
-except (BrokenPipeError, ConnectionResetError):
-    pass  # refused and closed before the request went out: the refusal is still to be read
-data = b""
-while not data.endswith(b"\\n"):
-    try:
-        chunk = s.recv(65536)
-    except ConnectionResetError:
-        break
-    if not chunk:
-        break
-    data += chunk
-print(json.dumps({"reply": data.decode()}))
-"""
 
 READER = """
 import json, os, sys
@@ -79,9 +55,7 @@ def shared(root: Path) -> Iterator[Daemon]:
 
 
 def peer(daemon: Daemon, request: dict[str, object], gid: int) -> dict[str, object]:
-    done = run_as_nobody(PEER, str(daemon.socket), json.dumps(request), group=gid)
-    assert done.returncode == 0, done.stderr.decode()
-    result: dict[str, object] = json.loads(done.stdout)
+    result = connect_as_nobody(daemon.socket, json.dumps(request), group=gid)
     if "reply" in result:
         result["reply"] = json.loads(str(result["reply"]))
     return result
@@ -135,15 +109,8 @@ def test_a_member_cannot_read_the_board_or_list_the_folder(shared: Daemon) -> No
 
 def test_an_unknown_group_is_a_one_line_error(root: Path) -> None:
     config(root, "no-such-group-here")
-    done = subprocess.run(
-        [PYTHON, "-m", "colibri", "--root", str(root), "run"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_once(root)
     assert done.returncode != 0
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    assert "colibri.jsonc:" in lines[0] and "no-such-group-here" in lines[0], lines[0]
+    line = one_line(done.stderr)
+    assert "colibri.jsonc:" in line and "no-such-group-here" in line, line
     assert not (root / ".colibri" / "colibri.sock").exists()
