@@ -17,6 +17,16 @@ from colibri.core.errors import BadRequest
 DEFAULT_TENANT = "default"
 #: Longest request line the daemon accepts by default (server.max_line), in bytes.
 DEFAULT_MAX_LINE = 1 << 20
+#: Longest task text, in characters (a submission, a schedule's task).
+MAX_TEXT = 256 * 1024
+#: Most tokens (each way) and dollars one session may report. Sums over any number of
+#: sessions are kept as floats, exact to 2**53 tokens, never overflowing.
+MAX_TOKENS = 10**12
+MAX_USD = 1_000_000.0
+#: The largest budget a task may be given, in dollars.
+MAX_BUDGET_USD = 1_000_000_000.0
+#: Claims of one task are numbered from 1; far beyond any retry count, within SQLite's integer.
+MAX_EPOCH = 2**62
 
 #: Capability, label, workspace, agent and tenant names: short, printable, no path tricks.
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._:+-]{0,63}$"

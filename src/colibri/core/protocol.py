@@ -12,17 +12,40 @@ from typing import Annotated, Literal, Union
 import msgspec
 
 from colibri.core.errors import BadJson, BadRequest, UnknownCommand
-from colibri.core.model import Cost, Priority, Score
+from colibri.core.model import (
+    MAX_BUDGET_USD,
+    MAX_EPOCH,
+    MAX_TEXT,
+    MAX_TOKENS,
+    MAX_USD,
+    Cost,
+    Priority,
+    Score,
+)
 from colibri.core.schedules import ScheduleSpec
 
-MAX_TEXT = 256 * 1024
-
-RequestId = int | str | None
+#: Every integer that enters here has an upper bound that SQLite's 64-bit integers, sums over
+#: many rows, JSON and time arithmetic downstream can hold; every float is bounded too.
+SqlInt = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+#: Echoed as it came; a string id is bounded by the line limit alone.
+RequestId = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)] | str | None
 Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
 ShortStr = Annotated[str, msgspec.Meta(max_length=200)]
 Names = Annotated[list[str], msgspec.Meta(max_length=256)]
 TaskId = Annotated[str, msgspec.Meta(max_length=64)]
-Epoch = Annotated[int, msgspec.Meta(ge=0)]
+Epoch = Annotated[int, msgspec.Meta(ge=0, le=MAX_EPOCH)]
+#: The per-claim secret a session proves its report with (``COLIBRI_CLAIM``).
+Claim = Annotated[str, msgspec.Meta(max_length=128)]
+
+
+class ReportedCost(Cost, forbid_unknown_fields=True, omit_defaults=True):
+    """A cost as a session reports it: each number bounded, so that no sum, budget or
+    comparison downstream can overflow (SQLite's integers) or become infinite (JSON null)."""
+
+    tokens_in: Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)] = 0
+    tokens_out: Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)] = 0
+    usd: Annotated[float, msgspec.Meta(ge=0.0, le=MAX_USD)] = 0.0
+    model: Annotated[str, msgspec.Meta(max_length=200)] | None = None
 
 
 class Request(msgspec.Struct, tag_field="cmd", forbid_unknown_fields=True, kw_only=True):
@@ -49,7 +72,7 @@ class TaskFields(Request, kw_only=True):
     idempotency_key: ShortStr | None = None
     max_attempts: Annotated[int, msgspec.Meta(ge=1, le=100)] = 1
     #: Dollars this task and its descendants may spend (children inherit what remains).
-    budget_usd: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    budget_usd: Annotated[float, msgspec.Meta(gt=0, le=MAX_BUDGET_USD)] | None = None
 
 
 class IntakeTask(TaskFields, tag="intake-task"):
@@ -131,7 +154,7 @@ class DescribeSkill(Request, tag="describe-skill"):
 
 
 class Ledger(Request, tag="ledger"):
-    after: Annotated[int, msgspec.Meta(ge=0)] = 0
+    after: SqlInt = 0
     task: TaskId | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1000
     #: Keep the connection open and push each new row as a ``ledger`` event.
@@ -149,7 +172,7 @@ class RegisterAgent(Request, tag="register-agent"):
     name: ShortStr
     capabilities: Names = []
     slots: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1
-    ttl: Annotated[float, msgspec.Meta(gt=0, le=86_400)] | None = None
+    ttl: Annotated[float, msgspec.Meta(ge=0.05, le=86_400)] | None = None
     workspace: ShortStr | None = None
     tenant: ShortStr | None = None
     running: list[Held] = []
@@ -163,7 +186,7 @@ class Out(Request, tag="out"):
     task: TaskId
     epoch: Epoch
     output: Annotated[str, msgspec.Meta(max_length=16 * 1024 * 1024)] = ""
-    cost: Cost | None = None
+    cost: ReportedCost | None = None
     #: The session is already gone (a one-shot command): close the task at once.
     session_ended: bool = True
     #: Sent on a connection with no agent: by the session itself (``colibri out`` inside it),
@@ -234,7 +257,7 @@ class Send(Request, tag="send"):
 class Consumed(Request, tag="consumed"):
     """A subscriber's answer to a chained message: consumed stops the chain."""
 
-    message: Annotated[int, msgspec.Meta(ge=1)]
+    message: Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
     consumed: bool = True
 
 
@@ -280,6 +303,11 @@ REQUESTS: tuple[type[Request], ...] = (
     Reclaimed, Ready, Requeue, Ask, Answer,
     Subscribe, Send, Consumed, ScheduleAdd, ScheduleList, ScheduleGet, ScheduleRun, ScheduleRemove,
     SchedulePause, ScheduleResume,
+)  # fmt: skip
+#: Requests that change nothing stored: one that fails never rolls back the batch it is in.
+READS: tuple[type[Request], ...] = (
+    Ping, Status, Get, ListTasks, Family, CostTotals, Why, Wait, Agents, Skills, Ledger,
+    ScheduleList, ScheduleGet,
 )  # fmt: skip
 AnyRequest = Union[REQUESTS]  # type: ignore[valid-type]  # noqa: UP007
 COMMANDS = sorted(str(cls.__struct_config__.tag) for cls in REQUESTS)

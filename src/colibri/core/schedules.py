@@ -33,7 +33,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import msgspec
 
 from colibri.core.errors import BadRequest
-from colibri.core.model import Priority, Score
+from colibri.core.model import MAX_TEXT, Priority, Score
 from colibri.core.model import parse_rfc3339 as instant
 
 MACROS = {
@@ -58,7 +58,7 @@ Overlap = Literal["skip", "allow", "replace"]
 class ScheduledTask(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
     """The task a schedule submits each time it fires (the fields of ``submit``)."""
 
-    text: Annotated[str, msgspec.Meta(min_length=1, max_length=256 * 1024)]
+    text: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT)]
     capabilities: list[str] = []
     workspace: str | None = None
     agent: str | None = None

@@ -7,7 +7,11 @@ that has spent its budget gets no work until the next UTC day.
 
 from __future__ import annotations
 
+import logging
+
 from colibri.store import Store
+
+log = logging.getLogger(__name__)
 
 
 class DailyBudgets:
@@ -22,7 +26,14 @@ class DailyBudgets:
     def load(self, store: Store, day: str) -> None:
         """Today's spending per workspace, from the ledger."""
         self.day = day
-        rows = store.cost_totals("workspace", day)
+        try:
+            rows = store.cost_totals("workspace", day)
+        except Exception as exc:  # derived from the ledger: it must never keep the board down
+            log.error(
+                "could not sum today's spending from the ledger; daily budgets count from 0",
+                extra={"event": "budgets_unreadable", "error": str(exc)},
+            )
+            rows = []
         self.spent = {r["key"]: float(r["usd"]) for r in rows if r["key"]}
 
     def over(self, workspace: str | None) -> bool:

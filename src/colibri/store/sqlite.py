@@ -458,7 +458,16 @@ class SqliteStore:
     def cost_totals(self, by: str, since: str) -> list[dict[str, Any]]:
         """Cost reported by sessions since ``since`` (RFC 3339), summed per ``by``."""
         query = _Q["cost_totals"].replace("{key}", self.COST_KEYS[by])
-        return [dict(r) for r in self._conn.execute(query, (since,))]
+        return [
+            {
+                "key": r["key"],
+                "sessions": r["sessions"],
+                "usd": r["usd"],
+                "tokens_in": int(r["tokens_in"]),
+                "tokens_out": int(r["tokens_out"]),
+            }
+            for r in self._conn.execute(query, (since,))
+        ]
 
     def set_question(self, task_id: str, question: str | None) -> None:
         """A running task's pending question (not a transition: no ledger row)."""

@@ -197,10 +197,12 @@ SELECT schedule, nominal, outcome, task, at FROM schedule_fires
 
 -- name: cost_totals
 -- {key} is one of the expressions in SqliteStore.COST_KEYS, never user text.
+-- TOTAL, not SUM: a float that never overflows (SUM of integers raises "integer overflow" past
+-- 2**63, which would make this query, and the daily budgets read at start-up, fail for good).
 SELECT {key} AS key, COUNT(*) AS sessions,
-       COALESCE(SUM(json_extract(l.cost, '$.usd')), 0) AS usd,
-       COALESCE(SUM(json_extract(l.cost, '$.tokens_in')), 0) AS tokens_in,
-       COALESCE(SUM(json_extract(l.cost, '$.tokens_out')), 0) AS tokens_out
+       TOTAL(json_extract(l.cost, '$.usd')) AS usd,
+       TOTAL(json_extract(l.cost, '$.tokens_in')) AS tokens_in,
+       TOTAL(json_extract(l.cost, '$.tokens_out')) AS tokens_out
   FROM ledger l LEFT JOIN tasks t ON t.id = l.task
  WHERE l.cost IS NOT NULL AND l.at >= ?
  GROUP BY key ORDER BY key;

@@ -1,0 +1,175 @@
+"""Every number that enters at the edge of its range, followed downstream: sums in SQL, the
+daily budgets, JSON, the ledger, time arithmetic. Past its bound a value is refused with
+``bad_request`` and nothing changes; at its bound it works all the way through.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from colibri.client import RemoteError
+from colibri.core.model import MAX_TOKENS, MAX_USD
+from tests.daemon.conftest import Spawn
+from tests.helpers import Daemon, RawConnection
+from tests.sessions.support import ECHO, colibri
+
+INT64_MAX = 2**63 - 1
+
+
+def refused_code(daemon: Daemon, cmd: str, **fields: Any) -> str:
+    with pytest.raises(RemoteError) as caught:
+        daemon.call(cmd, **fields)
+    return caught.value.code
+
+
+def seqs(daemon: Daemon) -> int:
+    return int(daemon.call("status")["ledger_seq"])
+
+
+@pytest.mark.parametrize(
+    "cost",
+    [
+        {"tokens_in": INT64_MAX},
+        {"tokens_in": MAX_TOKENS + 1},
+        {"tokens_out": 2**64},
+        {"tokens_in": -1},
+        {"usd": 1e308},
+        {"usd": MAX_USD * 1.000001},
+        {"usd": -0.01},
+        {"model": "m" * 201},
+    ],
+)
+def test_a_reported_cost_past_its_bounds_is_refused_and_changes_nothing(
+    daemon: Daemon, spawn: Spawn, cost: dict[str, Any]
+) -> None:
+    agent = spawn(daemon, "a1")
+    task = daemon.call("submit", text="report a cost")["task"]
+    assign = agent.next_assign()
+    before = seqs(daemon)
+    with pytest.raises(RemoteError) as caught:
+        agent.out(assign, cost=cost)
+    assert caught.value.code == "bad_request", caught.value.message
+    assert "cost" in caught.value.message
+    assert seqs(daemon) == before
+    assert daemon.call("get", task=task["id"])["task"]["state"] == "running"
+    agent.out(assign, cost={"usd": 0.5})  # the same report, in range, is taken
+    assert daemon.call("get", task=task["id"])["task"]["outcome"] == "done"
+
+
+def test_costs_at_their_bounds_sum_without_overflow_in_every_view(
+    daemon: Daemon, spawn: Spawn
+) -> None:
+    """Three sessions each at the largest cost a session may report: the sums are exact, and
+    the `cost` command and the CLI show them (SQLite's SUM of integers would overflow at
+    2**63; 1e308 dollars twice would be infinite, which JSON cannot carry)."""
+    agent = spawn(daemon, "a1")
+    for n in range(3):
+        daemon.call("submit", text=f"expensive {n}")
+        agent.out(agent.next_assign(), cost={"tokens_in": MAX_TOKENS, "tokens_out": MAX_TOKENS,
+                                             "usd": MAX_USD})  # fmt: skip
+    for by in ("agent", "workspace", "tenant", "day"):
+        totals = daemon.call("cost", by=by)["totals"]
+        assert len(totals) == 1, totals
+        assert totals[0]["sessions"] == 3
+        assert totals[0]["tokens_in"] == totals[0]["tokens_out"] == 3 * MAX_TOKENS
+        assert totals[0]["usd"] == 3 * MAX_USD
+    shown = colibri(daemon.root, "cost", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)[0]["tokens_in"] == 3 * MAX_TOKENS
+    table = colibri(daemon.root, "cost")
+    assert table.returncode == 0 and "3000000.0000" in table.stdout, table.stdout + table.stderr
+
+
+def test_stored_costs_that_would_overflow_a_sum_do_not_stop_the_daemon(root: Path) -> None:
+    """Costs written before the bounds existed (or by another program): integers at 2**63 - 1
+    and dollars at 1e308. The daily budgets read them at every start; the daemon starts, and
+    `cost` answers with finite numbers."""
+    (root / "colibri.jsonc").write_text(json.dumps({
+        "workspaces": {"ws": {"session": {"command": ECHO}, "budget_usd_daily": 5}},
+    }))  # fmt: skip
+    daemon = Daemon(root)
+    daemon.start()
+    daemon.stop()
+    db = sqlite3.connect(root / ".colibri" / "colibri.sqlite")
+    with db:
+        for _ in range(2):
+            db.execute(
+                "INSERT INTO ledger (at, task, tenant, to_state, agent, epoch, cost) "
+                "VALUES (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), NULL, 'default', 'done', 'ws', "
+                "1, ?)",
+                (json.dumps({"tokens_in": INT64_MAX, "tokens_out": INT64_MAX, "usd": 1e308}),),
+            )
+    db.close()
+    daemon.start()
+    try:
+        totals = daemon.call("cost", by="agent")["totals"]
+        assert totals[0]["sessions"] == 2
+        assert totals[0]["tokens_in"] >= 2 * INT64_MAX - 2**12  # a float sum, not an overflow
+        assert daemon.call("ping")["pong"] is True
+    finally:
+        daemon.stop()
+
+
+@pytest.mark.parametrize(
+    ("cmd", "fields"),
+    [
+        ("ledger", {"after": 2**63}),
+        ("ledger", {"after": -1}),
+        ("out", {"task": "t", "epoch": 2**62 + 1}),
+        ("register-agent", {"name": "big", "running": [{"task": "t", "epoch": 2**64}]}),
+        ("register-agent", {"name": "small-ttl", "ttl": 1e-300}),
+        ("submit", {"text": "x", "budget_usd": 1e308}),
+        ("submit", {"text": "x", "priority": 10**6 + 1}),
+        ("consumed", {"message": 2**63}),
+        ("ping", {"id": 2**63}),
+    ],
+)
+def test_integers_and_floats_past_their_bounds_are_bad_requests(
+    daemon: Daemon, cmd: str, fields: dict[str, Any]
+) -> None:
+    conn = RawConnection(daemon.socket)
+    try:
+        conn.send(json.dumps({"cmd": cmd, "id": 7, **fields}).encode() + b"\n")
+        reply = conn.reply()
+        assert reply["ok"] is False and reply["error"]["code"] == "bad_request", reply
+        conn.send(b'{"cmd":"ping","id":8}\n')
+        assert conn.reply() == {"id": 8, "ok": True, "pong": True}
+    finally:
+        conn.close()
+
+
+def test_the_largest_ledger_position_is_an_empty_page(daemon: Daemon) -> None:
+    reply = daemon.call("ledger", after=INT64_MAX)
+    assert reply["entries"] == [] and reply["next"] == INT64_MAX
+
+
+def test_a_read_that_fails_does_not_roll_back_the_write_pipelined_before_it(
+    daemon: Daemon,
+) -> None:
+    """`submit` then a `get` that fails inside the daemon (a task row another program made
+    unreadable), written in one go so that they share a batch: the submission stands."""
+    broken = daemon.call("submit", text="to be damaged")["task"]["id"]
+    daemon.call("cancel", task=broken)  # closed: `get` reads it from the store
+    db = sqlite3.connect(daemon.root / ".colibri" / "colibri.sqlite", timeout=10)
+    with db:
+        db.execute("UPDATE tasks SET capabilities = '[1,' WHERE id = ?", (broken,))
+    db.close()
+    conn = RawConnection(daemon.socket)
+    try:
+        conn.send(
+            b'{"cmd":"submit","id":1,"text":"valid, pipelined"}\n'
+            + json.dumps({"cmd": "get", "id": 2, "task": broken}).encode()
+            + b"\n"
+        )
+        first, second = conn.reply(), conn.reply()
+    finally:
+        conn.close()
+    assert first["ok"] is True, first
+    assert second["ok"] is False and second["error"]["code"] == "internal", second
+    kept = daemon.call("get", task=first["task"]["id"])["task"]
+    assert kept["text"] == "valid, pipelined"
