@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import pytest
 
+from colibri.client import RemoteError
 from colibri.store.sqlite import WAL_SIZE_LIMIT
 from tests.helpers import PYTHON, Daemon, wait_until
 
@@ -277,6 +278,47 @@ def test_disk_full_refuses_submits_keeps_serving_and_recovers_without_loss(
             if daemon.process is not None and daemon.process.poll() is None:
                 daemon.process.send_signal(signal.SIGKILL)
                 daemon.process.wait(timeout=10)
+
+
+# -- a recovery that fails -----------------------------------------------------------------------
+
+
+def test_a_rebuild_that_fails_stops_the_daemon_with_one_line_and_exit_1(root: Path) -> None:
+    """A failed commit makes the daemon reload its board from the store. If that reload fails
+    too (here: a row another program corrupted), the daemon must stop, saying so in one line,
+    with a non-zero exit — not stay up answering nothing. Started again, it refuses in one
+    line, naming the store, until the row is mended."""
+    db = board_path(root)
+    # A full disk, not a file-size limit: that would also keep the daemon's log from growing.
+    with disk("tmpfs", root) as full:
+        daemon = full.daemon
+        daemon.start()
+        try:
+            acked = request(daemon, "submit", text="acknowledged before the fault")["task"]["id"]
+            planted = sqlite3.connect(db, timeout=10)
+            with planted:
+                planted.execute(
+                    "UPDATE tasks SET capabilities = '{not json' WHERE id = ?", (acked,)
+                )
+            planted.close()
+            full.fill()  # the next commit fails; the reload after it reads the corrupt row
+            with pytest.raises(RemoteError):  # dropped, as in a crash: never acknowledged
+                request(daemon, "submit", text="never acknowledged")
+            assert daemon.process is not None
+            assert daemon.process.wait(timeout=15) == 1
+        finally:
+            if daemon.process is not None and daemon.process.poll() is None:
+                daemon.kill()
+            full.free()
+        again = run_refused(root)
+        ids, _ = stored(db)
+    fatal = [line for line in daemon.log().splitlines() if "the daemon stops (exit 1)" in line]
+    assert len(fatal) == 1, daemon.log()
+    assert "could not be reloaded from the store" in fatal[0]
+    assert again.returncode == 1
+    message = one_line(again.stderr)
+    assert str(db) in message and "could not be loaded" in message, message
+    assert ids == {acked}  # the acknowledged task is there; the unacknowledged one is not
 
 
 # -- read-only store -----------------------------------------------------------------------------

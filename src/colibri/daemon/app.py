@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from colibri.config import Config
-from colibri.core.errors import ConfigError, RootError
+from colibri.core.errors import ColibriError, ConfigError, RootError, StorageUnavailable
 from colibri.daemon import crashpoints
 from colibri.daemon.board import Board
 from colibri.daemon.clock import SystemClock
@@ -126,10 +126,20 @@ async def serve(config: Config) -> int:
             if ws.budget_usd_daily is not None
         }
         board = Board(store, config.scheduler, SystemClock(), send_to, budgets)
-        board.rebuild()
         server = Server(config, board, mirror)
-        server.schedules.load(config.schedules)
+        try:
+            board.rebuild()
+            server.schedules.load(config.schedules)
+        except ColibriError:
+            raise
+        except Exception as exc:
+            log.debug("loading the board failed", exc_info=True)
+            raise StorageUnavailable(
+                f"the board in {config.store} could not be loaded ({exc!r}); nothing was changed"
+            ) from None
         server.flush()  # commit what loading the schedules changed
+        if server.fatal_error is not None:
+            return 1
         clear_stale_socket(config.socket_path)
         old_umask = os.umask(0o177)  # the socket is born 0600: no window with wider modes
         try:
@@ -152,6 +162,8 @@ async def serve(config: Config) -> int:
         )
         await _run_until_stopped(config, board, server)
         unix_server.close()
+        if server.fatal_error is not None:
+            return 1  # as after a crash: harnesses and their sessions keep running
         server.close_all()
         await asyncio.sleep(0)  # let the closed connections report in
         server.flush()
@@ -186,6 +198,7 @@ async def _run_until_stopped(config: Config, board: Board, server: Server) -> No
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, signum)
+    server.on_fatal = stop.set
 
     def rotate_ledger() -> None:
         if not server.mirror.rotate():
@@ -233,4 +246,5 @@ async def _run_until_stopped(config: Config, board: Board, server: Server) -> No
         for task in tasks:
             task.cancel()
     # Harnesses are stopped while the socket still serves, so their last reports land.
-    await server.supervisor.stop_all()
+    if server.fatal_error is None:
+        await server.supervisor.stop_all()

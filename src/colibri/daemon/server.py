@@ -11,6 +11,7 @@ a burst of requests from many clients costs one fsync instead of one each.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -268,6 +269,10 @@ class Server:
         #: Set at shutdown, after the last flush: the store is about to close.
         self.closed = False
         self.on_flushed: Callable[[], None] | None = None
+        #: Why the daemon must stop at once (memory and store can no longer be made to
+        #: agree); set by ``fatal``, which also calls ``on_fatal``.
+        self.fatal_error: str | None = None
+        self.on_fatal: Callable[[], None] = lambda: None
 
     @property
     def connection_count(self) -> int:
@@ -315,6 +320,10 @@ class Server:
                 "internal error handling a request",
                 extra={"event": "internal_error", "cmd": type(req).__name__},
             )
+            if isinstance(req, protocol.READS):
+                # A read wrote nothing: the other requests of the batch stand.
+                self.reply_error(conn, req.id, Internal("internal error; nothing was changed"))
+                return
             error = Internal("internal error; the batch it was part of was rolled back, retry it")
             self._batch_error = error
             self.reply_error(conn, req.id, error)
@@ -360,6 +369,34 @@ class Server:
         self._flush_scheduled = False
         if self.closed:
             return
+        try:
+            self._flush()
+        except Exception as exc:
+            # Half a flush may have let out some of a batch: memory, store and clients can no
+            # longer be shown to agree. Stop, as a crash would, rather than serve on.
+            log.exception("internal error in flush", extra={"event": "internal_error"})
+            self.fatal(f"internal error while committing a batch ({exc!r})")
+
+    def fatal(self, why: str) -> None:
+        """Stop serving at once and make the daemon exit non-zero: what was acknowledged is in
+        the store, what was not is rolled back; harnesses keep running, to be adopted."""
+        if self.fatal_error is not None:
+            return
+        self.fatal_error = why
+        log.critical(
+            f"{why}; the daemon stops (exit 1). Nothing acknowledged is lost: start it again",
+            extra={"event": "fatal", "error": why},
+        )
+        self.closed = True
+        with contextlib.suppress(Exception):
+            self.board.store.rollback()
+        for conn in list(self.connections):
+            conn.closing = True
+            if conn.transport is not None:
+                conn.transport.abort()  # nothing held back may leave now
+        self.on_fatal()
+
+    def _flush(self) -> None:
         board = self.board
         placed = 0
         rows: list[LedgerEntry] = []
@@ -415,9 +452,15 @@ class Server:
     ) -> None:
         """The batch did not commit: nothing in it happened. Say so and reload from the store."""
         log.error("batch rolled back", extra={"event": "batch_failed", "error": error.message})
-        self.board.store.rollback()
-        self.board.rebuild()
-        self.schedules.reload()
+        try:
+            self.board.store.rollback()
+            self.board.rebuild()
+            self.schedules.reload()
+        except Exception as exc:  # a recovery that fails must not leave a daemon answering nothing
+            log.debug("rebuild failed", exc_info=True)
+            self.fatal(f"the board could not be reloaded from the store after a failed batch "
+                       f"({exc!r})")  # fmt: skip
+            return
         wire = error.to_wire()
         for conn, message in replies:
             if message.get("ok"):
