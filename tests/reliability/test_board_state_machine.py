@@ -34,6 +34,9 @@ from colibri.store import Store, open_store
 from tests.reliability import history
 
 AGENTS = ("a0", "a1", "a2")
+#: Supervised workspaces' agents (slots 1 and 2) share a host-wide cap of MAX_SESSIONS.
+SUPERVISED = ("a0", "a1")
+MAX_SESSIONS = 2
 #: Agents may register again under another tenant; work must only ever go to its own tenant's.
 TENANTS = ("default", "team-b")
 TTL = 5.0
@@ -105,15 +108,24 @@ class BoardMachine(RuleBasedStateMachine):
         self.dir = Path(tempfile.mkdtemp(prefix="cbsm", dir=SCRATCH))
         self.path = str(self.dir / "board.sqlite")
         self.clock = ManualClock()
-        self.settings = SchedulerSettings(agent_ttl=TTL, retry_backoff=1.0, tick=30.0)
+        self.settings = SchedulerSettings(
+            agent_ttl=TTL, retry_backoff=1.0, tick=30.0, max_sessions=MAX_SESSIONS
+        )
         self.store: Store = open_store(self.path, durability="relaxed")
-        self.board = Board(self.store, self.settings, self.clock)
+        self.board = self.new_board()
         self.board.rebuild()
         self.agents = {name: AgentModel(name, slots=1 + n % 2) for n, name in enumerate(AGENTS)}
         self.ids: list[str] = []
         #: The last state seen in the store for each task (for absorbing states).
         self.seen: dict[str, tuple[str, str | None]] = {}
         self.flush()
+
+    def new_board(self) -> Board:
+        """A board as the daemon builds it: a0 and a1 are supervised workspaces, together
+        held to MAX_SESSIONS sessions whatever their slots; a2 is an agent started by hand."""
+        board = Board(self.store, self.settings, self.clock, send_to={n: [] for n in SUPERVISED})
+        board.rebuild()
+        return board
 
     def teardown(self) -> None:
         self.store.close()
@@ -330,8 +342,7 @@ class BoardMachine(RuleBasedStateMachine):
         self.store.commit()
         self.store.close()
         self.store = open_store(self.path, durability="relaxed")
-        self.board = Board(self.store, self.settings, self.clock)
-        self.board.rebuild()
+        self.board = self.new_board()
         for agent in self.agents.values():
             agent.peer = None
         self.flush()
@@ -360,6 +371,25 @@ class BoardMachine(RuleBasedStateMachine):
             if now[0] == State.CLOSED:
                 assert now[1] in ("done", "failed", "cancelled"), task
             self.seen[task_id] = now
+
+    @invariant()
+    def capacity_matches_the_sessions(self) -> None:
+        """Every path that ends a session frees its slot exactly once: the free slots each
+        index offers are what the agent's held sessions leave, under the host-wide cap."""
+        board = self.board
+        supervised = [board.agents[n] for n in SUPERVISED if n in board.agents]
+        assert sum(len(a.holding) for a in supervised) <= MAX_SESSIONS
+        running = {t.id for t in board.tasks.values() if t.state == State.RUNNING}
+        for live in board.agents.values():
+            assert live.holding <= set(board.tasks), (live.name, live.holding)
+            for task_id in live.holding & running:
+                assert board.tasks[task_id].agent == live.name
+            index = board.indexes.get(live.tenant)
+            if index is not None and live.name in index:
+                assert index.free(live.name) == board._free(live), (
+                    f"{live.name} offers {index.free(live.name)} free slots in the index; its "
+                    f"sessions leave {board._free(live)}"
+                )
 
     def memory_agrees_with_the_store(self, snapshot: history.StoreSnapshot) -> None:
         open_ids = {t for t, row in snapshot.tasks.items() if row["state"] != State.CLOSED}

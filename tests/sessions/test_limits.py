@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -52,5 +54,36 @@ def test_max_sessions_caps_sessions_across_workspaces(root: Path) -> None:
         )
         outcomes = {daemon.call("get", task=t)["task"]["outcome"] for t in ids}
         assert outcomes == {"done"}
+    finally:
+        daemon.stop()
+
+
+def test_a_lost_session_frees_its_place_under_max_sessions(root: Path) -> None:
+    """With max_sessions 1, the harness of the one running task is killed and started again:
+    its task fails as lost, and the place it held goes to the other workspace's waiting task
+    at once — not never (the lost session's slot was once left counted)."""
+    session = {"command": [sys.executable, "-c", WAITS]}
+    (root / "colibri.jsonc").write_text(json.dumps({
+        "scheduler": {"max_sessions": 1, "agent_ttl": "30s"},
+        "workspaces": {"a": {"session": session}, "b": {"session": session}},
+    }))  # fmt: skip
+    daemon = Daemon(root)
+    daemon.start()
+    try:
+        wait_until(lambda: all(h["pid"] for h in daemon.call("status")["harnesses"]))
+        first = daemon.call("submit", text="runs in a", workspace="a")["task"]["id"]
+        wait_until(lambda: daemon.call("get", task=first)["task"]["state"] == "running")
+        waiting = daemon.call("submit", text="waits for the place", workspace="b")["task"]["id"]
+        harness_a = next(h["pid"] for h in daemon.call("status")["harnesses"]
+                         if h["workspace"] == "a")  # fmt: skip
+        os.kill(harness_a, signal.SIGKILL)  # the supervisor starts a new one, which registers
+        lost = wait_until(
+            lambda: (t := daemon.call("get", task=first)["task"])["state"] == "closed" and t,
+            timeout=20,
+        )
+        assert lost["outcome"] == "failed" and "session lost" in lost["error"]
+        wait_until(lambda: daemon.call("get", task=waiting)["task"]["state"] == "running")
+        (root / "b" / f"{waiting}.go").write_text("")
+        wait_until(lambda: daemon.call("get", task=waiting)["task"]["outcome"] == "done")
     finally:
         daemon.stop()

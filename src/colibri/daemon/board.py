@@ -71,6 +71,8 @@ BREAKER_AFTER = 3
 BREAKER_COOL_DOWN = 60.0
 #: Most distinct shapes and name lists kept for sharing between tasks.
 SHARED_MAX = 10_000
+#: The longest wait before a retry, however many attempts doubled it.
+MAX_RETRY_DELAY = 86_400.0
 
 
 class Peer(Protocol):
@@ -487,12 +489,18 @@ class Board:
             index.remove(agent.name)
 
     def _free(self, agent: LiveAgent) -> int:
-        """Free slots, and none for a supervised workspace while max_sessions are running."""
+        """Free slots; for a supervised workspace, no more than max_sessions leaves."""
+        free = agent.slots - len(agent.holding)
         if agent.name in self.supervised:
             running = sum(len(a.holding) for n in self.supervised if (a := self.agents.get(n)))
-            if running >= self.settings.max_sessions:
-                return 0
-        return agent.slots - len(agent.holding)
+            if self._orphans:  # after a restart: sessions still running, not yet claimed back
+                running += sum(
+                    1
+                    for t in self._orphans
+                    if (o := self.tasks.get(t)) and o.agent in self.supervised
+                )
+            free = min(free, self.settings.max_sessions - running)
+        return max(free, 0)
 
     def _refresh(self, agent: LiveAgent) -> None:
         affected = [agent]
@@ -801,13 +809,15 @@ class Board:
                 rejected.append(held)
         if previous is not None:
             # Sessions the agent held before and did not report now are gone.
+            # Each is released through ``previous`` (still the registered agent here), so
+            # its slot, and the host-wide max_sessions it counted against, are freed.
             for task_id in sorted(previous.holding - agent.holding - {h.task for h in rejected}):
                 task = self.tasks.get(task_id)
-                previous.holding.discard(task_id)
                 if task is not None and task.state == State.RUNNING:
                     self._lose(task, f"session lost: agent {name} registered again without it")
                 elif task is not None and task.state in states.OUTCOMES:
                     self._close(task)
+                previous.holding.discard(task_id)
         if previous is not None and previous.tenant != tenant:
             # Indexes are per tenant: left in the old one, it would still be picked for that
             # tenant's work (and, once its connection is gone, for work it cannot be sent).
@@ -818,6 +828,7 @@ class Board:
         self.on_deadline()
         peer.agent_name = name
         self._index(agent)
+        self._refresh(agent)  # the sessions it took back count against max_sessions
         self.store.upsert_agent(agent.wire(), rfc3339(now))
         if capabilities:
             self.store.ensure_skills(sorted(capabilities))
@@ -982,12 +993,8 @@ class Board:
     def _end_session(self, task: Task, error: str) -> Task:
         """A running task's session is gone without out: retry if attempts remain, else fail."""
         if task.attempts < task.max_attempts:
-            delay = self.settings.retry_backoff * 2 ** (task.attempts - 1)
-            holder = self.agents.get(task.agent or "")
-            if holder is not None and task.id in holder.holding:
-                holder.holding.discard(task.id)
-                self._refresh(holder)
-            self._orphans.pop(task.id, None)
+            delay = min(self.settings.retry_backoff * 2 ** (task.attempts - 1), MAX_RETRY_DELAY)
+            self._release(task)
             retry = self._move(
                 task,
                 State.PENDING,
