@@ -173,3 +173,39 @@ def test_a_read_that_fails_does_not_roll_back_the_write_pipelined_before_it(
     assert second["ok"] is False and second["error"]["code"] == "internal", second
     kept = daemon.call("get", task=first["task"]["id"])["task"]
     assert kept["text"] == "valid, pipelined"
+
+
+def test_a_hundred_failed_attempts_keep_every_retry_within_a_day(tmp_path: Path) -> None:
+    """retry_backoff doubles per attempt: 2**98 times the backoff is past any calendar. The
+    wait is capped at a day, so the timestamps written for the retries stay valid."""
+    from colibri.config import SchedulerSettings
+    from colibri.core.model import parse_rfc3339
+    from colibri.core.protocol import RegisterAgent, TaskFields
+    from colibri.daemon.board import MAX_RETRY_DELAY, Board
+    from colibri.store import open_store
+    from tests.reliability.test_board_state_machine import ManualClock, Peer
+
+    clock = ManualClock()
+    store = open_store(str(tmp_path / "board.sqlite"), durability="relaxed")
+    board = Board(store, SchedulerSettings(retry_backoff=86_400.0), clock)
+    board.rebuild()
+    peer = Peer("a1")
+    agent, _, _ = board.register(RegisterAgent(name="a1", ttl=86_400.0 * 400), peer)
+    task, _ = board.submit(TaskFields(text="fails every time", max_attempts=100))
+    for attempt in range(1, 101):
+        board.dispatch()
+        store.commit()
+        current = board.tasks[task.id]
+        assert current.state == "running" and current.attempts == attempt
+        ended = board.fail(agent, task.id, current.epoch, f"boom {attempt}")
+        store.commit()
+        if attempt < 100:
+            assert ended.not_before is not None
+            wait = parse_rfc3339(ended.not_before) - clock.time()
+            assert 0 < wait <= MAX_RETRY_DELAY
+            clock.advance(wait + 1)
+            board.heartbeat(agent)
+            board.sweep()  # the first pass after a long gap only notes the stall
+            board.sweep()
+    assert store.get_task(task.id).outcome == "failed"  # type: ignore[union-attr]
+    store.close()
