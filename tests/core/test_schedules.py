@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from colibri.core.errors import BadRequest
 from colibri.core.model import parse_rfc3339, rfc3339
 from colibri.core.schedules import (
+    LAST_FIRE,
     MACROS,
     ON_TIME,
     SCAN_LIMIT,
@@ -30,6 +31,7 @@ from colibri.core.schedules import (
     normalize_cron,
     plan,
     upcoming,
+    wake_at,
 )
 
 #: A Monday at midnight UTC, the reference "now" of most tests.
@@ -277,10 +279,61 @@ def test_build_interval() -> None:
     assert make(every="1s").every == 1.0
 
 
-@pytest.mark.parametrize("every", ["0.5s", "999ms", 0, 0.2, "0s"])
-def test_build_interval_under_a_second_is_refused(every: str | float) -> None:
-    with pytest.raises(BadRequest, match="at least 1s"):
+@pytest.mark.parametrize(
+    "every", ["0.5s", "999ms", 0, 0.2, "0s", "3651d", "300000000000s", "100000w", 1e300]
+)
+def test_build_interval_out_of_range_is_refused(every: str | float) -> None:
+    with pytest.raises(BadRequest, match=r"every .* is out of range: give 1s to 3650d"):
         make(every=every)
+
+
+def test_the_longest_interval_lists_its_fires_up_to_the_end_of_the_calendar() -> None:
+    """3650 days × 1000 upcoming fires would pass the year 9999: the list stops before."""
+    s = make(every="3650d")
+    times = upcoming(s, T0, 1000)
+    assert 790 < len(times) < 800
+    assert times[-1] <= LAST_FIRE < times[-1] + 3650 * DAY
+    assert next_after(s, times[-1]) is None
+    assert all(rfc3339(t) for t in times)  # every one can be written down
+
+
+@pytest.mark.parametrize("expr", ["0 0 1 1 *", "* * * * *", "0 0 29 2 *", "0 12 * * 0"])
+def test_cron_has_no_fire_after_the_last_instant(expr: str) -> None:
+    s = make(cron=expr)
+    last = next_after(s, LAST_FIRE - 1)
+    assert last is None or last <= LAST_FIRE
+    assert next_after(s, LAST_FIRE) is None
+    assert next_after(s, parse_rfc3339("9999-12-31T23:00:00Z")) is None
+
+
+@pytest.mark.parametrize(
+    "at",
+    ["9999-12-31T23:59:59-12:00", "9999-12-31T23:59:59+14:00", "9999-12-31 23:59", "9999-12-02"],
+)
+def test_a_once_time_past_the_last_instant_is_refused(at: str) -> None:
+    with pytest.raises(BadRequest, match="too far ahead"):
+        make(at=at, tz="Pacific/Kiritimati")
+
+
+def test_a_once_time_just_before_the_last_instant_is_taken() -> None:
+    s = make(at="9999-11-30T23:59:59Z")
+    assert s.next_fire_at == "9999-11-30T23:59:59.000Z"
+    assert upcoming(s, T0, 10) == [parse_rfc3339("9999-11-30T23:59:59Z")]
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        ({"every": "1m", "jitter": "1m"}, "jitter .* must be shorter than every"),
+        ({"every": "2s", "jitter": "10s"}, "jitter .* must be shorter than every"),
+        ({"cron": "@hourly", "jitter": "1d1s"}, r"jitter .* out of range: give at most 1d"),
+        ({"cron": "@hourly", "grace": "3651d"}, r"grace .* out of range: give at most 3650d"),
+        ({"cron": "@hourly", "jitter": 1e300}, "jitter"),
+    ],
+)
+def test_jitter_and_grace_out_of_range_are_refused(fields: dict[str, object], match: str) -> None:
+    with pytest.raises(BadRequest, match=match):
+        make(**fields)
 
 
 def test_build_interval_bad_duration() -> None:
@@ -627,6 +680,41 @@ def test_jitter_offset() -> None:
     assert others != offsets
     # Scales with the jitter.
     assert jitter_offset("s", T0, 60.0) == pytest.approx(2 * jitter_offset("s", T0, 30.0))
+
+
+@pytest.mark.parametrize("catch_up", ["one", "all", "none"])
+@pytest.mark.parametrize(("expr", "jitter"), [("* * * * *", "1d"), ("0,1 * * * *", "50m")])
+def test_a_jitter_longer_than_the_gap_never_makes_a_fire_late(
+    expr: str, jitter: str, catch_up: str
+) -> None:
+    """A daemon that wakes exactly when each fire is due, for 200 fires: every one fires on
+    time and none is missed, though the jitter is longer than the gap between fire times
+    (a jittered wake must never pass the next nominal time and make it look late)."""
+    s = make(cron=expr, jitter=jitter, catch_up=catch_up)
+    fired: list[float] = []
+    for _ in range(200):
+        assert s.next_fire_at is not None
+        nominal = parse_rfc3339(s.next_fire_at)
+        wake = wake_at(s, nominal)
+        assert nominal <= wake < next_after(s, nominal)  # type: ignore[operator]
+        assert plan(s, wake - 0.001).fire == []  # not before its wake time
+        p = plan(s, wake)
+        assert p.fire == [nominal] and p.missed == [], (p, rfc3339(nominal))
+        fired.append(nominal)
+        assert p.next_fire_at is not None
+        s = msgspec.structs.replace(s, next_fire_at=rfc3339(p.next_fire_at))
+    assert fired == sorted(set(fired))
+    offsets = [wake_at(s, t) - t for t in fired]
+    assert max(offsets) > 0  # the fires are spread, not all at their nominal times
+
+
+def test_lateness_counts_from_the_jittered_wake_time() -> None:
+    s = make(cron="@hourly", jitter="30m", catch_up="none")
+    nominal = parse_rfc3339(s.next_fire_at or "")
+    wake = wake_at(s, nominal)
+    assert plan(s, wake + ON_TIME).fire == [nominal]
+    late = plan(s, wake + ON_TIME + 0.01)
+    assert late.fire == [] and late.missed == [nominal]
 
 
 # -- agreement with croniter ----------------------------------------------------------------

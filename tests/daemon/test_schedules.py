@@ -65,6 +65,11 @@ def test_bad_definitions_are_refused_and_store_nothing(daemon: Daemon) -> None:
         ({"at": "2001-01-01T00:00:00Z"}, "past"),
         ({"every": "soon"}, "duration"),
         ({"cron": "@daily", "every": "1m"}, "exactly one"),
+        # accepted values followed downstream: none may reach the calendar's end
+        ({"every": "300000000000s"}, "out of range"),
+        ({"every": "100000w"}, "out of range"),
+        ({"at": "9999-12-31T23:59:59-12:00"}, "too far ahead"),
+        ({"every": "2s", "jitter": "10s"}, "shorter than every"),
     ]:
         with pytest.raises(RemoteError) as err:
             add(daemon, "bad", **spec)
@@ -234,3 +239,75 @@ def test_three_days_down_gives_one_catch_up_task_and_loud_missed_fires(root: Pat
         assert parse_rfc3339(schedule["next_fire_at"]) > time.time()
     finally:
         daemon.stop()
+
+
+def test_fires_that_intake_refuses_are_recorded_as_refused_and_the_rest_still_fire(
+    root: Path,
+) -> None:
+    """max_pending 3 and a schedule every second, with no agent: three fires make tasks, the
+    next ones are refused by the quota. Each refusal is recorded as refused, with its
+    reason, a ledger row and the schedule's count — no fire record names a task that does not
+    exist. After a downtime, a catch_up "all" batch is refused fire by fire, not abandoned at
+    the first."""
+    (root / "colibri.jsonc").write_text(json.dumps({"scheduler": {"max_pending": 3}}))
+    daemon = Daemon(root)
+    daemon.start()
+    try:
+        add(daemon, "often", every="1s", catch_up="all", overlap="allow")
+        wait_until(lambda: sum(f["outcome"] == "refused" for f in fires(daemon, "often")) >= 2)
+        records = fires(daemon, "often")
+        fired = [f for f in records if f["outcome"] == "fired"]
+        refused = [f for f in records if f["outcome"] == "refused"]
+        assert len(fired) == 3
+        for record in fired:
+            assert daemon.call("get", task=record["task"])["task"]["schedule"] == "often"
+        assert all(f["task"] is None and "quota_exceeded" in f["reason"] for f in refused)
+        schedule = daemon.call("schedule-get", name="often", next=0)["schedule"]
+        assert schedule["fires"] == 3 and schedule["refused"] >= len(refused)
+        rows = [e for e in daemon.call("ledger", limit=10_000)["entries"]
+                if e.get("schedule") == "often" and e["to_state"] == "refused"]  # fmt: skip
+        assert len(rows) >= len(refused) and all("quota_exceeded" in r["reason"] for r in rows)
+        daemon.stop()
+        time.sleep(4.5)  # four or five fire times pass while it is down
+        daemon.start()
+        wait_until(lambda: len(fires(daemon, "often")) >= len(records) + 4)
+        caught_up = [f for f in fires(daemon, "often") if f not in records]
+        assert {f["outcome"] for f in caught_up} == {"refused"}
+        assert len(daemon.call("list", limit=100)["tasks"]) == 3
+    finally:
+        daemon.stop()
+
+
+def test_the_runner_with_a_jitter_longer_than_the_gap_misses_nothing(tmp_path: Path) -> None:
+    """The daemon's ScheduleRunner over a real store, its clock moved to each wake time it
+    asks for, as its loop sleeps: an every-minute cron with a jitter of an hour fires every
+    minute for 200 minutes and records no fire as missed, with each catch-up policy."""
+    from colibri.config import SchedulerSettings
+    from colibri.core.schedules import ScheduledTask, ScheduleSpec
+    from colibri.daemon.board import Board
+    from colibri.daemon.schedules import ScheduleRunner
+    from colibri.store import open_store
+    from tests.reliability.test_board_state_machine import ManualClock
+
+    for catch_up in ("one", "all", "none"):
+        clock = ManualClock()
+        store = open_store(str(tmp_path / f"{catch_up}.sqlite"), durability="relaxed")
+        board = Board(store, SchedulerSettings(), clock)
+        board.rebuild()
+        runner = ScheduleRunner(board, "UTC")
+        spec = ScheduleSpec(cron="* * * * *", jitter="1h", catch_up=catch_up, overlap="allow",
+                            task=ScheduledTask(text="spread"))  # fmt: skip
+        runner.add("spread", spec, replace=False)
+        store.commit()
+        wakes: list[float] = []
+        for _ in range(200):
+            wake = runner.next_wake()
+            assert wake is not None and wake >= clock.time()
+            clock.wall = wake
+            wakes.append(wake)
+            assert runner.fire_due() == 1
+            store.commit()
+        schedule = runner.get("spread")
+        assert (schedule.fires, schedule.missed, schedule.skipped) == (200, 0, 0), catch_up
+        assert wakes == sorted(wakes)
+        store.close()

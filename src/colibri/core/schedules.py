@@ -45,10 +45,17 @@ MACROS = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
-#: A due time processed within this many seconds of its nominal instant is on time, not missed.
+#: A due time processed within this many seconds of its wake time is on time, not missed.
 ON_TIME = 60.0
 #: Most due times examined in one check; beyond it the rest are counted, not listed.
 SCAN_LIMIT = 10_000
+#: No fire time after this (9999-12-01T00:00:00Z): past it a schedule has no next fire. The
+#: calendar ends at 9999-12-31, and jitter and lateness are added to a fire time.
+LAST_FIRE = 253_399_622_400.0
+#: Ranges of a schedule's durations, in seconds.
+EVERY_RANGE = (1.0, 3650 * 86400.0)
+JITTER_MAX = 86400.0
+GRACE_MAX = 3650 * 86400.0
 
 Kind = Literal["cron", "interval", "once"]
 CatchUp = Literal["one", "all", "none"]
@@ -109,6 +116,8 @@ class Schedule(msgspec.Struct, kw_only=True):
     fires: int = 0
     skipped: int = 0
     missed: int = 0
+    #: Fires that intake refused (a quota, a name no longer valid): recorded, no task.
+    refused: int = 0
     source: Literal["cli", "config"] = "cli"
     created_at: str = ""
     updated_at: str = ""
@@ -144,18 +153,29 @@ def normalize_cron(expr: str) -> str:
 
 
 def next_after(schedule: Schedule, after: float) -> float | None:
-    """The first nominal fire time strictly after ``after``; None when there is none."""
+    """The first nominal fire time strictly after ``after``; None when there is none (also
+    when it would come after ``LAST_FIRE``)."""
+    nxt = _next_after(schedule, after)
+    return nxt if nxt is not None and nxt <= LAST_FIRE else None
+
+
+def _next_after(schedule: Schedule, after: float) -> float | None:
+    if after >= LAST_FIRE:
+        return None
     if schedule.kind == "cron":
         from cronsim import CronSim
 
         assert schedule.cron is not None
         tz = zone(schedule.tz or "UTC")
         times = CronSim(schedule.cron, datetime.fromtimestamp(after, tz))
-        # cronsim drops the fold of a fixed time inside a repeated (fall-back) hour, so it can
-        # answer an instant before ``after``: step on until it is strictly later.
-        nxt = next(times).timestamp()
-        while nxt <= after:
+        try:
+            # cronsim drops the fold of a fixed time inside a repeated (fall-back) hour, so it
+            # can answer an instant before ``after``: step on until it is strictly later.
             nxt = next(times).timestamp()
+            while nxt <= after:
+                nxt = next(times).timestamp()
+        except OverflowError:  # the next match is past the end of the calendar
+            return None
         return nxt
     if schedule.kind == "interval":
         assert schedule.every and schedule.at
@@ -210,6 +230,18 @@ def jitter_offset(name: str, nominal: float, jitter: float) -> float:
     return int.from_bytes(digest, "big") / 2**64 * jitter
 
 
+def wake_at(schedule: Schedule, nominal: float, following: float | None = None) -> float:
+    """When the fire of ``nominal`` is due: the nominal time plus its jitter, the jitter held
+    below the gap to the next nominal time (``following``, computed if not given), so fires
+    stay in order and a jitter longer than the interval never makes one late."""
+    if schedule.jitter <= 0:
+        return nominal
+    if following is None:
+        following = next_after(schedule, nominal)
+    spread = schedule.jitter if following is None else min(schedule.jitter, following - nominal)
+    return nominal + jitter_offset(schedule.name, nominal, spread)
+
+
 @dataclass(slots=True)
 class Plan:
     """What a due check decided: nominal times to fire, times missed, and the next one."""
@@ -226,16 +258,25 @@ def plan(schedule: Schedule, now: float) -> Plan:
     result = Plan()
     if schedule.next_fire_at is None or schedule.finished:
         return result
+    # A time is due once its wake time (nominal + jitter) has come, and late by how long ago
+    # that was: so a jitter never turns a fire into a miss.
     first = instant(schedule.next_fire_at)
-    if first > now:
+    following = next_after(schedule, first)
+    if wake_at(schedule, first, following) > now:
         result.next_fire_at = first
         return result
     due = [first]
+    wakes = {first: wake_at(schedule, first, following)}
     while len(due) < SCAN_LIMIT:
-        nxt = next_after(schedule, due[-1])
-        if nxt is None or nxt > now:
+        nxt, following = following, None
+        if nxt is None:
+            break
+        following = next_after(schedule, nxt)
+        wake = wake_at(schedule, nxt, following)
+        if wake > now:
             break
         due.append(nxt)
+        wakes[nxt] = wake
     else:
         # Too many to list: the rest are counted as missed, but the latest due time is
         # still the one a policy may fire.
@@ -243,29 +284,34 @@ def plan(schedule: Schedule, now: float) -> Plan:
         latest = latest_due(schedule, now)
         if latest is not None and latest > due[-1]:
             due.append(latest)
+            wakes[latest] = latest
     last = due[-1]
     result.next_fire_at = next_after(schedule, last)
-    fresh = [t for t in due if schedule.grace is None or now - t <= schedule.grace]
+    fresh = [t for t in due if schedule.grace is None or now - wakes[t] <= schedule.grace]
     if schedule.catch_up == "all":
         result.fire = fresh[-schedule.catch_up_max :]
     elif schedule.catch_up == "one":
         result.fire = fresh[-1:]
     else:
-        result.fire = [last] if now - last <= ON_TIME and last in fresh else []
+        result.fire = [last] if now - wakes[last] <= ON_TIME and last in fresh else []
     chosen = set(result.fire)
     result.missed = [t for t in due if t not in chosen]
     return result
 
 
-def _seconds(value: str | float | None, what: str) -> float | None:
-    from colibri.core.durations import parse_duration
+def _seconds(value: str | float | None, what: str, low: float, high: float) -> float | None:
+    from colibri.core.durations import format_duration, parse_duration
 
     if value is None:
         return None
     try:
-        return parse_duration(value)
+        seconds = parse_duration(value)
     except ValueError as exc:
         raise BadRequest(f"{what}: {exc}") from None
+    if not low <= seconds <= high:
+        allowed = f"{format_duration(low)} to " if low > 0 else "at most "
+        raise BadRequest(f"{what} {value!r} is out of range: give {allowed}{format_duration(high)}")
+    return seconds
 
 
 def build(
@@ -294,8 +340,8 @@ def build(
     )
     tz_name = spec.tz or default_tz
     tz = zone(tz_name)
-    grace = _seconds(spec.grace, "grace")
-    jitter = _seconds(spec.jitter, "jitter") or 0.0
+    grace = _seconds(spec.grace, "grace", 0.0, GRACE_MAX)
+    jitter = _seconds(spec.jitter, "jitter", 0.0, JITTER_MAX) or 0.0
     stamp = rfc3339(now)
     schedule = Schedule(
         name=name,
@@ -315,9 +361,13 @@ def build(
     if spec.cron is not None:
         schedule.cron = normalize_cron(spec.cron)
     elif spec.every is not None:
-        every = _seconds(spec.every, "every")
-        if not every or every < 1:
-            raise BadRequest(f"schedule {name!r}: every must be at least 1s")
+        every = _seconds(spec.every, f"schedule {name!r}: every", *EVERY_RANGE)
+        assert every is not None
+        if jitter >= every:
+            raise BadRequest(
+                f"schedule {name!r}: jitter {spec.jitter!r} must be shorter than every "
+                f"{spec.every!r} (a fire is spread within its interval)"
+            )
         schedule.kind, schedule.every, schedule.at = "interval", every, stamp
     else:
         assert spec.at is not None
@@ -330,9 +380,18 @@ def build(
             ) from None
         if when.tzinfo is None:
             when = when.replace(tzinfo=tz)
-        if when.timestamp() <= now:
+        try:
+            at = when.timestamp()
+        except (OverflowError, ValueError):
+            at = math.inf  # local 9999-12-31 east of UTC, say: past the end of the calendar
+        if at <= now:
             raise BadRequest(f"schedule {name!r}: at {spec.at} is in the past; give a future time")
-        schedule.kind, schedule.at = "once", rfc3339(when.timestamp())
+        if at > LAST_FIRE:
+            raise BadRequest(
+                f"schedule {name!r}: at {spec.at} is too far ahead; give a time before "
+                "9999-12-01T00:00:00Z"
+            )
+        schedule.kind, schedule.at = "once", rfc3339(at)
     first = next_after(schedule, now)
     schedule.next_fire_at = None if first is None else rfc3339(first)
     return schedule

@@ -239,7 +239,9 @@ async def _run_until_stopped(config: Config, board: Board, server: Server) -> No
         tasks = [
             group.create_task(tick(), name="tick"),
             group.create_task(sweep(), name="sweep"),
-            group.create_task(server.schedules.run(server.schedule_flush), name="schedules"),
+            group.create_task(
+                server.schedules.run(server.schedule_flush, server.fail_batch), name="schedules"
+            ),
             group.create_task(server.supervisor.run(), name="supervisor"),
         ]
         await stop.wait()

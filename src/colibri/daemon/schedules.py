@@ -17,7 +17,13 @@ from collections.abc import Callable
 import msgspec
 
 from colibri.core import schedules as math
-from colibri.core.errors import BadRequest, ColibriError, ScheduleExists, UnknownSchedule
+from colibri.core.errors import (
+    BadRequest,
+    ColibriError,
+    Internal,
+    ScheduleExists,
+    UnknownSchedule,
+)
 from colibri.core.model import LedgerEntry, parse_rfc3339, rfc3339
 from colibri.core.protocol import TaskFields
 from colibri.core.schedules import Schedule, ScheduleSpec
@@ -56,6 +62,7 @@ class ScheduleRunner:
                 continue  # keep its runtime state: next fire, counters
             if old is not None:
                 fresh.fires, fresh.skipped, fresh.missed = old.fires, old.skipped, old.missed
+                fresh.refused = old.refused
                 fresh.last_task, fresh.last_fire_at = old.last_task, old.last_fire_at
             self.store.upsert_schedule(fresh)
             stored[name] = fresh
@@ -85,8 +92,7 @@ class ScheduleRunner:
     @staticmethod
     def _wake_at(schedule: Schedule) -> float:
         assert schedule.next_fire_at is not None
-        nominal = parse_rfc3339(schedule.next_fire_at)
-        return nominal + math.jitter_offset(schedule.name, nominal, schedule.jitter)
+        return math.wake_at(schedule, parse_rfc3339(schedule.next_fire_at))
 
     def _save(self, schedule: Schedule) -> None:
         schedule.updated_at = rfc3339(self.clock.time())
@@ -203,7 +209,10 @@ class ScheduleRunner:
                 self.board.cancel(previous.id, f"replaced by the next fire of {schedule.name}")
         task_id = new_task_id()
         key = rfc3339(nominal)
-        if not self.store.record_fire(schedule.name, key, "fired", task_id, stamp):
+        if self.store.fire_recorded(schedule.name, key):
+            if manual:
+                raise BadRequest(f"schedule {schedule.name!r} was fired by hand this very "
+                                 "millisecond; retry")  # fmt: skip
             log.warning(
                 "fire already recorded; not firing again",
                 extra={"event": "schedule_duplicate", "schedule": schedule.name, "nominal": key},
@@ -221,13 +230,30 @@ class ScheduleRunner:
             max_attempts=template.max_attempts,
         )
         why = "run by hand" if manual else f"for {key}"
-        self.board.submit(
-            fields,
-            template.agent,
-            schedule=schedule.name,
-            task_id=task_id,
-            reason=f"fired by schedule {schedule.name} {why}",
-        )
+        try:
+            # Intake refuses before it writes anything (quotas, names, budgets).
+            self.board.submit(
+                fields,
+                template.agent,
+                schedule=schedule.name,
+                task_id=task_id,
+                reason=f"fired by schedule {schedule.name} {why}",
+            )
+        except ColibriError as exc:
+            if manual:
+                raise  # the operator who asked sees why; nothing is recorded
+            refusal = f"{exc.code}: {exc.message}"
+            self.store.record_fire(schedule.name, key, "refused", None, stamp, refusal)
+            schedule.refused += 1
+            self._note(schedule, "refused", nominal, f"refused by intake ({refusal})")
+            log.warning(
+                "schedule fire refused by intake",
+                extra={"event": "schedule_refused", "schedule": schedule.name, "nominal": key,
+                       "error": exc.message},
+            )  # fmt: skip
+            return 0
+        if not self.store.record_fire(schedule.name, key, "fired", task_id, stamp):
+            raise Internal(f"fire {schedule.name} {key} recorded twice in one batch")
         crashpoints.hit("mid-fire")  # the task is in; the schedule's next fire not yet
         schedule.fires += 1
         schedule.last_task = task_id
@@ -247,8 +273,7 @@ class ScheduleRunner:
         """Fire once now, outside the timetable; the next scheduled fire is unchanged."""
         schedule = msgspec.structs.replace(self.get(name))
         now = self.clock.time()
-        if not self._fire_one(schedule, now, rfc3339(now), manual=True):
-            raise BadRequest(f"schedule {name!r} was fired by hand this very millisecond; retry")
+        self._fire_one(schedule, now, rfc3339(now), manual=True)
         self._save(schedule)
         assert schedule.last_task is not None
         return schedule.last_task
@@ -272,8 +297,11 @@ class ScheduleRunner:
             }
         )
 
-    async def run(self, on_fired: Callable[[], None]) -> None:
-        """Sleep until the next due time (or a change), fire, hand the batch to the server."""
+    async def run(
+        self, on_fired: Callable[[], None], on_failed: Callable[[ColibriError], None]
+    ) -> None:
+        """Sleep until the next due time (or a change), fire, hand the batch to the server;
+        a fire that fails half-way fails the batch (``on_failed``): nothing of it commits."""
         while True:
             self.changed.clear()
             wake = self.next_wake()
@@ -289,11 +317,12 @@ class ScheduleRunner:
                     pass
             try:
                 self.fire_due()
-            except ColibriError as exc:
-                log.error(
-                    "schedule fire failed",
-                    extra={"event": "schedule_failed", "error": exc.message},
+            except Exception as exc:
+                log.exception(
+                    "schedule fire failed; its batch is rolled back",
+                    extra={"event": "schedule_failed", "error": str(exc)},
                 )
+                on_failed(exc if isinstance(exc, ColibriError) else Internal(repr(exc)))
             on_fired()
 
 

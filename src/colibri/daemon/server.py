@@ -338,6 +338,12 @@ class Server:
         self._replies.append((conn, message))
         self.schedule_flush()
 
+    def fail_batch(self, error: ColibriError) -> None:
+        """Work the daemon did by itself went wrong half-way: roll back the whole batch."""
+        if self._batch_error is None:
+            self._batch_error = error
+        self.schedule_flush()
+
     def reply_error(self, conn: Connection, request_id: Any, error: ColibriError) -> None:
         self._reply(conn, {"id": request_id, "ok": False, "error": error.to_wire()})
 

@@ -106,15 +106,27 @@ class Store(Protocol):
     def delete_schedule(self, name: str) -> bool: ...
 
     def record_fire(
-        self, schedule: str, nominal: str, outcome: str, task: str | None, at: str
+        self,
+        schedule: str,
+        nominal: str,
+        outcome: str,
+        task: str | None,
+        at: str,
+        reason: str | None = None,
     ) -> bool:
-        """Record one nominal fire time (fired, skipped, missed) once, ever.
+        """Record one nominal fire time (fired, skipped, missed, refused) once, ever.
 
         Unique on (schedule, nominal): returns False, writing nothing, if it was recorded
-        before — which makes a double fire impossible rather than unlikely.
+        before — which makes a double fire impossible rather than unlikely. ``reason`` says why
+        a fire was refused.
         """
 
-    def fires(self, schedule: str, limit: int) -> list[dict[str, Any]]: ...
+    def fire_recorded(self, schedule: str, nominal: str) -> bool:
+        """Whether ``record_fire`` has recorded this nominal time (a read; no write)."""
+
+    def fires(self, schedule: str, limit: int) -> list[dict[str, Any]]:
+        """The latest ``limit`` fire records, newest nominal time first: ``schedule``,
+        ``nominal``, ``outcome``, ``task``, ``at``, ``reason``."""
 
     def append_ledger(self, entry: LedgerEntry) -> LedgerEntry: ...
 

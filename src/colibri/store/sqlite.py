@@ -428,19 +428,29 @@ class SqliteStore:
             return conn.execute(_Q["delete_schedule"], (name,)).rowcount == 1
 
     def record_fire(
-        self, schedule: str, nominal: str, outcome: str, task: str | None, at: str
+        self,
+        schedule: str,
+        nominal: str,
+        outcome: str,
+        task: str | None,
+        at: str,
+        reason: str | None = None,
     ) -> bool:
         """Record what became of one nominal fire time; False if it was recorded before."""
         with self._writing() as conn:
             try:
                 conn.execute("SAVEPOINT fire")
-                conn.execute(_Q["insert_fire"], (schedule, nominal, outcome, task, at))
+                conn.execute(_Q["insert_fire"], (schedule, nominal, outcome, task, at, reason))
             except sqlite3.IntegrityError:
                 conn.execute("ROLLBACK TO fire")
                 return False
             finally:
                 conn.execute("RELEASE fire")
             return True
+
+    def fire_recorded(self, schedule: str, nominal: str) -> bool:
+        """Whether a fire of ``schedule`` at ``nominal`` was recorded, whatever became of it."""
+        return self._conn.execute(_Q["fire_recorded"], (schedule, nominal)).fetchone() is not None
 
     def fires(self, schedule: str, limit: int) -> list[dict[str, Any]]:
         return [dict(r) for r in self._conn.execute(_Q["fires_of"], (schedule, limit))]

@@ -87,6 +87,10 @@ CREATE TABLE schedule_fires (
 ALTER TABLE ledger ADD COLUMN uid INTEGER;
 ALTER TABLE ledger ADD COLUMN pid INTEGER;
 
+-- name: migration_3
+-- Why a fire was refused (its outcome 'refused': intake refused the task).
+ALTER TABLE schedule_fires ADD COLUMN reason TEXT;
+
 -- name: insert_task
 INSERT INTO tasks (id, tenant, text, capabilities, workspace, agent, pinned, parent, sender, priority,
                    min_score, state, outcome, output, error, cost, attempts, max_attempts, epoch,
@@ -189,10 +193,13 @@ SELECT doc FROM schedules WHERE name = ?;
 DELETE FROM schedules WHERE name = ?;
 
 -- name: insert_fire
-INSERT INTO schedule_fires (schedule, nominal, outcome, task, at) VALUES (?, ?, ?, ?, ?);
+INSERT INTO schedule_fires (schedule, nominal, outcome, task, at, reason) VALUES (?, ?, ?, ?, ?, ?);
+
+-- name: fire_recorded
+SELECT 1 FROM schedule_fires WHERE schedule = ? AND nominal = ?;
 
 -- name: fires_of
-SELECT schedule, nominal, outcome, task, at FROM schedule_fires
+SELECT schedule, nominal, outcome, task, at, reason FROM schedule_fires
  WHERE schedule = ? ORDER BY nominal DESC LIMIT ?;
 
 -- name: cost_totals
