@@ -355,6 +355,55 @@ def test_find_idempotent(store: Store) -> None:
     assert store.find_idempotent("other", "deploy-42") is None
 
 
+def test_a_fingerprint_is_kept_with_its_task(backend: Backend, store: Store) -> None:
+    store.insert_task(make_task("t0001", idempotency_key="k"), entry_for(make_task("t0001")),
+                      "fp-1")  # fmt: skip
+    add(store, make_task("t0002"))
+    store.commit()
+    reopened = backend.open()
+    assert reopened.fingerprint("t0001") == "fp-1"
+    assert reopened.fingerprint("t0002") is None
+    assert reopened.fingerprint("t9999") is None
+    found = reopened.find_idempotent("default", "k")
+    assert found is not None and found.id == "t0001"  # the fingerprint is not part of the task
+
+
+def test_a_fire_is_recorded_once_with_its_outcome_and_reason(
+    backend: Backend, store: Store
+) -> None:
+    assert store.fire_recorded("nightly", AT) is False
+    assert store.record_fire("nightly", AT, "fired", "t0001", AT) is True
+    assert store.record_fire("nightly", LATER, "refused", None, LATER, "quota_exceeded: full")
+    # a second record of the same nominal time writes nothing, whatever its outcome
+    assert store.record_fire("nightly", AT, "refused", None, LATER, "again") is False
+    assert store.record_fire("other", AT, "missed", None, AT) is True
+    store.commit()
+    reopened = backend.open()
+    assert reopened.fire_recorded("nightly", AT) and reopened.fire_recorded("nightly", LATER)
+    assert not reopened.fire_recorded("nightly", "2026-01-03T00:00:00.000Z")
+    assert reopened.fires("nightly", 10) == [
+        {"schedule": "nightly", "nominal": LATER, "outcome": "refused", "task": None,
+         "at": LATER, "reason": "quota_exceeded: full"},
+        {"schedule": "nightly", "nominal": AT, "outcome": "fired", "task": "t0001", "at": AT,
+         "reason": None},
+    ]  # fmt: skip
+    assert reopened.fires("nightly", 1)[0]["nominal"] == LATER
+
+
+def test_cost_totals_at_the_bounds_of_a_session_never_overflow(store: Store) -> None:
+    """Integers summed by SQL overflow at 2**63; the totals are floats that cannot."""
+    for n in range(4):
+        task = make_task(f"t000{n}", state="done", agent="a1")
+        store.insert_task(task, msgspec.structs.replace(
+            entry_for(task), cost=Cost(tokens_in=2**63 - 1, tokens_out=10**12, usd=1e6)
+        ))  # fmt: skip
+    store.commit()
+    (row,) = store.cost_totals("agent", "")
+    assert row["key"] == "a1" and row["sessions"] == 4
+    assert row["tokens_in"] == pytest.approx(4 * (2**63 - 1))
+    assert row["tokens_out"] == 4 * 10**12 and row["usd"] == 4e6
+
+
 def test_idempotency_key_is_unique_within_a_tenant(backend: Backend, store: Store) -> None:
     """A second insert with a tenant's key raises the backend's integrity error.
 

@@ -20,6 +20,7 @@ tests assert them. Messages say what was wrong and, where it helps, what to do.
     ├── HandOffRefused       handoff_refused     a child for a workspace not in send_to
     ├── BudgetExceeded       budget_exceeded     a hand-off asking more than its parent has left
     ├── QuotaExceeded        quota_exceeded      too many pending tasks, or children of one task
+    ├── IdempotencyConflict  idempotency_conflict  a key reused with other fields
     ├── Forbidden            forbidden           peer uid not allowed
     ├── Busy                 busy                too many connections
     ├── StorageUnavailable   storage_unavailable the store could not commit (disk full, read-only)
@@ -154,6 +155,16 @@ class BudgetExceeded(ColibriError):
 
 class QuotaExceeded(ColibriError):
     code = "quota_exceeded"
+
+
+class IdempotencyConflict(ColibriError):
+    code = "idempotency_conflict"
+
+    def __init__(self, key: str, task_id: str) -> None:
+        super().__init__(
+            f"idempotency key {key!r} names task {task_id}, submitted with other fields; "
+            "send the same fields to get that task back, or use a new key for a new task"
+        )
 
 
 class Forbidden(ColibriError):

@@ -10,6 +10,7 @@ server rolls back and calls ``rebuild``: memory is reloaded from the store, the 
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import logging
 import sys
@@ -26,6 +27,7 @@ from colibri.core.errors import (
     BadRequest,
     BudgetExceeded,
     HandOffRefused,
+    IdempotencyConflict,
     IllegalTransition,
     NotRegistered,
     NotYourTask,
@@ -61,6 +63,20 @@ log = logging.getLogger(__name__)
 def new_task_id() -> str:
     """Time-ordered (UUIDv7), so ids sort first-in first-out."""
     return str(uuid6.uuid7())
+
+
+def _fingerprint(
+    req: TaskFields,
+    capabilities: list[str],
+    labels: list[str],
+    workspace: str | None,
+    pin: str | None,
+) -> str:
+    """What a submission asks for, as the board reads it: the same key with another
+    fingerprint is another request, refused rather than answered with the first task."""
+    asked = [req.text, capabilities, workspace, pin, req.parent, req.priority, req.min_score,
+             labels, req.max_attempts, req.budget_usd]  # fmt: skip
+    return hashlib.blake2b(msgspec.json.encode(asked), digest_size=16).hexdigest()
 
 
 #: A gap between sweeps longer than this means the daemon was stalled (sweeps come every ≤1 s).
@@ -356,15 +372,21 @@ class Board:
         if not text.strip():
             raise BadRequest("text is empty: say what the task is")
         tenant = check_name(req.tenant, "tenant") if req.tenant else DEFAULT_TENANT
-        if req.idempotency_key is not None:
-            existing = self.store.find_idempotent(tenant, req.idempotency_key)
-            if existing is not None:
-                return existing, False
         capabilities = self._shared(normalize_names(req.capabilities, "capability"))
         labels = self._shared(normalize_names(req.labels, "label"))
         workspace = check_name(req.workspace, "workspace") if req.workspace else None
         if pin is not None:
             check_name(pin, "agent name")
+        fingerprint = None
+        if req.idempotency_key is not None:
+            # Before the quotas: a retry of a submission that did commit gets its task back.
+            fingerprint = _fingerprint(req, capabilities, labels, workspace, pin)
+            existing = self.store.find_idempotent(tenant, req.idempotency_key)
+            if existing is not None:
+                stored = self.store.fingerprint(existing.id)
+                if stored is not None and stored != fingerprint:
+                    raise IdempotencyConflict(req.idempotency_key, existing.id)
+                return self.tasks.get(existing.id, existing), False
         if self._pending_by_tenant.get(tenant, 0) >= self.settings.max_pending:
             raise QuotaExceeded(
                 f"tenant {tenant} has {self.settings.max_pending} pending tasks, its quota; "
@@ -428,7 +450,7 @@ class Board:
         )
         if tenant != DEFAULT_TENANT:
             self.store.ensure_tenant(tenant, now)
-        entry = self.store.insert_task(task, self._entry(task, None, reason))
+        entry = self.store.insert_task(task, self._entry(task, None, reason), fingerprint)
         self.ledger_rows.append(entry)
         self.tasks[task.id] = task
         self._pending_by_tenant[tenant] = self._pending_by_tenant.get(tenant, 0) + 1
@@ -684,11 +706,22 @@ class Board:
         return self._move(task, State.CANCELLED, reason, close=True)
 
     def _budget_left(self, task: Task) -> float:
-        """A task's budget less what it spent and what its children were given."""
+        """A task's budget less what it spent and what its children hold of it."""
         assert task.budget_usd is not None
         spent = task.cost.usd if task.cost is not None else 0.0
-        given = sum(child.budget_usd or 0.0 for child in self.store.children(task.id))
-        return task.budget_usd - spent - given
+        return task.budget_usd - spent - sum(map(self._held_budget, self.store.children(task.id)))
+
+    def _held_budget(self, task: Task) -> float:
+        """What a child holds of its parent's budget: all of its own while it is open; once it
+        has ended, what it spent and what its own children still hold — so a child retried
+        after it failed is not counted twice."""
+        budget = task.budget_usd or 0.0
+        current = self.tasks.get(task.id, task)
+        if current.state in states.OPEN:
+            return budget
+        spent = current.cost.usd if current.cost is not None else 0.0
+        below = sum(map(self._held_budget, self.store.children(task.id)))
+        return min(budget, spent + below)
 
     # -- daily budgets of workspaces -----------------------------------------------------
 
@@ -739,9 +772,17 @@ class Board:
         return top.id, members
 
     def retry(self, task_id: str) -> Task:
+        """Submit an ended task again as a new task with every field of the original (not its
+        idempotency key); a child's budget is what the parent has left, at most its own."""
         old = self.get(task_id)
         if old.state not in states.ENDED:
             raise IllegalTransition(old.id, old.state, "retried (only ended tasks can be retried)")
+        budget = old.budget_usd
+        parent = self.get(old.parent) if old.parent is not None else None
+        if budget is not None and parent is not None and parent.budget_usd is not None:
+            budget = min(budget, self._budget_left(parent))
+            if budget <= 0:
+                raise BudgetExceeded(parent.id, old.budget_usd or 0.0, budget)
         fields = TaskFields(
             text=old.text,
             capabilities=old.capabilities,
@@ -752,6 +793,7 @@ class Board:
             labels=old.labels,
             tenant=old.tenant,
             max_attempts=old.max_attempts,
+            budget_usd=budget,
         )
         task, _ = self.submit(fields, old.agent if old.pinned else None)
         return task

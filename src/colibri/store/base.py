@@ -43,8 +43,13 @@ class Store(Protocol):
 
     def rollback(self) -> None: ...
 
-    def insert_task(self, task: Task, entry: LedgerEntry) -> LedgerEntry:
-        """Write a new task and its first ledger row; return the row with its ``seq``."""
+    def insert_task(
+        self, task: Task, entry: LedgerEntry, fingerprint: str | None = None
+    ) -> LedgerEntry:
+        """Write a new task and its first ledger row; return the row with its ``seq``.
+
+        ``fingerprint`` is kept with the task (not part of it): what the submission asked
+        for, read back by ``fingerprint`` when its idempotency key comes again."""
 
     def update_task(
         self,
@@ -64,7 +69,12 @@ class Store(Protocol):
 
     def get_task(self, task_id: str) -> Task | None: ...
 
-    def find_idempotent(self, tenant: str, key: str) -> Task | None: ...
+    def find_idempotent(self, tenant: str, key: str) -> Task | None:
+        """The tenant's task with this idempotency key, whatever its state; a key names one
+        task for as long as the store keeps it."""
+
+    def fingerprint(self, task_id: str) -> str | None:
+        """The fingerprint the task was inserted with; None if none (or no such task)."""
 
     def list_tasks(self, query: TaskFilter) -> list[Task]: ...
 

@@ -273,9 +273,13 @@ class SqliteStore:
         entry.seq = cursor.lastrowid or 0
         return entry
 
-    def insert_task(self, task: Task, entry: LedgerEntry) -> LedgerEntry:
+    def insert_task(
+        self, task: Task, entry: LedgerEntry, fingerprint: str | None = None
+    ) -> LedgerEntry:
+        row = _task_row(task)
+        row["fingerprint"] = fingerprint
         with self._writing() as conn:
-            conn.execute(_Q["insert_task"], _task_row(task))
+            conn.execute(_Q["insert_task"], row)
             return self._ledger(conn, entry)
 
     def update_task(
@@ -314,6 +318,10 @@ class SqliteStore:
 
     def find_idempotent(self, tenant: str, key: str) -> Task | None:
         return self._one(_Q["find_idempotent"], (tenant, key), _task_from_row)
+
+    def fingerprint(self, task_id: str) -> str | None:
+        row = self._conn.execute(_Q["fingerprint"], (task_id,)).fetchone()
+        return None if row is None else row[0]
 
     def list_tasks(self, query: TaskFilter) -> list[Task]:
         where: list[str] = []

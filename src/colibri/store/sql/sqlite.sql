@@ -90,16 +90,19 @@ ALTER TABLE ledger ADD COLUMN pid INTEGER;
 -- name: migration_3
 -- Why a fire was refused (its outcome 'refused': intake refused the task).
 ALTER TABLE schedule_fires ADD COLUMN reason TEXT;
+-- What a submission with an idempotency key asked for, so that the key reused with other
+-- fields is refused instead of answered with the first task.
+ALTER TABLE tasks ADD COLUMN fingerprint TEXT;
 
 -- name: insert_task
 INSERT INTO tasks (id, tenant, text, capabilities, workspace, agent, pinned, parent, sender, priority,
                    min_score, state, outcome, output, error, cost, attempts, max_attempts, epoch,
                    labels, idempotency_key, not_before, schedule, question, budget_usd, created_at,
-                   updated_at)
+                   updated_at, fingerprint)
 VALUES (:id, :tenant, :text, :capabilities, :workspace, :agent, :pinned, :parent, :sender, :priority,
         :min_score, :state, :outcome, :output, :error, :cost, :attempts, :max_attempts, :epoch,
         :labels, :idempotency_key, :not_before, :schedule, :question, :budget_usd, :created_at,
-        :updated_at);
+        :updated_at, :fingerprint);
 
 -- name: update_task
 UPDATE tasks
@@ -119,6 +122,9 @@ SELECT * FROM tasks WHERE id = ?;
 
 -- name: find_idempotent
 SELECT * FROM tasks WHERE tenant = ? AND idempotency_key = ?;
+
+-- name: fingerprint
+SELECT fingerprint FROM tasks WHERE id = ?;
 
 -- name: open_tasks
 SELECT * FROM tasks WHERE state <> 'closed' ORDER BY id;

@@ -1,0 +1,139 @@
+"""Intake rules that a hostile or careless client meets: idempotency keys reused with other
+fields, and `retry` carrying every field of the original, budgets included."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from colibri.client import RemoteError
+from tests.daemon.conftest import Spawn
+from tests.helpers import Daemon
+
+FIRST: dict[str, Any] = {
+    "text": "text one",
+    "capabilities": ["zz", "yy"],
+    "priority": 2,
+    "labels": ["l1"],
+    "max_attempts": 2,
+    "min_score": 0.5,
+    "budget_usd": 3.0,
+    "workspace": "ws",
+}
+
+
+def count(daemon: Daemon) -> int:
+    return len(daemon.call("list", limit=10_000)["tasks"])
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"text": "totally different text"},
+        {"text": "text one "},
+        {"capabilities": ["other"]},
+        {"capabilities": ["zz"]},
+        {"priority": 9},
+        {"labels": []},
+        {"max_attempts": 1},
+        {"min_score": 1.0},
+        {"budget_usd": 4.0},
+        {"budget_usd": None},
+        {"workspace": "elsewhere"},
+    ],
+)
+def test_a_key_reused_with_other_fields_is_refused_and_stores_nothing(
+    daemon: Daemon, changed: dict[str, Any]
+) -> None:
+    first = daemon.call("submit", idempotency_key="k1", **FIRST)["task"]
+    before = (count(daemon), daemon.call("status")["ledger_seq"])
+    with pytest.raises(RemoteError) as caught:
+        daemon.call("submit", idempotency_key="k1", **{**FIRST, **changed})
+    assert caught.value.code == "idempotency_conflict"
+    assert first["id"] in caught.value.message
+    assert (count(daemon), daemon.call("status")["ledger_seq"]) == before
+
+
+def test_a_key_reused_for_a_pinned_submission_of_another_agent_is_refused(
+    daemon: Daemon,
+) -> None:
+    daemon.call("create-task", agent="a1", text="pinned", idempotency_key="pin")
+    with pytest.raises(RemoteError) as caught:
+        daemon.call("create-task", agent="a2", text="pinned", idempotency_key="pin")
+    assert caught.value.code == "idempotency_conflict"
+    with pytest.raises(RemoteError) as caught:
+        daemon.call("submit", text="pinned", idempotency_key="pin")
+    assert caught.value.code == "idempotency_conflict"
+
+
+def test_the_same_fields_get_the_same_task_back_in_any_state_forever(daemon: Daemon) -> None:
+    """The key names its task for as long as the board keeps it: sent again with the same
+    fields (names are compared as the board reads them: trimmed, lower-case, deduplicated),
+    it returns that task, also once it was cancelled and closed. To run the work again, use
+    a new key or `retry`."""
+    first = daemon.call("submit", idempotency_key="k1", **FIRST)
+    assert first["created"] is True
+    again = daemon.call(
+        "submit", idempotency_key="k1", **{**FIRST, "capabilities": [" ZZ", "yy", "zz"]}
+    )
+    assert again["created"] is False and again["task"]["id"] == first["task"]["id"]
+    daemon.call("cancel", task=first["task"]["id"])
+    after = daemon.call("submit", idempotency_key="k1", **FIRST)
+    assert after["created"] is False and after["task"]["id"] == first["task"]["id"]
+    assert after["task"]["state"] == "closed" and after["task"]["outcome"] == "cancelled"
+    other_tenant = daemon.call("submit", idempotency_key="k1", tenant="acme", **FIRST)
+    assert other_tenant["created"] is True
+    assert count(daemon) == 2
+
+
+def test_a_retried_submission_gets_its_task_back_even_when_the_quota_is_full(
+    start_daemon: Any,
+) -> None:
+    daemon = start_daemon(max_pending=2)
+    kept = daemon.call("submit", text="one", idempotency_key="a")["task"]
+    daemon.call("submit", text="two")
+    again = daemon.call("submit", text="one", idempotency_key="a")
+    assert again["created"] is False and again["task"]["id"] == kept["id"]
+    with pytest.raises(RemoteError) as caught:
+        daemon.call("submit", text="three", idempotency_key="b")
+    assert caught.value.code == "quota_exceeded"
+
+
+def test_retry_carries_every_field_of_the_original(daemon: Daemon, spawn: Spawn) -> None:
+    original = daemon.call(
+        "create-task", agent="a1", idempotency_key="orig", tenant="acme", **FIRST
+    )["task"]
+    daemon.call("cancel", task=original["id"])
+    copy = daemon.call("retry", task=original["id"])["task"]
+    assert copy["id"] != original["id"] and copy["state"] == "pending"
+    fields = ("text", "capabilities", "workspace", "agent", "pinned", "parent", "priority",
+              "min_score", "labels", "tenant", "max_attempts", "budget_usd")  # fmt: skip
+    assert {f: copy[f] for f in fields} == {f: original[f] for f in fields}
+    assert copy.get("idempotency_key") is None  # the key still names the original
+
+
+def test_retrying_a_child_gives_it_its_budget_within_what_the_parent_has_left(
+    daemon: Daemon, spawn: Spawn
+) -> None:
+    """Parent $1.00; child $0.60 ends having spent $0.10. Retried, the new child gets $0.60
+    again: the ended child holds only the $0.10 it spent, not the $0.60 it was given. With
+    another child open at $0.50, the next retry is held to the $0.40 left; with nothing
+    left, retry is refused."""
+    agent = spawn(daemon, "a1")
+    parent = daemon.call("create-task", agent="nobody", text="release", budget_usd=1.0)["task"]
+    child = daemon.call("submit", text="notes", parent=parent["id"], budget_usd=0.6)["task"]
+    agent.out(agent.next_assign(), cost={"usd": 0.1})
+    second = daemon.call("retry", task=child["id"])["task"]
+    assert second["budget_usd"] == pytest.approx(0.6)
+    assert second["parent"] == parent["id"]
+    agent.out(agent.next_assign(), cost={"usd": 0.0})
+    daemon.call("submit", text="other", parent=parent["id"], budget_usd=0.5)  # runs on a1
+    agent.next_assign()
+    third = daemon.call("retry", task=second["id"])["task"]
+    assert third["budget_usd"] == pytest.approx(0.4)  # 1.00 - 0.10 spent - 0.50 open
+    daemon.call("cancel", task=third["id"])
+    daemon.call("submit", text="dear", parent=parent["id"], budget_usd=0.4)
+    with pytest.raises(RemoteError) as caught:
+        daemon.call("retry", task=third["id"])
+    assert caught.value.code == "budget_exceeded"
