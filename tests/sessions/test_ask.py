@@ -84,3 +84,61 @@ def test_max_runtime_does_not_count_the_wait_for_an_answer(root: Path) -> None:
         assert final["outcome"] == "done" and "sqlite" in final["output"]
     finally:
         daemon.stop()
+
+
+#: Asks, but the asking command is killed after a second; then the session runs on.
+ABANDONS = (
+    "import subprocess, sys, time\n"
+    "subprocess.run(['timeout', '1', sys.executable, '-m', 'colibri', 'ask', 'q1?'])\n"
+    "time.sleep(40)\n"
+    "print('ran to its end')\n"
+)
+
+
+def test_an_abandoned_question_is_withdrawn_and_max_runtime_counts_again(root: Path) -> None:
+    """The asker dies: after the re-ask grace the question is withdrawn (an event says so),
+    `answer` says nobody waits, and max_runtime stops the session — before, the clock stayed
+    paused for good and the task ran its 40 s to `done`."""
+    from colibri.daemon.board import ASK_GRACE
+
+    daemon = start(root, max_runtime="3s", session={"command": [sys.executable, "-c", ABANDONS]})
+    try:
+        with daemon.client(timeout=ASK_GRACE + 10) as watcher:
+            watcher.call("subscribe")
+            task = daemon.call("submit", text="asks then wanders off", workspace="ops")["task"]
+            wait_until(lambda: waiting(daemon, task["id"]))
+            withdrawn = next(e for e in watcher.events() if e["event"] == "question_withdrawn")
+            assert withdrawn["task"] == task["id"]
+        assert daemon.call("get", task=task["id"])["task"]["question"] is None
+        with pytest.raises(RemoteError) as err:
+            daemon.call("answer", task=task["id"], text="too late")
+        assert err.value.code == "bad_request" and "not waiting" in err.value.message
+        final = wait_until(
+            lambda: (t := daemon.call("get", task=task["id"])["task"])["state"] == "closed" and t,
+            timeout=ASK_GRACE + 15,
+        )
+        assert final["outcome"] == "failed" and "max_runtime" in final["error"], final
+    finally:
+        daemon.stop()
+
+
+def test_a_question_survives_a_daemon_crash_because_its_session_asks_again(root: Path) -> None:
+    """The daemon is killed while a session waits for its answer. The new daemon finds the
+    question in the store; the session's `colibri ask` asks again within the grace, so the
+    question is not withdrawn, and the answer reaches it."""
+    from colibri.daemon.board import ASK_GRACE
+
+    daemon = start(root)
+    try:
+        task = daemon.call("submit", text="migrate", workspace="ops")["task"]
+        wait_until(lambda: waiting(daemon, task["id"]))
+        daemon.restart()
+        time.sleep(ASK_GRACE + 1.5)
+        assert daemon.call("get", task=task["id"])["task"]["question"] == "which database?"
+        daemon.call("answer", task=task["id"], text="postgres")
+        final = wait_until(
+            lambda: (t := daemon.call("get", task=task["id"])["task"])["state"] == "closed" and t
+        )
+        assert (final["outcome"], final["output"].strip()) == ("done", "using postgres")
+    finally:
+        daemon.stop()

@@ -105,6 +105,12 @@ class Session:
     #: The task file of the warm session that took this task, if one did.
     warm_file: Path | None = None
 
+    def resume_clock(self) -> None:
+        """The session no longer waits for an answer: max_runtime counts again."""
+        if self.paused_since is not None:
+            self.paused_total += time.monotonic() - self.paused_since
+            self.paused_since = None
+
 
 class Harness:
     def __init__(self, spec: AgentSpec, socket_path: Path, root: Path) -> None:
@@ -184,6 +190,10 @@ class Harness:
                 if session is not None and session.report is None:
                     await self._kill(session)
                 self.sessions.pop(held["task"], None)
+            for session in self.sessions.values():
+                # A question still waiting is asked again on this daemon, which says "asking"
+                # again; one whose asker died meanwhile must not stop the clock for good.
+                session.resume_clock()
             for session in list(self.sessions.values()):
                 if session.report is not None:
                     await self._deliver(session)
@@ -218,14 +228,13 @@ class Harness:
             if held is not None:
                 held.cancelled = True
                 self._group.create_task(self._cancel(held), name=f"cancel-{held.task}")
-        elif kind in ("asking", "answered"):
+        elif kind in ("asking", "answered", "question_withdrawn"):
             held = self.sessions.get(message["task"])
             if held is not None:
                 if kind == "asking" and held.paused_since is None:
                     held.paused_since = time.monotonic()
-                elif kind == "answered" and held.paused_since is not None:
-                    held.paused_total += time.monotonic() - held.paused_since
-                    held.paused_since = None
+                elif kind != "asking":
+                    held.resume_clock()
         elif kind == "ready":
             waiting = self.sessions.get(message["task"])
             if waiting is not None:

@@ -89,6 +89,9 @@ BREAKER_COOL_DOWN = 60.0
 SHARED_MAX = 10_000
 #: The longest wait before a retry, however many attempts doubled it.
 MAX_RETRY_DELAY = 86_400.0
+#: A question whose asker (``colibri ask``) went away is withdrawn after this long, unless it
+#: asks again (as it does within moments when the daemon restarts under it).
+ASK_GRACE = 10.0
 
 
 class Peer(Protocol):
@@ -173,6 +176,8 @@ class Board:
         self._waiters: dict[str, list[tuple[Peer, Any]]] = {}
         #: Sessions waiting for an answer: task id → the asking connection and request id.
         self._askers: dict[str, tuple[Peer, Any]] = {}
+        #: Questions whose asker is gone: task id → monotonic instant they are withdrawn.
+        self._unasked: dict[str, float] = {}
         self._subscribers: list[Peer] = []
         self._priority: dict[int, int] = {}
         # Side effects of the current batch, let out by the server after commit.
@@ -225,6 +230,9 @@ class Board:
                 elif task.id not in self._orphans:
                     self._orphans[task.id] = now_mono + self.settings.agent_ttl
         self._orphans = {t: d for t, d in self._orphans.items() if t in self.tasks}
+        for task in self.tasks.values():  # their askers ask again, or the question goes
+            if task.question is not None and task.id not in self._askers:
+                self._unasked.setdefault(task.id, now_mono + ASK_GRACE)
         self.indexes.clear()
         for agent in self.agents.values():
             self._index(agent)
@@ -269,7 +277,9 @@ class Board:
             self._subscribers.remove(peer)
         self._priority.pop(id(peer), None)
         for task_id in [t for t, (p, _) in self._askers.items() if p is peer]:
-            del self._askers[task_id]  # it asks again when it reconnects
+            del self._askers[task_id]  # it asks again when it reconnects, or the question goes
+            self._unasked[task_id] = self.clock.monotonic() + ASK_GRACE
+            self.on_deadline()
         for task_id in [t for t, ws in self._waiters.items() if any(p is peer for p, _ in ws)]:
             rest = [(p, r) for p, r in self._waiters[task_id] if p is not peer]
             if rest:
@@ -968,6 +978,7 @@ class Board:
         self.store.set_question(task_id, question)
         self.tasks[task_id] = waiting
         self._askers[task_id] = (peer, request_id)
+        self._unasked.pop(task_id, None)
         self.broadcast({"event": "question", "task": task_id, "question": question})
         if holder.peer is not None:  # the harness pauses the session's clocks meanwhile
             self._emit(holder.peer, {"event": "asking", "task": task_id})
@@ -980,6 +991,7 @@ class Board:
         answered = msgspec.structs.replace(task, question=None)
         self.store.set_question(task_id, None)
         self.tasks[task_id] = answered
+        self._unasked.pop(task_id, None)
         asker = self._askers.pop(task_id, None)
         if asker is not None:
             self._emit(asker[0], {"id": asker[1], "ok": True, "answer": text})
@@ -1096,6 +1108,26 @@ class Board:
             task = self.tasks.get(task_id)
             if task is not None and task.state == State.PENDING:
                 self._make_dispatchable(task)
+        for task_id in [t for t, due in self._unasked.items() if due <= now]:
+            self._withdraw_question(task_id)
+
+    def _withdraw_question(self, task_id: str) -> None:
+        """Nobody waits for the answer any more: clear the question, and let the session's
+        clock (max_runtime) run again."""
+        del self._unasked[task_id]
+        task = self.tasks.get(task_id)
+        if task is None or task.question is None or task_id in self._askers:
+            return
+        self.store.set_question(task_id, None)
+        self.tasks[task_id] = msgspec.structs.replace(task, question=None)
+        log.info(
+            "question withdrawn: its asker is gone",
+            extra={"event": "question_withdrawn", "task": task_id},
+        )
+        self.broadcast({"event": "question_withdrawn", "task": task_id})
+        holder = self.agents.get(task.agent or "")
+        if holder is not None and holder.peer is not None:
+            self._emit(holder.peer, {"event": "question_withdrawn", "task": task_id})
 
     def next_deadline(self) -> float | None:
         """The monotonic instant at which ``sweep`` next has something to do."""
@@ -1105,6 +1137,7 @@ class Board:
             midnight = (self.clock.time() // 86400 + 1) * 86400
             candidates.append(self.clock.monotonic() + (midnight - self.clock.time()))
         candidates.extend(a.unhealthy_until for a in self.agents.values() if a.unhealthy_until)
+        candidates.extend(self._unasked.values())
         if self._delayed:
             candidates.append(self._delayed[0][0])
         return min(candidates, default=None)
