@@ -45,7 +45,9 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except ColibriError as exc:
-            click.echo(f"colibri: {exc.message}", err=True)
+            from colibri.cli.output import printable
+
+            click.echo(f"colibri: {printable(exc.message)}", err=True)
             sys.exit(1)
         except KeyboardInterrupt:
             sys.exit(130)

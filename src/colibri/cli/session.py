@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from colibri.cli.main import Context, cli, json_option, pass_ctx
-from colibri.cli.output import print_json, print_table
+from colibri.cli.output import print_json, print_line, print_output, print_table
 from colibri.core.errors import ColibriError
 
 _session_options = [
@@ -133,7 +133,7 @@ def out(
         "out", task=task_id, epoch=epoch, output=output,
         cost=parse_cost(cost) if cost else None, session_ended=False, from_session=True,
     )["task"]  # fmt: skip
-    print_json(task) if as_json else print(f"task {task_id} done")
+    print_json(task) if as_json else print_line(f"task {task_id} done")
 
 
 @cli.command("fail")
@@ -148,7 +148,7 @@ def fail(ctx: Context, error: str, task_id: str | None, epoch: int | None, as_js
         "fail", task=task_id, epoch=epoch, error=error or "reported failed by the session",
         session_ended=False, from_session=True,
     )["task"]  # fmt: skip
-    print_json(task) if as_json else print(f"task {task_id} {task['state']}")
+    print_json(task) if as_json else print_line(f"task {task_id} {task['state']}")
 
 
 @cli.command("ask")
@@ -171,7 +171,7 @@ def ask(ctx: Context, question: str, task_id: str | None, epoch: int | None) -> 
                 raise
             time.sleep(0.5)
             continue
-        print(reply["answer"])
+        print_output(reply["answer"])
         return
 
 
@@ -183,7 +183,7 @@ def ask(ctx: Context, question: str, task_id: str | None, epoch: int | None) -> 
 def answer(ctx: Context, task_id: str, text: str, as_json: bool) -> None:
     """Answer the question TASK's session is waiting on."""
     task = ctx.call("answer", task=task_id, text=text)["task"]
-    print_json(task) if as_json else print(f"answered {task_id}")
+    print_json(task) if as_json else print_line(f"answered {task_id}")
 
 
 @cli.command("ready")
@@ -263,7 +263,7 @@ def send(ctx: Context, to: str, text: str, as_json: bool) -> None:
     if as_json:
         print_json(reply)
     elif reply.get("consumed_by"):
-        print(f"consumed by {reply['consumed_by']}")
+        print_line(f"consumed by {reply['consumed_by']}")
     else:
         print(f"delivered to {len(reply['delivered'])} subscriber(s)")
 
