@@ -142,9 +142,8 @@ def test_schedules_and_workspaces_show_escapes(daemon: Daemon) -> None:
     ok(run("schedule", "add", "nightly", HOSTILE, "--every", "1d", root=root))
     assert_safe(ok(run("schedule", "list", root=root)), r"\x1b]0;pwned\x07")
     assert_safe(ok(run("schedule", "show", "nightly", root=root)), f"task: {SHOWN}")
-    assert json.loads(ok(run("schedule", "show", "nightly", "--json", root=root)).stdout)[
-        "task"
-    ]["text"] == HOSTILE
+    shown = json.loads(ok(run("schedule", "show", "nightly", "--json", root=root)).stdout)
+    assert shown["task"]["text"] == HOSTILE
 
     config = {"workspaces": {"api": {"session": {"command": ["echo", HOSTILE]}}}}
     (root / "colibri.jsonc").write_text(json.dumps(config))  # read by the command, not the daemon
