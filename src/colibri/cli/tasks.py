@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from colibri.cli.main import Context, cli, json_option, pass_ctx
+from colibri.cli.main import Context, cli, in_session, json_option, pass_ctx, wait_out_busy
 from colibri.cli.output import (
     TASK_COLUMNS,
     describe_task,
@@ -108,13 +108,19 @@ def submit(
         tenant=tenant,
         budget_usd=budget_usd,
     )
-    with ctx.client() as client:
-        if agent:
-            task = client.call("create-task", agent=agent, **fields)["task"]
-        else:
-            task = client.call("submit", **fields)["task"]
-        if wait:
-            task = client.call("wait", task=task["id"])["task"]
+
+    def send() -> dict[str, Any]:
+        with ctx.client() as client:
+            if agent:
+                task = client.call("create-task", agent=agent, **fields)["task"]
+            else:
+                task = client.call("submit", **fields)["task"]
+            if wait:
+                task = client.call("wait", task=task["id"])["task"]
+            return task  # type: ignore[no-any-return]
+
+    # A session handing work on waits out a busy daemon, as its reports do.
+    task = wait_out_busy(send) if in_session() else send()
     if as_json:
         print_json(task)
     elif wait:
