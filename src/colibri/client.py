@@ -15,7 +15,9 @@ the code ``closed``; no call raises a bare ``OSError`` for a connection the daem
 
 from __future__ import annotations
 
+import functools
 import itertools
+import os
 import select
 import socket
 from collections.abc import Awaitable, Callable, Iterator
@@ -183,10 +185,14 @@ class AsyncClient:
     async def connect(self) -> AsyncClient:
         import asyncio
 
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=STREAM_LIMIT, loop=loop)
+        protocol = _keeping_last_words()(reader, loop=loop)
         try:
-            reader, self._writer = await asyncio.open_unix_connection(self.path, limit=STREAM_LIMIT)
+            transport, _ = await loop.create_unix_connection(lambda: protocol, self.path)
         except (FileNotFoundError, ConnectionRefusedError):
             raise DaemonNotRunning(str(Path(self.path).parent.parent)) from None
+        self._writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         self._reader_task = asyncio.create_task(self._read(reader), name="client-reader")
         return self
 
@@ -251,3 +257,71 @@ class AsyncClient:
                 await self._reader_task
             except asyncio.CancelledError:
                 pass
+
+
+@functools.cache
+def _keeping_last_words() -> type[asyncio.StreamReaderProtocol]:
+    """The stream protocol of ``AsyncClient`` (built on first use: the CLI never imports
+    asyncio).
+
+    A write into a connection the daemon has closed (EPIPE, as when it stops reading at a line
+    longer than ``server.max_line``) makes asyncio drop the connection at once, with what the
+    daemon wrote before closing still unread in the kernel: its refusal would be lost. The
+    socket is still open while ``connection_lost`` runs, so that is read first, and the stream
+    ends as after any close.
+    """
+    import asyncio
+
+    class KeepingLastWords(asyncio.StreamReaderProtocol):
+        def __init__(self, reader: asyncio.StreamReader, loop: asyncio.AbstractEventLoop) -> None:
+            super().__init__(reader, loop=loop)
+            self._reader = reader
+            self._sock: tuple[int, int, int] | None = None  # fd, device, inode
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                self._sock = _identity(sock.fileno())
+            super().connection_made(transport)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            # (A loop that has already closed the fd, or reused its number, is left alone.)
+            if (
+                exc is not None
+                and self._sock is not None
+                and _identity(self._sock[0]) == self._sock
+            ):
+                if left := _unread(self._sock[0]):
+                    self._reader.feed_data(left)
+                    exc = None
+            super().connection_lost(exc)
+
+    return KeepingLastWords
+
+
+def _identity(fd: int) -> tuple[int, int, int] | None:
+    try:
+        stat = os.fstat(fd)
+    except OSError:
+        return None
+    return fd, stat.st_dev, stat.st_ino
+
+
+def _unread(fd: int) -> bytes:
+    """What is left to read on the socket ``fd`` now, without waiting."""
+    try:
+        spare = socket.fromfd(fd, socket.AF_UNIX, socket.SOCK_STREAM)  # a dup: ours to close
+    except OSError:
+        return b""
+    chunks = []
+    with spare:
+        spare.setblocking(False)
+        while True:
+            try:
+                chunk = spare.recv(65536)
+            except OSError:  # nothing more for now, or the reset that follows the last byte
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    return b"".join(chunks)

@@ -140,9 +140,24 @@ def test_async_client_calls_fail_with_the_refusal(small_daemon: Daemon) -> None:
         finally:
             await client.close()
 
+    async def too_long_then_slow() -> list[BaseException | dict[str, object]]:
+        client = await AsyncClient(small_daemon.socket).connect()
+        try:
+            first = asyncio.ensure_future(client.call("submit", text="x" * 2_000))
+            await asyncio.sleep(0)  # its line is written
+            # The loop stands still while the daemon refuses the line and closes, so the next
+            # write meets the closed connection (EPIPE) before the refusal has been read.
+            time.sleep(0.5)
+            second = asyncio.ensure_future(client.call("ping"))
+            return await asyncio.gather(first, second, return_exceptions=True)
+        finally:
+            await client.close()
+
     for size in (2_000, 4_000_000):
         results = asyncio.run(too_long(size))
         assert [getattr(r, "code", r) for r in results] == ["line_too_long", "line_too_long"]
+    results = asyncio.run(too_long_then_slow())
+    assert [getattr(r, "code", r) for r in results] == ["line_too_long", "line_too_long"]
     slots = Full(small_daemon)
     try:
         assert asyncio.run(busy()).code == "busy"
