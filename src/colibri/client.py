@@ -6,11 +6,19 @@
 
 ``call`` returns the reply object, or raises ``RemoteError`` with the daemon's ``code``.
 ``AsyncClient`` is the asyncio twin; it also delivers pushed events to a callback.
+
+A connection the daemon refuses (``busy``, ``forbidden``) or closes after a request line it
+could not take (``line_too_long``) gets one error line without an id, then is closed: the
+waiting calls raise ``RemoteError`` with that code. A connection that ends without one raises
+the code ``closed``; no call raises a bare ``OSError`` for a connection the daemon closed.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
+import os
+import select
 import socket
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -41,11 +49,25 @@ def socket_path(root: Path) -> Path:
     return root / STATE_DIR / "colibri.sock"
 
 
+def _is_refusal(message: dict[str, Any]) -> bool:
+    """An error line without an id: about the connection (the daemon closes it next), not about
+    one request."""
+    return message.get("id") is None and message.get("ok") is False and "event" not in message
+
+
+def _closed(why: str = "") -> RemoteError:
+    return RemoteError("closed", f"the daemon closed the connection{why}")
+
+
+def _error_of(reply: dict[str, Any]) -> RemoteError:
+    error = reply.get("error") or {}
+    return RemoteError(str(error.get("code", "error")), str(error.get("message", "unknown error")))
+
+
 def _raise_for(reply: dict[str, Any]) -> dict[str, Any]:
     if reply.get("ok"):
         return reply
-    error = reply.get("error") or {}
-    raise RemoteError(str(error.get("code", "error")), str(error.get("message", "unknown error")))
+    raise _error_of(reply)
 
 
 class Client:
@@ -64,6 +86,7 @@ class Client:
             self._sock.close()
             raise DaemonNotRunning(str(root or Path(self.path).parent.parent)) from None
         self._file = self._sock.makefile("rb")
+        self._used = False
 
     @classmethod
     def for_root(cls, root: Path | str, timeout: float | None = None) -> Client:
@@ -86,17 +109,47 @@ class Client:
         return request_id
 
     def read(self) -> dict[str, Any]:
-        line = self._file.readline()
-        if not line:
-            raise RemoteError("closed", "the daemon closed the connection")
+        try:
+            line = self._file.readline()
+        except ConnectionResetError:
+            # Linux reports a close with our bytes still unread as a reset, once everything
+            # the daemon wrote before it has been read: there is nothing more to come.
+            raise _closed() from None
+        if not line.endswith(b"\n"):
+            raise _closed(" in the middle of a reply" if line else "")
         return _decode(line)
 
     def call(self, cmd: str, **fields: Any) -> dict[str, Any]:
-        request_id = self.send(cmd, **fields)
+        if not self._used:
+            self._used = True
+            # The daemon refuses a connection (busy, forbidden) as soon as it accepts it. A
+            # refusal already here is read before anything is sent into the closing socket, so
+            # it does not depend on what the kernel does with bytes sent to a closed peer.
+            if select.select([self._sock], [], [], 0)[0]:
+                raise self._ending("")
+        try:
+            request_id = self.send(cmd, **fields)
+        except (BrokenPipeError, ConnectionResetError):
+            # Refused or cut off before the request went out. What the daemon wrote before it
+            # closed is still there to read (Linux keeps it, and reports the reset after it).
+            raise self._ending(" before the request was sent") from None
         while True:
             reply = self.read()
+            if _is_refusal(reply):
+                raise _error_of(reply)
             if reply.get("id") == request_id and "event" not in reply:
                 return _raise_for(reply)
+
+    def _ending(self, why: str) -> RemoteError:
+        """The error that ends a connection the daemon is closing: its refusal, read from what
+        is left, or ``closed`` when it closed without one."""
+        try:
+            while True:
+                message = self.read()
+                if _is_refusal(message):
+                    return _error_of(message)
+        except RemoteError:
+            return _closed(why)
 
     def events(self) -> Iterator[dict[str, Any]]:
         while True:
@@ -125,15 +178,21 @@ class AsyncClient:
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._reader_task: asyncio.Task[None] | None = None
         self._writer: asyncio.StreamWriter | None = None
+        #: The error line the daemon sent for the whole connection (busy, line_too_long …).
+        self._refusal: dict[str, Any] | None = None
         self.closed = asyncio.Event()
 
     async def connect(self) -> AsyncClient:
         import asyncio
 
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=STREAM_LIMIT, loop=loop)
+        protocol = _keeping_last_words()(reader, loop=loop)
         try:
-            reader, self._writer = await asyncio.open_unix_connection(self.path, limit=STREAM_LIMIT)
+            transport, _ = await loop.create_unix_connection(lambda: protocol, self.path)
         except (FileNotFoundError, ConnectionRefusedError):
             raise DaemonNotRunning(str(Path(self.path).parent.parent)) from None
+        self._writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         self._reader_task = asyncio.create_task(self._read(reader), name="client-reader")
         return self
 
@@ -141,8 +200,13 @@ class AsyncClient:
         import asyncio
 
         try:
-            while line := await reader.readline():
+            while (line := await reader.readline()).endswith(b"\n"):
                 message = _decode(line)
+                if _is_refusal(message):
+                    # The daemon closes the connection next; the calls still waiting fail with
+                    # this error then.
+                    self._refusal = message
+                    continue
                 if "event" in message:
                     if self.on_event is not None:
                         result = self.on_event(message)
@@ -158,12 +222,12 @@ class AsyncClient:
             self.closed.set()
             for future in self._pending.values():
                 if not future.done():
-                    future.set_exception(RemoteError("closed", "the daemon closed the connection"))
+                    future.set_exception(self._connection_error("the daemon closed the connection"))
             self._pending.clear()
 
     async def call(self, cmd: str, **fields: Any) -> dict[str, Any]:
         if self._writer is None or self.closed.is_set():
-            raise RemoteError("closed", "not connected to the daemon")
+            raise self._connection_error("not connected to the daemon")
         import asyncio
 
         request_id = next(self._ids)
@@ -171,6 +235,12 @@ class AsyncClient:
         self._pending[request_id] = future
         self._writer.write(_encode({"cmd": cmd, "id": request_id, **_strip(fields)}) + b"\n")
         return _raise_for(await future)
+
+    def _connection_error(self, otherwise: str) -> RemoteError:
+        """The daemon's refusal of this connection, or ``closed`` if it gave none."""
+        if self._refusal is None:
+            return RemoteError("closed", otherwise)
+        return _error_of(self._refusal)
 
     async def close(self) -> None:
         import asyncio
@@ -187,3 +257,71 @@ class AsyncClient:
                 await self._reader_task
             except asyncio.CancelledError:
                 pass
+
+
+@functools.cache
+def _keeping_last_words() -> type[asyncio.StreamReaderProtocol]:
+    """The stream protocol of ``AsyncClient`` (built on first use: the CLI never imports
+    asyncio).
+
+    A write into a connection the daemon has closed (EPIPE, as when it stops reading at a line
+    longer than ``server.max_line``) makes asyncio drop the connection at once, with what the
+    daemon wrote before closing still unread in the kernel: its refusal would be lost. The
+    socket is still open while ``connection_lost`` runs, so that is read first, and the stream
+    ends as after any close.
+    """
+    import asyncio
+
+    class KeepingLastWords(asyncio.StreamReaderProtocol):
+        def __init__(self, reader: asyncio.StreamReader, loop: asyncio.AbstractEventLoop) -> None:
+            super().__init__(reader, loop=loop)
+            self._reader = reader
+            self._sock: tuple[int, int, int] | None = None  # fd, device, inode
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                self._sock = _identity(sock.fileno())
+            super().connection_made(transport)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            # (A loop that has already closed the fd, or reused its number, is left alone.)
+            if (
+                exc is not None
+                and self._sock is not None
+                and _identity(self._sock[0]) == self._sock
+            ):
+                if left := _unread(self._sock[0]):
+                    self._reader.feed_data(left)
+                    exc = None
+            super().connection_lost(exc)
+
+    return KeepingLastWords
+
+
+def _identity(fd: int) -> tuple[int, int, int] | None:
+    try:
+        stat = os.fstat(fd)
+    except OSError:
+        return None
+    return fd, stat.st_dev, stat.st_ino
+
+
+def _unread(fd: int) -> bytes:
+    """What is left to read on the socket ``fd`` now, without waiting."""
+    try:
+        spare = socket.fromfd(fd, socket.AF_UNIX, socket.SOCK_STREAM)  # a dup: ours to close
+    except OSError:
+        return b""
+    chunks = []
+    with spare:
+        spare.setblocking(False)
+        while True:
+            try:
+                chunk = spare.recv(65536)
+            except OSError:  # nothing more for now, or the reset that follows the last byte
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    return b"".join(chunks)

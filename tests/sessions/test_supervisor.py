@@ -147,7 +147,9 @@ def test_a_harness_that_cannot_start_is_marked_degraded(fleet: Fleet, root: Path
     assert broken["restarts"] == 2  # three starts, three exits: degraded
     assert broken["pid"] is None
     assert "broken" not in harnesses(root)
-    assert "FileExistsError" in (root / ".colibri" / "harness" / "broken.log").read_text()
+    log = (root / ".colibri" / "harness" / "broken.log").read_text()
+    assert f"colibri: File exists: {root / 'broken'}\n" in log  # one line, no traceback
+    assert "Traceback" not in log
     assert "harness  broken: DEGRADED, 2 restarts" in colibri(root, "status").stdout
     # the other workspace is not disturbed
     web = status(daemon)["web"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from colibri.cli.main import Context, cli, json_option, pass_ctx
-from colibri.cli.output import print_json, print_table
+from colibri.cli.output import print_json, print_line, print_table
 from colibri.core.errors import ColibriError
 
 
@@ -47,7 +47,10 @@ def skills(ctx: Context, name: str | None, description: str | None, as_json: boo
         if description is None:
             raise click.UsageError("give a DESCRIPTION to describe the skill NAME")
         reply = ctx.call("describe-skill", name=name, description=description)
-        print_json(reply["skill"]) if as_json else print(f"described {reply['skill']['name']}")
+        if as_json:
+            print_json(reply["skill"])
+        else:
+            print_line(f"described {reply['skill']['name']}")
         return
     rows = ctx.call("skills")["skills"]
     if as_json:
@@ -72,20 +75,20 @@ def status(ctx: Context, as_json: bool) -> None:
         print_json(reply)
         return
     d = reply["daemon"]
-    print(f"daemon   pid {d['pid']}, up {d['uptime']:.0f}s, root {d['root']}")
-    print(f"store    {d['store']} (durability {d['durability']})")
+    print_line(f"daemon   pid {d['pid']}, up {d['uptime']:.0f}s, root {d['root']}")
+    print_line(f"store    {d['store']} (durability {d['durability']})")
     print(f"dispatch {'PAUSED (resume with: colibri resume)' if reply['paused'] else 'running'}")
-    print("tasks    " + ", ".join(f"{n} {s}" for s, n in reply["tasks"].items()))
-    print(
+    print_line("tasks    " + ", ".join(f"{n} {s}" for s, n in reply["tasks"].items()))
+    print_line(
         f"agents   {reply['agents']['online']} online of {reply['agents']['known']}, "
         f"{reply['slots']['busy']}/{reply['slots']['total']} slots busy"
     )
     if reply.get("warnings"):
         counts = ", ".join(f"{w}: {n}" for w, n in reply["warnings"].items())
-        print(f"warnings sessions never ready — {counts}")
+        print_line(f"warnings sessions never ready — {counts}")
     for h in reply.get("harnesses", []):
         state = "DEGRADED" if h["degraded"] else (f"pid {h['pid']}" if h["pid"] else "starting")
-        print(f"harness  {h['workspace']}: {state}, {h['restarts']} restarts")
+        print_line(f"harness  {h['workspace']}: {state}, {h['restarts']} restarts")
 
 
 def _toggle(ctx: Context, paused: bool, as_json: bool) -> None:

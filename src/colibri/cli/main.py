@@ -7,13 +7,22 @@ so ``colibri --help`` and the quick commands start fast.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 import click
 
 from colibri import __version__
 from colibri.core.errors import ColibriError
+
+T = TypeVar("T")
+
+#: How a session's own command waits out a daemon that refuses it as ``busy``: the first pause,
+#: the longest pause (each one doubles), and the time after which it gives up.
+BUSY_FIRST_PAUSE = 0.05
+BUSY_LONGEST_PAUSE = 2.0
+BUSY_PATIENCE = 60.0
 
 
 class Context:
@@ -30,9 +39,47 @@ class Context:
 
         return Client.for_root(self.root())
 
-    def call(self, cmd: str, **fields: Any) -> dict[str, Any]:
-        with self.client() as client:
-            return client.call(cmd, **fields)  # type: ignore[no-any-return]
+    def call(self, cmd: str, *, patient: bool = False, **fields: Any) -> dict[str, Any]:
+        """One request on a connection of its own; ``patient``: see ``wait_out_busy``."""
+
+        def once() -> dict[str, Any]:
+            with self.client() as client:
+                return client.call(cmd, **fields)  # type: ignore[no-any-return]
+
+        return wait_out_busy(once) if patient else once()
+
+
+def wait_out_busy(attempt: Callable[[], T]) -> T:
+    """Run ``attempt`` (which opens its own connection) again while the daemon refuses it as
+    ``busy``, with growing pauses, for up to ``BUSY_PATIENCE`` seconds. For what a session
+    reports from inside itself: a report must not be lost because the daemon was full for a
+    moment. A refused connection never reaches the daemon's commands, so nothing is done twice.
+    """
+    import time
+
+    from colibri.client import RemoteError
+
+    give_up = time.monotonic() + BUSY_PATIENCE
+    pause = BUSY_FIRST_PAUSE
+    while True:
+        try:
+            return attempt()
+        except RemoteError as exc:
+            if exc.code != "busy":
+                raise
+            if time.monotonic() + pause > give_up:
+                raise RemoteError(
+                    "busy", f"{exc.message} (still refused after {BUSY_PATIENCE:.0f}s of retries)"
+                ) from None
+        time.sleep(pause)
+        pause = min(pause * 2, BUSY_LONGEST_PAUSE)
+
+
+def in_session() -> bool:
+    """Whether this command runs inside a session (its harness set these)."""
+    import os
+
+    return bool(os.environ.get("COLIBRI_TASK_ID") or os.environ.get("COLIBRI_TASK_FILE"))
 
 
 pass_ctx = click.make_pass_decorator(Context)
@@ -45,10 +92,41 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except ColibriError as exc:
-            click.echo(f"colibri: {exc.message}", err=True)
-            sys.exit(1)
+            # The daemon's busy message ("too many connections; try again later") does not say
+            # who is busy.
+            _fail(f"the daemon is busy: {exc.message}" if exc.code == "busy" else exc.message)
         except KeyboardInterrupt:
             sys.exit(130)
+        except BrokenPipeError:
+            if _stdout_closed():
+                raise  # `colibri ledger | head`: click ends quietly, exit 1
+            _fail("lost the connection to the daemon (it closed the connection)")
+        except (ConnectionError, TimeoutError) as exc:
+            why = exc.strerror or str(exc) or type(exc).__name__
+            _fail(f"lost the connection to the daemon ({why})")
+        except OSError as exc:
+            where = f": {exc.filename}" if exc.filename else ""
+            _fail(f"{exc.strerror or exc}{where}")
+
+
+def _fail(message: str) -> NoReturn:
+    """The one line a failed command prints, and exit 1."""
+    from colibri.cli.output import printable
+
+    click.echo(f"colibri: {printable(message)}", err=True)
+    sys.exit(1)
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe that nobody reads any more."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)  # POLLERR is always reported
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 @click.group(

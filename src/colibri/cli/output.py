@@ -1,22 +1,96 @@
-"""Printing: JSON documents for scripts, tables for people."""
+"""Printing: JSON documents for scripts, tables for people.
+
+Task texts, outputs, errors and names come from sessions and other users. Whatever is printed
+for people goes through ``printable`` first, so what a task says can never drive the
+operator's terminal (set its title, clear it, recolour or reorder what follows).
+"""
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+if TYPE_CHECKING:
+    from rich.text import Text
+
+# C0 controls, DEL, C1 controls (U+009B is a one-character CSI for some terminals), and the
+# bidi embeddings, overrides and isolates, which reorder the text that follows them on screen.
+_LINE_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# The same, less newline and tab: a block of several lines keeps its layout.
+_BLOCK_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\t": " ", "\n": "\\n", "\r": "\\r"}
+
+
+def _visible(match: re.Match[str]) -> str:
+    char = match.group()
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str, *, newlines: bool = False) -> str:
+    """``text`` made safe for a terminal: each control character is written as a visible
+    escape (ESC as ``\\x1b``, BEL as ``\\x07``, U+202E as ``\\u202e``, a newline as ``\\n``),
+    and a tab becomes a space, so the result is one line. With ``newlines``, newlines and tabs
+    are kept, for text laid out over several lines (a task's text or output). Backslashes are
+    left as they are."""
+    unsafe = _BLOCK_UNSAFE if newlines else _LINE_UNSAFE
+    if unsafe.search(text) is None:
+        return text
+    return unsafe.sub(_visible, text)
+
+
+def print_line(text: str, *, flush: bool = False) -> None:
+    """Print one line made of data from the daemon (see ``printable``)."""
+    print(printable(text), flush=flush)
+
+
+def print_output(text: str) -> None:
+    """Print what a session produced (a task's output, an answer) for a program to read: byte
+    for byte when stdout is a pipe or a file, made ``printable`` on a terminal."""
+    if sys.stdout.isatty():
+        text = printable(text, newlines=True)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+# msgspec escapes the C0 controls, as JSON requires, but writes DEL, the C1 controls and the
+# bidi controls as raw UTF-8. As \u escapes they decode to the same strings and cannot reach a
+# terminal that shows the JSON. (In UTF-8, 0xC2 and 0xE2 only ever start a character.)
+_JSON_UNSAFE = re.compile(rb"\x7f|\xc2[\x80-\x9f]|\xe2\x80[\xaa-\xae]|\xe2\x81[\xa6-\xa9]")
+
+
+def _json_escape(match: re.Match[bytes]) -> bytes:
+    return b"\\u%04x" % ord(match.group().decode())
+
+
+def _terminal_safe_json(data: bytes) -> bytes:
+    if _JSON_UNSAFE.search(data) is None:
+        return data
+    return _JSON_UNSAFE.sub(_json_escape, data)
+
 
 def print_json(value: Any) -> None:
-    sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(value), indent=2) + b"\n")
+    data = msgspec.json.format(msgspec.json.encode(value), indent=2)
+    sys.stdout.buffer.write(_terminal_safe_json(data) + b"\n")
     sys.stdout.flush()
 
 
 def print_json_line(value: Any) -> None:
-    sys.stdout.buffer.write(msgspec.json.encode(value) + b"\n")
+    sys.stdout.buffer.write(_terminal_safe_json(msgspec.json.encode(value)) + b"\n")
     sys.stdout.flush()
+
+
+def _cell(value: Any) -> Text:
+    from rich.text import Text
+
+    # A Text, not a str: rich would read "[red]" in a task's text as markup.
+    return Text("" if value is None else printable(str(value)))
 
 
 def print_table(
@@ -32,7 +106,7 @@ def print_table(
     for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
+        table.add_row(*(_cell(v) for v in row))
     # Piped output keeps every row on one line, so ids survive grep and cut.
     Console(soft_wrap=True, width=None if sys.stdout.isatty() else 100_000).print(table)
 
@@ -96,10 +170,10 @@ def describe_task(task: dict[str, Any]) -> None:
             value = ", ".join(map(str, value))
         elif isinstance(value, dict):
             value = " ".join(f"{k}={v}" for k, v in value.items())
-        text = str(value)
+        text = printable(str(value), newlines=True)
         if "\n" in text:
             print(f"{name}:")
-            for line in text.rstrip("\n").splitlines():
+            for line in text.rstrip("\n").split("\n"):
                 print(f"  {line}")
         else:
             print(f"{name + ':':16}{text}")
@@ -122,7 +196,7 @@ def print_tree(tasks: list[dict[str, Any]], mark: str | None = None) -> None:
         branch = "" if top else ("└─ " if last else "├─ ")
         where = f" @{task['workspace']}" if task.get("workspace") else ""
         here = "  ◀" if task["id"] == mark else ""
-        print(f"{prefix}{branch}{task['id']}  {state}{where}  {short(task['text'], 40)}{here}")
+        print_line(f"{prefix}{branch}{task['id']}  {state}{where}  {short(task['text'], 40)}{here}")
         kids = children.get(task["id"], [])
         deeper = prefix + ("" if top else ("   " if last else "│  "))
         for n, kid in enumerate(kids):

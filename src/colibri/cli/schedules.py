@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from colibri.cli.main import Context, cli, json_option, pass_ctx
-from colibri.cli.output import print_json, print_table
+from colibri.cli.output import print_json, print_line, print_table
 
 
 @cli.group()
@@ -136,7 +136,7 @@ def add(
         print_json({**reply["schedule"], "next": reply["next"]})
         return
     nxt = reply["next"][0] if reply["next"] else "never"
-    print(f"added {name}: {_when(reply['schedule'])}; next fire {nxt}")
+    print_line(f"added {name}: {_when(reply['schedule'])}; next fire {nxt}")
 
 
 @schedule.command("list")
@@ -198,8 +198,8 @@ def show(ctx: Context, name: str, count: int, fires: int, as_json: bool) -> None
         print_json(doc)
         return
     state = "finished" if s["finished"] else "paused" if s["paused"] else "active"
-    print(f"{s['name']}: {_when(s)} ({s.get('tz') or 'UTC'}), {state}")
-    print(
+    print_line(f"{s['name']}: {_when(s)} ({s.get('tz') or 'UTC'}), {state}")
+    print_line(
         f"task: {s['task']['text']}"
         + (
             f"  [caps {', '.join(s['task']['capabilities'])}]"
@@ -207,18 +207,18 @@ def show(ctx: Context, name: str, count: int, fires: int, as_json: bool) -> None
             else ""
         )
     )
-    print(
+    print_line(
         f"catch_up {s['catch_up']}, overlap {s['overlap']}, "
         f"fired {s['fires']}, skipped {s['skipped']}, missed {s['missed']}"
     )
     if s.get("last_task"):
-        print(f"last fire {s['last_fire_at']} → task {s['last_task']}")
+        print_line(f"last fire {s['last_fire_at']} → task {s['last_task']}")
     if reply["next"]:
         print("next:")
         for when in reply["next"]:
-            print(f"  {when}")
+            print_line(f"  {when}")
     for fire in reply.get("fires", []):
-        print(f"  {fire['nominal']} {fire['outcome']} {fire.get('task') or ''}")
+        print_line(f"  {fire['nominal']} {fire['outcome']} {fire.get('task') or ''}")
 
 
 _SIMPLE = {
@@ -244,9 +244,9 @@ def _simple(command: str) -> None:
         if as_json:
             print_json(reply.get("schedule") or reply.get("task"))
         elif command == "run":
-            print(reply["task"]["id"])
+            print_line(reply["task"]["id"])
         else:
-            print(f"{verb} {name}")
+            print_line(f"{verb} {name}")
 
 
 for _command in _SIMPLE:

@@ -1,4 +1,8 @@
-"""Commands a session runs from inside itself (out, fail), and the cost report."""
+"""Commands a session runs from inside itself (out, fail, ask, ready), and the cost report.
+
+A session's own commands wait out a daemon that is momentarily full (``busy``): see
+``main.wait_out_busy``.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from typing import Any
 import click
 
 from colibri.cli.main import Context, cli, json_option, pass_ctx
-from colibri.cli.output import print_json, print_table
+from colibri.cli.output import print_json, print_line, print_output, print_table
 from colibri.core.errors import ColibriError
 
 _session_options = [
@@ -130,10 +134,10 @@ def out(
     else:
         output = text
     task = ctx.call(
-        "out", task=task_id, epoch=epoch, output=output,
+        "out", patient=True, task=task_id, epoch=epoch, output=output,
         cost=parse_cost(cost) if cost else None, session_ended=False, from_session=True,
     )["task"]  # fmt: skip
-    print_json(task) if as_json else print(f"task {task_id} done")
+    print_json(task) if as_json else print_line(f"task {task_id} done")
 
 
 @cli.command("fail")
@@ -145,10 +149,11 @@ def fail(ctx: Context, error: str, task_id: str | None, epoch: int | None, as_js
     """Inside a session: report the task failed, saying why."""
     task_id, epoch = claim(task_id, epoch)
     task = ctx.call(
-        "fail", task=task_id, epoch=epoch, error=error or "reported failed by the session",
+        "fail", patient=True, task=task_id, epoch=epoch,
+        error=error or "reported failed by the session",
         session_ended=False, from_session=True,
     )["task"]  # fmt: skip
-    print_json(task) if as_json else print(f"task {task_id} {task['state']}")
+    print_json(task) if as_json else print_line(f"task {task_id} {task['state']}")
 
 
 @cli.command("ask")
@@ -165,13 +170,13 @@ def ask(ctx: Context, question: str, task_id: str | None, epoch: int | None) -> 
 
     while True:  # a daemon restart drops the wait: ask again once it is back
         try:
-            reply = ctx.call("ask", task=task_id, epoch=epoch, question=question)
+            reply = ctx.call("ask", patient=True, task=task_id, epoch=epoch, question=question)
         except (RemoteError, DaemonNotRunning) as exc:
             if isinstance(exc, RemoteError) and exc.code != "closed":
                 raise
             time.sleep(0.5)
             continue
-        print(reply["answer"])
+        print_output(reply["answer"])
         return
 
 
@@ -183,7 +188,7 @@ def ask(ctx: Context, question: str, task_id: str | None, epoch: int | None) -> 
 def answer(ctx: Context, task_id: str, text: str, as_json: bool) -> None:
     """Answer the question TASK's session is waiting on."""
     task = ctx.call("answer", task=task_id, text=text)["task"]
-    print_json(task) if as_json else print(f"answered {task_id}")
+    print_json(task) if as_json else print_line(f"answered {task_id}")
 
 
 @cli.command("ready")
@@ -192,7 +197,7 @@ def answer(ctx: Context, task_id: str, text: str, as_json: bool) -> None:
 def ready(ctx: Context, task_id: str | None, epoch: int | None) -> None:
     """Inside a tmux session: say the agent is ready; its task is typed in next."""
     task_id, epoch = claim(task_id, epoch)
-    ctx.call("ready", task=task_id, epoch=epoch)
+    ctx.call("ready", patient=True, task=task_id, epoch=epoch)
 
 
 @cli.command("attach-session")
@@ -263,7 +268,7 @@ def send(ctx: Context, to: str, text: str, as_json: bool) -> None:
     if as_json:
         print_json(reply)
     elif reply.get("consumed_by"):
-        print(f"consumed by {reply['consumed_by']}")
+        print_line(f"consumed by {reply['consumed_by']}")
     else:
         print(f"delivered to {len(reply['delivered'])} subscriber(s)")
 

@@ -7,14 +7,17 @@ from typing import Any
 
 import click
 
-from colibri.cli.main import Context, cli, json_option, pass_ctx
+from colibri.cli.main import Context, cli, in_session, json_option, pass_ctx, wait_out_busy
 from colibri.cli.output import (
     TASK_COLUMNS,
     describe_task,
     print_json,
     print_json_line,
+    print_line,
+    print_output,
     print_table,
     print_tree,
+    printable,
     task_row,
 )
 
@@ -54,7 +57,12 @@ STATES = ["pending", "running", "done", "failed", "cancelled", "closed"]
     help="Dollars this task and its descendants may spend (children inherit what remains).",
 )
 @click.option("--tenant", help="Tenant of the task (default: default).")
-@click.option("--wait", is_flag=True, help="Block until the task ends; print its output.")
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="Block until the task ends; print its output (exactly as the session wrote it when "
+    "stdout is a pipe or a file; on a terminal, control characters are shown escaped).",
+)
 @json_option
 @pass_ctx
 def submit(
@@ -100,25 +108,30 @@ def submit(
         tenant=tenant,
         budget_usd=budget_usd,
     )
-    with ctx.client() as client:
-        if agent:
-            task = client.call("create-task", agent=agent, **fields)["task"]
-        else:
-            task = client.call("submit", **fields)["task"]
-        if wait:
-            task = client.call("wait", task=task["id"])["task"]
+
+    def send() -> dict[str, Any]:
+        with ctx.client() as client:
+            if agent:
+                task = client.call("create-task", agent=agent, **fields)["task"]
+            else:
+                task = client.call("submit", **fields)["task"]
+            if wait:
+                task = client.call("wait", task=task["id"])["task"]
+            return task  # type: ignore[no-any-return]
+
+    # A session handing work on waits out a busy daemon, as its reports do.
+    task = wait_out_busy(send) if in_session() else send()
     if as_json:
         print_json(task)
     elif wait:
         if task.get("output"):
-            sys.stdout.write(
-                task["output"] if task["output"].endswith("\n") else task["output"] + "\n"
-            )
+            print_output(task["output"])
         if task.get("outcome") != "done":
             error = f": {task['error']}" if task.get("error") else ""
-            click.echo(f"colibri: task {task['id']} {task.get('outcome')}{error}", err=True)
+            message = f"colibri: task {task['id']} {task.get('outcome')}{error}"
+            click.echo(printable(message), err=True)
     else:
-        print(task["id"])
+        print_line(task["id"])
     if wait and task.get("outcome") != "done":
         sys.exit(1)
 
@@ -165,7 +178,7 @@ def list_tasks(
     else:
         print_table(TASK_COLUMNS, [task_row(t) for t in reply["tasks"]], empty="no tasks")
     if reply.get("next"):
-        click.echo(f"more: colibri list --after {reply['next']}", err=True)
+        click.echo(printable(f"more: colibri list --after {reply['next']}"), err=True)
 
 
 @cli.command()
@@ -203,7 +216,7 @@ def cancel(ctx: Context, task_id: str, reason: str | None, as_json: bool) -> Non
     n = len(reply["cancelled"])
     print(f"cancelled {n} task{'s' if n != 1 else ''}")
     for cancelled_id in reply["cancelled"]:
-        print(f"  {cancelled_id}")
+        print_line(f"  {cancelled_id}")
 
 
 @cli.command()
@@ -213,7 +226,7 @@ def cancel(ctx: Context, task_id: str, reason: str | None, as_json: bool) -> Non
 def retry(ctx: Context, task_id: str, as_json: bool) -> None:
     """Submit an ended task again, as a new task."""
     task = ctx.call("retry", task=task_id)["task"]
-    print_json(task) if as_json else print(task["id"])
+    print_json(task) if as_json else print_line(task["id"])
 
 
 @cli.command()
@@ -229,8 +242,8 @@ def why(ctx: Context, task_id: str, as_json: bool) -> None:
         print_json(reply)
         return
     task = reply["task"]
-    print(f"task {task['id']} is {task['state']}: {reply['summary']}")
-    print(
+    print_line(f"task {task['id']} is {task['state']}: {reply['summary']}")
+    print_line(
         f"requires: {', '.join(reply['required']) or '(nothing: any agent fits)'}; "
         f"min_score {reply['min_score']}"
     )
@@ -269,7 +282,7 @@ def ledger(
             agent = f" @{entry['agent']}" if entry.get("agent") else ""
             asked = entry.get("uid") is not None
             by = f"  (uid {entry['uid']} pid {entry['pid']})" if asked else ""
-            print(
+            print_line(
                 f"{entry['seq']:>8} {entry['at']} "
                 f"{entry.get('task') or 'schedule ' + str(entry.get('schedule'))} "
                 f"{entry.get('from_state') or '-':>9} → {entry['to_state']:<9}{agent}{extra}{by}",

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from colibri.cli.main import Context, cli, json_option, pass_ctx
-from colibri.cli.output import print_json, print_table
+from colibri.cli.output import print_json, print_line, print_table
 from colibri.core.errors import ColibriError
 
 
@@ -61,7 +61,7 @@ def show_workspace(ctx: Context, name: str, as_json: bool) -> None:
         print_json(doc)
         return
     for key, value in doc.items():
-        print(f"{key + ':':16}{value}")
+        print_line(f"{key + ':':16}{value}")
 
 
 @workspace.command("add")
@@ -128,4 +128,4 @@ def add_workspace(
     except ConfigError as exc:
         file.write_text(text, encoding="utf-8")
         raise ColibriError(f"not added, the file is unchanged: {exc.message}") from None
-    print(f"added workspace {name} to {file} (restart the daemon to start its harness)")
+    print_line(f"added workspace {name} to {file} (restart the daemon to start its harness)")
