@@ -15,8 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from colibri.client import Client, socket_path
+from colibri.core.model import DEFAULT_MAX_LINE
 
 PYTHON = sys.executable
+
+
+def pong(request_id: Any) -> dict[str, Any]:
+    """The daemon's reply to ``ping`` (with the default line limit)."""
+    return {"id": request_id, "ok": True, "pong": True, "max_line": DEFAULT_MAX_LINE}
 
 
 def write_config(
@@ -189,6 +195,21 @@ class FakeAgent:
 
     def close(self) -> None:
         self.client.close()
+
+
+def claim_of(root: Path, task_id: str, epoch: int) -> str:
+    """The secret of a claim, as its session is given it: from the board's key, read from the
+    store file (a test plays a session whose environment it did not keep)."""
+    import sqlite3
+
+    from colibri.core.claims import claim_secret
+
+    db = sqlite3.connect(f"file:{root / '.colibri' / 'colibri.sqlite'}?mode=ro", uri=True)
+    try:
+        (key,) = db.execute("SELECT value FROM meta WHERE name = 'claim_key'").fetchone()
+    finally:
+        db.close()
+    return claim_secret(bytes(key), task_id, epoch)
 
 
 def harness(

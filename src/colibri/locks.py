@@ -10,16 +10,20 @@ import fcntl
 import os
 from pathlib import Path
 
+from colibri.core.errors import RootError
+from colibri.privatefiles import open_private, private_dir
+
 
 def harness_lock(state_dir: Path, workspace: str) -> Path:
     return state_dir / "harness" / f"{workspace}.lock"
 
 
 def holder_pid(path: Path) -> int | None:
-    """The pid of the harness holding the lock at ``path``, or None if nobody holds it."""
+    """The pid of the harness holding the lock at ``path``, or None if nobody holds it (or
+    something that is not our lock file stands there: a link is never followed)."""
     try:
-        fd = os.open(path, os.O_RDWR)
-    except FileNotFoundError:
+        fd = open_private(path, os.O_RDWR)
+    except (OSError, RootError):
         return None
     try:
         try:
@@ -43,9 +47,14 @@ class LockHeld(Exception):
 
 def hold_lock(path: Path) -> int:
     """Take the lock at ``path`` for the life of the process (writing our pid), or raise
-    LockHeld. The daemon holds its root's; a harness its workspace's."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    LockHeld. The daemon holds its root's; a harness its workspace's. A link, or a file that
+    is not a regular file of ours, at ``path`` is refused (RootError), never written through."""
+    private_dir(path.parent)
+    try:
+        fd = open_private(path, os.O_RDWR | os.O_CREAT)
+    except OSError as exc:
+        what = "a symbolic link" if os.path.islink(path) else f"unusable ({exc.strerror})"
+        raise RootError(f"{path} is {what}; remove it, then start again") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -15,7 +15,7 @@ import pytest
 from colibri.client import RemoteError
 from colibri.core.model import MAX_TOKENS, MAX_USD
 from tests.daemon.conftest import Spawn
-from tests.helpers import Daemon, RawConnection
+from tests.helpers import Daemon, RawConnection, pong
 from tests.sessions.support import ECHO, colibri
 
 INT64_MAX = 2**63 - 1
@@ -138,7 +138,7 @@ def test_integers_and_floats_past_their_bounds_are_bad_requests(
         reply = conn.reply()
         assert reply["ok"] is False and reply["error"]["code"] == "bad_request", reply
         conn.send(b'{"cmd":"ping","id":8}\n')
-        assert conn.reply() == {"id": 8, "ok": True, "pong": True}
+        assert conn.reply() == pong(8)
     finally:
         conn.close()
 

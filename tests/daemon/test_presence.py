@@ -117,7 +117,7 @@ def test_a_disconnected_agent_gets_no_work_and_adopts_its_task_on_reconnect(
         ["linux"],
         slots=2,
         ttl=LONG_TTL,
-        running=[{"task": first["id"], "epoch": held["epoch"]}],
+        running=[{"task": first["id"], "epoch": held["epoch"], "claim": held["claim"]}],
     )
     assert back.registration["adopted"] == [first["id"]]
     assert back.registration["rejected"] == []
@@ -206,7 +206,7 @@ def test_a_task_that_ended_while_its_agent_was_away_is_closed_on_reregistration(
         daemon,
         "keeper",
         ttl=LONG_TTL,
-        running=[{"task": task["id"], "epoch": assign["epoch"]}],
+        running=[{"task": task["id"], "epoch": assign["epoch"], "claim": assign["claim"]}],
     )
     assert again.registration["rejected"] == [{"task": task["id"], "epoch": assign["epoch"]}]
     final = get(daemon, task["id"])

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from colibri.core.model import DEFAULT_MAX_LINE
-from tests.helpers import Daemon, FakeAgent, RawConnection, connect_as_nobody
+from tests.helpers import Daemon, FakeAgent, RawConnection, connect_as_nobody, pong
 
 UNKNOWN_ID = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"  # well-formed, never issued
 
@@ -40,7 +40,7 @@ def raw(daemon: Daemon) -> Iterator[RawConnection]:
 def assert_usable(conn: RawConnection, request_id: int | str = "after") -> None:
     conn.send(line({"cmd": "ping", "id": request_id}))
     reply = conn.reply()
-    assert reply == {"id": request_id, "ok": True, "pong": True}
+    assert reply == pong(request_id)
 
 
 def connection_closed(conn: RawConnection) -> bool:
@@ -79,7 +79,7 @@ def snapshot(daemon: Daemon) -> dict[str, Any]:
 def test_reply_echoes_the_request_id(daemon: Daemon, request_id: int | str) -> None:
     with raw(daemon) as conn:
         conn.send(line({"cmd": "ping", "id": request_id}))
-        assert conn.reply() == {"id": request_id, "ok": True, "pong": True}
+        assert conn.reply() == pong(request_id)
         # an error reply echoes it too
         conn.send(line({"cmd": "get", "id": request_id, "task": UNKNOWN_ID}))
         reply = conn.reply()
@@ -91,9 +91,9 @@ def test_reply_echoes_the_request_id(daemon: Daemon, request_id: int | str) -> N
 def test_absent_or_null_id_is_echoed_as_null(daemon: Daemon) -> None:
     with raw(daemon) as conn:
         conn.send(b'{"cmd":"ping"}\n')
-        assert conn.reply() == {"id": None, "ok": True, "pong": True}
+        assert conn.reply() == pong(None)
         conn.send(b'{"cmd":"ping","id":null}\n')
-        assert conn.reply() == {"id": None, "ok": True, "pong": True}
+        assert conn.reply() == pong(None)
         conn.send(b'{"cmd":"no-such-command"}\n')
         reply = conn.reply()
         assert reply["id"] is None
@@ -492,7 +492,7 @@ def test_all_bad_input_in_one_write_gets_one_reply_each_in_order(daemon: Daemon)
         for i, (name, _, code, request_id, _) in enumerate(cases):
             reply = conn.reply()
             assert (reply["id"], reply["error"]["code"]) == (request_id, code), name
-            assert conn.reply() == {"id": f"p{i}", "ok": True, "pong": True}, name
+            assert conn.reply() == pong(f"p{i}"), name
     assert snapshot(daemon) == before
 
 
@@ -560,7 +560,7 @@ def test_a_line_of_exactly_the_limit_is_accepted(daemon: Daemon) -> None:
     assert len(data) == DEFAULT_MAX_LINE
     with raw(daemon) as conn:
         conn.send(data + b"\n")
-        assert conn.reply() == {"id": request_id, "ok": True, "pong": True}
+        assert conn.reply() == pong(request_id)
         send_ignoring_close(conn, b'{"cmd":"ping","id":"x' + request_id.encode() + tail + b"\n")
         assert conn.reply()["error"]["code"] == "line_too_long"
         assert connection_closed(conn)
@@ -620,8 +620,8 @@ def test_blank_lines_are_ignored(daemon: Daemon) -> None:
             + b"\n \n"
             + line({"cmd": "ping", "id": 2})
         )
-        assert conn.reply() == {"id": 1, "ok": True, "pong": True}
-        assert conn.reply() == {"id": 2, "ok": True, "pong": True}
+        assert conn.reply() == pong(1)
+        assert conn.reply() == pong(2)
         # nothing else was answered: the next reply is for the next request
         assert_usable(conn)
 
@@ -629,7 +629,7 @@ def test_blank_lines_are_ignored(daemon: Daemon) -> None:
 def test_crlf_line_endings_work(daemon: Daemon) -> None:
     with raw(daemon) as conn:
         conn.send(b'{"cmd":"ping","id":1}\r\n{"cmd":"submit","id":2,"text":"crlf"}\r\n')
-        assert conn.reply() == {"id": 1, "ok": True, "pong": True}
+        assert conn.reply() == pong(1)
         reply = conn.reply()
         assert reply["id"] == 2 and reply["ok"] is True
         assert reply["task"]["text"] == "crlf"

@@ -85,7 +85,11 @@ def test_a_running_task_claimed_back_after_restart_stays_running(
     before.close()
     daemon.start()
     assert get(daemon, task["id"])["state"] == "running"
-    after = spawn(daemon, "keeper", running=[{"task": task["id"], "epoch": assign["epoch"]}])
+    after = spawn(
+        daemon,
+        "keeper",
+        running=[{"task": task["id"], "epoch": assign["epoch"], "claim": assign["claim"]}],
+    )
     assert after.registration["adopted"] == [task["id"]]
     kept = get(daemon, task["id"])
     assert (kept["state"], kept["agent"], kept["epoch"], kept["attempts"]) == (

@@ -27,7 +27,7 @@ from typing import Any
 from colibri.client import Client, RemoteError
 from colibri.core.errors import DaemonNotRunning
 from colibri.core.model import parse_rfc3339
-from tests.helpers import PYTHON, Daemon, wait_until, write_config
+from tests.helpers import PYTHON, Daemon, claim_of, wait_until, write_config
 from tests.reliability import history
 
 STUB_AGENT = Path(__file__).with_name("stub_agent.py")
@@ -357,7 +357,8 @@ def running_tasks(daemon: Daemon) -> dict[str, dict[str, Any]]:
 
 
 def late_report(daemon: Daemon, task_id: str, epoch: int) -> str:
-    """What a session of a superseded claim gets for its own ``colibri out``: the error code."""
+    """What a session of a superseded claim gets for its own ``colibri out`` (carrying that
+    claim's secret, as the session has it): the error code."""
     try:
         daemon.call(
             "out",
@@ -366,6 +367,7 @@ def late_report(daemon: Daemon, task_id: str, epoch: int) -> str:
             output="late",
             session_ended=False,
             from_session=True,
+            claim=claim_of(daemon.root, task_id, epoch),
         )
     except RemoteError as exc:
         return exc.code

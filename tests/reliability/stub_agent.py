@@ -80,6 +80,8 @@ class StubAgent:
         self.client: AsyncClient | None = None
         #: Sessions started and not yet settled with the daemon: task id → epoch.
         self.held: dict[str, int] = {}
+        #: The secret of each claim held, from its assign (registering again shows it).
+        self.claims: dict[str, str] = {}
         #: Sessions that finished and whose ``out`` the daemon has not acknowledged yet.
         self.finished: dict[str, int] = {}
         self.sessions: dict[str, asyncio.Task[None]] = {}
@@ -94,6 +96,7 @@ class StubAgent:
         if kind == "assign":
             task_id, epoch = message["task"]["id"], message["epoch"]
             self.held[task_id] = epoch
+            self.claims[task_id] = message["claim"]
             self.record(task_id, epoch, "start")
             self.sessions[task_id] = asyncio.create_task(self.session(task_id, epoch))
         elif kind == "cancel":
@@ -153,7 +156,9 @@ class StubAgent:
             await asyncio.sleep(0.05)
 
     async def serve(self, client: AsyncClient) -> None:
-        running = [{"task": t, "epoch": e} for t, e in sorted(self.held.items())]
+        running = [
+            {"task": t, "epoch": e, "claim": self.claims[t]} for t, e in sorted(self.held.items())
+        ]
         reply = await client.call(
             "register-agent", name=self.name, slots=self.slots, ttl=self.ttl, running=running
         )

@@ -84,6 +84,7 @@ class AgentModel:
         self.peer: Peer | None = None
         self.sessions: dict[str, int] = {}  # task id → epoch
         self.stopping: dict[str, int] = {}
+        self.claims: dict[str, str] = {}  # task id → the secret its assign carried
 
     def hear(self, message: dict[str, Any]) -> None:
         kind = message.get("event")
@@ -95,6 +96,7 @@ class AgentModel:
                 f"{task_id} of {tenant} sent to {self.name} of {self.tenant}"
             )
             self.sessions[task_id] = message["epoch"]
+            self.claims[task_id] = message["claim"]
         elif kind == "cancel":
             if self.sessions.get(message["task"]) == message["epoch"]:
                 self.stopping[message["task"]] = self.sessions.pop(message["task"])
@@ -223,7 +225,10 @@ class BoardMachine(RuleBasedStateMachine):
             agent.stopping.clear()
         peer = agent.peer if again and agent.peer is not None else Peer(name)
         agent.peer = peer
-        running = [Held(task=t, epoch=e) for t, e in {**agent.sessions, **agent.stopping}.items()]
+        running = [
+            Held(task=t, epoch=e, claim=agent.claims[t])
+            for t, e in {**agent.sessions, **agent.stopping}.items()
+        ]
         tenant = agent.tenant if tenant is None else tenant
         request = RegisterAgent(
             name=name, slots=agent.slots, ttl=TTL, running=running, tenant=tenant
@@ -296,6 +301,55 @@ class BoardMachine(RuleBasedStateMachine):
             self.board.out(live, task.id, task.epoch - 1, "late", None)
         self.flush()
         assert self.store.max_ledger_seq() == before
+
+    @rule(name=st.sampled_from(AGENTS), pick=st.integers(0, 100), forged=st.sampled_from(
+        [None, "", "0" * 32, "not a claim at all"]
+    ))  # fmt: skip
+    def session_that_lies(self, name: str, pick: int, forged: str | None) -> None:
+        """A report sent as if from inside a session, for some running task, with its epoch
+        but not its claim's secret (another session's, or none): refused, nothing written."""
+        running = sorted(t.id for t in self.board.tasks.values() if t.state == State.RUNNING)
+        if not running:
+            return
+        task = self.board.tasks[running[pick % len(running)]]
+        before = self.store.max_ledger_seq()
+        peer = Peer(f"liar-{name}")
+        with pytest.raises(ColibriError) as caught:
+            live = self.board.reporter(peer, "out", task.id, True, task.epoch, forged)
+            self.board.out(live, task.id, task.epoch, "forged", None, False)
+        assert caught.value.code in ("bad_claim", "illegal_transition"), caught.value
+        event(f"forged report: {caught.value.code}")
+        self.flush()
+        assert self.store.max_ledger_seq() == before
+        assert self.board.tasks[task.id].state == State.RUNNING
+
+    @rule(name=st.sampled_from(AGENTS), pick=st.integers(0, 100))
+    def register_with_a_forged_session(self, name: str, pick: int) -> None:
+        """An agent registers claiming a running task of its own name without its secret:
+        nothing is adopted from it (the task is lost with the agent's old connection, as any
+        session it did not show)."""
+        agent = self.agents[name]
+        mine = sorted(t.id for t in self.board.tasks.values()
+                      if t.state == State.RUNNING and t.agent == name)  # fmt: skip
+        if not mine:
+            return
+        target = self.board.tasks[mine[pick % len(mine)]]
+        if agent.peer is not None:
+            self.board.disconnect(agent.peer)
+        agent.sessions.clear()
+        agent.stopping.clear()
+        agent.peer = Peer(name)
+        forged = Held(task=target.id, epoch=target.epoch, claim="f" * 32)
+        request = RegisterAgent(name=name, slots=agent.slots, ttl=TTL, running=[forged],
+                                tenant=agent.tenant)  # fmt: skip
+        try:
+            _live, adopted, rejected = self.board.register(request, agent.peer)
+        except ColibriError:
+            agent.peer = None
+            self.flush()
+            return
+        assert adopted == [] and [h.task for h in rejected] == [target.id]
+        self.flush()
 
     @rule(pick=st.integers(0, 100))
     def cancel(self, pick: int) -> None:

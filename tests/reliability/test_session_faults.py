@@ -426,14 +426,16 @@ def test_connections_dropped_mid_line_store_nothing_and_the_rest_is_served(
             conn.send(out[: int((len(out) - 1) * part)])
         finally:
             conn.close()
-        held[name] = (task, assign["epoch"])
-    for task, _ in held.values():  # the half reports did nothing
+        held[name] = (task, assign["epoch"], assign["claim"])
+    for task, _, _ in held.values():  # the half reports did nothing
         now = get(daemon, task)
         assert now["output"] is None and now["outcome"] != "done", now
 
     # drop-1 comes back and reports in full; drop-2 stays away past the TTL
-    task, epoch = held["drop-1"]
-    back = FakeAgent(daemon, "drop-1", ttl=60.0, running=[{"task": task["id"], "epoch": epoch}])
+    task, epoch, claim = held["drop-1"]
+    back = FakeAgent(
+        daemon, "drop-1", ttl=60.0, running=[{"task": task["id"], "epoch": epoch, "claim": claim}]
+    )
     try:
         assert back.registration["adopted"] == [task["id"]]
         reply = back.out({"task": task, "epoch": epoch}, "whole, after the reconnect")

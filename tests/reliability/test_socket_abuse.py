@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from msgspec.structs import fields as struct_fields
 
 from colibri.core import errors, protocol
-from tests.helpers import PYTHON, Daemon, RawConnection, run_as_nobody, wait_until
+from tests.helpers import PYTHON, Daemon, RawConnection, pong, run_as_nobody, wait_until
 
 
 def write_settings(root: Path, **server: Any) -> None:
@@ -79,7 +79,7 @@ class Peers:
         def attempt() -> RawConnection | None:
             conn = self.raw(daemon)
             try:
-                if ping(conn) == {"id": "p", "ok": True, "pong": True}:
+                if ping(conn) == pong("p"):
                     return conn
             except (BrokenPipeError, ConnectionResetError, AssertionError):
                 pass
@@ -132,7 +132,7 @@ def test_connection_cap_refuses_the_ninth_with_busy_and_frees_slots_on_close(
         assert eof(extra)
         extra.close()
         for n, conn in enumerate(served):  # the eight are untouched
-            assert ping(conn, n) == {"id": n, "ok": True, "pong": True}
+            assert ping(conn, n) == pong(n)
 
         for conn in served[:3]:
             conn.close()
@@ -166,7 +166,7 @@ def test_a_partial_line_is_closed_after_line_timeout_while_others_are_served(
         deadline = time.monotonic() + 15
         while not (stuck_closed and trickle_closed):
             assert time.monotonic() < deadline, "slow peers were not closed"
-            assert ping(other, answered) == {"id": answered, "ok": True, "pong": True}
+            assert ping(other, answered) == pong(answered)
             answered += 1
             if not stuck_closed and select.select([stuck.sock], [], [], 0)[0]:
                 stuck_closed = eof(stuck)
@@ -181,7 +181,7 @@ def test_a_partial_line_is_closed_after_line_timeout_while_others_are_served(
                         trickle_closed = eof(trickle)
             time.sleep(0.05)
         assert answered > 0
-        assert ping(idle, "still") == {"id": "still", "ok": True, "pong": True}
+        assert ping(idle, "still") == pong("still")
         for conn in (idle, other, stuck, trickle):
             conn.close()
 
@@ -197,9 +197,9 @@ def test_a_peer_that_keeps_completing_lines_is_never_timed_out(root: Path, peers
         for n in range(1, 16):  # 15 × 0.25 s: several line timeouts long
             time.sleep(0.25)
             conn.send(b'}\n{"cmd":"ping","id":' + str(n).encode())
-            assert conn.reply() == {"id": n - 1, "ok": True, "pong": True}
+            assert conn.reply() == pong(n - 1)
         conn.send(b"}\n")
-        assert conn.reply() == {"id": 15, "ok": True, "pong": True}
+        assert conn.reply() == pong(15)
         conn.close()
 
 
@@ -224,7 +224,7 @@ def test_two_hundred_connections_at_once_are_served_and_their_fds_released(
         for n, conn in enumerate(conns):
             conn.send(line({"cmd": "ping", "id": n}))
         for n, conn in enumerate(conns):
-            assert conn.reply() == {"id": n, "ok": True, "pong": True}
+            assert conn.reply() == pong(n)
         # (the baseline may still count the fd of the status connection that just closed)
         assert fd_count(daemon) >= baseline + 199
         assert daemon.call("status")["daemon"]["connections"] == 201
@@ -310,7 +310,7 @@ def test_a_flood_of_garbage_is_answered_and_does_not_starve_others(
     assert replies == len(lines) or eof(flooder)
     assert codes <= {"bad_json", "bad_request", "unknown_command"}, codes
     assert pings_during
-    assert all(r == {"id": "during", "ok": True, "pong": True} for r in pings_during)
+    assert all(r == pong("during") for r in pings_during)
     assert_alive(daemon)
     assert daemon.call("status")["tasks"]["pending"] == 0  # no garbage was stored
     flooder.close()
@@ -515,7 +515,7 @@ def test_fuzzed_requests_get_ok_or_a_known_error_and_never_kill_the_daemon(
     assert sum(seen.values()) >= 1000
     # Far from everything was refused: the dispatcher ran real commands, too.
     assert seen.get("ok", 0) > 0 and seen.get("bad_request", 0) > 0 and seen.get("bad_json", 0)
-    assert ping(conn, "end") == {"id": "end", "ok": True, "pong": True}
+    assert ping(conn, "end") == pong("end")
     conn.close()
     assert_alive(daemon)
 

@@ -118,19 +118,74 @@ def test_cancelling_the_root_cancels_the_family_one_ledger_row_each(board: Daemo
     assert error.code == "parent_cancelled"
 
 
-def test_submit_to_inside_a_session_makes_a_child(board: Daemon, root: Path) -> None:
-    top = submit(board, "the session's task", "api")
-    env = in_env(root, COLIBRI_TASK_ID=top["id"])
-    result = colibri(None, "submit", "--to", "web", "update the client", env=env)
-    assert result.returncode == 0, result.stderr
-    child = board.call("get", task=result.stdout.strip())["task"]
+#: A session of `api` that hands work on from inside itself, as an agent would, and writes
+#: what each attempt got: (exit code, stdout, stderr).
+HANDS_ON = [
+    PY,
+    "-c",
+    "import json, os, subprocess, sys\n"
+    "def run(*args, **env):\n"
+    "    done = subprocess.run([sys.executable, '-m', 'colibri', 'submit', *args],\n"
+    "        capture_output=True, text=True, env={**os.environ, **env})\n"
+    "    return [done.returncode, done.stdout.strip(), done.stderr.strip()]\n"
+    "got = {\n"
+    "    'along': run('--to', 'web', 'update the client'),\n"
+    "    'across': run('--to', 'docs', 'skip a step'),\n"
+    "    'nowhere': run('no target given'),\n"
+    "    'elsewhere': run('--parent', 'someone-else', '--to', 'web', 'adopt me'),\n"
+    "    'forged': run('--to', 'web', 'forged', COLIBRI_CLAIM='0' * 32),\n"
+    "}\n"
+    "out = os.path.join(os.environ['COLIBRI_ROOT'], 'handoffs-' + os.environ['COLIBRI_TASK_ID'])\n"
+    "open(out + '.tmp', 'w').write(json.dumps(got))\n"
+    "os.rename(out + '.tmp', out)\n",
+]
+
+
+def test_submit_inside_a_session_is_a_hand_off_along_send_to_only(
+    fleet: Callable[..., Daemon], root: Path
+) -> None:
+    """Inside a session every `colibri submit` hands a child of the session's own task on,
+    proved by its claim: along send_to it is taken; to another workspace, to none, under
+    another parent or with a wrong claim it is refused."""
+    daemon = fleet({
+        "api": {"session": {"command": HANDS_ON}, "send_to": ["web"]},
+        "web": {"session": {"command": ECHO}},
+        "docs": {"session": {"command": ECHO}},
+    })  # fmt: skip
+    wait_until(lambda: online(daemon, "api", "web", "docs"))
+    top = submit(daemon, "hand the client work on", "api")
+    wait_closed(daemon, top["id"])
+    got = json.loads((root / f"handoffs-{top['id']}").read_text())
+    code, child_id, err = got["along"]
+    assert code == 0, err
+    child = daemon.call("get", task=child_id)["task"]
     assert (child["parent"], child["workspace"], child["sender"]) == (top["id"], "web", "api")
     assert child["text"] == "update the client"
+    code, _, err = got["across"]
+    assert code == 1 and "may not hand work to 'docs'" in err and "allows: web" in err, err
+    code, _, err = got["nowhere"]
+    assert code == 1 and "names the workspace it goes to" in err, err
+    code, _, err = got["elsewhere"]
+    assert code == 2 and "child of its task" in err, err
+    code, _, err = got["forged"]
+    assert code == 1 and "does not carry the claim" in err, err
+    children = daemon.call("list", parent=top["id"])["tasks"]
+    assert [c["id"] for c in children] == [child_id]
 
-    refused = colibri(None, "submit", "--to", "docs", "skip a step", env=env)
-    assert refused.returncode == 1
-    assert "may not hand work to 'docs'" in refused.stderr and "allows: web" in refused.stderr
 
+def test_a_forged_claim_cannot_hand_off_from_a_task_it_does_not_run(board: Daemon) -> None:
+    """A hand-off's claim must be the one of its parent's running session: a pending
+    parent, or a wrong secret, is refused, and nothing is stored."""
+    top = submit(board, "not running", "api")
+    error = refusal(board, text="x", parent=top["id"], workspace="web", claim="0" * 32)
+    assert error.code == "bad_claim"
+    assert board.call("list", parent=top["id"])["tasks"] == []
+    error = refusal(board, text="x", workspace="web", claim="0" * 32)
+    assert error.code == "bad_request" and "give parent too" in error.message
+
+
+def test_submit_to_outside_a_session_needs_a_parent(board: Daemon, root: Path) -> None:
+    top = submit(board, "the session's task", "api")
     outside = colibri(None, "submit", "--to", "web", "no session here", env=in_env(root))
     assert outside.returncode == 2
     assert "--to" in outside.stderr and "--parent" in outside.stderr

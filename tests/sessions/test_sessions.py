@@ -29,6 +29,7 @@ RECORD = [
     "path = os.environ['COLIBRI_TASK_FILE']\n"
     "seen = {'file': path, 'body': open(path, encoding='utf-8').read(),\n"
     "        'epoch': os.environ.get('COLIBRI_EPOCH'), 'stdin': stdin,\n"
+    "        'claim': os.environ.get('COLIBRI_CLAIM'),\n"
     "        'parent': os.environ.get('COLIBRI_PARENT'),\n"
     "        'workspace': os.environ.get('COLIBRI_WORKSPACE')}\n"
     "out = os.path.join(os.environ['COLIBRI_ROOT'], 'seen-' + os.environ['COLIBRI_TASK_ID'])\n"
@@ -92,8 +93,10 @@ def test_the_task_file_holds_the_body_and_is_removed_after(fleet: Fleet, root: P
     seen = json.loads((root / f"seen-{child['id']}").read_text())
     body = parse_body(seen["body"])
     assert body == Body(
-        task=child["id"], text=text, parent=parent["id"], sender="api", workspace="web", epoch=1
-    )
+        task=child["id"], text=text, parent=parent["id"], sender="api", workspace="web", epoch=1,
+        claim=seen["claim"],
+    )  # fmt: skip
+    assert seen["claim"] and len(seen["claim"]) == 32  # the claim's secret, also in the file
     assert seen["stdin"] == text  # stdin carries the text alone
     assert seen["epoch"] == "1"
     assert seen["parent"] == parent["id"] and seen["workspace"] == "web"
@@ -103,7 +106,7 @@ def test_the_task_file_holds_the_body_and_is_removed_after(fleet: Fleet, root: P
 
     seen = json.loads((root / f"seen-{lone['id']}").read_text())
     assert parse_body(seen["body"]) == Body(
-        task=lone["id"], text="no family", workspace="web", epoch=1
+        task=lone["id"], text="no family", workspace="web", epoch=1, claim=seen["claim"]
     )
     assert seen["parent"] is None
     wait_until(lambda: not Path(seen["file"]).exists())

@@ -16,19 +16,33 @@ import json
 import logging
 import os
 import re
+import secrets
 import signal
 import time
+from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import msgspec
+
 from colibri.agent import tmux
 from colibri.client import AsyncClient, RemoteError
 from colibri.config import STATE_DIR
-from colibri.core.errors import DaemonNotRunning
+from colibri.core.errors import ColibriError, DaemonNotRunning, RootError
 from colibri.core.lineage import Body, build_body
-from colibri.processes import alive
+from colibri.core.model import DEFAULT_MAX_LINE
+from colibri.core.protocol import ReportedCost, fit_report
+from colibri.privatefiles import open_private, private_dir, write_private
+from colibri.processes import (
+    alive,
+    become_subreaper,
+    children_of,
+    environ_of,
+    processes_with,
+    start_time,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -36,6 +50,12 @@ T = TypeVar("T")
 OUTPUT_LIMIT = 1 << 20
 STDERR_TAIL = 4096
 KILL_GRACE = 5.0
+#: A connection that lasted this long was a good one: the next reconnect starts fast again.
+STABLE_CONNECTION = 5.0
+#: How often descendants that left their session are looked for (with a subreaper).
+REAP_EVERY = 1.0
+#: Refusals of a registration worth waiting out; any other stops the harness.
+RETRY_REGISTER = frozenset({"closed", "busy"})
 #: How long a stopping harness tries to deliver its sessions' last reports (after the kills,
 #: within the supervisor's 10 s before it SIGKILLs the harness).
 REPORT_TIMEOUT = 4.0
@@ -80,6 +100,8 @@ class WarmSession:
     pane_pid: int | None = None
     tmux_name: str = ""
     ready: bool = False
+    #: ``COLIBRI_SESSION`` of its processes: what their descendants are known by.
+    sid: str = field(default_factory=lambda: secrets.token_hex(8))
 
     def alive(self) -> bool:
         if self.process is not None:
@@ -91,6 +113,8 @@ class WarmSession:
 class Session:
     task: str
     epoch: int
+    #: The claim's secret, from the assign: the session's own reports carry it.
+    claim: str | None = None
     process: asyncio.subprocess.Process | None = None
     runner: asyncio.Task[None] | None = None
     #: (cmd, fields) of the report still to deliver, once the session has ended.
@@ -104,6 +128,10 @@ class Session:
     paused_total: float = 0.0
     #: The task file of the warm session that took this task, if one did.
     warm_file: Path | None = None
+    #: ``COLIBRI_SESSION`` of its processes (a warm session's, if one took the task).
+    sid: str = field(default_factory=lambda: secrets.token_hex(8))
+    #: Its processes are gone: what they left behind may be stopped.
+    ended: bool = False
 
     def resume_clock(self) -> None:
         """The session no longer waits for an answer: max_runtime counts again."""
@@ -128,17 +156,30 @@ class Harness:
         self._pool_wanted = spec.warm > 0
         self._warm_count = 0
         self._pool_changed = asyncio.Event()
+        #: The daemon's request line limit (from its registration reply): reports fit it.
+        self.max_line = DEFAULT_MAX_LINE
+        #: With a subreaper: descendants that left their session are re-parented here.
+        self.subreaper = False
+        #: ``COLIBRI_SESSION`` of the harness's own helpers (tmux and its server), which are
+        #: never taken for a session's leftovers.
+        self.own_sid = f"harness-{secrets.token_hex(8)}"
+        #: Processes this harness started and waits for itself (asyncio reaps them).
+        self._spawning = 0
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, self.stopping.set)
+        # Children inherit this; sessions replace it with their own (see _reap_inherited).
+        os.environ["COLIBRI_SESSION"] = self.own_sid
+        self.subreaper = become_subreaper()
         if self.spec.reap_leftovers:
             self._reap_leftovers()
         async with asyncio.TaskGroup() as group:
             self._group = group
             connection = group.create_task(self._stay_connected(), name="connection")
             pool = group.create_task(self._keep_pool(), name="pool") if self.spec.warm else None
+            reaper = group.create_task(self._keep_reaping(), name="reaper")
             await self.stopping.wait()
             # Leave first: while its sessions stop, the agent must not be given the tasks their
             # reports free slots for (it would start them, and not stop).
@@ -148,9 +189,12 @@ class Harness:
                 pool.cancel()
             await self._drain_pool()
             await self._stop_sessions()
+            reaper.cancel()
+            self._reap_inherited(everything=True)
 
     async def _stay_connected(self) -> None:
         backoff = 0.05
+        waiting_logged = False
         while True:
             client = AsyncClient(self.socket_path, on_event=self._on_event)
             try:
@@ -163,19 +207,29 @@ class Harness:
                     ttl=self.spec.ttl,
                     workspace=self.spec.workspace,
                     tenant=self.spec.tenant,
-                    running=[{"task": s.task, "epoch": s.epoch} for s in self.sessions.values()],
+                    running=[
+                        {"task": s.task, "epoch": s.epoch, "claim": s.claim}
+                        for s in self.sessions.values()
+                    ],
                 )
             except (DaemonNotRunning, RemoteError, OSError) as exc:
-                if isinstance(exc, RemoteError) and exc.code not in ("closed",):
+                if isinstance(exc, RemoteError) and exc.code not in RETRY_REGISTER:
                     log.error(
                         "registration refused: %s", exc.message, extra={"event": "register_refused"}
                     )
                     raise
+                if not waiting_logged:
+                    log.info(
+                        "waiting for the daemon: %s", exc, extra={"event": "daemon_unreachable"}
+                    )
+                    waiting_logged = True
                 await client.close()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
-            backoff = 0.05
+            waiting_logged = False
+            connected = time.monotonic()
+            self.max_line = int(reply.get("max_line", DEFAULT_MAX_LINE))
             self.client = client
             log.info(
                 "registered",
@@ -210,13 +264,19 @@ class Harness:
             finally:
                 self.client = None
                 await client.close()
+            log.info("lost the daemon; reconnecting", extra={"event": "daemon_lost"})
+            if time.monotonic() - connected >= STABLE_CONNECTION:
+                backoff = 0.05
+            else:  # a connection that ends at once (a refused report?) must not spin
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
 
     def _on_event(self, message: dict[str, Any]) -> None:
         kind = message["event"]
         assert self._group is not None
         if kind == "assign":
             task = message["task"]
-            session = Session(task["id"], message["epoch"])
+            session = Session(task["id"], message["epoch"], message.get("claim"))
             self.sessions[session.task] = session
             if self.stopping.is_set():
                 return  # never started: reported failed with the others by _stop_sessions
@@ -242,34 +302,46 @@ class Harness:
         elif kind == "expired":
             self._reregister.set()
 
+    def _sessions_dir(self) -> Path:
+        return private_dir(self.root / STATE_DIR / "sessions")
+
     async def _run_session(self, session: Session, task: dict[str, Any]) -> None:
-        sessions_dir = self.root / STATE_DIR / "sessions"
-        sessions_dir.mkdir(mode=0o700, exist_ok=True)
-        task_file = sessions_dir / f"{session.task}.task"
-        body = Body(
-            task=session.task, text=task["text"], parent=task.get("parent"),
-            sender=task.get("sender"), workspace=task.get("workspace"), epoch=session.epoch,
-        )  # fmt: skip
-        task_file.write_text(build_body(body), encoding="utf-8")
-        env = {
-            **os.environ,
-            **self.spec.env,
-            "COLIBRI_TASK_ID": session.task,
-            "COLIBRI_EPOCH": str(session.epoch),
-            "COLIBRI_TASK_FILE": str(task_file),
-            "COLIBRI_SOCKET": str(self.socket_path),
-            "COLIBRI_ROOT": str(self.root),
-            "COLIBRI_AGENT": self.spec.name,
-        }
-        if task.get("workspace"):
-            env["COLIBRI_WORKSPACE"] = task["workspace"]
-        if task.get("parent"):
-            env["COLIBRI_PARENT"] = task["parent"]
+        task_file = self.root / STATE_DIR / "sessions" / f"{session.task}.task"
         try:
+            body = Body(
+                task=session.task, text=task["text"], parent=task.get("parent"),
+                sender=task.get("sender"), workspace=task.get("workspace"),
+                epoch=session.epoch, claim=session.claim,
+            )  # fmt: skip
+            write_private(self._sessions_dir() / task_file.name, build_body(body).encode())
+            env = {
+                **os.environ,
+                **self.spec.env,
+                "COLIBRI_TASK_ID": session.task,
+                "COLIBRI_EPOCH": str(session.epoch),
+                "COLIBRI_CLAIM": session.claim or "",
+                "COLIBRI_TASK_FILE": str(task_file),
+                "COLIBRI_SOCKET": str(self.socket_path),
+                "COLIBRI_ROOT": str(self.root),
+                "COLIBRI_AGENT": self.spec.name,
+                "COLIBRI_SESSION": session.sid,
+            }
+            if task.get("workspace"):
+                env["COLIBRI_WORKSPACE"] = task["workspace"]
+            if task.get("parent"):
+                env["COLIBRI_PARENT"] = task["parent"]
             if self.spec.backend == "tmux":
                 await self._run_tmux(session, task, env)
             else:
                 await self._run_process(session, task, env)
+        except (OSError, ValueError, RuntimeError, ColibriError) as exc:
+            # A session that cannot even start fails its task, saying why; the harness, and
+            # the other sessions, go on (before, the harness died, and the task was lost with
+            # a misleading "registered again without it").
+            log.error("could not run a session: %s", exc, extra={"event": "session_failed"})
+            if session.report is None and not session.cancelled:
+                session.report = ("fail", {"error": f"could not start the session: {exc}"})
+                await self._deliver(session)
         finally:
             task_file.unlink(missing_ok=True)
             if session.warm_file is not None:
@@ -279,6 +351,8 @@ class Harness:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pgid, signal.SIGKILL)
             self._untrack(pgid)
+            session.ended = True
+            self._reap_inherited()
 
     async def _run_tmux(self, session: Session, task: dict[str, Any], env: dict[str, str]) -> None:
         sock = tmux.socket_for(self.root, self.spec.name)
@@ -286,10 +360,9 @@ class Harness:
         if warm is not None and warm.pane_pid is not None:
             # A ready session takes the task at once; it is renamed after the task, so
             # `colibri attach-session TASK` finds it.
-            warm.task_file.write_text(
-                Path(env["COLIBRI_TASK_FILE"]).read_text(encoding="utf-8"), encoding="utf-8"
-            )
+            write_private(warm.task_file, Path(env["COLIBRI_TASK_FILE"]).read_bytes())
             session.warm_file = warm.task_file
+            session.sid = warm.sid
             with contextlib.suppress(RuntimeError):
                 await tmux.tmux(sock, "rename-session", "-t", warm.tmux_name, session.task)
             session.pane_pid = pid = warm.pane_pid
@@ -300,7 +373,7 @@ class Harness:
             try:
                 pid = await tmux.start(sock, session.task, self.spec.command, own, self.spec.cwd)
                 self._track(pid)
-            except (RuntimeError, OSError) as exc:
+            except (RuntimeError, OSError, ValueError) as exc:
                 session.report = ("fail", {"error": f"could not start the tmux session: {exc}"})
                 await self._deliver(session)
                 return
@@ -346,10 +419,10 @@ class Harness:
         return self.root / STATE_DIR / "sessions" / f"{self.spec.name}.{pgid}.pgid"
 
     def _track(self, pgid: int) -> None:
-        """Note a session's process group, so a harness that replaces a killed one can stop it."""
-        marker = self._marker(pgid)
-        marker.parent.mkdir(mode=0o700, exist_ok=True)
-        marker.touch()
+        """Note a session's process group, so a harness that replaces a killed one can stop it:
+        its leader's pid and start time, which together name that one process."""
+        self._sessions_dir()
+        write_private(self._marker(pgid), f"{pgid} {start_time(pgid)}\n".encode())
 
     def _untrack(self, pgid: int | None) -> None:
         if pgid is not None:
@@ -357,18 +430,85 @@ class Harness:
 
     def _reap_leftovers(self) -> None:
         """Kill the sessions of a predecessor that was killed (no orphans: their tasks are
-        already lost, or will be, with their agent)."""
-        folder = self.root / STATE_DIR / "sessions"
+        already lost, or will be, with their agent): the process groups its markers name —
+        only where the group's leader is still the process the marker was written for (a pid
+        is reused; a marker may be planted) — and, found by their environment, whatever its
+        sessions left running outside those groups."""
+        folder = self._sessions_dir()
         for marker in folder.glob(f"{self.spec.name}.*.pgid"):
-            pgid = marker.name.removeprefix(f"{self.spec.name}.").removesuffix(".pgid")
-            if pgid.isdigit():
+            name = marker.name.removeprefix(f"{self.spec.name}.").removesuffix(".pgid")
+            pgid = int(name) if name.isdigit() else 0
+            try:
+                fd = open_private(marker, os.O_RDONLY)
+                with os.fdopen(fd, "rb") as handle:
+                    written = handle.read(64).split()
+            except (OSError, RootError):
+                written = []
+            started = start_time(pgid) if pgid > 1 else None
+            if started is not None and written == [str(pgid).encode(), str(started).encode()]:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(int(pgid), signal.SIGKILL)
+                    os.killpg(pgid, signal.SIGKILL)
                     log.warning(
                         "killed a session left by a previous harness",
-                        extra={"event": "leftover_killed", "pgid": int(pgid)},
+                        extra={"event": "leftover_killed", "pgid": pgid},
                     )
-            marker.unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                marker.unlink()
+        for pid in processes_with(COLIBRI_ROOT=str(self.root), COLIBRI_AGENT=self.spec.name):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                log.warning(
+                    "killed a process a previous harness's session left",
+                    extra={"event": "leftover_killed", "pid": pid},
+                )
+
+    # -- descendants that left their session --------------------------------------------
+
+    async def _keep_reaping(self) -> None:
+        if not self.subreaper:
+            return
+        while True:
+            await asyncio.sleep(REAP_EVERY)
+            self._reap_inherited()
+
+    def _direct_children(self) -> set[int]:
+        """The processes this harness started itself (asyncio waits for them)."""
+        pids = {s.process.pid for s in self.sessions.values() if s.process is not None}
+        pids.update(w.process.pid for w in self.pool if w.process is not None)
+        return pids | tmux.CLIENTS
+
+    def _reap_inherited(self, *, everything: bool = False) -> None:
+        """Stop the processes re-parented to this harness (a subreaper) whose session has
+        ended: each is known by the ``COLIBRI_SESSION`` it inherited. One that cleared its
+        environment is stopped once no session runs here (or at once, ``everything``);
+        the harness's own helpers (tmux) keep theirs. Zombies among them are reaped."""
+        if not self.subreaper or tmux.SPAWNING or self._spawning:
+            return  # a process being started is not yet known as ours
+        live = {s.sid for s in self.sessions.values() if not s.ended}
+        live.update(w.sid for w in self.pool)
+        ours = self._direct_children()
+        for pid, state in children_of(os.getpid()):
+            if pid in ours:
+                continue
+            if state == "Z":
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+                continue
+            sid = environ_of(pid, "COLIBRI_SESSION")
+            if sid == self.own_sid or (sid in live and not everything):
+                continue
+            if sid is None and live and not everything:
+                continue  # whose it is cannot be told; it goes when no session is left
+            log.warning(
+                "stopped a process its session left behind",
+                extra={"event": "descendant_killed", "pid": pid, "session": sid},
+            )
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+                group = os.getpgid(pid)
+                if group == pid and group != os.getpgrp():
+                    os.killpg(group, signal.SIGKILL)  # and what it started in its group
 
     # -- the ready pool ---------------------------------------------------------------------
 
@@ -385,23 +525,26 @@ class Harness:
         return env
 
     async def _start_process(self, env: dict[str, str]) -> asyncio.subprocess.Process:
-        process = await asyncio.create_subprocess_exec(
-            *self.spec.command,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=self.spec.cwd,
-            env=env,
-            process_group=0,
-        )
+        self._spawning += 1
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *self.spec.command,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=self.spec.cwd,
+                env=env,
+                process_group=0,
+            )
+        finally:
+            self._spawning -= 1
         self._track(process.pid)
         return process
 
     async def _keep_pool(self) -> None:
         """Keep ``warm`` sessions ready; reclaim one idle past ``idle`` (and stop refilling
         until work comes again)."""
-        sessions_dir = self.root / STATE_DIR / "sessions"
-        sessions_dir.mkdir(mode=0o700, exist_ok=True)
+        sessions_dir = self._sessions_dir()
         while True:
             now = time.monotonic()
             for warm in list(self.pool):
@@ -420,8 +563,9 @@ class Harness:
                 self._warm_count += 1
                 name = f"{self.spec.name}-warm-{self._warm_count}"
                 task_file = sessions_dir / f"{name}.task"
-                env = {**self._session_env(), "COLIBRI_TASK_FILE": str(task_file)}
                 warm = WarmSession(task_file, time.monotonic(), tmux_name=name)
+                env = {**self._session_env(), "COLIBRI_TASK_FILE": str(task_file),
+                       "COLIBRI_SESSION": warm.sid}  # fmt: skip
                 try:
                     if self.spec.backend == "tmux":
                         own = {k: v for k, v in env.items()
@@ -434,7 +578,7 @@ class Harness:
                     else:
                         warm.process = await self._start_process(env)
                         warm.ready = True
-                except (OSError, RuntimeError) as exc:
+                except (OSError, RuntimeError, ValueError) as exc:
                     log.error("could not start a warm session: %s", exc)
                     self._pool_wanted = False
                     break
@@ -499,15 +643,14 @@ class Harness:
         try:
             if warm is not None:
                 # A ready session takes the task at once: its header goes to its own file.
-                warm.task_file.write_text(
-                    Path(env["COLIBRI_TASK_FILE"]).read_text(encoding="utf-8"), encoding="utf-8"
-                )
+                write_private(warm.task_file, Path(env["COLIBRI_TASK_FILE"]).read_bytes())
                 assert warm.process is not None
                 process = warm.process
                 session.warm_file = warm.task_file
+                session.sid = warm.sid
             else:
                 process = await self._start_process(env)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             session.report = ("fail", {"error": f"could not start {self.spec.command[0]}: {exc}"})
             await self._deliver(session)
             return
@@ -526,7 +669,7 @@ class Harness:
             text = None
             self._pool_changed.set()
         try:
-            stdout, stderr = await self._within_runtime(session, self._talk(process, text))
+            stdout, stderr = await self._within_runtime(session, self._talk(session, process, text))
         except TimeoutError:
             await self._kill(session)
             limit = self.spec.max_runtime
@@ -536,17 +679,10 @@ class Harness:
         if session.cancelled:
             return
         if process.returncode == 0:
-            output = stdout.decode(errors="replace")
-            limit = self.spec.output_limit
-            if len(stdout) > limit:
-                output = (
-                    stdout[:limit].decode(errors="replace")
-                    + f"\n[output truncated: {len(stdout)} bytes in all]"
-                )
-            output, cost = claude_result(output)
+            output, cost = claude_result(stdout.text())
             session.report = ("out", {"output": output, "cost": cost})
         else:
-            tail = stderr[-STDERR_TAIL:].decode(errors="replace").strip()
+            tail = stderr.text().strip()
             session.report = (
                 "fail",
                 {"error": ended_how(process.returncode) + (f": {tail}" if tail else "")},
@@ -554,17 +690,21 @@ class Harness:
         await self._deliver(session)
 
     async def _talk(
-        self, process: asyncio.subprocess.Process, text: bytes | None
-    ) -> tuple[bytes, bytes]:
-        """Give the session its input, collect its output until it exits.
+        self, session: Session, process: asyncio.subprocess.Process, text: bytes | None
+    ) -> tuple[Capture, Capture]:
+        """Give the session its input, collect its output until it exits: stdout within
+        ``output_limit`` (its head and tail), stderr's tail, each capped as it is read.
 
         Unlike ``communicate``, this does not wait for its pipes to close: a process the session
-        left running may hold them. Once the session has exited, what it left in its process
-        group is killed (reclaim means kill), which closes them.
+        left running may hold them. Once the session has exited, what it left — in its process
+        group, and (with a subreaper) outside it — is killed (reclaim means kill), which closes
+        them; whatever still holds them after that is not waited for.
         """
         assert process.stdout is not None and process.stderr is not None
-        out = asyncio.ensure_future(process.stdout.read())
-        err = asyncio.ensure_future(process.stderr.read())
+        limit = self.spec.output_limit
+        stdout, stderr = Capture(limit - limit // 2, limit // 2), Capture(0, STDERR_TAIL)
+        out = asyncio.ensure_future(stdout.read(process.stdout))
+        err = asyncio.ensure_future(stderr.read(process.stderr))
         try:
             if process.stdin is not None:
                 with contextlib.suppress(ConnectionError):
@@ -577,13 +717,16 @@ class Harness:
             waiting = asyncio.ensure_future(process.wait())
             while not waiting.done() and alive(process.pid):
                 await asyncio.wait({waiting}, timeout=0.05)
-            _, pending = await asyncio.wait({out, err}, timeout=0.5)
-            if pending:
+            session.ended = True
+            for _ in range(3):
+                _, pending = await asyncio.wait({out, err}, timeout=0.5)
+                if not pending:
+                    break
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(process.pid, signal.SIGKILL)
-            result = await out, await err
+                self._reap_inherited()
             await waiting
-            return result
+            return stdout, stderr
         finally:
             for reader in (out, err):
                 reader.cancel()
@@ -612,14 +755,39 @@ class Harness:
             if done:
                 return job.result()
 
+    def _fitted(self, session: Session, cmd: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """A report's fields, its output cut to fit one request line of the daemon."""
+        if cmd != "out" or not fields.get("output"):
+            return fields
+        rest = {k: v for k, v in fields.items() if k != "output"}
+        where = {"task": session.task, "epoch": session.epoch, "claim": session.claim}
+        output = fit_report(fields["output"], self.max_line, cmd, {**where, **rest})
+        return {**rest, "output": output}
+
     async def _deliver(self, session: Session) -> None:
         if session.report is None or self.client is None:
             return  # delivered after the next registration
         cmd, fields = session.report
         try:
-            await self.client.call(cmd, task=session.task, epoch=session.epoch, **fields)
+            await self.client.call(
+                cmd, task=session.task, epoch=session.epoch, **self._fitted(session, cmd, fields)
+            )
         except RemoteError as exc:
             if exc.code == "closed":
+                return
+            if exc.code in ("line_too_long", "bad_request") and cmd in ("out", "fail"):
+                # Never sent again as it is (the daemon would refuse it again, for ever): the
+                # task fails, saying why. A refused failure report is replaced by a short one.
+                log.error(
+                    "report refused; the task is reported failed instead: %s",
+                    exc.message,
+                    extra={"event": "report_refused", "task": session.task},
+                )
+                why = f"the session's {cmd} report was refused: {exc.message[:2000]}"
+                if fields.get("error", "").startswith("the session's"):
+                    why = "the session's reports were refused by the daemon"
+                session.report = ("fail", {"error": why})
+                await self._deliver(session)
                 return
             if exc.code == "illegal_transition":
                 # The session reported by itself (``colibri out``); its end closes the task.
@@ -666,7 +834,7 @@ class Harness:
 
         The reports go on a plain connection, as a session's own do: the daemon takes them for
         the agent holding the task, checking the epoch, and gives the agent no new work."""
-        stopped = ("fail", {"error": f"agent {self.spec.name} stopped"})
+        stopped: tuple[str, dict[str, Any]] = ("fail", {"error": f"agent {self.spec.name} stopped"})
         sessions = list(self.sessions.values())
         for session in sessions:
             session.cancelled = True
@@ -683,7 +851,7 @@ class Harness:
                     with contextlib.suppress(RemoteError):
                         await client.call(
                             cmd, task=session.task, epoch=session.epoch, from_session=True,
-                            **fields,
+                            claim=session.claim, **self._fitted(session, cmd, fields),
                         )  # fmt: skip
         except (DaemonNotRunning, OSError, TimeoutError):
             pass  # no daemon (or a frozen one): these fail as lost later, unless claimed
@@ -732,10 +900,57 @@ def claude_result(stdout: str) -> tuple[str, dict[str, Any] | None]:
         ("tokens_out", usage.get("output_tokens")),
         ("model", doc.get("model")),
     ):
-        if value is not None:
-            cost[key] = value
+        if value is None:
+            continue
+        try:  # what the daemon would take: a session's numbers must not get its report refused
+            msgspec.convert({key: value}, ReportedCost)
+        except msgspec.ValidationError as exc:
+            log.warning("cost %s=%r left out: %s", key, value, exc, extra={"event": "bad_cost"})
+            continue
+        cost[key] = value
     output = doc["result"] if isinstance(doc.get("result"), str) else stdout
     return output, cost or None
+
+
+class Capture:
+    """What a pipe said, kept while it is read: its first ``head`` bytes and its last ``tail``
+    bytes, and how many there were in all — so a session printing a gigabyte costs the harness
+    ``head + tail`` of memory, not a gigabyte."""
+
+    def __init__(self, head: int, tail: int) -> None:
+        self.head_limit, self.tail_limit = head, tail
+        self.head = bytearray()
+        self.tail: deque[bytes] = deque()
+        self.tail_size = 0
+        self.total = 0
+
+    async def read(self, stream: asyncio.StreamReader) -> None:
+        while chunk := await stream.read(65536):
+            self.add(chunk)
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if not chunk or not self.tail_limit:
+            return
+        self.tail.append(chunk)
+        self.tail_size += len(chunk)
+        while self.tail_size - len(self.tail[0]) >= self.tail_limit:
+            self.tail_size -= len(self.tail.popleft())
+
+    def text(self) -> str:
+        """What was kept; when something was cut, a line between head and tail says so."""
+        tail = b"".join(self.tail)[-self.tail_limit :] if self.tail_limit else b""
+        kept = len(self.head) + len(tail)
+        if kept >= self.total:
+            return (bytes(self.head) + tail).decode(errors="replace")
+        cut = f"\n[output truncated: {self.total} bytes in all; the first {len(self.head)} and " \
+              f"the last {len(tail)} are kept]\n"  # fmt: skip
+        head_text = self.head.decode(errors="replace")
+        return (head_text + cut if self.head else "") + tail.decode(errors="replace")
 
 
 def run_agent(spec: AgentSpec, socket_path: Path, root: Path) -> int:

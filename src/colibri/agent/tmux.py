@@ -21,6 +21,10 @@ from pathlib import Path
 from colibri.processes import alive
 
 POLL = 0.1
+#: tmux commands running now (their pids), and how many are being started: the harness's
+#: reaper must never take them for a session's leftovers, nor reap them (asyncio does).
+CLIENTS: set[int] = set()
+SPAWNING = 0
 
 
 def socket_for(root: Path, agent: str) -> Path:
@@ -31,12 +35,21 @@ def socket_for(root: Path, agent: str) -> Path:
 
 async def tmux(socket: Path, *args: str) -> str:
     """Run one tmux command against the workspace's server; raise RuntimeError on failure."""
-    process = await asyncio.create_subprocess_exec(
-        "tmux", "-S", str(socket), *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        stdin=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    out, err = await process.communicate()
+    global SPAWNING
+    SPAWNING += 1
+    try:
+        process = await asyncio.create_subprocess_exec(
+            "tmux", "-S", str(socket), *args,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+    finally:
+        SPAWNING -= 1
+    CLIENTS.add(process.pid)
+    try:
+        out, err = await process.communicate()
+    finally:
+        CLIENTS.discard(process.pid)
     if process.returncode != 0:
         raise RuntimeError(f"tmux {args[0]}: {err.decode(errors='replace').strip()}")
     return out.decode(errors="replace")
@@ -46,7 +59,9 @@ async def start(
     socket: Path, name: str, command: list[str], env: dict[str, str], cwd: Path | None
 ) -> int:
     """Start ``command`` as tmux session ``name``; return the pid of its pane (a group leader)."""
-    socket.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    from colibri.privatefiles import private_dir
+
+    private_dir(socket.parent)
     flags = [f"-e{key}={value}" for key, value in env.items()]
     where = ["-c", str(cwd)] if cwd is not None else []
     out = await tmux(

@@ -50,27 +50,29 @@ class Context:
 
 
 def wait_out_busy(attempt: Callable[[], T]) -> T:
-    """Run ``attempt`` (which opens its own connection) again while the daemon refuses it as
-    ``busy``, with growing pauses, for up to ``BUSY_PATIENCE`` seconds. For what a session
-    reports from inside itself: a report must not be lost because the daemon was full for a
-    moment. A refused connection never reaches the daemon's commands, so nothing is done twice.
+    """Run ``attempt`` (which opens its own connection) again while the daemon answers
+    ``busy``, or is not there for a moment (restarting: no socket, or the connection closed
+    under the request), with growing pauses, for up to ``BUSY_PATIENCE`` seconds. For what a
+    session reports from inside itself: a report must not be lost because the daemon was full
+    or restarting. ``busy`` changes nothing; a request cut off by a restart either committed or
+    did not, and sent again it is refused (the task has moved on) or taken, never done twice.
     """
     import time
 
     from colibri.client import RemoteError
+    from colibri.core.errors import DaemonNotRunning
 
     give_up = time.monotonic() + BUSY_PATIENCE
     pause = BUSY_FIRST_PAUSE
     while True:
         try:
             return attempt()
-        except RemoteError as exc:
-            if exc.code != "busy":
+        except (RemoteError, DaemonNotRunning) as exc:
+            if exc.code not in ("busy", "closed", "no_daemon"):
                 raise
             if time.monotonic() + pause > give_up:
-                raise RemoteError(
-                    "busy", f"{exc.message} (still refused after {BUSY_PATIENCE:.0f}s of retries)"
-                ) from None
+                exc.message += f" (still so after {BUSY_PATIENCE:.0f}s of retries)"
+                raise
         time.sleep(pause)
         pause = min(pause * 2, BUSY_LONGEST_PAUSE)
 

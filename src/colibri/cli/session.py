@@ -7,13 +7,14 @@ A session's own commands wait out a daemon that is momentarily full (``busy``): 
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 
 from colibri.cli.main import Context, cli, json_option, pass_ctx
 from colibri.cli.output import print_json, print_line, print_output, print_table
 from colibri.core.errors import ColibriError
+from colibri.core.model import MIN_LINE
 
 _session_options = [
     click.option(
@@ -23,6 +24,10 @@ _session_options = [
     click.option(
         "--epoch", envvar="COLIBRI_EPOCH", type=int,
         help="The claim reported on [env: COLIBRI_EPOCH, or the header of COLIBRI_TASK_FILE].",
+    ),
+    click.option(
+        "--claim", "secret", envvar="COLIBRI_CLAIM", metavar="SECRET",
+        help="The claim's secret [env: COLIBRI_CLAIM, or the header of COLIBRI_TASK_FILE].",
     ),
 ]  # fmt: skip
 
@@ -48,25 +53,37 @@ def current_task() -> str | None:
     return None
 
 
-def claim(task_id: str | None, epoch: int | None) -> tuple[str, int]:
-    """The task and epoch a session reports on: from the options/environment, or — for a
-    session started before its task came (a warm one) — from its task file's header."""
+class SessionClaim(NamedTuple):
+    task: str
+    epoch: int
+    secret: str
+
+
+def claim(task_id: str | None, epoch: int | None, secret: str | None) -> SessionClaim:
+    """The claim a session reports on — task, epoch and secret — from the options or the
+    environment, or, for a session started before its task came (a warm one), from its task
+    file's header."""
     import os
 
+    task_id = task_id or os.environ.get("COLIBRI_TASK_ID") or None
+    if epoch is None and (os.environ.get("COLIBRI_EPOCH") or "").isdigit():
+        epoch = int(os.environ["COLIBRI_EPOCH"])
+    secret = secret or os.environ.get("COLIBRI_CLAIM") or None
     path = os.environ.get("COLIBRI_TASK_FILE")
-    if (task_id is None or epoch is None) and path and os.path.exists(path):
+    if (task_id is None or epoch is None or not secret) and path and os.path.exists(path):
         from colibri.core.lineage import parse_body
 
         with open(path, encoding="utf-8") as handle:
             body = parse_body(handle.read())
         task_id = task_id or body.task
         epoch = epoch if epoch is not None else body.epoch
-    if task_id is None or epoch is None:
+        secret = secret or body.claim
+    if task_id is None or epoch is None or not secret:
         raise click.UsageError(
-            "run this inside a session (it sets COLIBRI_TASK_ID and COLIBRI_EPOCH), "
-            "or give --task and --epoch"
+            "run this inside a session (it sets COLIBRI_TASK_ID, COLIBRI_EPOCH and "
+            "COLIBRI_CLAIM), or give --task, --epoch and --claim"
         )
-    return task_id, epoch
+    return SessionClaim(task_id, epoch, secret)
 
 
 def parse_cost(text: str) -> dict[str, Any]:
@@ -119,13 +136,15 @@ def out(
     cost: str | None,
     task_id: str | None,
     epoch: int | None,
+    secret: str | None,
     as_json: bool,
 ) -> None:
     """Inside a session: report the task done with TEXT ("-": stdin) as its output.
 
-    The session may go on running; the task is closed when it ends.
+    The session may go on running; the task is closed when it ends. An output too long for
+    one request line is cut to fit: its head and tail are kept, and a line between says so.
     """
-    task_id, epoch = claim(task_id, epoch)
+    own = claim(task_id, epoch, secret)
     if path is not None:
         with open(path, encoding="utf-8", errors="replace") as handle:
             output = handle.read()
@@ -133,11 +152,16 @@ def out(
         output = sys.stdin.read() if text == "-" or not sys.stdin.isatty() else ""
     else:
         output = text
-    task = ctx.call(
-        "out", patient=True, task=task_id, epoch=epoch, output=output,
-        cost=parse_cost(cost) if cost else None, session_ended=False, from_session=True,
-    )["task"]  # fmt: skip
-    print_json(task) if as_json else print_line(f"task {task_id} done")
+    fields: dict[str, Any] = dict(
+        task=own.task, epoch=own.epoch, cost=parse_cost(cost) if cost else None,
+        session_ended=False, from_session=True, claim=own.secret,
+    )  # fmt: skip
+    if len(output) > MIN_LINE // 8:  # might not fit: ask the daemon how long a line may be
+        from colibri.core.protocol import fit_report
+
+        output = fit_report(output, ctx.call("ping", patient=True)["max_line"], "out", fields)
+    task = ctx.call("out", patient=True, output=output, **fields)["task"]
+    print_json(task) if as_json else print_line(f"task {own.task} done")
 
 
 @cli.command("fail")
@@ -145,24 +169,33 @@ def out(
 @session_options
 @json_option
 @pass_ctx
-def fail(ctx: Context, error: str, task_id: str | None, epoch: int | None, as_json: bool) -> None:
+def fail(
+    ctx: Context,
+    error: str,
+    task_id: str | None,
+    epoch: int | None,
+    secret: str | None,
+    as_json: bool,
+) -> None:
     """Inside a session: report the task failed, saying why."""
-    task_id, epoch = claim(task_id, epoch)
+    own = claim(task_id, epoch, secret)
     task = ctx.call(
-        "fail", patient=True, task=task_id, epoch=epoch,
+        "fail", patient=True, task=own.task, epoch=own.epoch,
         error=error or "reported failed by the session",
-        session_ended=False, from_session=True,
+        session_ended=False, from_session=True, claim=own.secret,
     )["task"]  # fmt: skip
-    print_json(task) if as_json else print_line(f"task {task_id} {task['state']}")
+    print_json(task) if as_json else print_line(f"task {own.task} {task['state']}")
 
 
 @cli.command("ask")
 @click.argument("question")
 @session_options
 @pass_ctx
-def ask(ctx: Context, question: str, task_id: str | None, epoch: int | None) -> None:
+def ask(
+    ctx: Context, question: str, task_id: str | None, epoch: int | None, secret: str | None
+) -> None:
     """Inside a session: ask the operator QUESTION; wait for the answer and print it."""
-    task_id, epoch = claim(task_id, epoch)
+    own = claim(task_id, epoch, secret)
     import time
 
     from colibri.client import RemoteError
@@ -170,7 +203,10 @@ def ask(ctx: Context, question: str, task_id: str | None, epoch: int | None) -> 
 
     while True:  # a daemon restart drops the wait: ask again once it is back
         try:
-            reply = ctx.call("ask", patient=True, task=task_id, epoch=epoch, question=question)
+            reply = ctx.call(
+                "ask", patient=True, task=own.task, epoch=own.epoch, claim=own.secret,
+                question=question,
+            )  # fmt: skip
         except (RemoteError, DaemonNotRunning) as exc:
             if isinstance(exc, RemoteError) and exc.code != "closed":
                 raise
@@ -194,10 +230,10 @@ def answer(ctx: Context, task_id: str, text: str, as_json: bool) -> None:
 @cli.command("ready")
 @session_options
 @pass_ctx
-def ready(ctx: Context, task_id: str | None, epoch: int | None) -> None:
+def ready(ctx: Context, task_id: str | None, epoch: int | None, secret: str | None) -> None:
     """Inside a tmux session: say the agent is ready; its task is typed in next."""
-    task_id, epoch = claim(task_id, epoch)
-    ctx.call("ready", patient=True, task=task_id, epoch=epoch)
+    own = claim(task_id, epoch, secret)
+    ctx.call("ready", patient=True, task=own.task, epoch=own.epoch, claim=own.secret)
 
 
 @cli.command("attach-session")

@@ -86,10 +86,21 @@ def submit(
     """Submit a task. TEXT is what to do ("-" reads it from stdin)."""
     if text == "-":
         text = sys.stdin.read()
-    if to is not None:
-        from colibri.cli.session import current_task
+    handoff: str | None = None
+    if in_session():
+        # Inside a session every new task is a hand-off: a child of the session's own task,
+        # proved by its claim, and only to a workspace its workspace may send to.
+        from colibri.cli.session import claim
 
-        parent = parent or current_task()
+        own = claim(None, None, None)
+        if parent is not None and parent != own.task:
+            raise click.UsageError(
+                f"inside a session a new task is a child of its task ({own.task}); "
+                "drop --parent (outside the session's environment, any parent may be given)"
+            )
+        parent, handoff = own.task, own.secret
+        workspace = to or workspace
+    elif to is not None:
         if not parent:
             raise click.UsageError(
                 "--to hands work on from inside a session; outside one, give --parent ID too"
@@ -107,6 +118,7 @@ def submit(
         idempotency_key=idempotency_key,
         tenant=tenant,
         budget_usd=budget_usd,
+        claim=handoff,
     )
 
     def send() -> dict[str, Any]:

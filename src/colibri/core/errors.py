@@ -15,6 +15,7 @@ tests assert them. Messages say what was wrong and, where it helps, what to do.
     ├── IllegalTransition    illegal_transition  the state machine forbids it
     ├── StaleClaim           stale_claim         a report from an older claim (epoch)
     ├── NotYourTask          not_your_task       a report from an agent that does not hold it
+    ├── BadClaim             bad_claim           a session's report without its claim's secret
     ├── NotRegistered        not_registered      an agent command before register-agent
     ├── ParentCancelled      parent_cancelled
     ├── HandOffRefused       handoff_refused     a child for a workspace not in send_to
@@ -118,6 +119,16 @@ class NotYourTask(ColibriError):
         super().__init__(f"task {task_id} is not assigned to agent {agent!r}")
 
 
+class BadClaim(ColibriError):
+    code = "bad_claim"
+
+    def __init__(self, task_id: str, what: str) -> None:
+        super().__init__(
+            f"{what} for task {task_id} does not carry the claim of the session running it "
+            "(COLIBRI_CLAIM, set in that session's environment and task file); refused"
+        )
+
+
 class NotRegistered(ColibriError):
     code = "not_registered"
 
@@ -137,8 +148,14 @@ class ParentCancelled(ColibriError):
 class HandOffRefused(ColibriError):
     code = "handoff_refused"
 
-    def __init__(self, sender: str, target: str, allowed: list[str]) -> None:
+    def __init__(self, sender: str, target: str | None, allowed: list[str]) -> None:
         targets = ", ".join(allowed) if allowed else "none"
+        if target is None:
+            super().__init__(
+                f"a hand-off from workspace {sender!r} names the workspace it goes to "
+                f"(colibri submit --to WORKSPACE); its send_to allows: {targets}"
+            )
+            return
         super().__init__(
             f"workspace {sender!r} may not hand work to {target!r}; its send_to allows: {targets}"
         )

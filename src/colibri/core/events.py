@@ -25,8 +25,9 @@ SWARM_TOGGLED = "swarm"
 DROPPED = "dropped"
 
 
-def assign(task: Task) -> dict[str, Any]:
-    return {"event": ASSIGN, "epoch": task.epoch, "task": task}
+def assign(task: Task, claim: str) -> dict[str, Any]:
+    """``claim``: the secret of this claim, which the session's own reports must carry."""
+    return {"event": ASSIGN, "epoch": task.epoch, "claim": claim, "task": task}
 
 
 def cancel(task: Task, reason: str) -> dict[str, Any]:

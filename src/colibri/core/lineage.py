@@ -2,13 +2,15 @@
 
     colibri-task: 01a22b47-7755-7e84-b77c-7ea09550014b
     epoch: 1
+    claim: 4f0c2e8a9b1d7c3e5a6f8b0d2c4e6a8b
     parent: 01a22b47-7c41-7a3d-a025-2b8c5dd64a2a
     from: api
     workspace: web
 
     write the release notes for 2.0
 
-``epoch`` numbers the claim (reports must carry it). ``parent`` and ``from`` (the workspace
+``epoch`` numbers the claim and ``claim`` is its secret (a session's own reports carry both).
+``parent`` and ``from`` (the workspace
 that handed the task on) are ``-`` for a task with no parent. The body is written to the file
 named by ``COLIBRI_TASK_FILE``; stdin carries the text alone, so a one-shot command such as
 ``claude -p`` reads exactly the task. Built and parsed here, and only here.
@@ -19,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MAGIC = "colibri-task"
-FIELDS = ("epoch", "parent", "from", "workspace")
+FIELDS = ("epoch", "claim", "parent", "from", "workspace")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,7 @@ class Body:
     sender: str | None = None
     workspace: str | None = None
     epoch: int | None = None
+    claim: str | None = None
 
 
 def build_body(body: Body) -> str:
@@ -39,6 +42,7 @@ def build_body(body: Body) -> str:
     return (
         f"{MAGIC}: {body.task}\n"
         f"epoch: {body.epoch if body.epoch is not None else '-'}\n"
+        f"claim: {value(body.claim)}\n"
         f"parent: {value(body.parent)}\n"
         f"from: {value(body.sender)}\n"
         f"workspace: {value(body.workspace)}\n"
@@ -72,4 +76,5 @@ def parse_body(data: str) -> Body:
         sender=opt("from"),
         workspace=opt("workspace"),
         epoch=int(epoch) if epoch is not None and epoch.isdigit() else None,
+        claim=opt("claim"),
     )

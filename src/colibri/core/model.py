@@ -15,8 +15,10 @@ import msgspec
 from colibri.core.errors import BadRequest
 
 DEFAULT_TENANT = "default"
-#: Longest request line the daemon accepts by default (server.max_line), in bytes.
+#: Longest request line the daemon accepts by default (server.max_line), in bytes, and the
+#: least it may be set to.
 DEFAULT_MAX_LINE = 1 << 20
+MIN_LINE = 1024
 #: Longest task text, in characters (a submission, a schedule's task).
 MAX_TEXT = 256 * 1024
 #: Most tokens (each way) and dollars one session may report. Sums over any number of

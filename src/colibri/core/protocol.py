@@ -73,6 +73,9 @@ class TaskFields(Request, kw_only=True):
     max_attempts: Annotated[int, msgspec.Meta(ge=1, le=100)] = 1
     #: Dollars this task and its descendants may spend (children inherit what remains).
     budget_usd: Annotated[float, msgspec.Meta(gt=0, le=MAX_BUDGET_USD)] | None = None
+    #: A hand-off from inside a session: the claim of ``parent``'s running session. Then the
+    #: child must go to a workspace the parent's workspace may send to.
+    claim: Claim | None = None
 
 
 class IntakeTask(TaskFields, tag="intake-task"):
@@ -162,10 +165,11 @@ class Ledger(Request, tag="ledger"):
 
 
 class Held(msgspec.Struct, forbid_unknown_fields=True):
-    """A session a reconnecting harness still runs."""
+    """A session a reconnecting harness still runs; ``claim`` proves it was given it."""
 
     task: TaskId
     epoch: Epoch
+    claim: Claim | None = None
 
 
 class RegisterAgent(Request, tag="register-agent"):
@@ -190,8 +194,10 @@ class Out(Request, tag="out"):
     #: The session is already gone (a one-shot command): close the task at once.
     session_ended: bool = True
     #: Sent on a connection with no agent: by the session itself (``colibri out`` inside it),
-    #: or by a stopping harness that has left. It counts as the holding agent's report.
+    #: or by a stopping harness that has left. It counts as the holding agent's report, and
+    #: must carry the claim's secret.
     from_session: bool = False
+    claim: Claim | None = None
 
 
 class Fail(Request, tag="fail"):
@@ -200,6 +206,7 @@ class Fail(Request, tag="fail"):
     error: Annotated[str, msgspec.Meta(max_length=64 * 1024)] = ""
     session_ended: bool = True
     from_session: bool = False
+    claim: Claim | None = None
 
 
 class Reclaimed(Request, tag="reclaimed"):
@@ -215,6 +222,7 @@ class Ask(Request, tag="ask"):
     task: TaskId
     epoch: Epoch
     question: Annotated[str, msgspec.Meta(min_length=1, max_length=64 * 1024)]
+    claim: Claim | None = None
 
 
 class Answer(Request, tag="answer"):
@@ -227,6 +235,7 @@ class Ready(Request, tag="ready"):
 
     task: TaskId
     epoch: Epoch
+    claim: Claim | None = None
 
 
 class Requeue(Request, tag="requeue"):
@@ -347,3 +356,30 @@ def request_id(line: bytes) -> RequestId:
 
 
 encode = msgspec.json.Encoder().encode
+
+#: Room kept on a report's line for what the client adds to it (``id``) and its newline.
+LINE_SLACK = 256
+#: The longest output an ``out`` carries, whatever ``server.max_line`` allows.
+OUTPUT_MAX = 16 * 1024 * 1024
+
+
+def fit_report(output: str, max_line: int, cmd: str, fields: dict[str, object]) -> str:
+    """``output`` as it fits one ``cmd`` request line of at most ``max_line`` bytes with the
+    other ``fields``, after JSON escaping (a control byte takes six): whole, or cut."""
+    overhead = len(encode({"cmd": cmd, **fields, "output": ""})) + LINE_SLACK
+    return fit_text(output, min(max_line - overhead, OUTPUT_MAX))
+
+
+def fit_text(text: str, budget: int) -> str:
+    """``text`` whole if its JSON string takes at most ``budget`` bytes; else its head and
+    tail, with a line between them saying how much was cut."""
+    size = len(encode(text))
+    total = keep = len(text)
+    candidate = text
+    while size > budget and keep > 0:
+        keep = int(keep * budget / size * 0.95)
+        head, tail = text[: keep - keep // 2], text[total - keep // 2 :]
+        cut = total - len(head) - len(tail)
+        candidate = f"{head}\n[{cut} of {total} characters cut here to fit one report]\n{tail}"
+        size = len(encode(candidate))
+    return candidate

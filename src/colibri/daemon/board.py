@@ -23,9 +23,12 @@ import uuid6
 
 from colibri.config import SchedulerSettings
 from colibri.core import events, states
+from colibri.core.claims import claim_secret, is_claim
 from colibri.core.errors import (
+    BadClaim,
     BadRequest,
     BudgetExceeded,
+    Busy,
     HandOffRefused,
     IdempotencyConflict,
     IllegalTransition,
@@ -156,6 +159,7 @@ class Board:
         self.store = store
         self.settings = settings
         self.clock = clock
+        self._claim_key = store.claim_key()
         #: Lineage edges of the configured workspaces: who may hand work to whom.
         self.send_to = send_to or {}
         #: Dollars per UTC day each workspace may spend; past it, its agents get no work.
@@ -355,12 +359,21 @@ class Board:
         return final
 
     def _release(self, task: Task) -> None:
-        """The task's session is gone: free its agent's slot."""
+        """The task's session is gone: free its agent's slot (or, for a session not claimed
+        back since a restart, the place it held under max_sessions)."""
         holder = self.agents.get(task.agent or "") if task.agent else None
         if holder is not None and task.id in holder.holding:
             holder.holding.discard(task.id)
             self._refresh(holder)
-        self._orphans.pop(task.id, None)
+        self._drop_orphan(task.id)
+
+    def _drop_orphan(self, task_id: str) -> None:
+        """The task is no longer waiting to be claimed back after a restart."""
+        if self._orphans.pop(task_id, None) is None:
+            return
+        task = self.tasks.get(task_id)
+        if task is not None and task.agent in self.supervised:
+            self._refresh_supervised()  # it counted against max_sessions
 
     def _close(self, task: Task) -> Task:
         self._release(task)
@@ -404,10 +417,17 @@ class Board:
             )
         sender: str | None = None
         budget = req.budget_usd
+        if req.claim is not None and req.parent is None:
+            raise BadRequest("a hand-off's claim is its parent's: give parent too")
         if req.parent is not None:
             parent = self.tasks.get(req.parent) or self.store.get_task(req.parent)
             if parent is None:
                 raise UnknownParent(req.parent)
+            if req.claim is not None and (
+                parent.state != State.RUNNING
+                or not self.claimed(parent.id, parent.epoch, req.claim)
+            ):
+                raise BadClaim(parent.id, "a hand-off")
             if self.store.count_children(parent.id) >= self.settings.max_children:
                 raise QuotaExceeded(
                     f"task {parent.id} has {self.settings.max_children} children, the most one "
@@ -422,14 +442,14 @@ class Board:
                 up = ancestor.parent
                 ancestor = (self.tasks.get(up) or self.store.get_task(up)) if up else None
             sender = parent.workspace
-            if (
-                sender is not None
-                and sender in self.send_to
-                and workspace is not None
-                and workspace != sender
-            ):
+            if sender is not None and sender in self.send_to:
                 allowed = self.send_to[sender]
-                if workspace not in allowed:
+                if req.claim is not None:
+                    # From inside the parent's session: only along its send_to edges, which
+                    # form no cycle, so a chain of hand-offs is as long as the graph at most.
+                    if workspace not in allowed:
+                        raise HandOffRefused(sender, workspace, allowed)
+                elif workspace is not None and workspace != sender and workspace not in allowed:
                     raise HandOffRefused(sender, workspace, allowed)
             if parent.budget_usd is not None:
                 left = self._budget_left(parent)
@@ -535,14 +555,23 @@ class Board:
         return max(free, 0)
 
     def _refresh(self, agent: LiveAgent) -> None:
-        affected = [agent]
+        """The agent's sessions changed: offer its free slots anew."""
         if agent.name in self.supervised:  # the host-wide cap moves for all of them
-            affected = [a for n in self.supervised if (a := self.agents.get(n))]
-        for each in affected:
-            index = self.indexes.get(each.tenant)
-            if index is not None and each.name in index:
-                index.set_free(each.name, self._free(each))
+            self._refresh_supervised()
+            return
+        self._set_free(agent)
         self.dispatch_wanted = True
+
+    def _refresh_supervised(self) -> None:
+        for name in self.supervised:
+            if (agent := self.agents.get(name)) is not None:
+                self._set_free(agent)
+        self.dispatch_wanted = True
+
+    def _set_free(self, agent: LiveAgent) -> None:
+        index = self.indexes.get(agent.tenant)
+        if index is not None and agent.name in index:
+            index.set_free(agent.name, self._free(agent))
 
     def _pick(self, shape: Shape) -> str | None:
         index = self.indexes.get(shape.tenant)
@@ -569,7 +598,7 @@ class Board:
             agent.holding.add(task_id)
             self._refresh(agent)
             assert agent.peer is not None
-            self._emit(agent.peer, events.assign(claimed))
+            self._emit(agent.peer, events.assign(claimed, self.claim_of(task_id, claimed.epoch)))
             placed += 1
             if not any(i.has_free() for i in self.indexes.values()):
                 break
@@ -701,7 +730,7 @@ class Board:
 
     def _cancel_one(self, task: Task, reason: str) -> Task:
         self.pending.discard(task.id)
-        self._orphans.pop(task.id, None)
+        self._drop_orphan(task.id)
         holder = self.agents.get(task.agent or "") if task.state == State.RUNNING else None
         if (
             holder is not None
@@ -839,6 +868,9 @@ class Board:
         rejected: list[Held] = []
         for held in req.running:
             task = self.tasks.get(held.task)
+            if not self.claimed(held.task, held.epoch, held.claim):
+                rejected.append(held)  # never given to it: nothing to adopt, nothing to close
+                continue
             if (
                 task is not None
                 and task.agent == name
@@ -846,7 +878,7 @@ class Board:
                 and task.state == State.RUNNING
             ):
                 agent.holding.add(task.id)
-                self._orphans.pop(task.id, None)
+                self._orphans.pop(task.id, None)  # now held: the same place under max_sessions
                 adopted.append(task.id)
             elif (
                 task is not None
@@ -860,10 +892,11 @@ class Board:
             else:
                 rejected.append(held)
         if previous is not None:
-            # Sessions the agent held before and did not report now are gone.
-            # Each is released through ``previous`` (still the registered agent here), so
-            # its slot, and the host-wide max_sessions it counted against, are freed.
-            for task_id in sorted(previous.holding - agent.holding - {h.task for h in rejected}):
+            # Sessions the agent held before and did not report now (or reported without
+            # their claim) are gone. Each is released through ``previous`` (still the
+            # registered agent here), so its slot, and the host-wide max_sessions it counted
+            # against, are freed. (Those that ended while it was away are closed already.)
+            for task_id in sorted(previous.holding - agent.holding):
                 task = self.tasks.get(task_id)
                 if task is not None and task.state == State.RUNNING:
                     self._lose(task, f"session lost: agent {name} registered again without it")
@@ -898,9 +931,18 @@ class Board:
         self.heartbeat(agent)  # any word from an agent shows it is alive
         return agent
 
-    def reporter(self, peer: Peer, cmd: str, task_id: str, from_session: bool) -> LiveAgent:
+    def reporter(
+        self,
+        peer: Peer,
+        cmd: str,
+        task_id: str,
+        from_session: bool,
+        epoch: int = 0,
+        claim: str | None = None,
+    ) -> LiveAgent:
         """Who reports on a task: the agent of this connection, or — for a report sent by the
-        session itself — the agent that holds the task (the epoch still has to match)."""
+        session itself — the agent that holds the task, once the report has shown the secret
+        of the claim it reports on (the epoch still has to be the current one)."""
         if not from_session:
             return self.agent_of(peer, cmd)
         task = self.tasks.get(task_id)
@@ -909,8 +951,31 @@ class Board:
             stored = task or self.store.get_task(task_id)
             if stored is None:
                 raise UnknownTask(task_id)
+            if (
+                task_id in self._orphans
+                and (holder is None or not holder.online)
+                and self.claimed(task_id, epoch, claim)
+            ):
+                # The daemon restarted; the session talks to it before its harness is back.
+                raise Busy(
+                    f"task {task_id}'s harness has not reconnected since the daemon restarted; "
+                    "try again in a moment"
+                )
             raise IllegalTransition(task_id, stored.state, "reported (no session holds it)")
+        if not self.claimed(task_id, epoch, claim):
+            log.warning(
+                "report without its claim refused",
+                extra={"event": "bad_claim", "task": task_id, "cmd": cmd},
+            )
+            raise BadClaim(task_id, cmd)
         return holder
+
+    def claim_of(self, task_id: str, epoch: int) -> str:
+        """The secret of one claim (``core.claims``)."""
+        return claim_secret(self._claim_key, task_id, epoch)
+
+    def claimed(self, task_id: str, epoch: int, claim: str | None) -> bool:
+        return is_claim(self._claim_key, task_id, epoch, claim)
 
     def heartbeat(self, agent: LiveAgent) -> None:
         agent.last_seen = self.clock.monotonic()
@@ -968,9 +1033,17 @@ class Board:
         ended = self._end_session(task, error or "session failed")
         return self._close(ended) if session_ended and ended.state != State.PENDING else ended
 
-    def ask(self, peer: Peer, request_id: Any, task_id: str, epoch: int, question: str) -> None:
+    def ask(
+        self,
+        peer: Peer,
+        request_id: Any,
+        task_id: str,
+        epoch: int,
+        question: str,
+        claim: str | None,
+    ) -> None:
         """A session asks its operator a question; the reply waits for ``answer``."""
-        holder = self.reporter(peer, "ask", task_id, from_session=True)
+        holder = self.reporter(peer, "ask", task_id, True, epoch, claim)
         task = self._held(holder, task_id, epoch)
         if task.state != State.RUNNING:
             raise IllegalTransition(task_id, task.state, "waiting for an answer")
@@ -1001,9 +1074,9 @@ class Board:
             self._emit(holder.peer, {"event": "answered", "task": task_id})
         return answered
 
-    def session_ready(self, peer: Peer, task_id: str, epoch: int) -> None:
+    def session_ready(self, peer: Peer, task_id: str, epoch: int, claim: str | None) -> None:
         """A session says it is ready: tell the harness that holds its task to type it in."""
-        holder = self.reporter(peer, "ready", task_id, from_session=True)
+        holder = self.reporter(peer, "ready", task_id, True, epoch, claim)
         task = self._held(holder, task_id, epoch)
         if holder.peer is not None:
             self._emit(holder.peer, {"event": "ready", "task": task.id, "epoch": task.epoch})
@@ -1098,11 +1171,11 @@ class Board:
         for task_id, deadline in list(self._orphans.items()):
             if now >= deadline:
                 task = self.tasks.get(task_id)
-                self._orphans.pop(task_id, None)
                 if task is not None and task.state == State.RUNNING:
                     self._lose(task, "session lost: not claimed back after the daemon restarted")
                 elif task is not None and task.state in states.OUTCOMES:
                     self._close(task)
+                self._drop_orphan(task_id)  # released above, or not a session any more
         while self._delayed and self._delayed[0][0] <= now:
             _, task_id = heapq.heappop(self._delayed)
             task = self.tasks.get(task_id)

@@ -72,7 +72,8 @@ class Commands:
         return self.table[type(req)](req, conn)
 
     def ping(self, req: p.Ping, conn: Connection) -> Reply:
-        return {"pong": True}
+        # The line limit, so that a client can cut a long report to fit (``fit_report``).
+        return {"pong": True, "max_line": self.server.config.server.max_line}
 
     def status(self, req: p.Status, conn: Connection) -> Reply:
         config = self.server.config
@@ -181,6 +182,7 @@ class Commands:
             "adopted": adopted,
             "rejected": [{"task": h.task, "epoch": h.epoch} for h in rejected],
             "heartbeat": round(agent.ttl / 3, 3),
+            "max_line": self.server.config.server.max_line,
         }
 
     def heartbeat(self, req: p.Heartbeat, conn: Connection) -> Reply:
@@ -188,12 +190,12 @@ class Commands:
         return {}
 
     def out(self, req: p.Out, conn: Connection) -> Reply:
-        agent = self.board.reporter(conn, "out", req.task, req.from_session)
+        agent = self.board.reporter(conn, "out", req.task, req.from_session, req.epoch, req.claim)
         task = self.board.out(agent, req.task, req.epoch, req.output, req.cost, req.session_ended)
         return {"task": task}
 
     def fail(self, req: p.Fail, conn: Connection) -> Reply:
-        agent = self.board.reporter(conn, "fail", req.task, req.from_session)
+        agent = self.board.reporter(conn, "fail", req.task, req.from_session, req.epoch, req.claim)
         task = self.board.fail(agent, req.task, req.epoch, req.error, req.session_ended)
         return {"task": task}
 
@@ -202,14 +204,14 @@ class Commands:
         return {"task": self.board.reclaimed(agent, req.task, req.epoch)}
 
     def ask(self, req: p.Ask, conn: Connection) -> Reply:
-        self.board.ask(conn, req.id, req.task, req.epoch, req.question)
+        self.board.ask(conn, req.id, req.task, req.epoch, req.question, req.claim)
         return None  # answered later, by `answer`
 
     def answer(self, req: p.Answer, conn: Connection) -> Reply:
         return {"task": self.board.answer(req.task, req.text)}
 
     def ready(self, req: p.Ready, conn: Connection) -> Reply:
-        self.board.session_ready(conn, req.task, req.epoch)
+        self.board.session_ready(conn, req.task, req.epoch, req.claim)
         return {}
 
     def requeue(self, req: p.Requeue, conn: Connection) -> Reply:

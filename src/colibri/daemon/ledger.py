@@ -18,13 +18,16 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
 import msgspec
 
+from colibri.core.errors import RootError
 from colibri.core.model import LedgerEntry
 from colibri.daemon import crashpoints
+from colibri.privatefiles import open_private
 from colibri.store import Store
 
 log = logging.getLogger(__name__)
@@ -32,6 +35,8 @@ log = logging.getLogger(__name__)
 _encode = msgspec.json.Encoder().encode
 _seq_only = msgspec.json.Decoder(dict[str, object])
 CATCH_UP_PAGE = 10_000
+#: A broken mirror (disk full, a file that cannot be replaced) is tried again this often.
+REPAIR_EVERY = 5.0
 _NUMBER = re.compile(r"[0-9]+")
 
 
@@ -59,13 +64,25 @@ class LedgerMirror:
         #: Set when a write failed (disk full): rows are safe in the store, and the next
         #: ``catch_up`` repairs the tail and copies them over.
         self.broken = False
+        #: Monotonic time before which a broken mirror is not tried again.
+        self.retry_at = 0.0
 
     def open(self, store: Store) -> int:
-        """Repair the tail, append what the store has beyond it; return rows appended."""
+        """Repair the tail, append what the store has beyond it; return rows appended.
+
+        The mirror is derived from the store, so nothing found here may keep the daemon from
+        starting: a ``ledger.jsonl`` that is a link, a folder or not ours, or whose last line
+        is not a ledger row, is set aside (renamed, never followed or read) and written anew
+        from the store; one that cannot even be set aside (immutable) leaves the mirror
+        ``broken`` — said in the log, retried later — while the board runs on."""
         self.close()
         self.broken = False
-        self._open_live()
-        last = self._repair_tail(self._fd)
+        self.retry_at = 0.0
+        try:
+            last = self._open_checked()
+        except (OSError, RootError) as exc:
+            self._failed("cannot write the ledger mirror", exc)
+            return 0
         if last is None:  # nothing in ledger.jsonl: a rotation just began it, or none has
             last = self._newest_rotated_seq()
         self.last_seq = last or 0
@@ -83,11 +100,41 @@ class LedgerMirror:
             appended += len(rows)
         return appended
 
+    def _open_checked(self) -> int | None:
+        """Open ``ledger.jsonl`` and cut a torn tail; the last row's ``seq`` (None if empty).
+        What is not a mirror file of ours is set aside first."""
+        try:
+            self._open_live()
+        except (OSError, RootError) as exc:
+            self._set_aside(str(exc))
+            self._open_live()
+            return None
+        try:
+            return self._repair_tail(self._fd)
+        except (msgspec.DecodeError, ValueError) as exc:
+            self._set_aside(f"its last line is not a ledger row ({exc})")
+            self._open_live()
+            return None
+
+    def _set_aside(self, why: str) -> None:
+        """Rename ``ledger.jsonl`` (whatever it is: a link is renamed, not followed) out of
+        the way; OSError if even that fails."""
+        self.close()
+        aside = self.path.with_name(f"{self.path.name}.{time.time_ns() // 1_000_000}.aside")
+        os.rename(self.path, aside)
+        log.warning(
+            f"{self.path.name} {why}; set aside, and written anew from the store",
+            extra={"event": "ledger_mirror_set_aside", "path": str(aside)},
+        )
+
     def _open_live(self) -> None:
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         # 0600 whatever the umask or an earlier chmod: the ledger is the daemon user's alone
-        os.fchmod(self._fd, 0o600)
+        self._fd = open_private(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         self._size = os.fstat(self._fd).st_size
+
+    def repair_due(self, now: float) -> bool:
+        """Whether a broken mirror should be tried again (at most every REPAIR_EVERY s)."""
+        return self.broken and now >= self.retry_at
 
     def _move_aside(self) -> None:
         """The mirror is ahead of the store (another store, or one restored from a backup):
@@ -115,9 +162,18 @@ class LedgerMirror:
 
     def _newest_rotated_seq(self) -> int | None:
         for _number, path in self.rotated():
-            fd = os.open(path, os.O_RDWR)
+            try:
+                fd = open_private(path, os.O_RDWR)
+            except (OSError, RootError) as exc:
+                log.warning(
+                    "a rotated ledger file is not usable; skipped",
+                    extra={"event": "ledger_rotated_skipped", "path": str(path), "error": str(exc)},
+                )
+                continue
             try:
                 last = self._repair_tail(fd)
+            except (msgspec.DecodeError, ValueError):
+                last = None  # not rows of ours at its end: an older file may say
             finally:
                 os.close(fd)
             if last is not None:
@@ -203,7 +259,7 @@ class LedgerMirror:
             crashpoints.hit("mid-rotate")
             self.close()
             self._open_live()
-        except OSError as exc:
+        except (OSError, RootError) as exc:
             self._failed("could not rotate the ledger mirror", exc)
             return False
         log.info(
@@ -212,8 +268,9 @@ class LedgerMirror:
         )
         return True
 
-    def _failed(self, message: str, exc: OSError) -> None:
+    def _failed(self, message: str, exc: Exception) -> None:
         self.broken = True
+        self.retry_at = time.monotonic() + REPAIR_EVERY
         log.error(
             f"{message}; will catch up from the store",
             extra={"event": "ledger_mirror_failed", "error": str(exc)},

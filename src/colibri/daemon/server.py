@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import struct
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -439,10 +440,10 @@ class Server:
         self.dirty.clear()
         if rows:  # the store has them already: a crash here is repaired at start-up
             crashpoints.hit("before-mirror")
-            if self.mirror.broken:
-                self._repair_mirror()
-            else:
+            if not self.mirror.broken:
                 self.mirror.append(rows)
+            elif self.mirror.repair_due(time.monotonic()):
+                self._repair_mirror()
         for conn in self._to_close:
             if conn.transport is not None:
                 conn.transport.close()
@@ -477,7 +478,7 @@ class Server:
     def _repair_mirror(self) -> None:
         try:
             self.mirror.open(self.board.store)
-        except OSError as exc:
+        except OSError as exc:  # from the catch-up's writes: open itself marks it broken
             log.error(
                 "ledger mirror still failing",
                 extra={"event": "ledger_mirror_failed", "error": str(exc)},

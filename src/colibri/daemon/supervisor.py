@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from colibri.config import Config
+from colibri.core.errors import RootError
 from colibri.locks import harness_lock, holder_pid
+from colibri.privatefiles import open_private, private_dir
 from colibri.processes import alive
 from colibri.workspaces import session_environment
 
@@ -64,7 +66,7 @@ class Supervisor:
             name: Harness(name, exits=deque(maxlen=self.settings.crash_loop))
             for name in config.workspaces
         }
-        (config.state_dir / "harness").mkdir(mode=0o700, exist_ok=True)
+        private_dir(config.state_dir / "harness")
 
     def status(self) -> list[dict[str, Any]]:
         now = time.monotonic()
@@ -124,8 +126,17 @@ class Supervisor:
     def _start(self, harness: Harness) -> None:
         if harness.next_start:
             harness.restarts += 1
-        logfile = self.config.state_dir / "harness" / f"{harness.workspace}.log"
-        with open(logfile, "ab") as out:
+        logfile = private_dir(self.config.state_dir / "harness") / f"{harness.workspace}.log"
+        try:  # the harness's own log: 0600, never through a link planted in its place
+            fd = open_private(logfile, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        except (OSError, RootError) as exc:
+            log.error(
+                "cannot open the harness log; the harness logs nowhere",
+                extra={"event": "harness_log_failed", "workspace": harness.workspace,
+                       "error": str(exc)},
+            )  # fmt: skip
+            fd = os.open(os.devnull, os.O_WRONLY)
+        with os.fdopen(fd, "ab") as out:
             harness.process = subprocess.Popen(
                 [
                     sys.executable, "-m", "colibri", "--root", str(self.config.root), "agent",

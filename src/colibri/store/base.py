@@ -73,6 +73,10 @@ class Store(Protocol):
         """The tenant's task with this idempotency key, whatever its state; a key names one
         task for as long as the store keeps it."""
 
+    def claim_key(self) -> bytes:
+        """The board's secret that signs claims (made once, kept forever; committed before
+        it is returned, so no claim is ever signed with a key that could be lost)."""
+
     def fingerprint(self, task_id: str) -> str | None:
         """The fingerprint the task was inserted with; None if none (or no such task)."""
 

@@ -10,6 +10,7 @@ daemon commits many requests at once (group commit), so the fsync is paid once p
 from __future__ import annotations
 
 import os
+import secrets
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -165,8 +166,16 @@ class SqliteStore:
         self.location = location
         if durability not in ("full", "relaxed"):
             raise ConfigError(f"unknown durability {durability!r}: use full or relaxed")
+        # SQLite follows links, and writes the WAL and shared memory beside the board: none of
+        # them may be a link planted to make it write elsewhere.
+        for companion in ("", "-wal", "-shm", "-journal"):
+            if os.path.islink(location + companion):
+                raise ConfigError(
+                    f"{location + companion} is a symbolic link; give the board's real path "
+                    "with --store, or remove the link"
+                )
         try:
-            fd = os.open(location, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = os.open(location, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise ConfigError(
                 f"{location} cannot be opened for writing ({exc.strerror}); fix its permissions "
@@ -318,6 +327,17 @@ class SqliteStore:
 
     def find_idempotent(self, tenant: str, key: str) -> Task | None:
         return self._one(_Q["find_idempotent"], (tenant, key), _task_from_row)
+
+    def claim_key(self) -> bytes:
+        """The board's secret for signing claims: made (256 random bits) and committed the
+        first time it is asked for, the same ever after."""
+        row = self._conn.execute(_Q["get_meta"], ("claim_key",)).fetchone()
+        if row is not None:
+            return bytes(row[0])
+        with self._writing() as conn:
+            conn.execute(_Q["put_meta"], ("claim_key", secrets.token_bytes(32)))
+        self.commit()
+        return bytes(self._conn.execute(_Q["get_meta"], ("claim_key",)).fetchone()[0])
 
     def fingerprint(self, task_id: str) -> str | None:
         row = self._conn.execute(_Q["fingerprint"], (task_id,)).fetchone()

@@ -93,6 +93,11 @@ ALTER TABLE schedule_fires ADD COLUMN reason TEXT;
 -- What a submission with an idempotency key asked for, so that the key reused with other
 -- fields is refused instead of answered with the first task.
 ALTER TABLE tasks ADD COLUMN fingerprint TEXT;
+-- Secrets of the board: 'claim_key' signs each claim (a session proves its reports with it).
+CREATE TABLE meta (
+    name  TEXT PRIMARY KEY,
+    value BLOB NOT NULL
+);
 
 -- name: insert_task
 INSERT INTO tasks (id, tenant, text, capabilities, workspace, agent, pinned, parent, sender, priority,
@@ -122,6 +127,12 @@ SELECT * FROM tasks WHERE id = ?;
 
 -- name: find_idempotent
 SELECT * FROM tasks WHERE tenant = ? AND idempotency_key = ?;
+
+-- name: get_meta
+SELECT value FROM meta WHERE name = ?;
+
+-- name: put_meta
+INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING;
 
 -- name: fingerprint
 SELECT fingerprint FROM tasks WHERE id = ?;

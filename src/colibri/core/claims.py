@@ -1,0 +1,28 @@
+"""The secret of a claim: what proves that a report comes from the session doing the work.
+
+Each claim of a task (its ``epoch``) has a secret derived from the board's key, given to the
+agent in the ``assign`` and by its harness to the session (``COLIBRI_CLAIM``, and the task
+file's header). A report the session sends itself (``colibri out``, ``fail``, ``ask``,
+``ready``), a hand-off it makes, and a harness that registers again with the sessions it still
+runs, each show it. Derived, not stored: nothing per claim is written, and a daemon restarted
+on the same board gives the same secrets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+#: Hex digits of a secret: 128 bits.
+LENGTH = 32
+
+
+def claim_secret(key: bytes, task_id: str, epoch: int) -> str:
+    return hmac.new(key, f"{task_id}:{epoch}".encode(), hashlib.sha256).hexdigest()[:LENGTH]
+
+
+def is_claim(key: bytes, task_id: str, epoch: int, shown: str | None) -> bool:
+    """Whether ``shown`` is the secret of claim ``epoch`` of the task (in constant time)."""
+    if shown is None:
+        return False
+    return hmac.compare_digest(shown.encode(), claim_secret(key, task_id, epoch).encode())
