@@ -9,35 +9,13 @@ from typing import Any
 import pytest
 
 from colibri.config import CONFIG_NAME, SupervisorSettings, load_config
-from colibri.core.errors import ConfigError
 from colibri.workspaces import Workspace, deep_merge
+from tests.configs import at, loaded, refused
 from tests.sessions.support import colibri
 
 
 def load(root: Path, text: str) -> dict[str, Workspace]:
-    (root / CONFIG_NAME).write_text(text)
-    return load_config(root).workspaces
-
-
-def refused(root: Path, text: str) -> str:
-    """The ConfigError message for ``text`` as colibri.jsonc."""
-    (root / CONFIG_NAME).write_text(text)
-    with pytest.raises(ConfigError) as caught:
-        load_config(root)
-    return caught.value.message
-
-
-def line_of(text: str, needle: str) -> int:
-    """1-based number of the first line of ``text`` holding ``needle``."""
-    for number, line in enumerate(text.splitlines(), 1):
-        if needle in line:
-            return number
-    raise AssertionError(f"{needle!r} is not in the text")
-
-
-def at(root: Path, text: str, needle: str) -> str:
-    """The ``file:line:`` prefix an error about the line holding ``needle`` starts with."""
-    return f"{root / CONFIG_NAME}:{line_of(text, needle)}:"
+    return loaded(root, text).workspaces
 
 
 # -- merging -----------------------------------------------------------------------------------
@@ -309,11 +287,11 @@ def test_supervisor_settings_default_and_read(root: Path) -> None:
     assert load_config(root).supervisor == SupervisorSettings()
     text = """{
   "supervisor": { "crash_loop": 3, "crash_window": "10s", "cool_down": "1h",
-                  "max_backoff": "500ms" },
+                  "max_backoff": "1s" },
 }"""
     (root / CONFIG_NAME).write_text(text)
     assert load_config(root).supervisor == SupervisorSettings(
-        crash_loop=3, crash_window=10.0, cool_down=3600.0, max_backoff=0.5
+        crash_loop=3, crash_window=10.0, cool_down=3600.0, max_backoff=1.0
     )
 
 
