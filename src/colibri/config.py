@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from colibri.core.durations import parse_duration
-from colibri.core.errors import ConfigError, RootError
+from colibri.core.durations import DAY, parse_duration
+from colibri.core.errors import ConfigError, RootError, shown
 from colibri.core.model import DEFAULT_MAX_LINE
 
 if TYPE_CHECKING:
+    import pyjson5
+
     from colibri.core.schedules import ScheduleSpec
     from colibri.workspaces import Workspace
 
@@ -29,6 +32,44 @@ MAX_SOCKET_PATH = 103
 #: ``ledger.rotate_mib`` bounds: below 1 KiB every append would rotate; 1 TiB is plenty.
 MIN_ROTATE_MIB = 0.001
 MAX_ROTATE_MIB = 1024 * 1024
+#: colibri.jsonc is written by people, and 1 MiB holds thousands of workspaces: a bigger file is
+#: a mistake (a log or a dump saved under this name). Refusing it before reading it keeps
+#: ``colibri run`` answering within a second, whatever the file holds.
+MAX_CONFIG_BYTES = 1 << 20
+#: Deepest nesting of objects and arrays read. The deepest real setting is five levels down
+#: (workspaces.NAME.session.env.KEY); a file far deeper is a mistake or an attack, and the
+#: parser stops at this depth instead of recursing into it.
+MAX_CONFIG_DEPTH = 64
+
+#: The range of every duration setting, in seconds (README.md's Configuration table).
+DURATION_RANGES: dict[str, tuple[float, float]] = {
+    "scheduler.tick": (0.01, DAY),
+    "scheduler.agent_ttl": (0.1, DAY),
+    "scheduler.ageing": (1.0, 365 * DAY),
+    "scheduler.retry_backoff": (0.001, DAY),
+    "server.line_timeout": (0.1, DAY),
+    "server.idle_timeout": (1.0, DAY),
+    "supervisor.crash_window": (1.0, DAY),
+    "supervisor.cool_down": (1.0, DAY),
+    "supervisor.max_backoff": (1.0, DAY),
+}
+#: The range of every whole-number setting.
+WHOLE_RANGES: dict[str, tuple[int, int]] = {
+    "scheduler.max_sessions": (1, 100_000),
+    "scheduler.max_pending": (1, 10**9),
+    "scheduler.max_children": (1, 10**9),
+    "scheduler.max_depth": (1, 1000),
+    "server.max_line": (1024, 1 << 30),
+    "server.max_connections": (1, 100_000),
+    "supervisor.crash_loop": (1, 1000),
+    "ledger.keep": (1, 10_000),
+}
+#: The range of every setting that is a number, fractions allowed.
+NUMBER_RANGES: dict[str, tuple[float, float]] = {
+    "scheduler.min_score": (0.0, 1.0),
+    "scheduler.max_pending_mib": (0.001, 1024 * 1024),
+    "ledger.rotate_mib": (0.0, MAX_ROTATE_MIB),
+}
 
 TEMPLATE = """\
 // Colibri configuration. JSONC: comments and trailing commas are allowed.
@@ -50,9 +91,13 @@ TEMPLATE = """\
     // Most sessions this host's workspaces run at once, whatever their slots (default:
     // twice the CPUs), so a burst of tasks cannot fork-bomb the machine.
     // "max_sessions": 8,
-    // Quotas: most pending tasks per tenant, most children per task (quota_exceeded past them).
+    // Quotas: most pending tasks per tenant, most children per task (quota_exceeded past them),
+    // most MiB of task text a tenant's open tasks may hold (fractions allowed), and most
+    // ancestors a task may have (a deeper hand-off or --parent chain is refused).
     // "max_pending": 1000000,
     // "max_children": 10000,
+    // "max_pending_mib": 256,
+    // "max_depth": 32,
   },
   "server": {
     // Longest request line accepted on the socket, in bytes.
@@ -61,6 +106,8 @@ TEMPLATE = """\
     "max_connections": 256,
     // A connection holding an unfinished request line for longer than this is closed.
     "line_timeout": "30s",
+    // A connection that is neither an agent nor a subscriber, silent this long, is closed.
+    // "idle_timeout": "5m",
     // A Unix group whose members may use the daemon too (socket 0660, state folder 0710);
     // unset, only the user running the daemon may.
     // "socket_group": "colibri",
@@ -98,8 +145,16 @@ class SchedulerSettings:
     max_pending: int = 1_000_000
     #: Most children one task may have.
     max_children: int = 10_000
+    #: Most ancestors a task may have: a longer hand-off or --parent chain is refused.
+    max_depth: int = 32
+    #: MiB of task text the open tasks of one tenant may hold.
+    max_pending_mib: float = 256.0
     #: Most sessions the supervised workspaces of this host run at once.
     max_sessions: int = field(default_factory=lambda: (os.cpu_count() or 1) * 2)
+
+    @property
+    def max_pending_bytes(self) -> int:
+        return int(self.max_pending_mib * 1024 * 1024)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +162,8 @@ class ServerSettings:
     max_line: int = DEFAULT_MAX_LINE
     max_connections: int = 256
     line_timeout: float = 30.0
+    #: An anonymous connection (no agent, no subscriber) silent this long is closed.
+    idle_timeout: float = 300.0
     #: A Unix group whose members may use the socket too (its gid); None: the owner only.
     socket_group: int | None = None
     socket_group_name: str | None = None
@@ -170,18 +227,64 @@ class Config:
 
 
 def find_root(start: Path) -> Path | None:
-    """The nearest directory at or above ``start`` that has a ``.colibri/`` folder."""
+    """The nearest directory at or above ``start`` that has a ``.colibri/`` folder.
+
+    A ``.colibri`` that is a symlink counts too, so that ``resolve_root`` refuses it rather than
+    passing on to a root further up; a plain file of that name is someone else's, not a root.
+    """
     start = start.resolve()
     for candidate in (start, *start.parents):
-        if (candidate / STATE_DIR).is_dir():
+        try:
+            mode = os.lstat(candidate / STATE_DIR).st_mode
+        except OSError:
+            continue
+        if stat.S_ISDIR(mode) or stat.S_ISLNK(mode):
             return candidate
     return None
+
+
+def check_state_entry(root: Path) -> bool:
+    """Whether ``root/.colibri`` exists; a RootError if it is anything but a real directory.
+
+    The daemon refuses such a state folder too (daemon.app.check_state_dir); saying so here
+    stops ``init``, ``run`` and every other command with what is there and what to do.
+    """
+    path = root / STATE_DIR
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):  # NotADirectory: ``root`` is a file
+        return False
+    except OSError as exc:
+        raise RootError(f"cannot look at {path}: {exc.strerror}") from None
+    if stat.S_ISDIR(mode):
+        return True
+    if stat.S_ISLNK(mode):
+        raise RootError(
+            f"{path} is a symlink (to {os.readlink(path)}); a root's state folder must be a "
+            "real directory: remove the link (or put the folder itself there) and try again"
+        )
+    raise RootError(
+        f"{path} is {_kind(mode)}, where a Colibri root keeps its state folder: move it away "
+        "(or remove it) and try again"
+    )
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return "a file"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "a device"
 
 
 def resolve_root(explicit: str | None, cwd: Path) -> Path:
     if explicit:
         root = Path(explicit).expanduser().resolve()
-        if not (root / STATE_DIR).is_dir():
+        if not check_state_entry(root):
             raise RootError(f"{root} is not a Colibri root (create one with: colibri init {root})")
         return root
     found = find_root(cwd)
@@ -189,13 +292,14 @@ def resolve_root(explicit: str | None, cwd: Path) -> Path:
         raise RootError(
             f"no Colibri root at or above {cwd} (create one with: colibri init, or pass --root)"
         )
+    check_state_entry(found)
     return found
 
 
 def init_root(target: Path, *, force: bool = False) -> bool:
     """Create a root at ``target``; False if it already was one. Refuse inside another root."""
     target = target.expanduser().resolve()
-    if (target / STATE_DIR).is_dir():
+    if check_state_entry(target):
         return False
     enclosing = find_root(target.parent) if target.parent != target else None
     if enclosing is not None and not force:
@@ -203,11 +307,24 @@ def init_root(target: Path, *, force: bool = False) -> bool:
             f"{target} is inside the Colibri root {enclosing}; use that root, "
             "or pass --force to create a nested one"
         )
-    target.mkdir(parents=True, exist_ok=True)
-    (target / STATE_DIR).mkdir(mode=0o700, exist_ok=True)
+    if os.path.lexists(target) and not target.is_dir():
+        raise RootError(f"{target} is {_kind(os.stat(target).st_mode)}, not a directory")
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        (target / STATE_DIR).mkdir(mode=0o700)
+    except OSError as exc:
+        raise RootError(f"cannot create a Colibri root at {target}: {exc.strerror}") from None
     config = target / CONFIG_NAME
-    if not config.exists():
-        config.write_text(TEMPLATE, encoding="utf-8")
+    try:
+        # O_EXCL|O_NOFOLLOW: an existing colibri.jsonc, or a symlink of that name (even one
+        # leading nowhere), is left alone; write_text would follow it and create its target.
+        fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    except FileExistsError:
+        return True
+    except OSError as exc:
+        raise RootError(f"cannot create {config}: {exc.strerror}") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(TEMPLATE)
     return True
 
 
@@ -220,9 +337,11 @@ _KNOWN: dict[str, set[str]] = {
         "retry_backoff",
         "max_sessions",
         "max_pending",
+        "max_pending_mib",
         "max_children",
+        "max_depth",
     },  # fmt: skip
-    "server": {"max_line", "max_connections", "line_timeout", "socket_group"},
+    "server": {"max_line", "max_connections", "line_timeout", "idle_timeout", "socket_group"},
     "store": {"durability", "path"},
     "supervisor": {"crash_loop", "crash_window", "cool_down", "max_backoff"},
     "ledger": {"rotate_mib", "keep"},
@@ -232,30 +351,27 @@ _KNOWN: dict[str, set[str]] = {
     "workspaces": set(),
 }
 _FREE = {"schedules", "templates", "workspaces"}
+_ABSENT = object()
 
 
 def load_config(root: Path, *, store: str | None = None, durability: str | None = None) -> Config:
     """Read and validate ``root/colibri.jsonc``; errors say ``file:line: what is wrong``."""
     path = root / CONFIG_NAME
     raw: dict[str, Any] = {}
-    text = ""
-    if path.exists():
-        import json5
-
-        text = path.read_text(encoding="utf-8")
-        try:
-            loaded = json5.loads(text)
-        except ValueError as exc:
-            found = re.match(r"<string>:(\d+) (.*)", str(exc), re.S)
-            line, message = found.groups() if found else ("1", str(exc))
-            raise ConfigError(f"{path}:{line}: {message}") from None
+    text = read_config_text(path)
+    if text is not None:
+        loaded = parse_jsonc(path, text)
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}:1: the file must hold one object {{ … }}")
         raw = loaded
+    else:
+        text = ""
 
-    def where(key: str) -> str:
-        match = re.search(rf'["\']?{re.escape(key)}["\']?\s*:', text)
-        line = text.count("\n", 0, match.start()) + 1 if match else 1
+    def where(key: str, section: str | None = None) -> str:
+        """``file:line`` of ``key`` (the first after ``section``'s, when given)."""
+        start = _key_offset(text, section, 0) if section is not None else 0
+        offset = _key_offset(text, key, start)
+        line = text.count("\n", 0, offset) + 1 if offset >= 0 else 1
         return f"{path}:{line}"
 
     for section, value in raw.items():
@@ -268,94 +384,122 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
         for key in value:
             if section not in _FREE and key not in _KNOWN[section]:
                 raise ConfigError(
-                    f"{where(key)}: unknown key {section}.{key}; known: "
+                    f"{where(key, section)}: unknown key {section}.{key}; known: "
                     f"{', '.join(sorted(_KNOWN[section]))}"
                 )
 
-    def duration(section: str, key: str, default: float | None) -> float | None:
-        value = raw.get(section, {}).get(key)
-        if value is None:
-            return default
-        try:
-            seconds = parse_duration(value)
-        except ValueError as exc:
-            raise ConfigError(f"{where(key)}: {section}.{key}: {exc}") from None
-        if seconds <= 0:
-            raise ConfigError(f"{where(key)}: {section}.{key} must be longer than 0s")
-        return seconds
+    def setting(name: str) -> tuple[Callable[[], str], Any]:
+        """``name``'s value, and how an error about it begins (found only when needed)."""
+        section, key = name.split(".")
+        return lambda: f"{where(key, section)}: {name}", raw.get(section, {}).get(key, _ABSENT)
 
-    def number(section: str, key: str, default: float, low: float, high: float) -> float:
-        value = raw.get(section, {}).get(key, default)
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not low <= value <= high
-        ):
+    def duration(name: str, default: float) -> float:
+        at, value = setting(name)
+        if value is _ABSENT or value is None:
+            return default
+        low, high = DURATION_RANGES[name]
+        try:
+            return parse_duration(value, low=low, high=high)
+        except ValueError as exc:
+            raise ConfigError(f"{at()}: {exc}") from None
+
+    def whole(name: str, default: int) -> int:
+        at, value = setting(name)
+        if value is _ABSENT:
+            return default
+        low, high = WHOLE_RANGES[name]
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 8.0 is the whole number 8; 8.5 is refused below
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ConfigError(
-                f"{where(key)}: {section}.{key} must be a number from {low} to {high}"
+                f"{at()} must be a whole number from {low:,} to {high:,}, not {shown(value)}"
             )
         return value
 
-    defaults = SchedulerSettings()
+    def number(name: str, default: float) -> float:
+        at, value = setting(name)
+        if value is _ABSENT:
+            return default
+        low, high = NUMBER_RANGES[name]
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not low <= value <= high  # NaN is refused here too
+        ):
+            raise ConfigError(
+                f"{at()} must be a number from {_figure(low)} to {_figure(high)}, "
+                f"not {shown(value)}"
+            )
+        return float(value)
+
+    sd = SchedulerSettings()
+    ageing = duration("scheduler.ageing", 0.0)  # 0: absent, so off (its range starts at 1s)
     scheduler = SchedulerSettings(
-        tick=duration("scheduler", "tick", defaults.tick) or defaults.tick,
-        agent_ttl=duration("scheduler", "agent_ttl", defaults.agent_ttl) or defaults.agent_ttl,
-        min_score=number("scheduler", "min_score", 0.0, 0.0, 1.0),
-        ageing=duration("scheduler", "ageing", None),
-        retry_backoff=duration("scheduler", "retry_backoff", defaults.retry_backoff)
-        or defaults.retry_backoff,
-        max_sessions=int(number("scheduler", "max_sessions", defaults.max_sessions, 1, 100_000)),
-        max_pending=int(number("scheduler", "max_pending", defaults.max_pending, 1, 10**9)),
-        max_children=int(number("scheduler", "max_children", defaults.max_children, 1, 10**9)),
+        tick=duration("scheduler.tick", sd.tick),
+        agent_ttl=duration("scheduler.agent_ttl", sd.agent_ttl),
+        min_score=number("scheduler.min_score", sd.min_score),
+        ageing=ageing or None,
+        retry_backoff=duration("scheduler.retry_backoff", sd.retry_backoff),
+        max_sessions=whole("scheduler.max_sessions", sd.max_sessions),
+        max_pending=whole("scheduler.max_pending", sd.max_pending),
+        max_children=whole("scheduler.max_children", sd.max_children),
+        max_depth=whole("scheduler.max_depth", sd.max_depth),
+        max_pending_mib=number("scheduler.max_pending_mib", sd.max_pending_mib),
     )
     group_name = raw.get("server", {}).get("socket_group")
     group_id = None
     if group_name is not None:
         import grp
 
-        if not isinstance(group_name, str) or not group_name:
-            raise ConfigError(f"{where('socket_group')}: server.socket_group must be a group name")
+        if not isinstance(group_name, str) or not group_name or "\0" in group_name:
+            raise ConfigError(
+                f"{where('socket_group', 'server')}: server.socket_group must be a group name"
+            )
         try:
             group_id = grp.getgrnam(group_name).gr_gid
         except KeyError:
             raise ConfigError(
-                f"{where('socket_group')}: server.socket_group: there is no group "
-                f"{group_name!r} on this host (create it with groupadd, or see getent group)"
+                f"{where('socket_group', 'server')}: server.socket_group: there is no group "
+                f"{shown(group_name)} on this host (create it with groupadd, or see getent group)"
             ) from None
+    sv = ServerSettings()
     server = ServerSettings(
-        max_line=int(number("server", "max_line", DEFAULT_MAX_LINE, 1024, 1 << 30)),
-        max_connections=int(number("server", "max_connections", 256, 1, 100_000)),
-        line_timeout=duration("server", "line_timeout", 30.0) or 30.0,
+        max_line=whole("server.max_line", sv.max_line),
+        max_connections=whole("server.max_connections", sv.max_connections),
+        line_timeout=duration("server.line_timeout", sv.line_timeout),
+        idle_timeout=duration("server.idle_timeout", sv.idle_timeout),
         socket_group=group_id,
         socket_group_name=group_name,
     )
-    sv = SupervisorSettings()
-    crash_loop = number("supervisor", "crash_loop", sv.crash_loop, 1, 1000)
-    if crash_loop != int(crash_loop):
-        raise ConfigError(f"{where('crash_loop')}: supervisor.crash_loop must be a whole number")
+    su = SupervisorSettings()
     supervisor = SupervisorSettings(
-        crash_loop=int(crash_loop),
-        crash_window=duration("supervisor", "crash_window", None) or sv.crash_window,
-        cool_down=duration("supervisor", "cool_down", None) or sv.cool_down,
-        max_backoff=duration("supervisor", "max_backoff", None) or sv.max_backoff,
+        crash_loop=whole("supervisor.crash_loop", su.crash_loop),
+        crash_window=duration("supervisor.crash_window", su.crash_window),
+        cool_down=duration("supervisor.cool_down", su.cool_down),
+        max_backoff=duration("supervisor.max_backoff", su.max_backoff),
     )
     ld = LedgerSettings()
-    rotate_mib = number("ledger", "rotate_mib", ld.rotate_mib, 0, MAX_ROTATE_MIB)
+    rotate_mib = number("ledger.rotate_mib", ld.rotate_mib)
     if 0 < rotate_mib < MIN_ROTATE_MIB:
         raise ConfigError(
-            f"{where('rotate_mib')}: ledger.rotate_mib must be 0 (never rotate) or at least "
-            f"{MIN_ROTATE_MIB} (1 KiB)"
+            f"{where('rotate_mib', 'ledger')}: ledger.rotate_mib must be 0 (never rotate) or at "
+            f"least {MIN_ROTATE_MIB} (1 KiB)"
         )
-    keep = number("ledger", "keep", ld.keep, 1, 10_000)
-    if keep != int(keep):
-        raise ConfigError(f"{where('keep')}: ledger.keep must be a whole number")
-    ledger = LedgerSettings(rotate_mib=rotate_mib, keep=int(keep))
+    ledger = LedgerSettings(rotate_mib=rotate_mib, keep=whole("ledger.keep", ld.keep))
     chosen_durability = durability or raw.get("store", {}).get("durability", "full")
     if chosen_durability not in ("full", "relaxed"):
-        raise ConfigError(f"{where('durability')}: store.durability must be full or relaxed")
-    store_path = (
-        store or raw.get("store", {}).get("path") or str(root / STATE_DIR / "colibri.sqlite")
-    )
+        raise ConfigError(
+            f"{where('durability', 'store')}: store.durability must be full or relaxed"
+        )
+    configured_path = raw.get("store", {}).get("path")
+    if configured_path is not None and (
+        not isinstance(configured_path, str) or not configured_path or "\0" in configured_path
+    ):
+        raise ConfigError(
+            f"{where('path', 'store')}: store.path must be the path of a file, not "
+            f"{shown(configured_path)}"
+        )
+    store_path = store or configured_path or str(root / STATE_DIR / "colibri.sqlite")
     store_path = os.path.expanduser(store_path)
     if not os.path.isabs(store_path):
         store_path = str(root / store_path)
@@ -386,6 +530,148 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
             f"({MAX_SOCKET_PATH} bytes); use a root with a shorter path"
         )
     return config
+
+
+def _key_offset(text: str, key: str, start: int) -> int:
+    """Where ``key:`` (quoted or not) first is in ``text`` from ``start``, or -1.
+
+    Found as the literal key first, then checked around it: a pattern that starts with an
+    optional quote makes the regular expression engine try every offset, seconds on 1 MiB.
+    """
+    for match in re.finditer(rf"""{re.escape(key)}["']?\s*:""", text[start:]):
+        before = start + match.start() - 1
+        if before >= 0 and text[before] in "\"'":
+            before -= 1
+        if before < 0 or not (text[before].isalnum() or text[before] in "_$-"):
+            return start + match.start()
+    return -1
+
+
+def _figure(value: float) -> str:
+    """A bound as the README writes it: 1,048,576 or 0.001."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+
+def read_config_text(path: Path) -> str | None:
+    """The text of colibri.jsonc, or None if there is none; a ConfigError for a file that is
+    too big, not UTF-8, not a regular file or unreadable, each in one line."""
+    try:
+        # O_NONBLOCK: a named pipe of this name must not hang the open; it is refused below.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise ConfigError(
+                f"{path}:1: a symbolic link to {os.readlink(path)}, which does not exist"
+            ) from None
+        return None
+    except OSError as exc:
+        raise ConfigError(f"{path}:1: cannot read it: {exc.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise ConfigError(f"{path}:1: {_kind(info.st_mode)}, not a file of settings")
+    with os.fdopen(fd, "rb") as file:
+        try:
+            # One byte past the cap tells a file that is too big, however it grows meanwhile.
+            data = file.read(MAX_CONFIG_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError(f"{path}:1: cannot read it: {exc.strerror}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"{path}:1: the file has {max(info.st_size, len(data)):,} bytes; colibri.jsonc may "
+            f"have at most {MAX_CONFIG_BYTES:,} (1 MiB)"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ConfigError(
+            f"{path}:{line}: byte 0x{data[exc.start]:02x} at column {column} is not UTF-8; "
+            "colibri.jsonc must be UTF-8 text"
+        ) from None
+
+
+def parse_jsonc(path: Path, text: str) -> Any:
+    """``text`` parsed as JSONC (JSON5: comments, trailing commas, unquoted keys …), at most
+    MAX_CONFIG_DEPTH deep; a syntax error is a ConfigError ``file:line: what is wrong``.
+
+    pyjson5 parses in C: a 1 MiB file takes milliseconds, where the pure-Python json5 took
+    seconds, and it stops at the depth cap instead of recursing into the file.
+    """
+    import pyjson5
+
+    try:
+        return pyjson5.decode(text, maxdepth=MAX_CONFIG_DEPTH)
+    except pyjson5.Json5DecoderException as exc:
+        offset, message = _syntax_error(exc, text)
+        line = text.count("\n", 0, offset) + 1
+        column = offset - text.rfind("\n", 0, offset)
+        raise ConfigError(f"{path}:{line}: {message} (column {column})") from None
+
+
+#: What pyjson5 calls the things it expected, as our messages say them.
+_NAMES = {
+    "comma": "','",
+    "colon": "':'",
+    "JSON5Value": "a value",
+    "IdentifierStart": "a key",
+    "IdentifierName": "key",
+    "UnicodeEscapeSequence": "a \\u escape",
+    "hexadecimal character": "a hexadecimal digit",
+}
+
+
+def _syntax_error(exc: pyjson5.Json5DecoderException, text: str) -> tuple[int, str]:
+    """Where in ``text`` pyjson5's error is, and what it says, in one line.
+
+    pyjson5 says ``Expected b'comma' or U+007d near 12, found U+0022``; its offset is just past
+    the character it stopped at (for extra data, just past the value before them).
+    """
+    import pyjson5
+
+    said = str(exc.args[0]) if exc.args else type(exc).__name__
+    near = re.search(r" (?:starting )?near (\d+)", said)
+    position = int(near[1]) if near else 0
+    offset = max(position - 1, 0)
+    if isinstance(exc, pyjson5.Json5NestingTooDeep):
+        return offset, f"nested deeper than {MAX_CONFIG_DEPTH} levels of objects and arrays"
+    if isinstance(exc, pyjson5.Json5ExtraData):
+        offset = _next_content(text, position)
+        return offset, f"{_char(text[offset])} after the end of the settings' object"
+    if said.startswith("No JSON data"):
+        return offset, "no settings: the file must hold one object { … }"
+    if "NumericLiteral" in said:
+        return offset, "a number that cannot be read (malformed, or too large)"
+    unclosed = re.match(r"Unclosed b'([^']*)'", said)
+    if unclosed:
+        return offset, f"the {_NAMES.get(unclosed[1], unclosed[1])} that starts here is not closed"
+    said = said.replace(near[0], "") if near else said
+    said = re.sub(r"b'([^']*)'", lambda m: _NAMES.get(m[1], m[1]), said)
+    said = re.sub(r"U\+([0-9a-fA-F]{4,6})", lambda m: _char(chr(int(m[1], 16))), said)
+    said = " ".join(said.split())
+    return offset, said[:1].lower() + said[1:]
+
+
+def _char(c: str) -> str:
+    return repr(c) if c.isprintable() and not c.isspace() else f"U+{ord(c):04X}"
+
+
+def _next_content(text: str, i: int) -> int:
+    """The offset of the first character at or after ``i`` that is not blank or a comment."""
+    n = len(text)
+    while i < n:
+        if text[i].isspace():
+            i += 1
+        elif text.startswith("//", i):
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+        else:
+            return i
+    return max(n - 1, 0)
 
 
 def _schedules(

@@ -11,20 +11,22 @@ scalars replace. So with
 ``api`` runs ``claude -p`` with both A and B set, while ``"capabilities": [...]`` in ``api``
 replaces, never appends to, a template's list.
 
-``send_to`` lists the workspaces a session here may hand child tasks to (lineage edges).
+``send_to`` lists the workspaces a session here may hand child tasks to (lineage edges); those
+edges may form no cycle, so every hand-off chain ends.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
 
-from colibri.core.durations import parse_duration
-from colibri.core.errors import BadRequest, ConfigError
+from colibri.core.durations import DAY, parse_duration
+from colibri.core.errors import BadRequest, ConfigError, shown
 from colibri.core.model import check_name, normalize_names
 
 Duration = str | float
@@ -37,6 +39,17 @@ INHERITED_ENV = frozenset({
     "VIRTUAL_ENV", "PYTHONPATH", "SSH_AUTH_SOCK",
 })  # fmt: skip
 INHERITED_PREFIXES = ("LC_", "XDG_")
+#: What a name in ``session.env`` and ``session.pass_env`` must look like: a shell variable.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: The harness sets these itself (COLIBRI_TASK_ID, COLIBRI_SOCKET …); a workspace's own value
+#: would be overridden in some sessions and not in others (a warm one has no COLIBRI_TASK_ID).
+HARNESS_PREFIX = "COLIBRI_"
+#: The range of each duration of a workspace, in seconds (docs/WORKSPACES.md).
+DURATION_RANGES: dict[str, tuple[float, float]] = {
+    "session.ready_timeout": (0.1, DAY),
+    "session.idle": (0.1, DAY),
+    "max_runtime": (0.1, 365 * DAY),
+}
 
 
 def session_environment(environ: dict[str, str], pass_env: list[str]) -> dict[str, str]:
@@ -114,30 +127,43 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 def _expand(
-    name: str, raw: dict[str, Any], templates: dict[str, Any], where: Callable[[str], str]
+    name: str,
+    raw: dict[str, Any],
+    templates: dict[str, Any],
+    where: Callable[[str], str],
+    expanded: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
-    """Follow ``extends`` through the templates, refusing unknown names and cycles."""
+    """Follow ``extends`` through the templates, refusing unknown names and cycles.
+
+    ``expanded`` keeps each template merged with its own chain, so every template is merged
+    once however many workspaces extend it (a long chain extended by many workspaces would
+    otherwise cost their product).
+    """
     chain: list[str] = []
-    layers = [raw]
+    seen: set[str] = set()
     parent = raw.get("extends")
-    while parent is not None:
+    while parent is not None and not (isinstance(parent, str) and parent in expanded):
         if not isinstance(parent, str) or parent not in templates:
-            known = ", ".join(sorted(templates)) or "none defined"
+            known = _listed(templates) or "none defined"
             raise ConfigError(
-                f"{where(name)}: {name} extends unknown template {parent!r} (templates: {known})"
+                f"{where(name)}: {name} extends unknown template {shown(parent)} "
+                f"(templates: {known})"
             )
-        if parent in chain:
+        if parent in seen:
             cycle = " → ".join([*chain, parent])
             raise ConfigError(f"{where(parent)}: templates extend each other in a cycle: {cycle}")
         chain.append(parent)
+        seen.add(parent)
         template = templates[parent]
         if not isinstance(template, dict):
             raise ConfigError(f"{where(parent)}: template {parent!r} must be an object")
-        layers.append(template)
         parent = template.get("extends")
-    merged: dict[str, Any] = {}
-    for layer in reversed(layers):
-        merged = deep_merge(merged, layer)
+    merged: dict[str, Any] = {} if parent is None else expanded[parent]
+    for template_name in reversed(chain):
+        merged = deep_merge(merged, templates[template_name])
+        merged.pop("extends", None)
+        expanded[template_name] = merged
+    merged = deep_merge(merged, raw)
     merged.pop("extends", None)
     return merged
 
@@ -149,8 +175,9 @@ def resolve(
     where: Callable[[str], str],
 ) -> dict[str, Workspace]:
     """Every workspace of colibri.jsonc, or a ConfigError saying ``file:line: what is wrong``."""
-    real_root = root.resolve()
+    real_root = os.path.realpath(root)
     resolved: dict[str, Workspace] = {}
+    expanded: dict[str, dict[str, Any]] = {}
     for name, raw in raw_workspaces.items():
         try:
             check_name(name, "workspace name")
@@ -158,34 +185,42 @@ def resolve(
             raise ConfigError(f"{where(name)}: {exc.message}") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{where(name)}: workspace {name!r} must be an object")
-        merged = _expand(name, raw, templates, where)
+        merged = _expand(name, raw, templates, where, expanded)
         try:
             spec = msgspec.convert(merged, WorkspaceSpec)
             capabilities = normalize_names(spec.capabilities, "capability")
-            ready_timeout = parse_duration(spec.session.ready_timeout)
-            idle = parse_duration(spec.session.idle)
-            max_runtime = None if spec.max_runtime is None else parse_duration(spec.max_runtime)
-        except (msgspec.ValidationError, ValueError) as exc:
+        except msgspec.ValidationError as exc:
             raise ConfigError(f"{where(name)}: workspaces.{name}: {exc}") from None
         except BadRequest as exc:
             raise ConfigError(f"{where(name)}: workspaces.{name}: {exc.message}") from None
+        ready_timeout = _seconds(spec.session.ready_timeout, "session.ready_timeout", name, where)
+        idle = _seconds(spec.session.idle, "session.idle", name, where)
+        max_runtime = (
+            None
+            if spec.max_runtime is None
+            else _seconds(spec.max_runtime, "max_runtime", name, where)
+        )
         if not spec.session.command:
             raise ConfigError(
                 f"{where(name)}: workspace {name!r} has no session.command (give it one, or "
                 "extends a template that has one)"
             )
+        problem = _session_problem(spec.session)
+        if problem:
+            raise ConfigError(f"{where(name)}: workspaces.{name}.{problem}")
         relative = spec.path if spec.path is not None else name
         if Path(relative).is_absolute():
             raise ConfigError(
                 f"{where(name)}: workspace {name!r}: path must be relative to the root"
             )
-        full = (real_root / relative).resolve()
-        if full != real_root and real_root not in full.parents:
+        # Strings, not Paths: thousands of workspaces are checked in well under a second.
+        full = os.path.realpath(os.path.join(real_root, relative))
+        if full != real_root and not full.startswith(real_root.rstrip(os.sep) + os.sep):
             raise ConfigError(
                 f"{where(name)}: workspace {name!r}: path {relative!r} leads outside the root"
             )
         resolved[name] = Workspace(
-            name=name, path=str(full), capabilities=capabilities, slots=spec.slots,
+            name=name, path=full, capabilities=capabilities, slots=spec.slots,
             backend=spec.session.backend, command=spec.session.command, env=spec.session.env,
             pass_env=spec.session.pass_env,
             ready_timeout=ready_timeout, idle=idle, ready_pattern=spec.session.ready_pattern,
@@ -198,9 +233,117 @@ def resolve(
                 raise ConfigError(
                     f"{where(workspace.name)}: workspace {workspace.name!r} sends to "
                     f"{target!r}, which is not a workspace (workspaces: "
-                    f"{', '.join(sorted(resolved))})"
+                    f"{_listed(resolved)})"
                 )
+    cycle = _send_to_cycle(resolved)
+    if cycle:
+        raise ConfigError(
+            f"{where(cycle[0])}: send_to edges form a cycle: {' → '.join(cycle)}; a chain of "
+            "hand-offs must end, so they may form none"
+        )
     return resolved
+
+
+def _listed(names: Iterable[str], most: int = 20) -> str:
+    """Names for a message, sorted; past ``most`` the rest are counted, not listed."""
+    ordered = sorted(names)
+    if len(ordered) <= most:
+        return ", ".join(ordered)
+    return f"{', '.join(ordered[:most])} … ({len(ordered)} in all)"
+
+
+def _seconds(value: Duration, field: str, name: str, where: Callable[[str], str]) -> float:
+    low, high = DURATION_RANGES[field]
+    try:
+        return parse_duration(value, low=low, high=high)
+    except ValueError as exc:
+        raise ConfigError(f"{where(name)}: workspaces.{name}.{field}: {exc}") from None
+
+
+def _session_problem(session: SessionSpec) -> str | None:
+    """What in ``session`` would make every task of the workspace fail to start, if anything:
+    ``session.FIELD: what is wrong``. Each of these is refused by the process table (a NUL, a
+    name with '='), by exec (an empty program) or by the regular expression engine."""
+    for i, arg in enumerate(session.command):
+        if i == 0 and not arg:
+            return "session.command: the program (its first element) is empty"
+        problem = _process_text(arg)
+        if problem:
+            return f"session.command[{i}] {shown(arg)} {problem}"
+    for key, value in session.env.items():
+        if not ENV_NAME.fullmatch(key):
+            return (
+                f"session.env: {shown(key)} is not a variable name (letters, digits and _, "
+                "not starting with a digit)"
+            )
+        if key.startswith(HARNESS_PREFIX):
+            return (
+                f"session.env: {key} is not yours to set: the harness sets the COLIBRI_* "
+                "variables of a session itself (COLIBRI_TASK_ID, COLIBRI_SOCKET …)"
+            )
+        problem = _process_text(value)
+        if problem:
+            return f"session.env.{key}: the value {shown(value)} {problem}"
+    for key in session.pass_env:
+        if not ENV_NAME.fullmatch(key):
+            return (
+                f"session.pass_env: {shown(key)} is not a variable name (letters, digits and _, "
+                "not starting with a digit)"
+            )
+        if key.startswith(HARNESS_PREFIX):
+            return (
+                f"session.pass_env: {key} is not the daemon's to pass on: the harness sets the "
+                "COLIBRI_* variables of a session itself"
+            )
+    if session.ready_pattern is not None:
+        try:
+            re.compile(session.ready_pattern)
+        except re.error as exc:
+            return (
+                f"session.ready_pattern {shown(session.ready_pattern)} is not a regular "
+                f"expression: {exc}"
+            )
+    return None
+
+
+def _process_text(text: str) -> str | None:
+    """Why ``text`` cannot be an argument or environment value of a process, if it cannot.
+
+    (A lone surrogate, which no file system encoding writes, never gets here: the parser
+    refuses it.)"""
+    if "\0" in text:
+        return "holds a NUL character, which no argument or environment value can"
+    return None
+
+
+def _send_to_cycle(workspaces: dict[str, Workspace]) -> list[str] | None:
+    """A cycle of send_to edges (``[a, b, a]``), starting at the one of its workspaces that
+    comes first in the file, or None if the hand-off graph is acyclic."""
+    order = {name: i for i, name in enumerate(workspaces)}
+    done: set[str] = set()
+    for start in workspaces:
+        if start in done:
+            continue
+        # Depth-first without recursion: a chain of thousands of workspaces is fine.
+        path: list[str] = [start]
+        on_path = {start}
+        pending = [iter(workspaces[start].send_to)]
+        while pending:
+            target = next(pending[-1], None)
+            if target is None:
+                pending.pop()
+                done.add(path[-1])
+                on_path.discard(path.pop())
+            elif target in on_path:
+                loop = path[path.index(target) :]
+                first = min(range(len(loop)), key=lambda i: order[loop[i]])
+                loop = loop[first:] + loop[:first]
+                return [*loop, loop[0]]
+            elif target not in done:
+                path.append(target)
+                on_path.add(target)
+                pending.append(iter(workspaces[target].send_to))
+    return None
 
 
 def _scan(text: str) -> list[tuple[int, str]]:

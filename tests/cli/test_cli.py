@@ -468,7 +468,7 @@ BAD_CONFIGS = {
         "ledger.rotate_mib must be 0 (never rotate) or at least",
     ),
     "keep not whole": ('{\n  "ledger": {\n    "keep": 2.5,\n  },\n}\n', 3, "ledger.keep"),
-    "keep zero": ('{"ledger": {"keep": 0}}', 1, "ledger.keep must be a number from 1 to"),
+    "keep zero": ('{"ledger": {"keep": 0}}', 1, "ledger.keep must be a whole number from 1 to"),
 }
 
 

@@ -140,7 +140,7 @@ def test_a_harness_that_cannot_start_is_marked_degraded(fleet: Fleet, root: Path
             "crash_loop": 3,
             "crash_window": "1m",
             "cool_down": "1h",
-            "max_backoff": "0.2s",
+            "max_backoff": "1s",  # the shortest allowed
         },
     )
     broken = wait_until(lambda: status(daemon)["broken"]["degraded"] and status(daemon)["broken"])

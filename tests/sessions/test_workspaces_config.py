@@ -9,35 +9,13 @@ from typing import Any
 import pytest
 
 from colibri.config import CONFIG_NAME, SupervisorSettings, load_config
-from colibri.core.errors import ConfigError
 from colibri.workspaces import Workspace, deep_merge
+from tests.configs import at, loaded, refused
 from tests.sessions.support import colibri
 
 
 def load(root: Path, text: str) -> dict[str, Workspace]:
-    (root / CONFIG_NAME).write_text(text)
-    return load_config(root).workspaces
-
-
-def refused(root: Path, text: str) -> str:
-    """The ConfigError message for ``text`` as colibri.jsonc."""
-    (root / CONFIG_NAME).write_text(text)
-    with pytest.raises(ConfigError) as caught:
-        load_config(root)
-    return caught.value.message
-
-
-def line_of(text: str, needle: str) -> int:
-    """1-based number of the first line of ``text`` holding ``needle``."""
-    for number, line in enumerate(text.splitlines(), 1):
-        if needle in line:
-            return number
-    raise AssertionError(f"{needle!r} is not in the text")
-
-
-def at(root: Path, text: str, needle: str) -> str:
-    """The ``file:line:`` prefix an error about the line holding ``needle`` starts with."""
-    return f"{root / CONFIG_NAME}:{line_of(text, needle)}:"
+    return loaded(root, text).workspaces
 
 
 # -- merging -----------------------------------------------------------------------------------
@@ -309,11 +287,11 @@ def test_supervisor_settings_default_and_read(root: Path) -> None:
     assert load_config(root).supervisor == SupervisorSettings()
     text = """{
   "supervisor": { "crash_loop": 3, "crash_window": "10s", "cool_down": "1h",
-                  "max_backoff": "500ms" },
+                  "max_backoff": "1s" },
 }"""
     (root / CONFIG_NAME).write_text(text)
     assert load_config(root).supervisor == SupervisorSettings(
-        crash_loop=3, crash_window=10.0, cool_down=3600.0, max_backoff=0.5
+        crash_loop=3, crash_window=10.0, cool_down=3600.0, max_backoff=1.0
     )
 
 
@@ -339,3 +317,152 @@ def test_the_init_template_loads_with_default_supervisor_settings(root: Path) ->
     (root / CONFIG_NAME).write_text(TEMPLATE)
     assert '"supervisor"' in TEMPLATE
     assert load_config(root).supervisor == SupervisorSettings()
+
+
+# -- what would crash every task later -----------------------------------------------------------
+
+
+#: How the line of workspace ``w`` starts.
+W = '"w": {'
+
+
+def quoted(name: str) -> str:
+    return f'"{name}": {{'
+
+
+def one_workspace(session: str, extra: str = "") -> str:
+    """colibri.jsonc with workspace ``w`` (on line 4) whose session is ``session`` (JSON5)."""
+    return (
+        '{\n  "workspaces": {\n    "other": { "session": { "command": ["x"] } },\n'
+        f'    "w": {{ "session": {session}{extra} }},\n  }},\n}}\n'
+    )
+
+
+@pytest.mark.parametrize(
+    ("session", "words"),
+    [
+        ('{ "command": ["x"], "env": { "A": "a\\u0000b" } }',
+         "session.env.A: the value 'a\\x00b' holds a NUL character"),
+        ('{ "command": ["x"], "env": { "A=B": "1" } }', "session.env: 'A=B' is not a"),
+        ('{ "command": ["x"], "env": { "": "1" } }', "session.env: '' is not a variable name"),
+        ('{ "command": ["x"], "env": { "A\\u0000": "1" } }',
+         "session.env: 'A\\x00' is not a variable name"),
+        ('{ "command": ["x"], "env": { "1A": "1" } }', "session.env: '1A' is not a variable name"),
+        ('{ "command": ["x"], "env": { "A-B": "1" } }', "session.env: 'A-B' is not a"),
+        ('{ "command": ["x"], "env": { "COLIBRI_TASK_ID": "1" } }',
+         "session.env: COLIBRI_TASK_ID is not yours to set: the harness sets"),
+        ('{ "command": ["x"], "env": { "COLIBRI_SOCKET": "/tmp/s" } }',
+         "session.env: COLIBRI_SOCKET is not yours to set"),
+        ('{ "command": ["claude", "-p\\u0000"] }',
+         "session.command[1] '-p\\x00' holds a NUL character"),
+        ('{ "command": [""] }', "session.command: the program (its first element) is empty"),
+        ('{ "command": ["x"], "pass_env": ["API_KEY", "A=B"] }',
+         "session.pass_env: 'A=B' is not a variable name"),
+        ('{ "command": ["x"], "pass_env": [""] }', "session.pass_env: '' is not a variable name"),
+        ('{ "command": ["x"], "pass_env": ["COLIBRI_ROOT"] }',
+         "session.pass_env: COLIBRI_ROOT is not the daemon's to pass on"),
+        ('{ "command": ["x"], "backend": "tmux", "ready_pattern": "(" }',
+         "session.ready_pattern '(' is not a regular expression: missing )"),
+        ('{ "command": ["x"], "ready_pattern": "[a-" }', "session.ready_pattern '[a-'"),
+    ],
+)  # fmt: skip
+def test_a_session_that_could_never_start_is_refused(root: Path, session: str, words: str) -> None:
+    text = one_workspace(session)
+    message = refused(root, text)
+    assert message.startswith(at(root, text, W) + " workspaces.w."), message
+    assert words in message, message
+
+
+def test_the_values_a_session_may_have_are_accepted(root: Path) -> None:
+    text = one_workspace(
+        '{ "command": ["claude", "", "-p"], "env": { "_A1": "", "colibri_x": "1" }, '
+        '"pass_env": ["ANTHROPIC_API_KEY", "_x"], "ready_pattern": "^> $" }'
+    )
+    w = load(root, text)["w"]
+    assert w.command == ["claude", "", "-p"]  # an empty argument is an argument
+    assert w.env == {"_A1": "", "colibri_x": "1"}
+    assert w.pass_env == ["ANTHROPIC_API_KEY", "_x"]
+    # a template's env is checked too, once merged
+    text = """{
+  "templates": { "t": { "session": { "command": ["x"], "env": { "COLIBRI_AGENT": "me" } } } },
+  "workspaces": {
+    "w": { "extends": "t" },
+  },
+}"""
+    assert refused(root, text).startswith(at(root, text, W) + " workspaces.w.session.env:")
+
+
+@pytest.mark.parametrize(
+    ("field", "low", "high"),
+    [("session.ready_timeout", "100ms", "1d"), ("session.idle", "100ms", "1d"),
+     ("max_runtime", "100ms", "365d")],
+)  # fmt: skip
+def test_a_workspace_duration_is_accepted_at_its_bounds_and_refused_past_them(
+    root: Path, field: str, low: str, high: str
+) -> None:
+    def with_value(value: str) -> str:
+        if field.startswith("session."):
+            return one_workspace(f'{{ "command": ["x"], "{field[8:]}": {value} }}')
+        return one_workspace('{ "command": ["x"] }', f', "{field}": {value}')
+
+    attribute = field.removeprefix("session.")
+    assert getattr(load(root, with_value(f'"{low}"'))["w"], attribute) == pytest.approx(0.1)
+    seconds = 86400.0 if high == "1d" else 365 * 86400.0
+    assert getattr(load(root, with_value(f'"{high}"'))["w"], attribute) == seconds
+    for value in ('"99ms"', f'"{high}1ms"', '"0s"', "NaN", '"100000000d"'):
+        text = with_value(value)
+        message = refused(root, text)
+        assert message.startswith(f"{at(root, text, W)} workspaces.w.{field}: "), message
+        assert f"must be from {low} to {high}" in message or "finite" in message, message
+
+
+@pytest.mark.parametrize(
+    ("edges", "cycle"),
+    [
+        ({"api": ["api"]}, "api → api"),
+        ({"api": ["web"], "web": ["api"]}, "api → web → api"),
+        ({"web": ["db"], "api": ["web"], "db": ["api"]}, "web → db → api → web"),
+        # the cycle is found past an acyclic start, and named from its first workspace
+        ({"a": ["b"], "b": ["c"], "c": ["d"], "d": ["c"]}, "c → d → c"),
+    ],
+)
+def test_send_to_edges_that_form_a_cycle_are_refused(
+    root: Path, edges: dict[str, list[str]], cycle: str
+) -> None:
+    lines = [
+        f'    "{name}": {{ "session": {{ "command": ["x"] }}, "send_to": {json_list(targets)} }},'
+        for name, targets in edges.items()
+    ]
+    text = '{\n  "workspaces": {\n' + "\n".join(lines) + "\n  },\n}\n"
+    message = refused(root, text)
+    first = cycle.split(" → ")[0]
+    assert (
+        message == f"{at(root, text, quoted(first))} send_to edges form a cycle: {cycle}; "
+        "a chain of hand-offs must end, so they may form none"
+    )
+
+
+def json_list(items: list[str]) -> str:
+    return "[" + ", ".join(f'"{item}"' for item in items) + "]"
+
+
+def test_send_to_edges_that_meet_without_a_cycle_are_accepted(root: Path) -> None:
+    """A diamond (api → web, api → db, web → db) and a long chain are not cycles."""
+    chain = ", ".join(
+        f'"w{i}": {{ "session": {{ "command": ["x"] }}, "send_to": ["w{i + 1}"] }}'
+        for i in range(2000)
+    )
+    text = f"""{{
+  "workspaces": {{
+    "api": {{ "session": {{ "command": ["x"] }}, "send_to": ["web", "db"] }},
+    "web": {{ "session": {{ "command": ["x"] }}, "send_to": ["db"] }},
+    "db": {{ "session": {{ "command": ["x"] }}, "send_to": ["w0"] }},
+    {chain}, "w2000": {{ "session": {{ "command": ["x"] }}, "send_to": LAST }},
+  }},
+}}"""
+    # the chain's end sends to itself: refused, named as the one cycle there is
+    assert "send_to edges form a cycle: w2000 → w2000" in refused(
+        root, text.replace("LAST", '["w2000"]')
+    )
+    resolved = load(root, text.replace("LAST", "[]"))
+    assert resolved["api"].send_to == ["web", "db"] and resolved["w1999"].send_to == ["w2000"]

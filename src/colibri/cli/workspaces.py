@@ -103,9 +103,10 @@ def add_workspace(
 
     root = ctx.root()
     file = root / CONFIG_NAME
-    text = file.read_text(encoding="utf-8") if file.exists() else ""
+    # Loaded first: a file that is too big, not UTF-8 or invalid is refused before it is read.
     if name in load_config(root).workspaces:
         raise ColibriError(f"workspace {name!r} exists already in {file}")
+    text = file.read_text(encoding="utf-8") if file.exists() else ""
     entry: dict[str, Any] = {}
     for key, value in (("extends", extends), ("path", path), ("slots", slots)):
         if value is not None:

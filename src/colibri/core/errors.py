@@ -45,6 +45,12 @@ class ColibriError(Exception):
         return {"code": self.code, "message": self.message}
 
 
+def shown(value: object, width: int = 60) -> str:
+    """``value`` as a message quotes it: its repr, so never more than one line, and clipped."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 class BadJson(ColibriError):
     code = "bad_json"
 

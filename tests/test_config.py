@@ -1,0 +1,432 @@
+"""colibri.jsonc and the root folder: every setting at the edges of its range, the file itself
+(size, encoding, nesting, syntax), and a ``.colibri`` that is not a state folder."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from colibri.config import (
+    CONFIG_NAME,
+    DURATION_RANGES,
+    MAX_CONFIG_BYTES,
+    MAX_CONFIG_DEPTH,
+    NUMBER_RANGES,
+    STATE_DIR,
+    TEMPLATE,
+    WHOLE_RANGES,
+    SchedulerSettings,
+    ServerSettings,
+    find_root,
+    init_root,
+    load_config,
+    resolve_root,
+)
+from colibri.core.durations import format_duration
+from colibri.core.errors import ConfigError, RootError
+from tests.configs import at, loaded, refused
+from tests.sessions.support import colibri
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def one_setting(name: str, value: str) -> str:
+    """colibri.jsonc setting ``name`` (section.key) to ``value`` (JSON5 text), on line 3."""
+    section, key = name.split(".")
+    return f'{{\n  "{section}": {{\n    "{key}": {value},\n  }},\n}}\n'
+
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    """The one line a refused command prints on stderr, checked: exit 1, no traceback."""
+    assert result.returncode == 1, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def load_message(root: Path) -> str:
+    """The ConfigError message for the colibri.jsonc already in ``root`` (one line)."""
+    with pytest.raises(ConfigError) as caught:
+        load_config(root)
+    assert "\n" not in caught.value.message, caught.value.message
+    return caught.value.message
+
+
+# -- durations -------------------------------------------------------------------------------
+
+# What the README's table says, written out again: a change of range must change both.
+DURATIONS = {
+    "scheduler.tick": ("10ms", "1d"),
+    "scheduler.agent_ttl": ("100ms", "1d"),
+    "scheduler.ageing": ("1s", "365d"),
+    "scheduler.retry_backoff": ("1ms", "1d"),
+    "server.line_timeout": ("100ms", "1d"),
+    "server.idle_timeout": ("1s", "1d"),
+    "supervisor.crash_window": ("1s", "1d"),
+    "supervisor.cool_down": ("1s", "1d"),
+    "supervisor.max_backoff": ("1s", "1d"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DURATIONS))
+def test_a_duration_is_accepted_at_its_bounds_and_refused_just_past_them(
+    root: Path, name: str
+) -> None:
+    low, high = DURATIONS[name]
+    section, key = name.split(".")
+    for value, seconds in ((low, DURATION_RANGES[name][0]), (high, DURATION_RANGES[name][1])):
+        settings = getattr(loaded(root, one_setting(name, f'"{value}"')), section)
+        assert getattr(settings, key) == pytest.approx(seconds), (name, value)
+    low_ms = DURATION_RANGES[name][0] * 1000
+    high_ms = round(DURATION_RANGES[name][1] * 1000)
+    # just below, just above (by a millisecond), a bare number of seconds just above, absurd
+    for value in (f'"{low_ms - 0.5}ms"', f'"{high_ms + 1}ms"', f"{high_ms / 1000 + 0.001}",
+                  '"100000000d"', '"99999999999999999999d"', '"0s"', "0"):  # fmt: skip
+        text = one_setting(name, value)
+        message = refused(root, text)
+        assert message.startswith(at(root, text, key)), message
+        assert f"{name}: duration" in message
+        assert f"must be from {low} to {high}" in message, message
+    # not durations at all: each refused in one line, on its own line
+    for value in ("NaN", "Infinity", "-Infinity", "-1", "true", "[1]", '"soon"', '"1e400s"'):
+        text = one_setting(name, value)
+        message = refused(root, text)
+        assert message.startswith(f"{at(root, text, key)} {name}: "), message
+
+
+def test_the_readme_table_has_the_ranges_the_code_enforces() -> None:
+    """Every row of README.md's ranges table is what the code enforces."""
+    table = README.read_text()
+    rows = dict(re.findall(r"^\| `([a-z_]+\.[a-z_]+)` \| [^|]+ \| ([^|]+) \|$", table, re.M))
+    for name, (low, high) in DURATION_RANGES.items():
+        assert rows[name].strip() == f"{format_duration(low)} to {format_duration(high)}", name
+    for name, (low, high) in WHOLE_RANGES.items():
+        assert rows[name].strip() == f"{low:,} to {high:,}", name
+    assert rows["scheduler.max_pending_mib"].strip() == "0.001 to 1,048,576"
+    assert set(DURATIONS) == set(DURATION_RANGES)
+
+
+# -- whole numbers ---------------------------------------------------------------------------
+
+WHOLE = {
+    "scheduler.max_sessions": (1, 100_000),
+    "scheduler.max_pending": (1, 10**9),
+    "scheduler.max_children": (1, 10**9),
+    "scheduler.max_depth": (1, 1000),
+    "server.max_line": (1024, 1 << 30),
+    "server.max_connections": (1, 100_000),
+    "supervisor.crash_loop": (1, 1000),
+    "ledger.keep": (1, 10_000),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WHOLE))
+def test_a_whole_number_is_accepted_at_its_bounds_and_nothing_else(root: Path, name: str) -> None:
+    low, high = WHOLE[name]
+    assert WHOLE_RANGES[name] == (low, high)
+    section, key = name.split(".")
+    for value in (low, high):
+        settings = getattr(loaded(root, one_setting(name, str(value))), section)
+        assert getattr(settings, key) == value
+        assert type(getattr(settings, key)) is int
+    # written with a point, a whole number is still that number
+    settings = getattr(loaded(root, one_setting(name, f"{low}.0")), section)
+    assert getattr(settings, key) == low and type(getattr(settings, key)) is int
+    for value in (low - 1, high + 1, f"{low}.5", "1.5", "true", "false", "null", f'"{low}"',
+                  "NaN", "Infinity", "[1]", "1e400", "9" * 30):  # fmt: skip
+        text = one_setting(name, str(value))
+        message = refused(root, text)
+        assert message.startswith(at(root, text, key)), (value, message)
+        if value not in ("1e400",):  # too large for the parser, which says so itself
+            assert f"{name} must be a whole number from {low:,} to {high:,}" in message, message
+
+
+def test_the_new_scheduler_and_server_settings_have_their_defaults(root: Path) -> None:
+    config = loaded(root, "{}")
+    assert config.scheduler.max_depth == 32 == SchedulerSettings().max_depth
+    assert config.scheduler.max_pending_mib == 256.0
+    assert config.scheduler.max_pending_bytes == 256 * 1024 * 1024
+    assert config.server.idle_timeout == 300.0 == ServerSettings().idle_timeout
+
+
+def test_max_pending_mib_takes_fractions_within_its_range(root: Path) -> None:
+    low, high = NUMBER_RANGES["scheduler.max_pending_mib"]
+    assert (low, high) == (0.001, 1024 * 1024)
+    small = loaded(root, one_setting("scheduler.max_pending_mib", "0.001")).scheduler
+    assert small.max_pending_mib == 0.001 and small.max_pending_bytes == 1048
+    big = loaded(root, one_setting("scheduler.max_pending_mib", "1048576")).scheduler
+    assert big.max_pending_bytes == 1 << 40
+    half = loaded(root, one_setting("scheduler.max_pending_mib", "0.5")).scheduler
+    assert half.max_pending_bytes == 1 << 19
+    for value in ("0.0009", "0", "1048576.5", "-1", "NaN", "Infinity", "true", '"256"'):
+        text = one_setting("scheduler.max_pending_mib", value)
+        message = refused(root, text)
+        assert message.startswith(at(root, text, "max_pending_mib")), message
+        assert "scheduler.max_pending_mib must be a number from 0.001 to 1,048,576" in message
+
+
+def test_the_init_template_names_the_new_settings_and_loads_to_the_defaults(root: Path) -> None:
+    for name in ("max_depth", "max_pending_mib", "idle_timeout"):
+        assert f'// "{name}": ' in TEMPLATE
+    config = loaded(root, TEMPLATE)
+    assert config.scheduler.max_depth == 32 and config.scheduler.max_pending_mib == 256.0
+    assert config.server.idle_timeout == 300.0
+    # uncommented, the template's examples are the defaults too
+    text = TEMPLATE
+    for name in ("max_depth", "max_pending_mib", "idle_timeout"):
+        text = text.replace(f'// "{name}"', f'"{name}"')
+    config = loaded(root, text)
+    assert (config.scheduler.max_depth, config.scheduler.max_pending_mib) == (32, 256.0)
+    assert config.server.idle_timeout == 300.0
+
+
+# -- other values ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["5", '"a\\u0000b"', "[]", "{}", "true"])
+def test_store_path_must_be_a_path(root: Path, value: str) -> None:
+    text = one_setting("store.path", value)
+    message = refused(root, text)
+    assert message.startswith(at(root, text, "path")), message
+    assert "store.path must be the path of a file" in message
+
+
+def test_a_socket_group_with_a_nul_is_refused(root: Path) -> None:
+    text = one_setting("server.socket_group", '"wheel\\u0000"')
+    message = refused(root, text)
+    assert message.startswith(at(root, text, "socket_group")), message
+    assert "server.socket_group must be a group name" in message
+
+
+def test_an_error_names_the_key_in_its_section_not_an_earlier_one(root: Path) -> None:
+    text = """{
+  "workspaces": { "w": { "session": { "command": ["x"], "env": { "keep": "1" } } } },
+  "ledger": {
+    "keep": 0,
+  },
+}"""
+    assert refused(root, text).startswith(at(root, text, '"keep": 0'))
+
+
+# -- the file itself -------------------------------------------------------------------------
+
+
+def realistic(size: int) -> str:
+    """A commented config of ``size`` bytes, in the JSON5 the docs use: the template, then
+    workspaces (unquoted keys, single quotes, trailing commas …), then blanks."""
+    parts = [TEMPLATE.rstrip().rstrip("}"), "  templates: { 'oneshot': { session: "
+             '{ "command": ["claude", "-p"], "env": { "MAX_TURNS": "30" } } } },\n'
+             '  "workspaces": {\n']  # fmt: skip
+    total, n = sum(len(part.encode()) for part in parts), 0
+    while True:
+        entry = (
+            f"    // workspace {n}: its own service\n"
+            f'    "svc-{n}": {{ extends: "oneshot", \'path\': "services/svc-{n}", '
+            f'"capabilities": ["python", "docs",], "slots": 2, "max_runtime": "1h",\n'
+            f'      "session": {{ "env": {{ "SERVICE": "svc-{n}" }}, "idle": "5m", }} }},\n'
+        )
+        if total + len(entry) + 10 > size:
+            break
+        parts.append(entry)
+        total += len(entry)
+        n += 1
+    parts.append("  },\n}\n")
+    text = "".join(parts)
+    return text + " " * (size - len(text.encode()))
+
+
+def test_a_file_of_1_mib_is_answered_within_a_second(root: Path) -> None:
+    text = realistic(MAX_CONFIG_BYTES)
+    assert len(text.encode()) == MAX_CONFIG_BYTES
+    (root / CONFIG_NAME).write_text(text)
+    started = time.perf_counter()
+    config = load_config(root)
+    took = time.perf_counter() - started
+    assert len(config.workspaces) > 3000
+    assert config.workspaces["svc-7"].env == {"MAX_TURNS": "30", "SERVICE": "svc-7"}
+    assert took < 1.5, f"{took:.2f}s"  # ~0.2 s here; json5 took ~15 s for such a file
+    # a mistake in its last workspace: found at once too, with its line
+    last = text.rfind('"slots": 2')
+    bad = text[:last] + '"slots": 0' + text[last + len('"slots": 0') :]
+    started = time.perf_counter()
+    message = refused(root, bad)
+    assert time.perf_counter() - started < 1.5
+    assert message.startswith(f"{root / CONFIG_NAME}:{bad.count(chr(10), 0, last) + 1}: ")
+    assert "slots" in message
+
+
+def test_a_file_over_1_mib_is_refused_before_it_is_read(root: Path) -> None:
+    text = realistic(MAX_CONFIG_BYTES) + " "
+    started = time.perf_counter()
+    message = refused(root, text)
+    assert time.perf_counter() - started < 0.5
+    assert message.startswith(f"{root / CONFIG_NAME}:1: ")
+    assert f"{MAX_CONFIG_BYTES + 1:,} bytes" in message and "1 MiB" in message
+    # 50 MB: the same, at once
+    (root / CONFIG_NAME).write_bytes(b"{" + b" " * 50_000_000 + b"}")
+    started = time.perf_counter()
+    message = load_message(root)
+    assert time.perf_counter() - started < 0.5
+    assert "50,000,002 bytes" in message
+
+
+def nested(depth: int) -> str:
+    """A config whose deepest value is ``depth`` objects and arrays down, on line 3."""
+    arrays = depth - 3  # the file's object, schedules, the schedule
+    return '{\n  "schedules": { "s": { "task":\n' + "[" * arrays + "]" * arrays + " } },\n}\n"
+
+
+def test_nesting_up_to_the_cap_is_read_and_deeper_is_refused(root: Path) -> None:
+    assert MAX_CONFIG_DEPTH == 64
+    # 64 deep: parsed, then refused for what it is (a schedule's task is not an array)
+    message = refused(root, nested(64))
+    assert "nested" not in message and "schedules.s" in message, message
+    message = refused(root, nested(65))
+    assert message.startswith(f"{root / CONFIG_NAME}:3: "), message
+    assert "nested deeper than 64 levels" in message
+    started = time.perf_counter()
+    message = refused(root, "[" * 100_000)
+    assert time.perf_counter() - started < 0.5
+    assert message.startswith(f"{root / CONFIG_NAME}:1: ") and "nested deeper than 64" in message
+
+
+def test_a_file_that_is_not_utf8_is_refused_with_its_line(root: Path) -> None:
+    (root / CONFIG_NAME).write_bytes(
+        b'{\n  "scheduler": {\n    // caf\xe9\n    "tick": "1s" },\n}\n'
+    )
+    message = load_message(root)
+    assert message.startswith(f"{root / CONFIG_NAME}:3: "), message
+    assert "0xe9" in message and "UTF-8" in message
+
+
+@pytest.mark.parametrize(
+    ("text", "needle", "words"),
+    [
+        ('{\n  "scheduler": {\n    "tick": "1s"\n    "agent_ttl": "1s",\n  },\n}\n',
+         '"agent_ttl"', "expected ',' or '}'"),
+        # a line break inside a string: the old message held that line break
+        ('{\n  "store": {\n    "path": "a\nb",\n  },\n}\n', '"path"', "string"),
+        ('{\n  "scheduler": {},\n}\n}\n', "}", "after the end"),
+        ('{\n  "scheduler": {\n    "tick": @,\n  },\n}\n', "@", "expected a value, found '@'"),
+        ('{\n  "scheduler": {\n    "tick": "1s",\n', '"scheduler"', "not closed"),
+        ("", "", "no settings"),
+    ],
+)  # fmt: skip
+def test_a_syntax_error_is_one_line_with_its_line(
+    root: Path, text: str, needle: str, words: str
+) -> None:
+    message = refused(root, text)
+    if needle == "}":
+        assert message.startswith(f"{root / CONFIG_NAME}:4: "), message
+    elif needle:
+        assert message.startswith(at(root, text, needle)), message
+    else:
+        assert message.startswith(f"{root / CONFIG_NAME}:1: "), message
+    assert words in message, message
+
+
+@pytest.mark.timeout(20)  # before, a named pipe hung the load
+def test_a_config_that_is_not_a_file_is_refused(root: Path) -> None:
+    path = root / CONFIG_NAME
+    path.unlink()
+    path.mkdir()
+    message = load_message(root)
+    assert message.startswith(f"{path}:1: ") and "a directory" in message
+    path.rmdir()
+    os.mkfifo(path)
+    started = time.perf_counter()
+    message = load_message(root)
+    assert time.perf_counter() - started < 1
+    assert message.startswith(f"{path}:1: ") and "a named pipe" in message
+    path.unlink()
+    os.symlink(root / "elsewhere.jsonc", path)  # leads nowhere: not "no file, so defaults"
+    message = load_message(root)
+    assert message.startswith(f"{path}:1: ") and "does not exist" in message
+
+
+def test_run_stops_on_a_bad_value_with_one_line_and_no_traceback(root: Path) -> None:
+    text = one_setting("scheduler.retry_backoff", '"100000000d"')
+    (root / CONFIG_NAME).write_text(text)
+    line = one_line_error(colibri(root, "run"))
+    assert line == (
+        f"colibri: {at(root, text, 'retry_backoff')} scheduler.retry_backoff: duration "
+        "'100000000d' must be from 1ms to 1d"
+    )
+    assert not (root / STATE_DIR / "colibri.sock").exists()
+
+
+def test_run_stops_on_a_file_that_is_not_utf8(root: Path) -> None:
+    (root / CONFIG_NAME).write_bytes(b"{\n\xff}\n")
+    line = one_line_error(colibri(root, "run"))
+    assert f"{root / CONFIG_NAME}:2: " in line and "UTF-8" in line
+
+
+# -- the root --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def bare(root: Path) -> Path:
+    """A directory that is not a root (the root fixture's, without its .colibri/)."""
+    shutil.rmtree(root / STATE_DIR)
+    (root / CONFIG_NAME).unlink()
+    return root
+
+
+def test_a_state_folder_that_is_a_file_is_refused_everywhere(bare: Path) -> None:
+    (bare / STATE_DIR).write_text("not a folder")
+    for attempt in (lambda: init_root(bare), lambda: resolve_root(str(bare), bare)):
+        with pytest.raises(RootError) as caught:
+            attempt()
+        assert f"{bare / STATE_DIR} is a file" in caught.value.message
+        assert "move it away" in caught.value.message
+    # a plain file of that name is not a root: the search goes on above it
+    assert find_root(bare) is None
+    assert not (bare / CONFIG_NAME).exists()
+
+
+@pytest.mark.parametrize("target", ["dangling", "folder"])
+def test_a_state_folder_that_is_a_symlink_is_refused_everywhere(bare: Path, target: str) -> None:
+    (bare / "folder").mkdir()
+    os.symlink(bare / target, bare / STATE_DIR)
+    assert find_root(bare) == bare  # found, so that it is refused, not passed over
+    for attempt in (
+        lambda: init_root(bare),
+        lambda: resolve_root(str(bare), bare),
+        lambda: resolve_root(None, bare),
+    ):
+        with pytest.raises(RootError) as caught:
+            attempt()
+        assert f"{bare / STATE_DIR} is a symlink (to" in caught.value.message
+        assert "real directory" in caught.value.message
+
+
+def test_init_does_not_follow_a_dangling_config_symlink(bare: Path) -> None:
+    os.symlink(bare / "elsewhere.jsonc", bare / CONFIG_NAME)
+    assert init_root(bare) is True
+    assert (bare / STATE_DIR).is_dir()
+    assert not (bare / "elsewhere.jsonc").exists()
+    assert os.path.islink(bare / CONFIG_NAME)
+
+
+def test_init_on_a_file_is_refused(bare: Path) -> None:
+    (bare / "file").write_text("x")
+    with pytest.raises(RootError, match="is a file, not a directory"):
+        init_root(bare / "file")
+    with pytest.raises(RootError, match="cannot create a Colibri root"):
+        init_root(bare / "file" / "below")
+
+
+def test_colibri_init_with_a_state_file_says_so_in_one_line(bare: Path) -> None:
+    (bare / STATE_DIR).write_text("not a folder")
+    line = one_line_error(colibri(None, "init", str(bare)))
+    assert line.startswith(f"colibri: {bare / STATE_DIR} is a file"), line
+    line = one_line_error(colibri(None, "--root", str(bare), "run"))
+    assert line.startswith(f"colibri: {bare / STATE_DIR} is a file"), line
+    assert (bare / STATE_DIR).read_text() == "not a folder"
