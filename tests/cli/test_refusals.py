@@ -197,4 +197,4 @@ def test_an_os_error_is_one_line(tmp_path: Path) -> None:
     a_file = tmp_path / "file"
     a_file.write_text("")
     line = one_error_line(colibri(tmp_path, "init", str(a_file / "root")))
-    assert line == f"colibri: Not a directory: {a_file / 'root'}"
+    assert line == f"colibri: cannot create a Colibri root at {a_file / 'root'}: Not a directory"

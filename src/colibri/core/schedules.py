@@ -300,18 +300,14 @@ def plan(schedule: Schedule, now: float) -> Plan:
 
 
 def _seconds(value: str | float | None, what: str, low: float, high: float) -> float | None:
-    from colibri.core.durations import format_duration, parse_duration
+    from colibri.core.durations import parse_duration
 
     if value is None:
         return None
     try:
-        seconds = parse_duration(value)
+        return parse_duration(value, low=low, high=high)
     except ValueError as exc:
         raise BadRequest(f"{what}: {exc}") from None
-    if not low <= seconds <= high:
-        allowed = f"{format_duration(low)} to " if low > 0 else "at most "
-        raise BadRequest(f"{what} {value!r} is out of range: give {allowed}{format_duration(high)}")
-    return seconds
 
 
 def build(
