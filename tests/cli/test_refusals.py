@@ -54,7 +54,8 @@ def small_daemon(root: Path) -> Iterator[Daemon]:
 
 
 class Full:
-    """Both of the daemon's connection slots held by idle connections."""
+    """Both of the daemon's connection slots held by subscribed connections (which, unlike
+    anonymous idle ones, a newcomer never evicts)."""
 
     def __init__(self, daemon: Daemon) -> None:
         self.held: list[RawConnection] = []
@@ -62,7 +63,7 @@ class Full:
         while len(self.held) < 2:  # the start-up ping's connection may hold a slot a moment
             assert time.monotonic() < deadline, "could not take both slots"
             conn = RawConnection(daemon.socket)
-            conn.send(b'{"cmd":"ping","id":1}\n')
+            conn.send(b'{"cmd":"subscribe","id":1}\n')
             try:
                 served = conn.reply().get("ok") is True
             except (AssertionError, ConnectionResetError):

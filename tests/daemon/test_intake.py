@@ -137,3 +137,18 @@ def test_retrying_a_child_gives_it_its_budget_within_what_the_parent_has_left(
     with pytest.raises(RemoteError) as caught:
         daemon.call("retry", task=third["id"])
     assert caught.value.code == "budget_exceeded"
+
+
+def test_a_family_is_at_most_max_depth_deep(start_daemon: Any) -> None:
+    """A chain of --parent submissions stops at scheduler.max_depth ancestors: the task
+    that would pass it is refused, nothing is stored."""
+    daemon = start_daemon(max_depth=3)
+    chain = [daemon.call("submit", text="root")["task"]["id"]]
+    for level in range(3):
+        chain.append(daemon.call("submit", text=f"level {level + 1}", parent=chain[-1])["task"]["id"])
+    with pytest.raises(RemoteError) as caught:
+        daemon.call("submit", text="too deep", parent=chain[-1])
+    assert caught.value.code == "quota_exceeded" and "max_depth" in caught.value.message
+    assert count(daemon) == 4
+    # a sibling higher up is still fine
+    daemon.call("submit", text="beside", parent=chain[1])

@@ -146,6 +146,77 @@ def test_connection_cap_refuses_the_ninth_with_busy_and_frees_slots_on_close(
             conn.close()
 
 
+def test_peers_that_connect_and_say_nothing_lock_nobody_out(root: Path, peers: Peers) -> None:
+    """The cap full of anonymous connections that send nothing, beside a registered agent:
+    once they have been silent EVICT_AFTER, each newcomer takes the place of the one silent
+    longest (it is closed), so `colibri status` works; the agent is never evicted and still
+    gets its work. Before, the silent peers held every slot for as long as they liked."""
+    from colibri.daemon.server import EVICT_AFTER
+    from tests.helpers import FakeAgent
+
+    write_settings(root, max_connections=4)
+    with running(root) as daemon:
+        agent = FakeAgent(daemon, "steady", ["x"])
+        silent = [peers.raw(daemon) for _ in range(3)]
+        time.sleep(EVICT_AFTER + 0.5)
+        done = subprocess.run([PYTHON, "-m", "colibri", "--root", str(root), "status"],
+                              capture_output=True, text=True, timeout=30)  # fmt: skip
+        assert done.returncode == 0, done.stderr  # in the place of a silent peer
+        newcomers = [peers.raw(daemon) for _ in range(3)]  # they stay: each takes a place
+        for n, conn in enumerate(newcomers):
+            assert ping(conn, n) == pong(n)
+        assert all(eof(conn) for conn in silent)
+        for conn in newcomers:
+            conn.close()
+        task = daemon.call("submit", text="still served", capabilities=["x"])["task"]
+        assert agent.next_assign()["task"]["id"] == task["id"]
+        agent.close()
+
+
+def test_active_peers_at_the_cap_are_not_evicted(root: Path, peers: Peers) -> None:
+    """Eviction takes only silent connections: peers that keep talking keep their places,
+    and a newcomer at the cap is refused with busy, as before."""
+    write_settings(root, max_connections=3)
+    with running(root) as daemon:
+        talking = [peers.served(daemon) for _ in range(3)]
+        extra = peers.raw(daemon)
+        assert extra.reply()["error"]["code"] == "busy"
+        extra.close()
+        for n, conn in enumerate(talking):
+            assert ping(conn, n) == pong(n)
+
+
+def test_anonymous_connections_silent_past_idle_timeout_are_closed(
+    root: Path, peers: Peers
+) -> None:
+    """`server.idle_timeout`: a connection that sent nothing for that long and is owed
+    nothing is closed; a subscriber, a ledger follower, a `wait` still waiting and an agent
+    are left alone."""
+    from tests.helpers import FakeAgent
+
+    write_settings(root, idle_timeout="1s")
+    with running(root) as daemon:
+        silent = peers.raw(daemon)
+        agent = FakeAgent(daemon, "kept", ttl=60.0)
+        subscriber = daemon.client(timeout=10)
+        subscriber.call("subscribe")
+        follower = daemon.client(timeout=10)
+        follower.call("ledger", follow=True)
+        task = daemon.call("create-task", agent="nobody", text="waited on")["task"]
+        waiter = peers.raw(daemon)
+        waiter.send(line({"cmd": "wait", "id": "w", "task": task["id"]}))
+        time.sleep(3.5)  # past the timeout, with a sweep or two
+        assert eof(silent)
+        daemon.call("cancel", task=task["id"])
+        assert waiter.reply()["task"]["outcome"] == "cancelled"
+        assert any(e["event"] == "task" for e in subscriber.events())
+        assert any(e["event"] == "ledger" for e in follower.events())
+        assert agent.client.call("heartbeat")["ok"] is True
+        for client in (subscriber, follower):
+            client.close()
+        agent.close()
+
+
 # -- slow clients --------------------------------------------------------------------------------
 
 

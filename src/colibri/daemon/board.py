@@ -276,6 +276,12 @@ class Board:
         self._subscribers.append(peer)
         self._subscribers.sort(key=lambda p: -self._priority.get(id(p), 0))
 
+    def owes(self, peer: Peer) -> bool:
+        """Whether a reply to ``peer`` is still to come (a ``wait`` or an ``ask``)."""
+        return any(p is peer for p, _ in self._askers.values()) or any(
+            p is peer for waiting in self._waiters.values() for p, _ in waiting
+        )
+
     def forget_peer(self, peer: Peer) -> None:
         if peer in self._subscribers:
             self._subscribers.remove(peer)
@@ -439,6 +445,12 @@ class Board:
                 if ancestor.outcome == State.CANCELLED:  # a cancelled family takes no children
                     raise ParentCancelled(ancestor.id)
                 seen.add(ancestor.id)
+                if len(seen) > self.settings.max_depth:  # also bounds this walk
+                    raise QuotaExceeded(
+                        f"a child of task {parent.id} would have more than "
+                        f"{self.settings.max_depth} ancestors, the most a task may have "
+                        "(scheduler.max_depth)"
+                    )
                 up = ancestor.parent
                 ancestor = (self.tasks.get(up) or self.store.get_task(up)) if up else None
             sender = parent.workspace

@@ -73,6 +73,10 @@ class Bus:
         )
         self.subscriptions.sort(key=lambda s: (-s.priority, s.order))
 
+    def owes(self, conn: Connection) -> bool:
+        """Whether ``conn`` sent a chained message whose reply is still to come."""
+        return any(chain.sender is conn for chain in self.chains.values())
+
     def forget(self, conn: Connection) -> None:
         self.subscriptions = [s for s in self.subscriptions if s.conn is not conn]
         for chain in list(self.chains.values()):

@@ -50,6 +50,9 @@ SUBSCRIBER_BUFFER_LIMIT = 8 * 1024 * 1024
 LINES_PER_TURN = 64
 #: How long a peer's socket-group membership, once looked up, is taken as known.
 MEMBERSHIP_TTL = 60.0
+#: At the connection cap, a newcomer takes the place of an anonymous connection that has
+#: said nothing for at least this long (the one silent longest).
+EVICT_AFTER = 5.0
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
@@ -85,6 +88,9 @@ class Connection(asyncio.Protocol):
         self._buf = bytearray()
         self._out = bytearray()
         self.partial_since: float | None = None
+        #: When it last sent anything (the loop's clock): anonymous connections silent for
+        #: ``server.idle_timeout`` are closed, and may be evicted at the connection cap.
+        self.last_active = server.loop.time()
         #: (uid, pid) of the process at the other end; every ledger row it causes names them.
         self.peer: tuple[int, int] | None = None
         self._deferred = False  # lines left for the next loop iteration (LINES_PER_TURN)
@@ -104,8 +110,9 @@ class Connection(asyncio.Protocol):
             self._refuse(Forbidden(f"uid {uid} may not use this daemon; {self.server.who_may}"))
             return
         if self.server.connection_count >= self.server.config.server.max_connections:
-            self._refuse(Busy("too many connections; try again later"))
-            return
+            if not self.server.evict_idle():
+                self._refuse(Busy("too many connections; try again later"))
+                return
         self.server.connections.add(self)
 
     def _refuse(self, error: ColibriError) -> None:
@@ -119,6 +126,7 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        self.last_active = self.server.loop.time()
         self._buf += data
         self._handle_lines()
 
@@ -493,12 +501,51 @@ class Server:
     # -- housekeeping ------------------------------------------------------------------------
 
     def close_stalled(self) -> None:
-        """Close connections stuck on a partial line (slow clients that hold a slot)."""
-        cutoff = self.loop.time() - self.config.server.line_timeout
+        """Close connections stuck on a partial line (slow clients that hold a slot), and
+        anonymous ones silent for ``server.idle_timeout``."""
+        now = self.loop.time()
+        cutoff = now - self.config.server.line_timeout
+        idle_cutoff = now - self.config.server.idle_timeout
         for conn in list(self.connections):
-            if conn.partial_since is not None and conn.partial_since < cutoff and conn.transport:
+            stalled = conn.partial_since is not None and conn.partial_since < cutoff
+            idle = conn.last_active < idle_cutoff and self._evictable(conn)
+            if (stalled or idle) and conn.transport:
+                if idle:
+                    log.info(
+                        "closed an idle connection",
+                        extra={"event": "connection_idle", "pid": (conn.peer or (0, 0))[1]},
+                    )
                 conn.closing = True
                 conn.transport.close()
+
+    def _evictable(self, conn: Connection) -> bool:
+        """Anonymous and owed nothing: not an agent, a subscriber or a ledger follower, and
+        with no reply still to come (``wait``, ``ask``, a chained ``send``)."""
+        return (
+            conn.agent_name is None
+            and not conn.subscriber
+            and not conn.follows_ledger
+            and not conn.closing
+            and not self.board.owes(conn)
+            and not self.bus.owes(conn)
+        )
+
+    def evict_idle(self) -> bool:
+        """Make room for a new connection at the cap: close the anonymous connection that has
+        been silent longest, if one has been for EVICT_AFTER. Agents, subscribers and those
+        waiting for a reply are never evicted, so peers that connect and say nothing cannot
+        lock anyone out."""
+        cutoff = self.loop.time() - EVICT_AFTER
+        idle = [c for c in self.connections if c.last_active <= cutoff and self._evictable(c)]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda c: c.last_active)
+        log.info("evicted an idle connection for a new one", extra={"event": "connection_evicted"})
+        victim.closing = True
+        self.connections.discard(victim)
+        if victim.transport is not None:
+            victim.transport.close()
+        return True
 
     def close_all(self) -> None:
         for conn in list(self.connections):
