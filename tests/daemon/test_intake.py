@@ -152,3 +152,55 @@ def test_a_family_is_at_most_max_depth_deep(start_daemon: Any) -> None:
     assert count(daemon) == 4
     # a sibling higher up is still fine
     daemon.call("submit", text="beside", parent=chain[1])
+
+
+def test_the_text_open_tasks_hold_is_bounded_per_tenant(start_daemon: Any) -> None:
+    """scheduler.max_pending_mib: 1 MiB of text in a tenant's open tasks, four of the
+    longest texts; a fifth is refused (nothing stored), another tenant is not affected, and
+    a task that closes gives its room back — also as counted again after a restart."""
+    from colibri.core.model import MAX_TEXT
+
+    daemon = start_daemon(max_pending_mib=1)
+    long_text = "a" * MAX_TEXT
+    first = [daemon.call("submit", text=long_text)["task"]["id"] for _ in range(4)]
+    before = count(daemon)
+    with pytest.raises(RemoteError) as caught:
+        daemon.call("submit", text=long_text)
+    assert caught.value.code == "quota_exceeded" and "max_pending_mib" in caught.value.message
+    assert count(daemon) == before
+    daemon.call("submit", text=long_text, tenant="other")
+    daemon.restart()
+    with pytest.raises(RemoteError):
+        daemon.call("submit", text=long_text)
+    daemon.call("cancel", task=first[0])
+    daemon.call("submit", text=long_text)
+
+
+def test_long_pages_are_cut_by_bytes_and_go_on_where_they_stopped(start_daemon: Any) -> None:
+    """40 tasks of 256 KiB asked for in one `list`: the reply stops before 8 MiB and says
+    where the next page starts; the pages cover every task once. A family that long says it
+    is not complete."""
+    from colibri.core.model import MAX_TEXT
+    from colibri.core.protocol import REPLY_BUDGET
+
+    daemon = start_daemon(max_pending_mib=16)
+    parent = daemon.call("create-task", agent="nobody", text="parent")["task"]["id"]
+    ids = {parent}
+    for n in range(40):
+        ids.add(daemon.call("submit", text=f"{n}" + "b" * (MAX_TEXT - 3), parent=parent)
+                ["task"]["id"])  # fmt: skip
+    seen: list[str] = []
+    after = None
+    with daemon.client(timeout=30) as client:
+        while True:
+            reply = client.call("list", limit=10_000, after=after)
+            assert sum(len(t["text"]) for t in reply["tasks"]) <= REPLY_BUDGET
+            seen += [t["id"] for t in reply["tasks"]]
+            after = reply["next"]
+            if after is None:
+                break
+            assert len(reply["tasks"]) < 41
+        family = client.call("family", task=parent)
+    assert sorted(seen) == sorted(ids) and len(seen) == len(set(seen))
+    assert family["complete"] is False and family["tasks"][0]["id"] == parent
+    assert 1 < len(family["tasks"]) < 41

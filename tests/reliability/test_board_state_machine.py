@@ -433,6 +433,10 @@ class BoardMachine(RuleBasedStateMachine):
         board = self.board
         supervised = [board.agents[n] for n in SUPERVISED if n in board.agents]
         assert sum(len(a.holding) for a in supervised) <= MAX_SESSIONS
+        held_text: dict[str, int] = {}
+        for task in board.tasks.values():
+            held_text[task.tenant] = held_text.get(task.tenant, 0) + len(task.text.encode())
+        assert {t: n for t, n in board._open_text.items() if n} == held_text
         running = {t.id for t in board.tasks.values() if t.state == State.RUNNING}
         for live in board.agents.values():
             assert live.holding <= set(board.tasks), (live.name, live.holding)

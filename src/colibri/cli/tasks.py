@@ -206,6 +206,12 @@ def show(ctx: Context, task_id: str, family: bool, as_json: bool) -> None:
             print_json(reply["tasks"])
         else:
             print_tree(reply["tasks"], mark=task_id)
+        if not reply.get("complete", True):
+            click.echo(
+                f"colibri: the family is larger than one reply; {len(reply['tasks'])} tasks "
+                f"shown (list the rest with: colibri list --parent ID)",
+                err=True,
+            )
         return
     task = ctx.call("get", task=task_id)["task"]
     if as_json:

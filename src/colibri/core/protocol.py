@@ -19,8 +19,10 @@ from colibri.core.model import (
     MAX_TOKENS,
     MAX_USD,
     Cost,
+    LedgerEntry,
     Priority,
     Score,
+    Task,
 )
 from colibri.core.schedules import ScheduleSpec
 
@@ -356,6 +358,20 @@ def request_id(line: bytes) -> RequestId:
 
 
 encode = msgspec.json.Encoder().encode
+
+#: Replies that list tasks or ledger rows stop before about this many bytes (and say where
+#: to go on): a reply is built whole in memory, so its size, not only its count, is bounded.
+REPLY_BUDGET = 8 * 1024 * 1024
+
+
+def task_size(task: Task) -> int:
+    """About how many bytes a task takes in a reply (its long fields, and the rest)."""
+    return 512 + len(task.text) + len(task.output or "") + len(task.error or "")
+
+
+def ledger_size(entry: LedgerEntry) -> int:
+    return 256 + len(entry.reason or "")
+
 
 #: Room kept on a report's line for what the client adds to it (``id``) and its newline.
 LINE_SLACK = 256

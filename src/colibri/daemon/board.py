@@ -14,6 +14,7 @@ import hashlib
 import heapq
 import logging
 import sys
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -53,7 +54,7 @@ from colibri.core.model import (
     rfc3339,
 )
 from colibri.core.pending import PendingTasks, sort_key
-from colibri.core.protocol import Held, RegisterAgent, TaskFields
+from colibri.core.protocol import REPLY_BUDGET, Held, RegisterAgent, TaskFields, task_size
 from colibri.core.states import State
 from colibri.daemon import crashpoints
 from colibri.daemon.budgets import DailyBudgets
@@ -66,6 +67,11 @@ log = logging.getLogger(__name__)
 def new_task_id() -> str:
     """Time-ordered (UUIDv7), so ids sort first-in first-out."""
     return str(uuid6.uuid7())
+
+
+def _size(text: str) -> int:
+    """Bytes of a task's text, UTF-8 (what it holds in memory is at least that)."""
+    return len(text) if text.isascii() else len(text.encode())
 
 
 def _fingerprint(
@@ -90,6 +96,8 @@ BREAKER_AFTER = 3
 BREAKER_COOL_DOWN = 60.0
 #: Most distinct shapes and name lists kept for sharing between tasks.
 SHARED_MAX = 10_000
+#: Children read from the store at a time when a family is listed.
+FAMILY_PAGE = 64
 #: The longest wait before a retry, however many attempts doubled it.
 MAX_RETRY_DELAY = 86_400.0
 #: A question whose asker (``colibri ask``) went away is withdrawn after this long, unless it
@@ -195,6 +203,8 @@ class Board:
         self._shapes: dict[tuple[Any, ...], Shape] = {}
         #: Pending tasks per tenant, for the max_pending quota.
         self._pending_by_tenant: dict[str, int] = {}
+        #: Bytes of task text the open tasks of each tenant hold (max_pending_mib).
+        self._open_text: dict[str, int] = {}
         self._last_sweep = clock.monotonic()
         #: Sessions that never became ready, per workspace (or agent): shown in status.
         self.warnings: dict[str, int] = {}
@@ -219,8 +229,10 @@ class Board:
         for agent in self.agents.values():
             agent.holding.clear()
         self._pending_by_tenant = {}
+        self._open_text = {}
         for task in self.store.open_tasks():
             self.tasks[task.id] = task
+            self._open_text[task.tenant] = self._open_text.get(task.tenant, 0) + _size(task.text)
             if task.state == State.PENDING:
                 self._pending_by_tenant[task.tenant] = (
                     self._pending_by_tenant.get(task.tenant, 0) + 1
@@ -357,6 +369,7 @@ class Board:
             self._pending_by_tenant[task.tenant] = self._pending_by_tenant.get(task.tenant, 0) + 1
         if final.state == State.CLOSED:
             self.tasks.pop(task.id, None)
+            self._open_text[task.tenant] -= _size(task.text)
         else:
             self.tasks[task.id] = final
         self._announce(new, task.state, reason)
@@ -420,6 +433,13 @@ class Board:
             raise QuotaExceeded(
                 f"tenant {tenant} has {self.settings.max_pending} pending tasks, its quota; "
                 "wait for some to be taken (or raise scheduler.max_pending)"
+            )
+        size = _size(text)
+        if self._open_text.get(tenant, 0) + size > self.settings.max_pending_bytes:
+            raise QuotaExceeded(
+                f"tenant {tenant}'s open tasks hold {self._open_text.get(tenant, 0)} bytes of "
+                f"text; this one's {size} would pass its quota of "
+                f"{self.settings.max_pending_mib:g} MiB (scheduler.max_pending_mib)"
             )
         sender: str | None = None
         budget = req.budget_usd
@@ -496,6 +516,7 @@ class Board:
         self.ledger_rows.append(entry)
         self.tasks[task.id] = task
         self._pending_by_tenant[tenant] = self._pending_by_tenant.get(tenant, 0) + 1
+        self._open_text[tenant] = self._open_text.get(tenant, 0) + size
         self._announce(task, None, reason)
         self._enqueue(task)
         return task, True
@@ -804,8 +825,10 @@ class Board:
                 self._index(agent)
         self.dispatch_wanted = True
 
-    def family(self, task_id: str) -> tuple[str, list[Task]]:
-        """The task's whole family: its top ancestor's id, and every member, parents first."""
+    def family(self, task_id: str, budget: int = REPLY_BUDGET) -> tuple[str, list[Task], bool]:
+        """The task's whole family: its top ancestor's id, and every member, parents first —
+        as many as fit ``budget`` bytes of reply (read page by page, so a family of ten
+        thousand long tasks is never in memory at once); and whether that is all of it."""
         top = self.get(task_id)
         seen = {top.id}
         while top.parent is not None:
@@ -814,13 +837,24 @@ class Board:
                 break
             seen.add(parent.id)
             top = parent
-        members: list[Task] = []
-        queue = [top]
+        top = self.tasks.get(top.id, top)
+        members, used, queue = [top], task_size(top), deque([top.id])
         while queue:
-            task = queue.pop(0)
-            members.append(self.tasks.get(task.id, task))
-            queue.extend(self.store.children(task.id))
-        return top.id, members
+            parent_id, after = queue.popleft(), None
+            while True:
+                page = self.store.list_tasks(
+                    TaskFilter(parent=parent_id, after=after, limit=FAMILY_PAGE)
+                )
+                for child in page:
+                    used += task_size(child)
+                    if used > budget:
+                        return top.id, members, False
+                    members.append(self.tasks.get(child.id, child))
+                    queue.append(child.id)
+                if len(page) < FAMILY_PAGE:
+                    break
+                after = page[-1].id
+        return top.id, members, True
 
     def retry(self, task_id: str) -> Task:
         """Submit an ended task again as a new task with every field of the original (not its

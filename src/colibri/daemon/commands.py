@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from colibri import __version__
 from colibri.core import protocol as p
 from colibri.core.errors import BadRequest
+from colibri.core.model import LedgerEntry, Task
 from colibri.daemon.board import Board
 from colibri.store import TaskFilter
 
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
     from colibri.daemon.server import Connection, Server
 
 Reply = dict[str, Any] | None
+#: Tasks and ledger rows read from the store at a time for one reply.
+LIST_PAGE = 64
+LEDGER_PAGE = 500
 
 
 class Commands:
@@ -103,18 +107,25 @@ class Commands:
         return {"task": self.board.get(req.task)}
 
     def list_tasks(self, req: p.ListTasks, conn: Connection) -> Reply:
-        tasks = self.board.list_tasks(
-            TaskFilter(
-                state=req.state,
-                agent=req.agent,
-                workspace=req.workspace,
-                parent=req.parent,
-                tenant=req.tenant,
-                after=req.after,
-                limit=req.limit,
-            )
-        )
-        return {"tasks": tasks, "next": tasks[-1].id if len(tasks) == req.limit else None}
+        """Up to ``limit`` tasks, and fewer when they would pass REPLY_BUDGET bytes: read
+        from the store a page at a time, so a long page is never built whole."""
+        tasks: list[Task] = []
+        used, after = 0, req.after
+        while len(tasks) < req.limit:
+            want = min(LIST_PAGE, req.limit - len(tasks))
+            page = self.board.list_tasks(
+                TaskFilter(state=req.state, agent=req.agent, workspace=req.workspace,
+                           parent=req.parent, tenant=req.tenant, after=after, limit=want)
+            )  # fmt: skip
+            for task in page:
+                used += p.task_size(task)
+                if tasks and used > p.REPLY_BUDGET:
+                    return {"tasks": tasks, "next": tasks[-1].id}
+                tasks.append(task)
+            if len(page) < want:
+                return {"tasks": tasks, "next": None}
+            after = page[-1].id
+        return {"tasks": tasks, "next": tasks[-1].id}
 
     def cancel(self, req: p.Cancel, conn: Connection) -> Reply:
         cancelled = self.board.cancel(req.task, req.reason)
@@ -135,8 +146,8 @@ class Commands:
         return {"by": req.by, "since": since or None, "totals": rows}
 
     def family(self, req: p.Family, conn: Connection) -> Reply:
-        top, members = self.board.family(req.task)
-        return {"root": top, "tasks": members}
+        top, members, complete = self.board.family(req.task)
+        return {"root": top, "tasks": members, "complete": complete}
 
     def retry(self, req: p.Retry, conn: Connection) -> Reply:
         return {"task": self.board.retry(req.task)}
@@ -170,7 +181,22 @@ class Commands:
         return {"skill": {"name": name, "description": req.description.strip()}}
 
     def ledger(self, req: p.Ledger, conn: Connection) -> Reply:
-        rows = self.board.store.ledger(req.after, req.limit, req.task)
+        """Up to ``limit`` rows after ``after``, fewer when they would pass REPLY_BUDGET."""
+        rows: list[LedgerEntry] = []
+        used, after = 0, req.after
+        full = False
+        while len(rows) < req.limit and not full:
+            want = min(LEDGER_PAGE, req.limit - len(rows))
+            page = self.board.store.ledger(after, want, req.task)
+            for row in page:
+                used += p.ledger_size(row)
+                full = bool(rows) and used > p.REPLY_BUDGET
+                if full:
+                    break
+                rows.append(row)
+            if len(page) < want:
+                break
+            after = page[-1].seq
         if req.follow:
             self.server.follow_ledger(conn, req.task)
         return {"entries": rows, "next": rows[-1].seq if rows else req.after}
