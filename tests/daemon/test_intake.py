@@ -145,7 +145,8 @@ def test_a_family_is_at_most_max_depth_deep(start_daemon: Any) -> None:
     daemon = start_daemon(max_depth=3)
     chain = [daemon.call("submit", text="root")["task"]["id"]]
     for level in range(3):
-        chain.append(daemon.call("submit", text=f"level {level + 1}", parent=chain[-1])["task"]["id"])
+        child = daemon.call("submit", text=f"level {level + 1}", parent=chain[-1])["task"]
+        chain.append(child["id"])
     with pytest.raises(RemoteError) as caught:
         daemon.call("submit", text="too deep", parent=chain[-1])
     assert caught.value.code == "quota_exceeded" and "max_depth" in caught.value.message
