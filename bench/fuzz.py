@@ -440,7 +440,8 @@ SAMPLES: dict[str, Any] = {
     "epoch": 1,
     "message": 1,
     "cost": {"tokens_in": 1830, "tokens_out": 412, "usd": 0.021, "model": "m-large"},
-    "running": [{"task": "%t0", "epoch": 1}],
+    "running": [{"task": "%t0", "epoch": 1, "claim": "0" * 32}],
+    "claim": "0" * 32,
     "schedule": {"cron": "*/5 * * * *", "tz": "Europe/Berlin", "task": {"text": "nightly"}},
 }
 #: More schedules, one of each kind and with the optional fields.
@@ -520,6 +521,53 @@ def request_seeds() -> Iterator[tuple[str, bytes]]:
         yield f"schedule-add-{n}", msgspec.json.encode(obj)
 
 
+def edge_values(info: Any) -> list[Any]:
+    """Numbers at and just past the bounds of a msgspec int or float type, and the bounds of
+    what lies downstream (SQLite's 64-bit integers, a float's range)."""
+    import msgspec.inspect as mi
+
+    if isinstance(info, mi.UnionType):
+        return [v for t in info.types for v in edge_values(t)]
+    if isinstance(info, mi.IntType):
+        found = [2**63 - 1, 2**63, -(2**63) - 1]
+        for bound in (info.ge, info.le, info.gt, info.lt):
+            if bound is not None:
+                found += [bound - 1, bound, bound + 1]
+        return found
+    if isinstance(info, mi.FloatType):
+        found = [1e308, -1e308, 5e-324]
+        for bound in (info.ge, info.le, info.gt, info.lt):
+            if bound is not None:
+                found += [bound, bound * 1.000001 + 1e-9, bound * 0.999999 - 1e-9]
+        return found
+    return []
+
+
+def edge_seeds() -> Iterator[tuple[str, bytes]]:
+    """Per command and numeric field (a report's cost too): the field at and past each of its
+    bounds, the other fields as ``request_seeds`` gives them."""
+    import msgspec
+    import msgspec.inspect as mi
+
+    from colibri.core import protocol
+
+    for cls in protocol.REQUESTS:
+        info = mi.type_info(cls)
+        tag = cls.__struct_config__.tag
+        base: dict[str, Any] = {"cmd": tag, "id": 1}
+        for f in info.fields:
+            if f.required:
+                base[f.encode_name] = SAMPLES.get(f.name, type_value(f.type, f.name))
+        for f in info.fields:
+            for n, value in enumerate(edge_values(f.type)):
+                yield f"{tag}-{f.name}-edge{n}", msgspec.json.encode({**base, f.encode_name: value})
+    cost_fields = mi.type_info(protocol.ReportedCost).fields  # type: ignore[attr-defined]
+    for f in cost_fields:
+        for n, value in enumerate(edge_values(f.type)):
+            line = {"cmd": "out", "id": 1, "task": "%t0", "epoch": 1, "cost": {f.name: value}}
+            yield f"out-cost-{f.name}-edge{n}", msgspec.json.encode(line)
+
+
 def protocol_doc_seeds() -> Iterator[tuple[str, bytes]]:
     """Every request line shown in docs/PROTOCOL.md, valid or not, as it is written there."""
     seen: set[bytes] = set()
@@ -535,7 +583,7 @@ def protocol_doc_seeds() -> Iterator[tuple[str, bytes]]:
 def seed_corpus(corpus: Path) -> int:
     corpus.mkdir(parents=True, exist_ok=True)
     count = 0
-    for seeds in (request_seeds(), protocol_doc_seeds()):
+    for seeds in (request_seeds(), edge_seeds(), protocol_doc_seeds()):
         for name, raw in seeds:
             (corpus / f"seed-{name}").write_bytes(raw)
             count += 1

@@ -14,6 +14,7 @@ done/failed/cancelled → closed); memory agrees with the store; no task is held
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import tempfile
@@ -27,6 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from colibri.config import SchedulerSettings
 from colibri.core.errors import ColibriError, StaleClaim
+from colibri.core.model import MAX_TOKENS, MAX_USD, Cost
 from colibri.core.protocol import Held, RegisterAgent, TaskFields
 from colibri.core.states import ENDED, State
 from colibri.daemon.board import Board, LiveAgent
@@ -253,7 +255,7 @@ class BoardMachine(RuleBasedStateMachine):
     def claim(self) -> None:
         self.attempt(self.board.dispatch)
 
-    def _report(self, pick: int, how: str) -> None:
+    def _report(self, pick: int, how: str, cost: Cost | None = None) -> None:
         """A connected agent reports on one of its sessions (or one it was told to stop)."""
         held = [
             (agent, task_id)
@@ -268,16 +270,18 @@ class BoardMachine(RuleBasedStateMachine):
         assert live is not None
         epoch = (agent.stopping if how == "reclaimed" else agent.sessions).pop(task_id)
         if how == "out":
-            done = self.attempt(lambda: self.board.out(live, task_id, epoch, "ok", None))
+            done = self.attempt(lambda: self.board.out(live, task_id, epoch, "ok", cost))
         elif how == "fail":
             done = self.attempt(lambda: self.board.fail(live, task_id, epoch, "boom"))
         else:
             done = self.attempt(lambda: self.board.reclaimed(live, task_id, epoch))
         event(f"{how} {'accepted' if done is not None else 'refused'}")
 
-    @rule(pick=st.integers(0, 10))
-    def out(self, pick: int) -> None:
-        self._report(pick, "out")
+    @rule(pick=st.integers(0, 10), at_bounds=st.booleans())
+    def out(self, pick: int, at_bounds: bool) -> None:
+        """An out, maybe with the largest cost a session may report (sums must not overflow)."""
+        biggest = Cost(tokens_in=MAX_TOKENS, tokens_out=MAX_TOKENS, usd=MAX_USD)
+        self._report(pick, "out", biggest if at_bounds else None)
 
     @rule(pick=st.integers(0, 10))
     def fail(self, pick: int) -> None:
@@ -448,6 +452,12 @@ class BoardMachine(RuleBasedStateMachine):
                     f"{live.name} offers {index.free(live.name)} free slots in the index; its "
                     f"sessions leave {board._free(live)}"
                 )
+
+    @invariant()
+    def cost_sums_stay_finite(self) -> None:
+        for by in ("agent", "workspace", "tenant", "day"):
+            for row in self.store.cost_totals(by, ""):
+                assert math.isfinite(row["usd"]) and row["tokens_in"] >= 0, row
 
     def memory_agrees_with_the_store(self, snapshot: history.StoreSnapshot) -> None:
         open_ids = {t for t, row in snapshot.tasks.items() if row["state"] != State.CLOSED}

@@ -446,6 +446,17 @@ values = st.recursive(
 )
 
 
+#: Integers and floats at and just past every bound something downstream has: SQLite's and
+#: JSON's integers, epochs, token counts, dollars, durations past the calendar.
+EDGE_INTS = st.sampled_from([
+    -1, 0, 1, 2**31, 2**53 + 1, 2**62, 2**62 + 1, 2**63 - 1, 2**63, 2**64, 10**12, 10**12 + 1,
+    -(2**63), -(2**63) - 1,
+])  # fmt: skip
+EDGE_FLOATS = st.sampled_from([0.0, 1e-300, 1e6, 1e6 * 1.000001, 1e9, 1e9 * 1.01, 1e300, 1e308])
+edge_numbers = EDGE_INTS | EDGE_FLOATS
+EDGE_DURATIONS = st.sampled_from(
+    ["100000000d", "300000000000s", "100000w", "3650d", "3651d", "1d1s", 1e300, "0s", 0.5]
+)
 short = st.text(max_size=12)
 names = st.sampled_from(["linux", "freebsd", "zfs", "a1", "a2", "", "x" * 300])
 #: Values of the right type (mostly) for each field, so many requests get past validation.
@@ -455,27 +466,38 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "labels": st.lists(names, max_size=3),
     "workspace": st.none() | names,
     "parent": st.none() | short,
-    "priority": st.integers(-1000, 1000),
+    "priority": st.integers(-1000, 1000) | edge_numbers,
     "min_score": st.none() | st.floats(-1, 2),
     "tenant": st.none() | st.sampled_from(["default", "t1", "t2"]),
     "idempotency_key": st.none() | short,
-    "max_attempts": st.integers(0, 101),
+    "max_attempts": st.integers(0, 101) | EDGE_INTS,
     "agent": st.none() | names,
     "task": short,
     "state": st.sampled_from(["pending", "running", "done", "failed", "bogus"]),
-    "limit": st.integers(0, 10_001),
-    "after": st.none() | st.integers(-1, 50) | short,
+    "limit": st.integers(0, 10_001) | EDGE_INTS,
+    "after": st.none() | st.integers(-1, 50) | short | EDGE_INTS,
     "reason": st.none() | short,
     "paused": st.none() | st.booleans(),
     "name": names,
     "description": st.text(max_size=40),
     "slots": st.integers(0, 4),
-    "ttl": st.none() | st.floats(-1, 100),
+    "ttl": st.none() | st.floats(-1, 100) | edge_numbers,
     "running": st.lists(
-        st.fixed_dictionaries({"task": short, "epoch": st.integers(-1, 3)}), max_size=2
+        st.fixed_dictionaries(
+            {"task": short, "epoch": st.integers(-1, 3) | EDGE_INTS},
+            optional={"claim": st.none() | short},
+        ),
+        max_size=2,
     ),
-    "epoch": st.integers(-1, 3),
-    "output": st.text(max_size=40),
+    "epoch": st.integers(-1, 3) | EDGE_INTS,
+    "claim": st.none() | short | st.sampled_from(["0" * 32, "x" * 129]),
+    "budget_usd": st.none() | edge_numbers,
+    "cost": st.none() | st.fixed_dictionaries({}, optional={
+        "tokens_in": edge_numbers, "tokens_out": edge_numbers, "usd": edge_numbers,
+        "model": short,
+    }),  # fmt: skip
+    "message": edge_numbers,
+    "output": st.text(max_size=40) | st.sampled_from(["\x00" * 1000, "\x1b[2J" * 200]),
     "error": st.text(max_size=40),
     "session_ended": st.booleans(),
     "follow": st.booleans(),
@@ -485,10 +507,13 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "schedule": st.fixed_dictionaries(
         {"task": st.fixed_dictionaries({"text": short})},
         optional={
-            "every": st.sampled_from(["1h", "15m", 3600, -1, "soon"]),
+            "every": st.sampled_from(["1h", "15m", 3600, -1, "soon"]) | EDGE_DURATIONS,
             "cron": st.sampled_from(["0 0 * * *", "*/5 * * * *", "61 * * * *"]),
-            "at": st.sampled_from(["2999-01-01T00:00:00+00:00", "yesterday"]),
-            "tz": st.sampled_from(["UTC", "Europe/Berlin", "Mars/Base"]),
+            "at": st.sampled_from(["2999-01-01T00:00:00+00:00", "yesterday",
+                                   "9999-12-31T23:59:59-12:00", "9999-11-30T00:00:00Z"]),
+            "tz": st.sampled_from(["UTC", "Europe/Berlin", "Mars/Base", "Pacific/Kiritimati"]),
+            "jitter": EDGE_DURATIONS,
+            "grace": EDGE_DURATIONS,
         },
     ),
 }

@@ -77,3 +77,112 @@ def test_sessions_of_a_killed_harness_are_gone_within_10s(root: Path) -> None:
         assert final["outcome"] == "failed" and "session lost" in (final["error"] or "")
     finally:
         daemon.stop()
+
+
+#: Leaves a grandchild that escapes its process group: fork, setsid, fork again, the first
+#: child exits (so the grandchild is re-parented), and the grandchild ignores SIGTERM and
+#: sleeps 1000 s — with the session's environment, or none ("clean"). Then the session waits
+#: ("wait") or ends.
+DETACHES = (
+    "import os, signal, sys, time\n"
+    "text = sys.stdin.read()\n"
+    "task = os.environ['COLIBRI_TASK_ID']\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    if os.fork() == 0:\n"
+    "        signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "        open(task + '.detached.tmp', 'w').write(str(os.getpid()))\n"
+    "        os.rename(task + '.detached.tmp', task + '.detached')\n"
+    "        env = {} if 'clean' in text else dict(os.environ)\n"
+    "        os.execve('/bin/sleep', ['sleep', '1000'], env)\n"
+    "    os._exit(0)\n"
+    "os.wait()\n"
+    "while not os.path.exists(task + '.detached'):\n"
+    "    time.sleep(0.01)\n"
+    "if 'wait' in text:\n"
+    "    time.sleep(1000)\n"
+    "print('left a detached grandchild')\n"
+)
+
+
+def start_detaching(root: Path) -> Daemon:
+    (root / "colibri.jsonc").write_text(json.dumps({"workspaces": {"w": {
+        "session": {"command": [sys.executable, "-c", DETACHES]}}}}))  # fmt: skip
+    daemon = Daemon(root)
+    daemon.start()
+    return daemon
+
+
+def detached(root: Path, task_id: str) -> int:
+    marker = root / "w" / f"{task_id}.detached"
+    return int(wait_until(lambda: marker.exists() and marker.read_text()))
+
+
+def test_a_grandchild_in_a_session_of_its_own_dies_when_its_session_ends(root: Path) -> None:
+    """setsid and a double fork take a process out of its session's group, so killing the
+    group misses it. The harness is its subreaper: the process comes back to it and is
+    killed once its session has ended — also with its environment cleared, when no other
+    session runs."""
+    daemon = start_detaching(root)
+    try:
+        for text in ("go", "clean go"):
+            task = daemon.call("submit", text=text, workspace="w")["task"]
+            grandchild = detached(root, task["id"])
+            task_id = task["id"]
+            wait_until(lambda: daemon.call("get", task=task_id)["task"]["state"] == "closed")  # noqa: B023
+            wait_until(lambda: not alive(grandchild), timeout=10)  # noqa: B023
+    finally:
+        daemon.stop()
+
+
+def test_a_cancelled_sessions_detached_grandchild_dies(root: Path) -> None:
+    daemon = start_detaching(root)
+    try:
+        task = daemon.call("submit", text="wait", workspace="w")["task"]
+        grandchild = detached(root, task["id"])
+        daemon.call("cancel", task=task["id"])
+        wait_until(lambda: not alive(grandchild), timeout=10)
+        final = wait_until(
+            lambda: (t := daemon.call("get", task=task["id"])["task"])["state"] == "closed" and t,
+            timeout=15,
+        )
+        assert final["outcome"] == "cancelled"
+    finally:
+        daemon.stop()
+
+
+def test_a_detached_grandchild_of_a_killed_harness_is_found_by_the_next(root: Path) -> None:
+    """The harness is SIGKILLed: its orphans go to init. The harness the supervisor starts
+    next finds them by the root and agent in their environment, and kills them."""
+    daemon = start_detaching(root)
+    try:
+        task = daemon.call("submit", text="wait", workspace="w")["task"]
+        grandchild = detached(root, task["id"])
+        harness = next(h["pid"] for h in daemon.call("status")["harnesses"])
+        os.killpg(harness, signal.SIGKILL)
+        wait_until(lambda: not alive(grandchild), timeout=15)
+    finally:
+        daemon.stop()
+
+
+def test_a_planted_marker_never_makes_a_harness_kill_a_stranger(root: Path) -> None:
+    """Markers under .colibri/sessions name process groups to kill after a crash. One that
+    names a live group the harness never started (planted, or a pid reused since) is removed
+    without killing anything."""
+    import subprocess
+
+    stranger = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    try:
+        sessions = root / ".colibri" / "sessions"
+        sessions.mkdir(mode=0o700, exist_ok=True)
+        (sessions / f"w.{stranger.pid}.pgid").write_text("")
+        (sessions / f"w.{stranger.pid + 0}.pgid").write_text(f"{stranger.pid} 1\n")
+        daemon = start_detaching(root)
+        try:
+            wait_until(lambda: not (sessions / f"w.{stranger.pid}.pgid").exists())
+            assert stranger.poll() is None and alive(stranger.pid)
+        finally:
+            daemon.stop()
+    finally:
+        stranger.kill()
+        stranger.wait()

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from colibri.agent.harness import claude_result
 from colibri.core.lineage import Body, build_body, parse_body
 from tests.helpers import Daemon, wait_until
-from tests.sessions.support import ECHO, PY, group_members, online, wait_closed
+from tests.sessions.support import ECHO, PY, gated, group_members, online, wait_closed
 
 Fleet = Callable[..., Daemon]
 
@@ -298,3 +298,35 @@ def test_an_error_result_keeps_the_cost_and_the_whole_output() -> None:
 )
 def test_anything_else_is_kept_as_it_is_without_cost(stdout: str) -> None:
     assert claude_result(stdout) == (stdout, None)
+
+
+#: A session that tries to report on another task: the victim's id and epoch come in its text.
+FORGES = [
+    PY,
+    "-c",
+    "import json, os, subprocess, sys\n"
+    "victim, epoch = sys.stdin.read().split()\n"
+    "done = subprocess.run([sys.executable, '-m', 'colibri', 'out', '--task', victim,\n"
+    "                       '--epoch', epoch, 'forged output'], capture_output=True, text=True)\n"
+    "print(json.dumps([done.returncode, done.stderr.strip()]))\n",
+]
+
+
+def test_a_session_cannot_report_for_another_sessions_task(fleet: Fleet, root: Path) -> None:
+    """A session of workspace `other` sends `out` for a running task of `victim` with its id
+    and epoch (and so its own claim's secret, which is not the victim's): refused, and the
+    victim's task runs on until its own session reports."""
+    daemon = fleet({
+        "victim": {"session": {"command": gated(root)}},
+        "other": {"session": {"command": FORGES}},
+    })  # fmt: skip
+    wait_until(lambda: online(daemon, "victim", "other"))
+    victim = submit(daemon, "the real work", workspace="victim")
+    wait_until(lambda: (root / f"started-{victim['id']}").exists())
+    forger = submit(daemon, f"{victim['id']} 1", workspace="other")
+    code, stderr = json.loads(wait_closed(daemon, forger["id"])["output"])
+    assert code == 1 and "does not carry the claim" in stderr, stderr
+    assert get(daemon, victim["id"])["state"] == "running"
+    (root / f"go-{victim['id']}").write_text("")
+    final = wait_closed(daemon, victim["id"])
+    assert final["outcome"] == "done" and final["output"].startswith("released")

@@ -434,7 +434,11 @@ class Harness:
         only where the group's leader is still the process the marker was written for (a pid
         is reused; a marker may be planted) — and, found by their environment, whatever its
         sessions left running outside those groups."""
-        folder = self._sessions_dir()
+        try:
+            folder = self._sessions_dir()
+        except RootError as exc:  # each session will fail, saying so; the harness stays
+            log.error("cannot look for leftover sessions: %s", exc, extra={"event": "unsafe"})
+            return
         for marker in folder.glob(f"{self.spec.name}.*.pgid"):
             name = marker.name.removeprefix(f"{self.spec.name}.").removesuffix(".pgid")
             pgid = int(name) if name.isdigit() else 0

@@ -450,8 +450,11 @@ class Server:
             crashpoints.hit("before-mirror")
             if not self.mirror.broken:
                 self.mirror.append(rows)
-            elif self.mirror.repair_due(time.monotonic()):
-                self._repair_mirror()
+        if self.mirror.repair_due(time.monotonic()):
+            # Here, after the commit (or the rollback), the store holds no uncommitted row the
+            # catch-up could copy; and every sweep flushes, so the repair does not wait for
+            # new rows.
+            self._repair_mirror()
         for conn in self._to_close:
             if conn.transport is not None:
                 conn.transport.close()
