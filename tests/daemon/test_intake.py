@@ -205,3 +205,15 @@ def test_long_pages_are_cut_by_bytes_and_go_on_where_they_stopped(start_daemon: 
     assert sorted(seen) == sorted(ids) and len(seen) == len(set(seen))
     assert family["complete"] is False and family["tasks"][0]["id"] == parent
     assert 1 < len(family["tasks"]) < 41
+
+
+def test_the_cli_says_when_a_key_returned_an_existing_task(daemon: Daemon) -> None:
+    from tests.sessions.support import colibri
+
+    first = colibri(daemon.root, "submit", "deploy 42", "--idempotency-key", "deploy-42")
+    again = colibri(daemon.root, "submit", "deploy 42", "--idempotency-key", "deploy-42")
+    assert first.returncode == again.returncode == 0
+    assert first.stdout == again.stdout and first.stderr == ""
+    assert "already names task" in again.stderr and "nothing new" in again.stderr
+    other = colibri(daemon.root, "submit", "deploy 43", "--idempotency-key", "deploy-42")
+    assert other.returncode == 1 and "idempotency key 'deploy-42' names task" in other.stderr

@@ -149,7 +149,7 @@ def list_schedules(ctx: Context, as_json: bool) -> None:
         print_json(rows)
         return
     print_table(
-        ["NAME", "WHEN", "TZ", "NEXT", "STATE", "FIRES", "SKIPPED", "MISSED", "TASK"],
+        ["NAME", "WHEN", "TZ", "NEXT", "STATE", "FIRES", "SKIPPED", "MISSED", "REFUSED", "TASK"],
         [
             [
                 s["name"],
@@ -160,6 +160,7 @@ def list_schedules(ctx: Context, as_json: bool) -> None:
                 s["fires"],
                 s["skipped"],
                 s["missed"],
+                s.get("refused", 0),
                 s["task"]["text"][:40],
             ]
             for s in rows
@@ -183,7 +184,7 @@ def list_schedules(ctx: Context, as_json: bool) -> None:
     type=click.IntRange(0, 1000),
     default=0,
     show_default=True,
-    help="How many recent fires (fired, skipped, missed) to list.",
+    help="How many recent fires (fired, skipped, missed, refused) to list.",
 )
 @json_option
 @pass_ctx
@@ -209,7 +210,8 @@ def show(ctx: Context, name: str, count: int, fires: int, as_json: bool) -> None
     )
     print_line(
         f"catch_up {s['catch_up']}, overlap {s['overlap']}, "
-        f"fired {s['fires']}, skipped {s['skipped']}, missed {s['missed']}"
+        f"fired {s['fires']}, skipped {s['skipped']}, missed {s['missed']}, "
+        f"refused {s.get('refused', 0)}"
     )
     if s.get("last_task"):
         print_line(f"last fire {s['last_fire_at']} → task {s['last_task']}")
@@ -218,7 +220,8 @@ def show(ctx: Context, name: str, count: int, fires: int, as_json: bool) -> None
         for when in reply["next"]:
             print_line(f"  {when}")
     for fire in reply.get("fires", []):
-        print_line(f"  {fire['nominal']} {fire['outcome']} {fire.get('task') or ''}")
+        why = f"  ({fire['reason']})" if fire.get("reason") else ""
+        print_line(f"  {fire['nominal']} {fire['outcome']} {fire.get('task') or ''}{why}")
 
 
 _SIMPLE = {

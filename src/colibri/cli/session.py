@@ -275,7 +275,7 @@ def cost(ctx: Context, by: str, since: str | None, as_json: bool) -> None:
     print_table(
         [by.upper(), "SESSIONS", "USD", "TOKENS IN", "TOKENS OUT"],
         [
-            [r["key"] or "-", r["sessions"], f"{r['usd']:.4f}", r["tokens_in"], r["tokens_out"]]
+            [r["key"] or "-", r["sessions"], _dollars(r["usd"]), r["tokens_in"], r["tokens_out"]]
             for r in rows
         ],
         empty="no session has reported a cost yet",
@@ -283,7 +283,7 @@ def cost(ctx: Context, by: str, since: str | None, as_json: bool) -> None:
     if len(rows) > 1:
         print(
             f"total: {sum(r['sessions'] for r in rows)} sessions, "
-            f"${sum(r['usd'] for r in rows):.4f}"
+            f"${_dollars(sum(r['usd'] or 0.0 for r in rows))}"
         )
 
 
@@ -322,3 +322,9 @@ def events(ctx: Context, priority: int, workspace: str | None, name: str | None)
         client.call("subscribe", priority=priority, workspace=workspace, name=name)
         for event in client.events():
             print_json_line(event)
+
+
+def _dollars(usd: float | None) -> str:
+    """Dollars to four places; a sum too large for a float (the store had costs from before
+    they were bounded) comes as null in JSON."""
+    return "too large to show" if usd is None or usd == float("inf") else f"{usd:.4f}"

@@ -123,10 +123,14 @@ def submit(
 
     def send() -> dict[str, Any]:
         with ctx.client() as client:
-            if agent:
-                task = client.call("create-task", agent=agent, **fields)["task"]
-            else:
-                task = client.call("submit", **fields)["task"]
+            reply = client.call("create-task" if agent else "submit", agent=agent, **fields)
+            task = reply["task"]
+            if not reply.get("created", True):
+                click.echo(
+                    printable(f"colibri: idempotency key {idempotency_key} already names task "
+                              f"{task['id']} ({task['state']}); nothing new was submitted"),
+                    err=True,
+                )  # fmt: skip
             if wait:
                 task = client.call("wait", task=task["id"])["task"]
             return task  # type: ignore[no-any-return]
