@@ -592,7 +592,9 @@ class Board:
         if agent.name in self.supervised:  # the host-wide cap moves for all of them
             self._refresh_supervised()
             return
-        self._set_free(agent)
+        index = self.indexes.get(agent.tenant)  # (inline: every claim and report comes here)
+        if index is not None and agent.name in index:
+            index.set_free(agent.name, self._free(agent))
         self.dispatch_wanted = True
 
     def _refresh_supervised(self) -> None:
