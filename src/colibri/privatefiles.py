@@ -52,11 +52,15 @@ def open_private(path: Path, flags: int) -> int:
     """Open (or create, with ``os.O_CREAT`` in ``flags``) a regular file of ours, mode 0600,
     never through a link; return its descriptor. OSError (ELOOP for a link) or RootError
     otherwise, with the file untouched."""
-    fd = os.open(path, flags | _NOFOLLOW, 0o600)
+    # Non-blocking for the open itself: a FIFO planted here would otherwise block it (and the
+    # daemon's loop with it) until a writer or reader came. Blocking again once it is known to
+    # be a regular file.
+    fd = os.open(path, flags | _NOFOLLOW | os.O_NONBLOCK, 0o600)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise RootError(f"{path} is {what(info)}, not a file; move it away")
+        os.set_blocking(fd, True)
         if info.st_uid != os.getuid():
             raise RootError(f"{path} belongs to uid {info.st_uid}, not to us (uid {os.getuid()})")
         if stat.S_IMODE(info.st_mode) != 0o600:

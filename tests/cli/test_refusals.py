@@ -199,3 +199,35 @@ def test_an_os_error_is_one_line(tmp_path: Path) -> None:
     a_file.write_text("")
     line = one_error_line(colibri(tmp_path, "init", str(a_file / "root")))
     assert line == f"colibri: cannot create a Colibri root at {a_file / 'root'}: Not a directory"
+
+
+def test_a_hand_off_with_wait_sent_again_after_a_restart_makes_one_child(root: Path) -> None:
+    """`colibri submit --wait` inside a session retries through a daemon restart: its wait is
+    sent again, and its submit (with a key of its own) never makes a second child."""
+    from tests.helpers import FakeAgent, wait_until, write_config
+
+    write_config(root)
+    daemon = Daemon(root)
+    daemon.start()
+    try:
+        agent = FakeAgent(daemon, "a1")
+        parent = daemon.call("submit", text="the session's task")["task"]["id"]
+        assign = agent.next_assign()
+        session = {"COLIBRI_TASK_ID": parent, "COLIBRI_EPOCH": str(assign["epoch"]),
+                   "COLIBRI_CLAIM": assign["claim"]}  # fmt: skip
+        cli = colibri(root, "submit", "--wait", "the child, handed off", env=session)
+
+        def children() -> list[str]:
+            return [t["id"] for t in daemon.call("list", parent=parent)["tasks"]]
+
+        wait_until(lambda: len(children()) == 1)
+        daemon.restart()  # the wait's connection is closed under it
+        time.sleep(2)
+        assert cli.poll() is None and len(children()) == 1
+        daemon.call("cancel", task=children()[0])
+        out, err = cli.communicate(timeout=60)
+        assert cli.returncode == 1 and "cancelled" in err, err
+        assert len(children()) == 1
+        agent.close()
+    finally:
+        daemon.stop()

@@ -209,3 +209,56 @@ def test_a_hundred_failed_attempts_keep_every_retry_within_a_day(tmp_path: Path)
             board.sweep()
     assert store.get_task(task.id).outcome == "failed"  # type: ignore[union-attr]
     store.close()
+
+
+def test_a_sessions_report_sent_again_after_a_lost_reply_is_taken_once(
+    daemon: Daemon, spawn: Spawn
+) -> None:
+    """A session's `colibri out` retries when the daemon restarts under it; if the first one
+    committed, the second (the same output, the same claim) is answered as done, not refused —
+    and changes nothing. Another output is still refused."""
+    agent = spawn(daemon, "a1")
+    task = daemon.call("submit", text="report twice")["task"]
+    assign = agent.next_assign()
+    report = {"task": task["id"], "epoch": assign["epoch"], "claim": assign["claim"],
+              "from_session": True, "session_ended": False}  # fmt: skip
+    first = daemon.call("out", output="the result", **report)["task"]
+    rows = seqs(daemon)
+    again = daemon.call("out", output="the result", **report)["task"]
+    assert first["state"] == again["state"] == "done" and seqs(daemon) == rows
+    assert refused_code(daemon, "out", output="another result", **report) == "illegal_transition"
+    closed = agent.out(assign, "the result")["task"]  # the harness, once the session ended
+    assert (closed["state"], closed["outcome"]) == ("closed", "done")
+    assert closed["output"] == "the result"
+
+
+def test_ledger_follow_pages_through_a_long_backlog_without_a_gap(
+    daemon: Daemon, spawn: Spawn
+) -> None:
+    """Rows with 60 KiB reasons (failures): the backlog passes one reply's 8 MiB, so the first
+    page is cut. `colibri ledger --follow` reads on, page by page, then prints new rows as
+    they come: every seq once, in order."""
+    import subprocess
+    import sys
+
+    agent = spawn(daemon, "a1")
+    for n in range(150):
+        daemon.call("submit", text=f"fails {n}")
+        agent.fail(agent.next_assign(), error=f"{n} " + "e" * 60_000)
+    first = daemon.call("ledger", limit=10_000)
+    assert first["more"] is True and len(first["entries"]) < 10_000
+    command = [sys.executable, "-m", "colibri", "--root", str(daemon.root), "ledger", "-f"]
+    follow = subprocess.Popen([*command, "--json"], stdout=subprocess.PIPE, text=True)
+    try:
+        seen: list[int] = []
+        assert follow.stdout is not None
+        while len(seen) < 450:  # three rows per task: pending, running, failed (+ closed)
+            seen.append(json.loads(follow.stdout.readline())["seq"])
+        daemon.call("submit", text="one more")
+        last = daemon.call("status")["ledger_seq"]
+        while seen[-1] < last:
+            seen.append(json.loads(follow.stdout.readline())["seq"])
+        assert seen == list(range(1, last + 1))
+    finally:
+        follow.kill()
+        follow.communicate()

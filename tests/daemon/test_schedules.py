@@ -311,3 +311,92 @@ def test_the_runner_with_a_jitter_longer_than_the_gap_misses_nothing(tmp_path: P
         assert (schedule.fires, schedule.missed, schedule.skipped) == (200, 0, 0), catch_up
         assert wakes == sorted(wakes)
         store.close()
+
+
+def test_a_fire_that_meets_a_full_disk_fails_its_batch_and_records_nothing(
+    tmp_path: Path,
+) -> None:
+    """A full store is not a refusal by intake: the fire raises, so the server fails the
+    whole batch (and a client's submit in it is not acknowledged) instead of recording the
+    fire as refused on top of a transaction SQLite already rolled back."""
+    import msgspec as ms
+
+    from colibri.config import SchedulerSettings
+    from colibri.core.errors import StorageUnavailable
+    from colibri.core.protocol import TaskFields
+    from colibri.core.schedules import ScheduleSpec
+    from colibri.daemon.board import Board
+    from colibri.daemon.schedules import ScheduleRunner
+    from colibri.store import open_store
+    from tests.reliability.test_board_state_machine import ManualClock
+
+    clock = ManualClock()
+    store = open_store(str(tmp_path / "board.sqlite"), durability="relaxed")
+    board = Board(store, SchedulerSettings(), clock)
+    board.rebuild()
+    runner = ScheduleRunner(board, "UTC")
+    spec = ms.convert({"every": "1m", "task": {"text": "x" * 200_000}}, ScheduleSpec)
+    runner.add("big", spec, replace=False)
+    store.commit()
+    board.submit(TaskFields(text="a client's task in the same batch"))
+    pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+    store._conn.execute(f"PRAGMA max_page_count={pages + 2}")  # the disk is all but full
+    clock.advance(120)
+    with pytest.raises(StorageUnavailable):
+        runner.fire_due()
+    with pytest.raises(StorageUnavailable):
+        store.commit()  # what the server's flush does next: the batch is reported lost
+    store.rollback()
+    assert store.fires("big", 10) == []
+    store.close()
+
+
+def test_a_fire_failing_on_a_full_disk_backs_off_instead_of_spinning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each failed fire rolls the batch back and reloads the board; the reloaded schedule is
+    due again at once. The runner waits (1 s, doubling) before firing again: about two
+    rollbacks in three seconds, not one per loop turn (78 before)."""
+    import asyncio
+    import logging
+
+    import msgspec as ms
+
+    from colibri.config import init_root, load_config
+    from colibri.core.schedules import ScheduleSpec
+    from colibri.daemon.board import Board
+    from colibri.daemon.clock import SystemClock
+    from colibri.daemon.ledger import LedgerMirror
+    from colibri.daemon.server import Server
+    from colibri.store import open_store
+
+    async def scenario() -> None:
+        root = tmp_path / "root"
+        init_root(root)
+        config = load_config(root)
+        store = open_store(str(root / "board.sqlite"), durability="relaxed")
+        board = Board(store, config.scheduler, SystemClock())
+        board.rebuild()
+        mirror = LedgerMirror(root / "ledger.jsonl")
+        mirror.open(store)
+        server = Server(config, board, mirror)
+        server.schedules.add("s", ms.convert({"every": "1s", "task": {"text": "t" * 100_000}},
+                                             ScheduleSpec), replace=False)  # fmt: skip
+        server.flush()
+        pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+        store._conn.execute(f"PRAGMA max_page_count={pages}")  # the disk is full from now on
+        runner = asyncio.create_task(server.schedules.run(server.schedule_flush, server.fail_batch))
+        await asyncio.sleep(3.2)
+        runner.cancel()
+        mirror.close()
+        store.close()
+
+    server_log = logging.getLogger("colibri.daemon.server")
+    server_log.addHandler(caplog.handler)  # (the colibri logger may not propagate to the root)
+    try:
+        with caplog.at_level(logging.ERROR, logger="colibri.daemon.server"):
+            asyncio.run(scenario())
+    finally:
+        server_log.removeHandler(caplog.handler)
+    rollbacks = sum(1 for r in caplog.records if r.getMessage() == "batch rolled back")
+    assert 1 <= rollbacks <= 4, rollbacks

@@ -122,7 +122,10 @@ def test_a_ledger_link_is_set_aside_and_the_mirror_written_anew(
     assert stat.S_IMODE(outside["file"].stat().st_mode) == 0o644
 
 
-@pytest.mark.parametrize("last_line", [b"not json at all\n", b'{"seq": "x"\n', b"[1,2,3]\n"])
+@pytest.mark.parametrize(
+    "last_line",
+    [b"not json at all\n", b'{"seq": "x"\n', b"[1,2,3]\n", b'{"no": "seq"}\n', b'{"seq": -5}\n'],
+)
 def test_a_mirror_whose_last_line_is_not_a_row_is_set_aside(root: Path, last_line: bytes) -> None:
     daemon = Daemon(root)
     daemon.start()
@@ -199,3 +202,36 @@ def test_a_state_folder_that_is_a_file_is_one_line(root: Path) -> None:
     done = run_refused(root)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "expect"),
+    [
+        ("ledger.jsonl", "runs"),
+        ("harness/w.log", "runs"),
+        ("sessions/w.12345.pgid", "runs"),
+        ("daemon.lock", "refused"),
+    ],
+)
+def test_a_fifo_planted_under_the_state_folder_blocks_nothing(
+    root: Path, name: str, expect: str
+) -> None:
+    """Opening a FIFO blocks until its other end is opened: one planted where the daemon or
+    a harness opens a file must be refused at once, not hang the daemon's loop."""
+    with_workspace(root)
+    planted = root / STATE / name
+    planted.parent.mkdir(mode=0o700, exist_ok=True)
+    os.mkfifo(planted, 0o600)
+    if expect == "refused":
+        done = run_refused(root)
+        assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        return
+    daemon = Daemon(root)
+    daemon.start(timeout=20)
+    try:
+        task = daemon.call("submit", text="beside a fifo", workspace="w")["task"]
+        wait_until(lambda: daemon.call("get", task=task["id"])["task"]["outcome"] == "done",
+                   timeout=20)  # fmt: skip
+        assert daemon.call("ping")["pong"] is True
+    finally:
+        daemon.stop()

@@ -171,18 +171,20 @@ def test_a_planted_marker_never_makes_a_harness_kill_a_stranger(root: Path) -> N
     without killing anything."""
     import subprocess
 
-    stranger = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    strangers = [subprocess.Popen(["sleep", "1000"], start_new_session=True) for _ in range(2)]
     try:
         sessions = root / ".colibri" / "sessions"
         sessions.mkdir(mode=0o700, exist_ok=True)
-        (sessions / f"w.{stranger.pid}.pgid").write_text("")
-        (sessions / f"w.{stranger.pid + 0}.pgid").write_text(f"{stranger.pid} 1\n")
+        empty, stale = (sessions / f"w.{s.pid}.pgid" for s in strangers)
+        empty.write_text("")  # planted: names the group, says nothing
+        stale.write_text(f"{strangers[1].pid} 1\n")  # as for a process long gone (pid reused)
         daemon = start_detaching(root)
         try:
-            wait_until(lambda: not (sessions / f"w.{stranger.pid}.pgid").exists())
-            assert stranger.poll() is None and alive(stranger.pid)
+            wait_until(lambda: not empty.exists() and not stale.exists())
+            assert all(s.poll() is None and alive(s.pid) for s in strangers)
         finally:
             daemon.stop()
     finally:
-        stranger.kill()
-        stranger.wait()
+        for stranger in strangers:
+            stranger.kill()
+            stranger.wait()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -131,3 +132,34 @@ def test_fit_text_keeps_head_and_tail_within_the_budget() -> None:
             assert len(encode(fitted)) <= budget or fitted == text and len(encode(text)) <= budget
             if fitted != text:
                 assert fitted.startswith(text[:10]) and fitted.endswith(text[-10:])
+
+
+def test_a_failure_reported_after_a_restart_fits_a_small_line(
+    fleet: Callable[..., Daemon], root: Path
+) -> None:
+    """A session fails with 3,000 bytes of stderr while the daemon is down, and the daemon
+    takes lines of 2 KiB. The harness sends the failure when it registers again, cut to fit
+    (not refused as too long, and sent again until its stack ran out, killing the harness
+    and losing the task as 'registered again without it')."""
+    go = root / "go"
+    fails = [PY, "-c", "import os, sys, time; sys.stdin.read()\n"
+             f"while not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+             "sys.stderr.write('e' * 3000); sys.exit(3)"]  # fmt: skip
+    daemon = fleet({"w": {"session": {"command": fails}}})
+    config = json.loads((root / "colibri.jsonc").read_text())
+    config["server"] = {"max_line": 2048}
+    (root / "colibri.jsonc").write_text(json.dumps(config))
+    daemon.restart()
+    wait_until(lambda: online(daemon, "w"), timeout=20)
+    harness = next(h["pid"] for h in daemon.call("status")["harnesses"])
+    task = daemon.call("submit", text="fails loudly while the daemon is away", workspace="w")
+    task_id = task["task"]["id"]
+    wait_until(lambda: daemon.call("get", task=task_id)["task"]["state"] == "running")
+    daemon.kill()
+    go.write_text("")
+    time.sleep(1.0)  # the session fails while no daemon listens
+    daemon.start()
+    final = wait_closed(daemon, task_id, timeout=40)
+    assert final["outcome"] == "failed" and final["error"].startswith("exit 3: eee"), final
+    assert next(h["pid"] for h in daemon.call("status")["harnesses"]) == harness
+    assert "Traceback" not in (root / ".colibri" / "harness" / "w.log").read_text()

@@ -197,3 +197,40 @@ def test_a_warm_tmux_session_takes_the_task_and_is_renamed_after_it(tmux_root: P
         wait_until(lambda: len(list(folder.glob("warm-*"))) == 2)  # the pool refilled
     finally:
         daemon.stop()
+
+
+#: Shows its claim and a workspace secret to the test (through a file), then waits for "go".
+SHOWS_SECRETS = (
+    "import os, subprocess, sys, time\n"
+    "open(os.environ['COLIBRI_TASK_ID'] + '.env', 'w').write(\n"
+    "    os.environ['COLIBRI_CLAIM'] + ' ' + os.environ['API_KEY'])\n"
+    "while not os.path.exists('go'):\n"
+    "    time.sleep(0.05)\n"
+    "subprocess.run([sys.executable, '-m', 'colibri', 'out', 'done'])\n"
+)
+
+
+def test_no_command_line_on_the_machine_shows_a_sessions_secrets(tmux_root: Path) -> None:
+    """Command lines are readable by every user of the machine (/proc/PID/cmdline). A tmux
+    session gets its claim and its workspace's env through the tmux client's environment,
+    never its arguments, and so does the tmux server that outlives it."""
+    secret = "sk-not-for-other-users-0123456789"
+    daemon = start(tmux_root, {"term": {"session": {
+        "backend": "tmux", "command": [sys.executable, "-c", SHOWS_SECRETS],
+        "env": {"API_KEY": secret},
+    }}})  # fmt: skip
+    try:
+        task = daemon.call("submit", text="x", workspace="term")["task"]
+        shown = tmux_root / "term" / f"{task['id']}.env"
+        claim, key = wait_until(lambda: shown.exists() and shown.read_text()).split()
+        assert key == secret and len(claim) == 32
+        for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            assert secret.encode() not in cmdline and claim.encode() not in cmdline, pid
+        (tmux_root / "term" / "go").write_text("")
+        assert wait_end(daemon, task["id"])["output"] == "done"
+    finally:
+        daemon.stop()

@@ -904,3 +904,62 @@ def test_a_commit_that_cannot_write_raises_storage_unavailable_and_rolls_back(
         assert [e.task for e in store.ledger(0, 10)] == ["t1", "t3"]
     finally:
         store.close()
+
+
+_SPILL_SCRIPT = textwrap.dedent(
+    """
+    import json, os, resource, signal, sys
+
+    from colibri.core.errors import StorageUnavailable
+    from colibri.core.model import LedgerEntry, Task
+    from colibri.store.base import TaskFilter
+    from colibri.store.sqlite import SqliteStore
+
+    path = sys.argv[1]
+
+    def add(store, task_id, text):
+        task = Task(id=task_id, text=text, capabilities=[], created_at="t", updated_at="t")
+        store.insert_task(task, LedgerEntry(at="t", task=task_id, to_state="pending"))
+
+    store = SqliteStore(path, durability="relaxed")
+    for n in range(3000):
+        add(store, f"old{n:05}", "y" * 300)
+    store.commit()
+    store._conn.execute("PRAGMA cache_size=20")  # so that the read below must spill
+    for n in range(200):
+        add(store, f"new{n:05}", "z" * 3000)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(path + "-wal"), hard))
+    result = {}
+    try:
+        store.list_tasks(TaskFilter(limit=10_000))
+        result["read"] = "ok"
+    except Exception as exc:
+        result["read"] = type(exc).__name__
+    resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+    try:
+        store.commit()
+        result["commit"] = "ok"
+    except StorageUnavailable as exc:
+        result["commit"] = exc.code
+    result["new_stored"] = store.get_task("new00000") is not None
+    store.close()
+    print(json.dumps(result))
+    """
+)
+
+
+def test_a_batch_sqlite_rolled_back_by_itself_is_never_committed_as_done(board: Path) -> None:
+    """A read in the batch meets an I/O error while spilling its cache (a file that may not
+    grow), and SQLite rolls the whole transaction back by itself. The commit that follows
+    must say the batch is gone, not return as if it had committed (its writes would have been
+    acknowledged and lost)."""
+    done = subprocess.run([sys.executable, "-c", _SPILL_SCRIPT, str(board)],
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = msgspec.json.decode(done.stdout)
+    if result["read"] == "ok":
+        pytest.skip("this SQLite did not spill its cache during the read")
+    assert result == {"read": "OperationalError", "commit": "storage_unavailable",
+                      "new_stored": False}  # fmt: skip

@@ -54,6 +54,12 @@ KILL_GRACE = 5.0
 STABLE_CONNECTION = 5.0
 #: How often descendants that left their session are looked for (with a subreaper).
 REAP_EVERY = 1.0
+#: The variables the harness sets in a session's environment.
+SESSION_VARIABLES = (
+    "COLIBRI_TASK_ID", "COLIBRI_EPOCH", "COLIBRI_CLAIM", "COLIBRI_TASK_FILE", "COLIBRI_SOCKET",
+    "COLIBRI_ROOT", "COLIBRI_AGENT", "COLIBRI_WORKSPACE", "COLIBRI_PARENT", "COLIBRI_SESSION",
+    "COLIBRI_HARNESS",
+)  # fmt: skip
 #: Refusals of a registration worth waiting out; any other stops the harness.
 RETRY_REGISTER = frozenset({"closed", "busy"})
 #: How long a stopping harness tries to deliver its sessions' last reports (after the kills,
@@ -170,8 +176,10 @@ class Harness:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, self.stopping.set)
-        # Children inherit this; sessions replace it with their own (see _reap_inherited).
+        # Children inherit these; sessions replace the first with their own (_reap_inherited).
+        # The second names this harness (pid and start time) to whoever finds them later.
         os.environ["COLIBRI_SESSION"] = self.own_sid
+        os.environ["COLIBRI_HARNESS"] = _process_name(os.getpid())
         self.subreaper = become_subreaper()
         if self.spec.reap_leftovers:
             self._reap_leftovers()
@@ -371,7 +379,9 @@ class Harness:
         else:
             own = {k: v for k, v in env.items() if k.startswith("COLIBRI_") or k in self.spec.env}
             try:
-                pid = await tmux.start(sock, session.task, self.spec.command, own, self.spec.cwd)
+                pid = await tmux.start(
+                    sock, session.task, self.spec.command, own, self.spec.cwd, self._tmux_names()
+                )
                 self._track(pid)
             except (RuntimeError, OSError, ValueError) as exc:
                 session.report = ("fail", {"error": f"could not start the tmux session: {exc}"})
@@ -459,6 +469,9 @@ class Harness:
             with contextlib.suppress(FileNotFoundError, IsADirectoryError):
                 marker.unlink()
         for pid in processes_with(COLIBRI_ROOT=str(self.root), COLIBRI_AGENT=self.spec.name):
+            owner = (environ_of(pid, "COLIBRI_HARNESS") or "").partition(":")[0]
+            if owner.isdigit() and environ_of(pid, "COLIBRI_HARNESS") == _process_name(int(owner)):
+                continue  # its harness is alive (one started by hand under the same name)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
                 log.warning(
@@ -488,8 +501,8 @@ class Harness:
         the harness's own helpers (tmux) keep theirs. Zombies among them are reaped."""
         if not self.subreaper or tmux.SPAWNING or self._spawning:
             return  # a process being started is not yet known as ours
-        live = {s.sid for s in self.sessions.values() if not s.ended}
-        live.update(w.sid for w in self.pool)
+        running = {s.sid for s in self.sessions.values() if not s.ended}
+        live = running | {w.sid for w in self.pool}
         ours = self._direct_children()
         for pid, state in children_of(os.getpid()):
             if pid in ours:
@@ -501,8 +514,8 @@ class Harness:
             sid = environ_of(pid, "COLIBRI_SESSION")
             if sid == self.own_sid or (sid in live and not everything):
                 continue
-            if sid is None and live and not everything:
-                continue  # whose it is cannot be told; it goes when no session is left
+            if sid is None and running and not everything:
+                continue  # whose it is cannot be told; it goes when no task's session is left
             log.warning(
                 "stopped a process its session left behind",
                 extra={"event": "descendant_killed", "pid": pid, "session": sid},
@@ -515,6 +528,10 @@ class Harness:
                     os.killpg(group, signal.SIGKILL)  # and what it started in its group
 
     # -- the ready pool ---------------------------------------------------------------------
+
+    def _tmux_names(self) -> list[str]:
+        """Every variable a tmux session of this harness may be given."""
+        return [*SESSION_VARIABLES, *self.spec.env]
 
     def _session_env(self) -> dict[str, str]:
         env = {
@@ -576,7 +593,7 @@ class Harness:
                                if k.startswith("COLIBRI_") or k in self.spec.env}  # fmt: skip
                         sock = tmux.socket_for(self.root, self.spec.name)
                         warm.pane_pid = await tmux.start(
-                            sock, name, self.spec.command, own, self.spec.cwd
+                            sock, name, self.spec.command, own, self.spec.cwd, self._tmux_names()
                         )
                         self._track(warm.pane_pid)
                     else:
@@ -760,13 +777,16 @@ class Harness:
                 return job.result()
 
     def _fitted(self, session: Session, cmd: str, fields: dict[str, Any]) -> dict[str, Any]:
-        """A report's fields, its output cut to fit one request line of the daemon."""
-        if cmd != "out" or not fields.get("output"):
+        """A report's fields, its long text (an out's output, a fail's error) cut to fit one
+        request line of the daemon."""
+        fields = {k: v for k, v in fields.items() if k != "refused"}  # ours, not the wire's
+        field = {"out": "output", "fail": "error"}.get(cmd)
+        if field is None or not fields.get(field):
             return fields
-        rest = {k: v for k, v in fields.items() if k != "output"}
+        rest = {k: v for k, v in fields.items() if k != field}
         where = {"task": session.task, "epoch": session.epoch, "claim": session.claim}
-        output = fit_report(fields["output"], self.max_line, cmd, {**where, **rest})
-        return {**rest, "output": output}
+        text = fit_report(fields[field], self.max_line, cmd, {**where, **rest}, field)
+        return {**rest, field: text}
 
     async def _deliver(self, session: Session) -> None:
         if session.report is None or self.client is None:
@@ -781,17 +801,21 @@ class Harness:
                 return
             if exc.code in ("line_too_long", "bad_request") and cmd in ("out", "fail"):
                 # Never sent again as it is (the daemon would refuse it again, for ever): the
-                # task fails, saying why. A refused failure report is replaced by a short one.
+                # task fails, saying why, in a report short enough for any line. It goes now
+                # if the connection still serves (bad_request), else after registering again
+                # (line_too_long closed it); a refusal of that one is the end of it.
                 log.error(
                     "report refused; the task is reported failed instead: %s",
                     exc.message,
                     extra={"event": "report_refused", "task": session.task},
                 )
-                why = f"the session's {cmd} report was refused: {exc.message[:2000]}"
-                if fields.get("error", "").startswith("the session's"):
-                    why = "the session's reports were refused by the daemon"
-                session.report = ("fail", {"error": why})
-                await self._deliver(session)
+                if fields.get("refused"):
+                    self.sessions.pop(session.task, None)
+                    return
+                why = f"the session's {cmd} report was refused: {exc.message[:300]}"
+                session.report = ("fail", {"error": why, "refused": True})
+                if exc.code == "bad_request":
+                    await self._deliver(session)
                 return
             if exc.code == "illegal_transition":
                 # The session reported by itself (``colibri out``); its end closes the task.
@@ -914,6 +938,11 @@ def claude_result(stdout: str) -> tuple[str, dict[str, Any] | None]:
         cost[key] = value
     output = doc["result"] if isinstance(doc.get("result"), str) else stdout
     return output, cost or None
+
+
+def _process_name(pid: int) -> str:
+    """``pid:start time``: one process, even once its pid is reused."""
+    return f"{pid}:{start_time(pid)}"
 
 
 class Capture:

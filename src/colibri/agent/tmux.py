@@ -33,15 +33,16 @@ def socket_for(root: Path, agent: str) -> Path:
     return root / STATE_DIR / "tmux" / f"{agent}.sock"
 
 
-async def tmux(socket: Path, *args: str) -> str:
-    """Run one tmux command against the workspace's server; raise RuntimeError on failure."""
+async def tmux(socket: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """Run one tmux command against the workspace's server (with ``env`` added to the
+    client's environment); raise RuntimeError on failure."""
     global SPAWNING
     SPAWNING += 1
     try:
         process = await asyncio.create_subprocess_exec(
             "tmux", "-S", str(socket), *args,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            stdin=asyncio.subprocess.DEVNULL,
+            stdin=asyncio.subprocess.DEVNULL, env={**os.environ, **env} if env else None,
         )  # fmt: skip
     finally:
         SPAWNING -= 1
@@ -56,19 +57,36 @@ async def tmux(socket: Path, *args: str) -> str:
 
 
 async def start(
-    socket: Path, name: str, command: list[str], env: dict[str, str], cwd: Path | None
+    socket: Path,
+    name: str,
+    command: list[str],
+    env: dict[str, str],
+    cwd: Path | None,
+    names: list[str],
 ) -> int:
-    """Start ``command`` as tmux session ``name``; return the pid of its pane (a group leader)."""
+    """Start ``command`` as tmux session ``name`` with ``env``; return the pid of its pane (a
+    group leader). ``names``: every variable any session may be given (those not in ``env``
+    are removed from this session's environment).
+
+    The values never go on a command line, which every user of the machine may read in
+    /proc: the server copies them from the client's own environment, as its
+    ``update-environment`` option tells it to. ``COLIBRI_SESSION`` alone (an id, no secret)
+    is given with ``-e``: the client keeps the harness's own, so a tmux server this call
+    starts carries the harness's id, never a session's, and outlives every session."""
     from colibri.privatefiles import private_dir
 
     private_dir(socket.parent)
-    flags = [f"-e{key}={value}" for key, value in env.items()]
+    values = dict(env)
+    sid = values.pop("COLIBRI_SESSION", None)
+    flags = [f"-eCOLIBRI_SESSION={sid}"] if sid is not None else []
+    listed = " ".join(sorted(n for n in names if n != "COLIBRI_SESSION"))
     where = ["-c", str(cwd)] if cwd is not None else []
     out = await tmux(
-        socket, "new-session", "-d", "-s", name, "-x", "200", "-y", "50", *where, *flags,
-        "-P", "-F", "#{pane_pid}", *command,
+        socket, "set-option", "-g", "update-environment", listed, ";",
+        "new-session", "-d", "-s", name, "-x", "200", "-y", "50", *where, *flags,
+        "-P", "-F", "#{pane_pid}", *command, env=values,
     )  # fmt: skip
-    return int(out.strip())
+    return int(out.strip().splitlines()[-1])
 
 
 async def screen(socket: Path, name: str) -> str:

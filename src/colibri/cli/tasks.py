@@ -87,6 +87,7 @@ def submit(
     if text == "-":
         text = sys.stdin.read()
     handoff: str | None = None
+    own_key = False  # an idempotency key made here, for a hand-off sent again
     if in_session():
         # Inside a session every new task is a hand-off: a child of the session's own task,
         # proved by its claim, and only to a workspace its workspace may send to.
@@ -100,6 +101,12 @@ def submit(
             )
         parent, handoff = own.task, own.secret
         workspace = to or workspace
+        # Sent again if the daemon restarts under it (wait_out_busy): a key of its own makes
+        # the second send return the task the first one made, never a second child.
+        if idempotency_key is None:
+            import secrets
+
+            idempotency_key, own_key = f"handoff-{secrets.token_hex(16)}", True
     elif to is not None:
         if not parent:
             raise click.UsageError(
@@ -122,21 +129,19 @@ def submit(
     )
 
     def send() -> dict[str, Any]:
-        with ctx.client() as client:
-            reply = client.call("create-task" if agent else "submit", agent=agent, **fields)
-            task = reply["task"]
-            if not reply.get("created", True):
-                click.echo(
-                    printable(f"colibri: idempotency key {idempotency_key} already names task "
-                              f"{task['id']} ({task['state']}); nothing new was submitted"),
-                    err=True,
-                )  # fmt: skip
-            if wait:
-                task = client.call("wait", task=task["id"])["task"]
-            return task  # type: ignore[no-any-return]
+        return ctx.call("create-task" if agent else "submit", agent=agent, **fields)
 
-    # A session handing work on waits out a busy daemon, as its reports do.
-    task = wait_out_busy(send) if in_session() else send()
+    # A session handing work on waits out a busy or restarting daemon, as its reports do.
+    reply = wait_out_busy(send) if in_session() else send()
+    task = reply["task"]
+    if not reply.get("created", True) and not own_key:
+        click.echo(
+            printable(f"colibri: idempotency key {idempotency_key} already names task "
+                      f"{task['id']} ({task['state']}); nothing new was submitted"),
+            err=True,
+        )  # fmt: skip
+    if wait:
+        task = ctx.call("wait", patient=in_session(), task=task["id"])["task"]
     if as_json:
         print_json(task)
     elif wait:
@@ -316,7 +321,13 @@ def ledger(
         for entry in reply["entries"]:
             emit(entry)
         if not follow:
+            if reply.get("more"):
+                click.echo(f"more: colibri ledger --after {reply['next']}", err=True)
             return
+        while reply.get("more"):  # the rows already written, page by page, then the new ones
+            reply = client.call("ledger", after=reply["next"], limit=limit, task=task_id)
+            for entry in reply["entries"]:
+                emit(entry)
         last = reply["next"]
         for event in client.events():
             if event["event"] == "ledger" and event["entry"]["seq"] > last:

@@ -36,6 +36,10 @@ ShortStr = Annotated[str, msgspec.Meta(max_length=200)]
 Names = Annotated[list[str], msgspec.Meta(max_length=256)]
 TaskId = Annotated[str, msgspec.Meta(max_length=64)]
 Epoch = Annotated[int, msgspec.Meta(ge=0, le=MAX_EPOCH)]
+#: The longest output an ``out`` carries, and error a ``fail`` does, whatever
+#: ``server.max_line`` allows.
+OUTPUT_MAX = 16 * 1024 * 1024
+ERROR_MAX = 64 * 1024
 #: The per-claim secret a session proves its report with (``COLIBRI_CLAIM``).
 Claim = Annotated[str, msgspec.Meta(max_length=128)]
 
@@ -191,7 +195,7 @@ class Heartbeat(Request, tag="heartbeat"):
 class Out(Request, tag="out"):
     task: TaskId
     epoch: Epoch
-    output: Annotated[str, msgspec.Meta(max_length=16 * 1024 * 1024)] = ""
+    output: Annotated[str, msgspec.Meta(max_length=OUTPUT_MAX)] = ""
     cost: ReportedCost | None = None
     #: The session is already gone (a one-shot command): close the task at once.
     session_ended: bool = True
@@ -205,7 +209,7 @@ class Out(Request, tag="out"):
 class Fail(Request, tag="fail"):
     task: TaskId
     epoch: Epoch
-    error: Annotated[str, msgspec.Meta(max_length=64 * 1024)] = ""
+    error: Annotated[str, msgspec.Meta(max_length=ERROR_MAX)] = ""
     session_ended: bool = True
     from_session: bool = False
     claim: Claim | None = None
@@ -365,25 +369,27 @@ REPLY_BUDGET = 8 * 1024 * 1024
 
 
 def task_size(task: Task) -> int:
-    """About how many bytes a task takes in a reply (its long fields, and the rest)."""
-    return 512 + len(task.text) + len(task.output or "") + len(task.error or "")
+    """How many bytes a task takes in a reply, encoded (a control byte takes six)."""
+    return len(encode(task))
 
 
 def ledger_size(entry: LedgerEntry) -> int:
-    return 256 + len(entry.reason or "")
+    return len(encode(entry))
 
 
 #: Room kept on a report's line for what the client adds to it (``id``) and its newline.
 LINE_SLACK = 256
-#: The longest output an ``out`` carries, whatever ``server.max_line`` allows.
-OUTPUT_MAX = 16 * 1024 * 1024
 
 
-def fit_report(output: str, max_line: int, cmd: str, fields: dict[str, object]) -> str:
-    """``output`` as it fits one ``cmd`` request line of at most ``max_line`` bytes with the
-    other ``fields``, after JSON escaping (a control byte takes six): whole, or cut."""
-    overhead = len(encode({"cmd": cmd, **fields, "output": ""})) + LINE_SLACK
-    return fit_text(output, min(max_line - overhead, OUTPUT_MAX))
+def fit_report(
+    text: str, max_line: int, cmd: str, fields: dict[str, object], field: str = "output"
+) -> str:
+    """``text`` as it fits, as ``field``, one ``cmd`` request line of at most ``max_line``
+    bytes with the other ``fields``, after JSON escaping (a control byte takes six): whole, or
+    cut. (An ``out``'s output is at most OUTPUT_MAX; a ``fail``'s error, ERROR_MAX.)"""
+    overhead = len(encode({"cmd": cmd, **fields, field: ""})) + LINE_SLACK
+    most = ERROR_MAX if field == "error" else OUTPUT_MAX
+    return fit_text(text, min(max_line - overhead, most))
 
 
 def fit_text(text: str, budget: int) -> str:

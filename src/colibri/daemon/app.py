@@ -168,6 +168,8 @@ async def serve(config: Config) -> int:
         await asyncio.sleep(0)  # let the closed connections report in
         server.flush()
         server.closed = True
+        if server.fatal_error is not None:
+            return 1
         log.info("daemon stopped", extra={"event": "stopped"})
         return 0
     finally:

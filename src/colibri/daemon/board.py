@@ -1062,6 +1062,9 @@ class Board:
         session_ended: bool = True,
     ) -> Task:
         task = self._held(agent, task_id, epoch)
+        if task.state == State.DONE and task.output == output:
+            # The same report again: sent once more after its reply was lost (a restart).
+            return self._close(task) if session_ended else task
         if task.state != State.RUNNING:
             raise IllegalTransition(task_id, task.state, State.DONE.value)
         agent.requeues_in_row = 0
@@ -1075,6 +1078,8 @@ class Board:
         self, agent: LiveAgent, task_id: str, epoch: int, error: str, session_ended: bool = True
     ) -> Task:
         task = self._held(agent, task_id, epoch)
+        if task.state == State.FAILED and task.error == (error or "session failed"):
+            return self._close(task) if session_ended else task  # the same report again
         if task.state != State.RUNNING:
             raise IllegalTransition(task_id, task.state, State.FAILED.value)
         agent.requeues_in_row = 0

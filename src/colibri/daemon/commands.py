@@ -199,7 +199,9 @@ class Commands:
             after = page[-1].seq
         if req.follow:
             self.server.follow_ledger(conn, req.task)
-        return {"entries": rows, "next": rows[-1].seq if rows else req.after}
+        last = rows[-1].seq if rows else req.after
+        more = full or (len(rows) == req.limit and bool(self.board.store.ledger(last, 1, req.task)))
+        return {"entries": rows, "next": last, "more": more}
 
     def register_agent(self, req: p.RegisterAgent, conn: Connection) -> Reply:
         agent, adopted, rejected = self.board.register(req, conn)

@@ -47,8 +47,10 @@ def _last_seq(lines: bytes | bytearray) -> int | None:
         end -= 1
     if not end:
         return None
-    seq = _seq_only.decode(lines[lines.rfind(b"\n", 0, end) + 1 : end]).get("seq", 0)
-    return seq if isinstance(seq, int) else 0
+    seq = _seq_only.decode(lines[lines.rfind(b"\n", 0, end) + 1 : end]).get("seq")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+        raise ValueError("its last line has no seq")  # not a row of ours: set aside
+    return seq
 
 
 class LedgerMirror:

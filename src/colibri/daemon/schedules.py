@@ -22,6 +22,7 @@ from colibri.core.errors import (
     ColibriError,
     Internal,
     ScheduleExists,
+    StorageUnavailable,
     UnknownSchedule,
 )
 from colibri.core.model import LedgerEntry, parse_rfc3339, rfc3339
@@ -240,8 +241,10 @@ class ScheduleRunner:
                 reason=f"fired by schedule {schedule.name} {why}",
             )
         except ColibriError as exc:
-            if manual:
-                raise  # the operator who asked sees why; nothing is recorded
+            if manual or isinstance(exc, StorageUnavailable):
+                # The operator who asked sees why (nothing is recorded); a store that failed
+                # has rolled the batch back, which must fail as a whole.
+                raise
             refusal = f"{exc.code}: {exc.message}"
             self.store.record_fire(schedule.name, key, "refused", None, stamp, refusal)
             schedule.refused += 1
@@ -302,12 +305,19 @@ class ScheduleRunner:
     ) -> None:
         """Sleep until the next due time (or a change), fire, hand the batch to the server;
         a fire that fails half-way fails the batch (``on_failed``): nothing of it commits."""
+        failures = 0
         while True:
             self.changed.clear()
             wake = self.next_wake()
             delay = (
                 MAX_SLEEP if wake is None else min(MAX_SLEEP, max(0.0, wake - self.clock.time()))
             )
+            if failures:
+                # The batch was rolled back and reloaded, so the same fire is due again at
+                # once: wait (1 s, doubling, at most a minute) rather than fail, roll back
+                # and rebuild the whole board in a hot loop while the store is down.
+                await asyncio.sleep(min(MAX_SLEEP, 2.0 ** (failures - 1)))
+                delay = 0.0
             if delay > 0:
                 try:
                     async with asyncio.timeout(delay):
@@ -317,7 +327,9 @@ class ScheduleRunner:
                     pass
             try:
                 self.fire_due()
+                failures = 0
             except Exception as exc:
+                failures += 1
                 log.exception(
                     "schedule fire failed; its batch is rolled back",
                     extra={"event": "schedule_failed", "error": str(exc)},

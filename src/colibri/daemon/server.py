@@ -156,6 +156,7 @@ class Connection(asyncio.Protocol):
             if line.strip():
                 self.server.handle_line(self, line)
                 handled += 1
+                self.last_active = self.server.loop.time()  # a long pipeline is not idle
         if start:
             del buf[:start]
             # The unfinished tail, if any, is a new line: its clock starts now. (A peer that
@@ -232,6 +233,7 @@ class Connection(asyncio.Protocol):
             return
         self.transport.write(bytes(self._out))
         self._out.clear()
+        self.last_active = self.server.loop.time()
         watched = self.subscriber or self.follows_ledger
         if watched and self.transport.get_write_buffer_size() > SUBSCRIBER_BUFFER_LIMIT:
             self.transport.write(
@@ -436,11 +438,13 @@ class Server:
             rows, outbox = board.take_effects()
             if rows:
                 crashpoints.hit("after-commit")
-                self._push_ledger(rows)
             if placed:
                 crashpoints.hit("before-assign")
             for conn, message in replies:
                 conn.queue(message)
+            # After the replies: a new follower's ``ledger`` reply comes before the rows of its
+            # own batch, so it can tell the rows its reply holds from those that are new.
+            self._push_ledger(rows)
             for peer, message in outbox:
                 peer.send(message)
         for conn in self.dirty:
@@ -529,6 +533,8 @@ class Server:
             and not conn.subscriber
             and not conn.follows_ledger
             and not conn.closing
+            and not conn._out  # a reply waits to be written
+            and not (conn.transport is not None and conn.transport.get_write_buffer_size())
             and not self.board.owes(conn)
             and not self.bus.owes(conn)
         )

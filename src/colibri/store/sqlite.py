@@ -186,6 +186,11 @@ class SqliteStore:
             location, isolation_level=None, check_same_thread=False, cached_statements=256
         )
         self._conn.row_factory = sqlite3.Row
+        #: Whether the open batch has written (see ``commit``), and why it was lost if a
+        #: storage fault rolled it back (then nothing is written or committed until
+        #: ``rollback``).
+        self._dirty = False
+        self._lost = ""
         try:
             self._check_identity()
             self._conn.execute("PRAGMA journal_mode=WAL")
@@ -242,26 +247,51 @@ class SqliteStore:
 
     @contextmanager
     def _writing(self) -> Iterator[sqlite3.Connection]:
+        if self._lost:
+            raise StorageUnavailable(self._lost)
         try:
             if not self._conn.in_transaction:
                 self._conn.execute("BEGIN IMMEDIATE")
+            self._dirty = True
             yield self._conn
         except sqlite3.OperationalError as exc:
             if not _is_storage_fault(exc):
                 raise  # a bug in a statement, not a storage problem: reported as internal
-            self.rollback()
-            raise _storage_error(exc) from None
+            # The batch's earlier writes are gone with it: until the caller gives the batch
+            # up (``rollback``), nothing more is written and nothing commits — a write that
+            # came after it must not commit on its own and pass for the whole batch.
+            self._abort()
+            error = _storage_error(exc)
+            self._lost = error.message
+            raise error from None
 
     def commit(self) -> None:
+        if self._lost:
+            raise StorageUnavailable(self._lost)
         if not self._conn.in_transaction:
+            if self._dirty:
+                # Written to, and no transaction left to commit: SQLite rolled it back by
+                # itself (an I/O error or a full disk met by a read's cache spill, say). The
+                # writes are gone: say so, never let them be acknowledged.
+                self._dirty = False
+                raise StorageUnavailable(
+                    "the board's store lost the batch it was writing (an I/O error or a full "
+                    "disk); nothing was changed"
+                )
             return
         try:
             self._conn.execute("COMMIT")
+            self._dirty = False
         except sqlite3.Error as exc:
             self.rollback()
             raise _storage_error(exc) from None
 
     def rollback(self) -> None:
+        self._dirty = False
+        self._lost = ""
+        self._abort()
+
+    def _abort(self) -> None:
         if self._conn.in_transaction:
             try:
                 self._conn.execute("ROLLBACK")
