@@ -454,7 +454,7 @@ class Server:
             crashpoints.hit("before-mirror")
             if not self.mirror.broken:
                 self.mirror.append(rows)
-        if self.mirror.repair_due(time.monotonic()):
+        if not self.closed and self.mirror.repair_due(time.monotonic()):
             # Here, after the commit (or the rollback), the store holds no uncommitted row the
             # catch-up could copy; and every sweep flushes, so the repair does not wait for
             # new rows.
