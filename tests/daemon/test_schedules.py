@@ -294,7 +294,7 @@ def test_the_runner_with_a_jitter_longer_than_the_gap_misses_nothing(tmp_path: P
         store = open_store(str(tmp_path / f"{catch_up}.sqlite"), durability="relaxed")
         board = Board(store, SchedulerSettings(), clock)
         board.rebuild()
-        runner = ScheduleRunner(board, "UTC")
+        runner = ScheduleRunner(board, board.batch, "UTC")
         spec = ScheduleSpec(cron="* * * * *", jitter="1h", catch_up=catch_up, overlap="allow",
                             task=ScheduledTask(text="spread"))  # fmt: skip
         runner.add("spread", spec, replace=False)
@@ -334,7 +334,7 @@ def test_a_fire_that_meets_a_full_disk_fails_its_batch_and_records_nothing(
     store = open_store(str(tmp_path / "board.sqlite"), durability="relaxed")
     board = Board(store, SchedulerSettings(), clock)
     board.rebuild()
-    runner = ScheduleRunner(board, "UTC")
+    runner = ScheduleRunner(board, board.batch, "UTC")
     spec = ms.convert({"every": "1m", "task": {"text": "x" * 200_000}}, ScheduleSpec)
     runner.add("big", spec, replace=False)
     store.commit()

@@ -69,6 +69,7 @@ class Peer:
 
     def __init__(self, name: str) -> None:
         self.agent_name: str | None = None
+        self.closing = False
         self.name = name
         self.messages: list[dict[str, Any]] = []
 
@@ -440,17 +441,17 @@ class BoardMachine(RuleBasedStateMachine):
         held_text: dict[str, int] = {}
         for task in board.tasks.values():
             held_text[task.tenant] = held_text.get(task.tenant, 0) + len(task.text.encode())
-        assert {t: n for t, n in board._open_text.items() if n} == held_text
+        assert {t: n for t, n in board.transitions.open_text.items() if n} == held_text
         running = {t.id for t in board.tasks.values() if t.state == State.RUNNING}
         for live in board.agents.values():
             assert live.holding <= set(board.tasks), (live.name, live.holding)
             for task_id in live.holding & running:
                 assert board.tasks[task_id].agent == live.name
-            index = board.indexes.get(live.tenant)
+            index = board.capacity.indexes.get(live.tenant)
             if index is not None and live.name in index:
-                assert index.free(live.name) == board._free(live), (
+                assert index.free(live.name) == board.capacity.free(live), (
                     f"{live.name} offers {index.free(live.name)} free slots in the index; its "
-                    f"sessions leave {board._free(live)}"
+                    f"sessions leave {board.capacity.free(live)}"
                 )
 
     @invariant()

@@ -29,3 +29,18 @@ def is_claim(key: bytes, task_id: str, epoch: int, shown: str | None) -> bool:
     if shown is None:
         return False
     return hmac.compare_digest(shown.encode(), claim_secret(key, task_id, epoch).encode())
+
+
+class Claims:
+    """The claims of one board (its key)."""
+
+    __slots__ = ("_key",)
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+
+    def secret(self, task_id: str, epoch: int) -> str:
+        return claim_secret(self._key, task_id, epoch)
+
+    def valid(self, task_id: str, epoch: int, shown: str | None) -> bool:
+        return is_claim(self._key, task_id, epoch, shown)

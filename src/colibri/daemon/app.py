@@ -220,7 +220,7 @@ async def _run_until_stopped(config: Config, board: Board, server: Server) -> No
             server.schedule_flush()
 
     sweep_wake = asyncio.Event()
-    board.on_deadline = sweep_wake.set
+    board.set_wake(sweep_wake.set)
 
     async def sweep() -> None:
         while True:

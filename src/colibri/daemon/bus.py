@@ -20,19 +20,11 @@ from colibri.core.errors import BadRequest
 from colibri.core.lineage import parse_body
 
 if TYPE_CHECKING:
+    from colibri.daemon.board import Audience, Subscription
     from colibri.daemon.server import Connection, Server
 
 #: How long a subscriber in the chain has to answer before the next one gets the message.
 CHAIN_WAIT = 2.0
-
-
-@dataclass(eq=False)
-class Subscription:
-    conn: Connection
-    priority: int
-    workspace: str | None
-    name: str
-    order: int
 
 
 @dataclass(eq=False)
@@ -56,43 +48,34 @@ def carries_header(text: str) -> bool:
 
 
 class Bus:
-    def __init__(self, server: Server) -> None:
+    """Subscribers are the board's (``Audience``): one registry for events and messages."""
+
+    def __init__(self, audience: Audience, server: Server) -> None:
+        self.audience = audience
         self.server = server
-        self.subscriptions: list[Subscription] = []
         self.chains: dict[int, Chain] = {}
         self._ids = itertools.count(1)
-        self._order = itertools.count(1)
-
-    def subscribe(
-        self, conn: Connection, priority: int, workspace: str | None, name: str | None
-    ) -> None:
-        self.forget(conn)
-        order = next(self._order)
-        self.subscriptions.append(
-            Subscription(conn, priority, workspace, name or f"subscriber {order}", order)
-        )
-        self.subscriptions.sort(key=lambda s: (-s.priority, s.order))
 
     def owes(self, conn: Connection) -> bool:
         """Whether ``conn`` sent a chained message whose reply is still to come."""
         return any(chain.sender is conn for chain in self.chains.values())
 
     def forget(self, conn: Connection) -> None:
-        self.subscriptions = [s for s in self.subscriptions if s.conn is not conn]
+        """``conn`` is gone: the chains it was waiting in move on without it."""
         for chain in list(self.chains.values()):
-            chain.waiting = [s for s in chain.waiting if s.conn is not conn]
-            if chain.current is not None and chain.current.conn is conn:
+            chain.waiting = [s for s in chain.waiting if s.peer is not conn]
+            if chain.current is not None and chain.current.peer is conn:
                 self._advance(chain)
 
     def send(self, conn: Connection, request_id: Any, to: str, text: str) -> dict[str, Any] | None:
-        targets = [s for s in self.subscriptions if s.workspace in (None, to)]
+        targets = [s for s in self.audience.subscriptions if s.workspace in (None, to)]
         message_id = next(self._ids)
         chained = carries_header(text)
         message = {"event": "message", "message": message_id, "to": to, "text": text,
                    "chained": chained}  # fmt: skip
         if not chained:
             for target in targets:
-                target.conn.queue(message)
+                target.peer.send(message)
             return {"message": message_id, "delivered": [t.name for t in targets],
                     "consumed_by": None}  # fmt: skip
         chain = Chain(message_id, message, targets, conn, request_id)
@@ -102,7 +85,7 @@ class Bus:
 
     def consumed(self, conn: Connection, message_id: int, consumed: bool) -> None:
         chain = self.chains.get(message_id)
-        if chain is None or chain.current is None or chain.current.conn is not conn:
+        if chain is None or chain.current is None or chain.current.peer is not conn:
             raise BadRequest(f"message {message_id} is not waiting for this subscriber's answer")
         if chain.timer is not None:
             chain.timer.cancel()
@@ -117,11 +100,11 @@ class Bus:
             chain.timer = None
         while chain.waiting:
             target = chain.waiting.pop(0)
-            if target.conn.closing:
+            if target.peer.closing:
                 continue
             chain.current = target
             chain.delivered.append(target.name)
-            target.conn.queue(chain.message)
+            target.peer.send(chain.message)
             chain.timer = self.server.loop.call_later(CHAIN_WAIT, self._advance, chain)
             self.server.schedule_flush()
             return

@@ -247,8 +247,7 @@ class Commands:
         return {"task": self.board.requeue(agent, req.task, req.epoch, req.reason)}
 
     def subscribe(self, req: p.Subscribe, conn: Connection) -> Reply:
-        self.board.subscribe(conn, req.priority)
-        self.server.bus.subscribe(conn, req.priority, req.workspace, req.name)
+        self.board.subscribe(conn, req.priority, req.workspace, req.name)
         conn.subscriber = True
         return {"subscribed": True}
 

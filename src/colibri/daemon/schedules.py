@@ -30,7 +30,7 @@ from colibri.core.protocol import TaskFields
 from colibri.core.schedules import Schedule, ScheduleSpec
 from colibri.core.states import OPEN
 from colibri.daemon import crashpoints
-from colibri.daemon.board import Board, new_task_id
+from colibri.daemon.board import Batch, Board, new_task_id
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,10 @@ LEDGER_MISSED_MAX = 100
 
 
 class ScheduleRunner:
-    def __init__(self, board: Board, default_tz: str) -> None:
+    def __init__(self, board: Board, batch: Batch, default_tz: str) -> None:
         self.board = board
+        #: The batch its fires and notes belong to (their ledger rows, and who asked).
+        self.batch = batch
         self.store = board.store
         self.clock = board.clock
         self.default_tz = default_tz
@@ -194,7 +196,7 @@ class ScheduleRunner:
     def _fire_one(
         self, schedule: Schedule, nominal: float, stamp: str, manual: bool = False
     ) -> int:
-        previous = self.board.tasks.get(schedule.last_task or "")
+        previous = self.board.open_task(schedule.last_task or "")
         if previous is not None and previous.state in OPEN and not manual:
             if schedule.overlap == "skip":
                 if self.store.record_fire(schedule.name, rfc3339(nominal), "skipped", None, stamp):
@@ -287,10 +289,10 @@ class ScheduleRunner:
             schedule=schedule.name,
             to_state=what,
             reason=f"{reason}; nominal {rfc3339(nominal)}",
-            uid=None if self.board.actor is None else self.board.actor[0],
-            pid=None if self.board.actor is None else self.board.actor[1],
+            uid=self.batch.uid,
+            pid=self.batch.pid,
         )
-        self.board.ledger_rows.append(self.store.append_ledger(entry))
+        self.batch.ledger_rows.append(self.store.append_ledger(entry))
         self.board.broadcast(
             {
                 "event": "schedule",

@@ -256,9 +256,9 @@ class Server:
         self.board = board
         self.mirror = mirror
         self.commands = Commands(board, self)
-        self.schedules = ScheduleRunner(board, config.default_tz)
+        self.schedules = ScheduleRunner(board, board.batch, config.default_tz)
         self.supervisor = Supervisor(config)
-        self.bus = Bus(self)
+        self.bus = Bus(board.audience, self)
         self.owner_uid = os.getuid()
         self._membership: dict[tuple[int, int], tuple[float, bool]] = {}
         group = config.server.socket_group_name
@@ -316,7 +316,8 @@ class Server:
         except ColibriError as exc:
             self.reply_error(conn, protocol.request_id(line), exc)
             return
-        self.board.actor = conn.peer
+        batch = self.board.batch
+        batch.actor = conn.peer
         try:
             reply = self.commands.handle(req, conn)
         except StorageUnavailable as exc:
@@ -340,7 +341,7 @@ class Server:
             self.reply_error(conn, req.id, error)
             return
         finally:
-            self.board.actor = None
+            batch.actor = None
         crashpoints.hit("before-commit")
         if reply is not None:
             self._reply(conn, {"id": req.id, "ok": True, **reply})

@@ -1,0 +1,228 @@
+"""The board: open tasks and live agents in memory, every change written through the store.
+
+All of it is synchronous and runs on the daemon's loop thread. A change writes into the store's
+open transaction and records in the ``Batch`` what must happen once that transaction commits:
+ledger rows for the mirror, events for agents and subscribers, replies for ``wait``. The server
+commits a whole batch of requests at once (group commit) and only then lets any of it out, so
+nothing is acknowledged, assigned or announced before it is durable. If a commit fails, the
+server rolls back and calls ``rebuild``: memory is reloaded from the store, the one truth.
+
+Each concept has its module; ``Board`` only wires them and is the face the daemon's commands,
+schedules and tests use:
+
+    batch        the batch in progress: actor, ledger rows, outbox, answered waits
+    audience     subscribers (events and bus messages) and ``wait`` requests
+    transitions  the one writer of task rows: move, close, end a session
+    queue        pending tasks by shape and priority; retries waiting out their backoff
+    capacity     agents' free slots, max_sessions, the circuit breaker, daily budgets
+    dispatch     claiming pending tasks for free slots; pause and resume
+    intake       submit (quotas, hand-offs, budgets, idempotency), retry, cancel a family
+    presence     agents registering, heartbeats, silence, sessions never claimed back
+    reports      out, fail, reclaimed, requeue, ready, ask and answer
+    views        get, list, wait, why, status, agents, family
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from colibri.config import SchedulerSettings
+from colibri.core.claims import Claims
+from colibri.core.model import LedgerEntry, Task
+from colibri.core.states import State
+from colibri.daemon.board.audience import Audience, Subscription
+from colibri.daemon.board.batch import Batch, Peer
+from colibri.daemon.board.capacity import BREAKER_AFTER, BREAKER_COOL_DOWN, Capacity, LiveAgent
+from colibri.daemon.board.dispatch import Dispatcher
+from colibri.daemon.board.intake import Intake, new_task_id
+from colibri.daemon.board.presence import Presence
+from colibri.daemon.board.queue import Queue
+from colibri.daemon.board.reports import ASK_GRACE, Reports
+from colibri.daemon.board.transitions import MAX_RETRY_DELAY, Transitions
+from colibri.daemon.board.views import Views
+from colibri.daemon.clock import Clock
+from colibri.store import Store
+
+__all__ = [
+    "ASK_GRACE",
+    "Audience",
+    "BREAKER_AFTER",
+    "BREAKER_COOL_DOWN",
+    "MAX_RETRY_DELAY",
+    "Batch",
+    "Board",
+    "LiveAgent",
+    "Peer",
+    "Subscription",
+    "new_task_id",
+]
+
+log = logging.getLogger(__name__)
+
+#: A gap between sweeps longer than this means the daemon was stalled (sweeps come every ≤1 s).
+STALL = 3.0
+
+
+class Board:
+    def __init__(
+        self,
+        store: Store,
+        settings: SchedulerSettings,
+        clock: Clock,
+        send_to: dict[str, list[str]] | None = None,
+        daily_budgets: dict[str, float] | None = None,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+        self.batch = batch = Batch()
+        self.audience = audience = Audience(batch)
+        claims = Claims(store.claim_key())
+        send_to = send_to or {}
+        #: Tasks not yet closed: pending, running, and ended ones whose session is still around.
+        self.tasks: dict[str, Task] = {}
+        self.queue = queue = Queue(settings, clock, batch)
+        self.capacity = capacity = Capacity(
+            store, settings, clock, batch, audience, self.tasks, frozenset(send_to),
+            daily_budgets or {},
+        )  # fmt: skip
+        self.transitions = transitions = Transitions(
+            store, settings, clock, batch, audience, capacity, queue, self.tasks
+        )
+        self.dispatcher = dispatcher = Dispatcher(
+            batch, audience, queue, capacity, transitions, claims
+        )
+        self.intake = intake = Intake(
+            store, settings, clock, batch, queue, capacity, transitions, claims, send_to
+        )
+        self.presence = presence = Presence(
+            store, settings, clock, batch, audience, capacity, transitions, claims
+        )
+        self.reports = reports = Reports(
+            store, clock, batch, audience, queue, capacity, transitions, presence, claims
+        )
+        self.views = views = Views(store, clock, audience, queue, capacity, transitions, dispatcher)
+        self.agents = capacity.agents
+        self._last_sweep = clock.monotonic()
+
+        # The board's face: each operation is the bound method of the part it belongs to.
+        self.submit = intake.submit
+        self.retry = intake.retry
+        self.cancel = intake.cancel
+        self.dispatch = dispatcher.dispatch
+        self.toggle = dispatcher.toggle
+        self.register = presence.register
+        self.agent_of = presence.agent_of
+        self.heartbeat = presence.heartbeat
+        self.reporter = reports.reporter
+        self.out = reports.out
+        self.fail = reports.fail
+        self.reclaimed = reports.reclaimed
+        self.requeue = reports.requeue
+        self.session_ready = reports.session_ready
+        self.ask = reports.ask
+        self.answer = reports.answer
+        self.get = views.get
+        self.open_task = self.tasks.get
+        self.list_tasks = views.list_tasks
+        self.wait = views.wait
+        self.why = views.why
+        self.status = views.status
+        self.agent_list = views.agent_list
+        self.family = views.family
+        self.subscribe = audience.subscribe
+        self.broadcast = audience.broadcast
+        self.claim_of = claims.secret
+        self.claimed = claims.valid
+
+    @property
+    def paused(self) -> bool:
+        return self.dispatcher.paused
+
+    @property
+    def dispatch_wanted(self) -> bool:
+        return self.batch.dispatch_wanted
+
+    @dispatch_wanted.setter
+    def dispatch_wanted(self, wanted: bool) -> None:
+        self.batch.dispatch_wanted = wanted
+
+    # -- recovery ----------------------------------------------------------------------------
+
+    def rebuild(self) -> None:
+        """Reload memory from the store: at start-up, and after a failed commit."""
+        capacity = self.capacity
+        capacity.load_budgets()
+        self.audience.restore(self.batch.drop())
+        self.queue.clear()
+        for agent in self.agents.values():
+            agent.holding.clear()
+        self.transitions.load(self.store.open_tasks())
+        deadline = self.clock.monotonic() + self.settings.agent_ttl
+        for task in self.tasks.values():
+            if task.state == State.PENDING:
+                self.queue.enqueue(task)
+                continue
+            holder = capacity.holder(task)
+            if holder is not None and holder.online:
+                holder.holding.add(task.id)
+            elif task.id not in capacity.orphans:
+                capacity.orphans[task.id] = deadline
+        capacity.orphans = {t: d for t, d in capacity.orphans.items() if t in self.tasks}
+        self.reports.load()
+        capacity.reindex()
+        self.batch.dispatch_wanted = True
+
+    # -- effects and connections -------------------------------------------------------------
+
+    def take_effects(self) -> tuple[list[LedgerEntry], list[tuple[Peer, dict[str, Any]]]]:
+        """After a commit: hand over the batch's ledger rows and messages; start a new batch."""
+        return self.batch.take()
+
+    def owes(self, peer: Peer) -> bool:
+        """Whether a reply to ``peer`` is still to come (a ``wait`` or an ``ask``)."""
+        return self.reports.owes(peer) or self.audience.waits(peer)
+
+    def disconnect(self, peer: Peer) -> None:
+        """A connection closed: its agent stops getting work; its tasks wait out the TTL."""
+        self.audience.forget(peer)
+        self.reports.forget(peer)
+        self.presence.disconnect(peer)
+
+    def set_wake(self, wake: Any) -> None:
+        """``wake()`` is called when a new deadline may be earlier than the sweep's next."""
+        self.batch.wake_sweep = wake
+
+    # -- time --------------------------------------------------------------------------------
+
+    def sweep(self) -> None:
+        """Expire silent agents, fail sessions nobody claimed back, release due retries."""
+        now = self.clock.monotonic()
+        stalled = now - self._last_sweep > STALL
+        self._last_sweep = now
+        if stalled:
+            # The daemon itself was stopped or starved (SIGSTOP, a loop stall): the agents'
+            # heartbeats of that time are still unread. Read them before judging anyone.
+            log.warning("sweep after a stall; expiry waits one pass", extra={"event": "stalled"})
+            self.batch.wake_sweep()
+            return
+        self.capacity.check_day()
+        self.presence.sweep(now)
+        for task_id in self.queue.due(now):
+            task = self.tasks.get(task_id)
+            if task is not None and task.state == State.PENDING:
+                self.queue.make_dispatchable(task)
+        self.reports.sweep(now)
+
+    def next_deadline(self) -> float | None:
+        """The monotonic instant at which ``sweep`` next has something to do."""
+        candidates = self.presence.deadlines()
+        midnight = self.capacity.next_midnight()
+        if midnight is not None:  # the day's spending starts again at midnight UTC
+            candidates.append(midnight)
+        candidates.extend(self.reports.unasked.values())
+        due = self.queue.next_due()
+        if due is not None:
+            candidates.append(due)
+        return min(candidates, default=None)

@@ -1,0 +1,87 @@
+"""Who hears of the board's changes: subscribers, and ``wait`` requests for a task's end.
+
+One registry of subscribers serves both the board's events and the message bus
+(``daemon/bus.py``): a connection that subscribes once gets both, in the same order — highest
+``priority`` first, then first come.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from colibri.core import events, states
+from colibri.core.model import Task
+from colibri.daemon.board.batch import Batch, Peer
+
+
+@dataclass(eq=False, slots=True)
+class Subscription:
+    peer: Peer
+    priority: int
+    #: Bus messages to this workspace (and to none) reach it; None: every workspace's.
+    workspace: str | None
+    name: str
+    order: int
+
+
+class Audience:
+    def __init__(self, batch: Batch) -> None:
+        self.batch = batch
+        #: Highest priority first, then in the order they subscribed.
+        self.subscriptions: list[Subscription] = []
+        self._order = itertools.count(1)
+        #: ``wait`` requests: task id → (peer, request id), answered when the task ends.
+        self.waiters: dict[str, list[tuple[Peer, Any]]] = {}
+
+    # -- subscribers -------------------------------------------------------------------------
+
+    def subscribe(
+        self, peer: Peer, priority: int = 0, workspace: str | None = None, name: str | None = None
+    ) -> None:
+        self.unsubscribe(peer)  # a second subscribe must not double every event
+        order = next(self._order)
+        self.subscriptions.append(
+            Subscription(peer, priority, workspace, name or f"subscriber {order}", order)
+        )
+        self.subscriptions.sort(key=lambda s: (-s.priority, s.order))
+
+    def unsubscribe(self, peer: Peer) -> None:
+        self.subscriptions = [s for s in self.subscriptions if s.peer is not peer]
+
+    def broadcast(self, message: dict[str, Any]) -> None:
+        """Send an event to every subscriber (after the batch commits)."""
+        for subscription in self.subscriptions:
+            self.batch.emit(subscription.peer, message)
+
+    def announce(self, task: Task, from_state: str | None, reason: str | None) -> None:
+        """A task changed state: tell the subscribers, and answer who waits for its end."""
+        if self.subscriptions:
+            self.broadcast(events.task_changed(task, from_state, reason))
+        if task.state in states.ENDED and task.id in self.waiters:
+            for peer, request_id in self.waiters.pop(task.id):
+                self.batch.answered.append((task.id, peer, request_id))
+                self.batch.emit(peer, {"id": request_id, "ok": True, "task": task})
+
+    # -- waits -------------------------------------------------------------------------------
+
+    def wait_for(self, peer: Peer, request_id: Any, task_id: str) -> None:
+        self.waiters.setdefault(task_id, []).append((peer, request_id))
+
+    def restore(self, answered: list[tuple[str, Peer, Any]]) -> None:
+        """The batch that answered these waits did not commit: they wait again."""
+        for task_id, peer, request_id in answered:
+            self.wait_for(peer, request_id, task_id)
+
+    def waits(self, peer: Peer) -> bool:
+        return any(p is peer for waiting in self.waiters.values() for p, _ in waiting)
+
+    def forget(self, peer: Peer) -> None:
+        self.unsubscribe(peer)
+        for task_id in [t for t, ws in self.waiters.items() if any(p is peer for p, _ in ws)]:
+            rest = [(p, r) for p, r in self.waiters[task_id] if p is not peer]
+            if rest:
+                self.waiters[task_id] = rest
+            else:
+                del self.waiters[task_id]

@@ -1,0 +1,63 @@
+"""The batch in progress: what the board's changes must let out once the store commits them.
+
+The server handles many requests between two commits (group commit). Whoever changes the board
+records the change's effects here — ledger rows for the mirror, messages for connections,
+``wait`` replies it answered — and nothing leaves before the commit. After a commit the server
+takes them all; after a failed one they are dropped and the answered waits are put back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from colibri.core.model import LedgerEntry
+
+
+class Peer(Protocol):
+    """A connection the board can address messages to (the server's connection object)."""
+
+    #: The agent registered on this connection, if any.
+    agent_name: str | None
+    #: Set once the connection is going away: nothing more is sent to it.
+    closing: bool
+
+    def send(self, message: dict[str, Any]) -> None: ...
+
+
+class Batch:
+    def __init__(self) -> None:
+        #: (uid, pid) of the peer whose request is being handled; None for the daemon's own
+        #: work (sweeps, schedule fires). Every ledger row written meanwhile names them.
+        self.actor: tuple[int, int] | None = None
+        self.ledger_rows: list[LedgerEntry] = []
+        self.outbox: list[tuple[Peer, dict[str, Any]]] = []
+        #: ``wait`` requests answered in this batch: (task id, peer, request id).
+        self.answered: list[tuple[str, Peer, Any]] = []
+        #: Whether a dispatch pass should run before the commit.
+        self.dispatch_wanted = False
+        #: Called when a new deadline may be earlier than the sweep's next wake.
+        self.wake_sweep: Callable[[], None] = lambda: None
+
+    @property
+    def uid(self) -> int | None:
+        return None if self.actor is None else self.actor[0]
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.actor is None else self.actor[1]
+
+    def emit(self, peer: Peer, message: dict[str, Any]) -> None:
+        self.outbox.append((peer, message))
+
+    def take(self) -> tuple[list[LedgerEntry], list[tuple[Peer, dict[str, Any]]]]:
+        """After a commit: hand over the ledger rows and messages; start a new batch."""
+        rows, outbox = self.ledger_rows, self.outbox
+        self.ledger_rows, self.outbox, self.answered = [], [], []
+        return rows, outbox
+
+    def drop(self) -> list[tuple[str, Peer, Any]]:
+        """After a rollback: nothing of it happened. Return the waits it had answered."""
+        answered = self.answered
+        self.ledger_rows, self.outbox, self.answered = [], [], []
+        return answered

@@ -1,0 +1,74 @@
+"""Dispatch: claim pending tasks for agents with free slots, best fit first.
+
+A claim is a transition to ``running`` with a new epoch; the ``assign`` that tells the agent,
+with the claim's secret, leaves only once the batch has committed.
+"""
+
+from __future__ import annotations
+
+from colibri.core import events
+from colibri.core.claims import Claims
+from colibri.core.states import State
+from colibri.daemon.board.audience import Audience
+from colibri.daemon.board.batch import Batch
+from colibri.daemon.board.capacity import Capacity
+from colibri.daemon.board.queue import Queue
+from colibri.daemon.board.transitions import Transitions
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        batch: Batch,
+        audience: Audience,
+        queue: Queue,
+        capacity: Capacity,
+        transitions: Transitions,
+        claims: Claims,
+    ) -> None:
+        self.batch = batch
+        self.audience = audience
+        self.queue = queue
+        self.capacity = capacity
+        self.transitions = transitions
+        self.claims = claims
+        self.paused = False
+
+    def dispatch(self) -> int:
+        """Claim what can be claimed now; return how many tasks were placed."""
+        batch, capacity = self.batch, self.capacity
+        batch.dispatch_wanted = False
+        if self.paused or not capacity.has_free():
+            return 0
+        placed = 0
+        tasks, agents = self.transitions.tasks, capacity.agents
+        for task_id, agent_name in self.queue.pending.placements(capacity.pick):
+            task = tasks[task_id]
+            agent = agents[agent_name]
+            claimed = self.transitions.move(
+                task,
+                State.RUNNING,
+                "assigned",
+                agent=agent_name,
+                epoch=task.epoch + 1,
+                attempts=task.attempts + 1,
+                not_before=None,
+            )
+            agent.holding.add(task_id)
+            capacity.refresh(agent)
+            assert agent.peer is not None
+            batch.emit(
+                agent.peer, events.assign(claimed, self.claims.secret(task_id, claimed.epoch))
+            )
+            placed += 1
+            if not capacity.has_free():
+                break
+        batch.dispatch_wanted = False
+        return placed
+
+    def toggle(self, paused: bool | None) -> bool:
+        """Pause or resume dispatch (``None``: the other way round); return whether paused."""
+        self.paused = (not self.paused) if paused is None else paused
+        self.batch.dispatch_wanted = not self.paused
+        self.audience.broadcast(events.swarm_toggled(self.paused))
+        return self.paused

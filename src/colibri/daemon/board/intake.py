@@ -1,0 +1,281 @@
+"""Intake: new tasks (submitted, handed off, fired, retried) and cancelling a family.
+
+Intake refuses before it writes anything: names, quotas (pending tasks and their text per
+tenant, children per task, depth of a family), hand-off edges and budgets. A submission with an
+idempotency key that was already taken gets its task back, unless it asks for something else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import msgspec
+import uuid6
+
+from colibri.config import SchedulerSettings
+from colibri.core import events, states
+from colibri.core.claims import Claims
+from colibri.core.errors import (
+    BadClaim,
+    BadRequest,
+    BudgetExceeded,
+    HandOffRefused,
+    IdempotencyConflict,
+    IllegalTransition,
+    ParentCancelled,
+    QuotaExceeded,
+    UnknownParent,
+)
+from colibri.core.model import DEFAULT_TENANT, Task, check_name, normalize_names, rfc3339
+from colibri.core.protocol import TaskFields
+from colibri.core.states import State
+from colibri.daemon import crashpoints
+from colibri.daemon.board.batch import Batch
+from colibri.daemon.board.capacity import Capacity
+from colibri.daemon.board.queue import Queue
+from colibri.daemon.board.transitions import Transitions, text_bytes
+from colibri.daemon.clock import Clock
+from colibri.store import Store
+
+
+def new_task_id() -> str:
+    """Time-ordered (UUIDv7), so ids sort first-in first-out."""
+    return str(uuid6.uuid7())
+
+
+def request_fingerprint(
+    req: TaskFields,
+    capabilities: list[str],
+    labels: list[str],
+    workspace: str | None,
+    pin: str | None,
+) -> str:
+    """What a submission asks for, as the board reads it: the same key with another
+    fingerprint is another request, refused rather than answered with the first task."""
+    asked = [req.text, capabilities, workspace, pin, req.parent, req.priority, req.min_score,
+             labels, req.max_attempts, req.budget_usd]  # fmt: skip
+    return hashlib.blake2b(msgspec.json.encode(asked), digest_size=16).hexdigest()
+
+
+class Intake:
+    def __init__(
+        self,
+        store: Store,
+        settings: SchedulerSettings,
+        clock: Clock,
+        batch: Batch,
+        queue: Queue,
+        capacity: Capacity,
+        transitions: Transitions,
+        claims: Claims,
+        send_to: dict[str, list[str]],
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+        self.batch = batch
+        self.queue = queue
+        self.capacity = capacity
+        self.transitions = transitions
+        self.claims = claims
+        #: Lineage edges of the configured workspaces: who may hand work to whom.
+        self.send_to = send_to
+        self.tasks = transitions.tasks
+
+        self.get = transitions.get
+
+    def submit(
+        self,
+        req: TaskFields,
+        pin: str | None = None,
+        *,
+        schedule: str | None = None,
+        task_id: str | None = None,
+        reason: str = "submitted",
+    ) -> tuple[Task, bool]:
+        """Write a new pending task durably (on commit); return it and whether it is new."""
+        text = req.text  # kept byte for byte: it is the session's input
+        if not text.strip():
+            raise BadRequest("text is empty: say what the task is")
+        tenant = check_name(req.tenant, "tenant") if req.tenant else DEFAULT_TENANT
+        capabilities = self.queue.shared(normalize_names(req.capabilities, "capability"))
+        labels = self.queue.shared(normalize_names(req.labels, "label"))
+        workspace = check_name(req.workspace, "workspace") if req.workspace else None
+        if pin is not None:
+            check_name(pin, "agent name")
+        fingerprint = None
+        if req.idempotency_key is not None:
+            # Before the quotas: a retry of a submission that did commit gets its task back.
+            fingerprint = request_fingerprint(req, capabilities, labels, workspace, pin)
+            existing = self.store.find_idempotent(tenant, req.idempotency_key)
+            if existing is not None:
+                stored = self.store.fingerprint(existing.id)
+                if stored is not None and stored != fingerprint:
+                    raise IdempotencyConflict(req.idempotency_key, existing.id)
+                return self.tasks.get(existing.id, existing), False
+        if self.transitions.pending_by_tenant.get(tenant, 0) >= self.settings.max_pending:
+            raise QuotaExceeded(
+                f"tenant {tenant} has {self.settings.max_pending} pending tasks, its quota; "
+                "wait for some to be taken (or raise scheduler.max_pending)"
+            )
+        size = text_bytes(text)
+        held = self.transitions.open_text.get(tenant, 0)
+        if held + size > self.settings.max_pending_bytes:
+            raise QuotaExceeded(
+                f"tenant {tenant}'s open tasks hold {held} bytes of "
+                f"text; this one's {size} would pass its quota of "
+                f"{self.settings.max_pending_mib:g} MiB (scheduler.max_pending_mib)"
+            )
+        sender: str | None = None
+        budget = req.budget_usd
+        if req.claim is not None and req.parent is None:
+            raise BadRequest("a hand-off's claim is its parent's: give parent too")
+        if req.parent is not None:
+            parent = self.tasks.get(req.parent) or self.store.get_task(req.parent)
+            if parent is None:
+                raise UnknownParent(req.parent)
+            if req.claim is not None and (
+                parent.state != State.RUNNING
+                or not self.claims.valid(parent.id, parent.epoch, req.claim)
+            ):
+                raise BadClaim(parent.id, "a hand-off")
+            if self.store.count_children(parent.id) >= self.settings.max_children:
+                raise QuotaExceeded(
+                    f"task {parent.id} has {self.settings.max_children} children, the most one "
+                    "task may have (scheduler.max_children)"
+                )
+            ancestor: Task | None = parent
+            seen: set[str] = set()
+            while ancestor is not None and ancestor.id not in seen:
+                if ancestor.outcome == State.CANCELLED:  # a cancelled family takes no children
+                    raise ParentCancelled(ancestor.id)
+                seen.add(ancestor.id)
+                if len(seen) > self.settings.max_depth:  # also bounds this walk
+                    raise QuotaExceeded(
+                        f"a child of task {parent.id} would have more than "
+                        f"{self.settings.max_depth} ancestors, the most a task may have "
+                        "(scheduler.max_depth)"
+                    )
+                up = ancestor.parent
+                ancestor = (self.tasks.get(up) or self.store.get_task(up)) if up else None
+            sender = parent.workspace
+            if sender is not None and sender in self.send_to:
+                allowed = self.send_to[sender]
+                if req.claim is not None:
+                    # From inside the parent's session: only along its send_to edges, which
+                    # form no cycle, so a chain of hand-offs is as long as the graph at most.
+                    if workspace not in allowed:
+                        raise HandOffRefused(sender, workspace, allowed)
+                elif workspace is not None and workspace != sender and workspace not in allowed:
+                    raise HandOffRefused(sender, workspace, allowed)
+            if parent.budget_usd is not None:
+                left = self.budget_left(parent)
+                if budget is None:
+                    budget = left  # a child inherits what remains
+                if budget > left or left <= 0:
+                    raise BudgetExceeded(parent.id, budget, left)
+        now = rfc3339(self.clock.time())
+        task = Task(
+            id=task_id or new_task_id(),
+            text=text,
+            capabilities=capabilities,
+            workspace=workspace,
+            agent=pin,
+            pinned=pin is not None,
+            parent=req.parent,
+            sender=sender,
+            priority=req.priority,
+            min_score=req.min_score,
+            tenant=tenant,
+            labels=labels,
+            idempotency_key=req.idempotency_key,
+            max_attempts=req.max_attempts,
+            budget_usd=budget,
+            schedule=schedule,
+            created_at=now,
+            updated_at=now,
+        )
+        if tenant != DEFAULT_TENANT:
+            self.store.ensure_tenant(tenant, now)
+        self.transitions.insert(task, reason, fingerprint)
+        return task, True
+
+    def cancel(self, task_id: str, reason: str | None) -> list[Task]:
+        """Cancel a task and every open descendant, a ledger row each; return those cancelled."""
+        root = self.get(task_id)
+        why = reason or "cancelled"
+        changed: list[Task] = []
+        for task in self.store.open_family(root.id):
+            task = self.tasks.get(task.id, task)
+            if task.state in (State.PENDING, State.RUNNING):
+                changed.append(
+                    self.cancel_one(
+                        task, why if task.id == root.id else f"{why} (family of {root.id})"
+                    )
+                )
+                if task.id != root.id:
+                    crashpoints.hit("mid-cancel")
+        if not changed and root.state in states.ENDED:
+            raise IllegalTransition(root.id, root.state, State.CANCELLED.value)
+        return changed
+
+    def cancel_one(self, task: Task, reason: str) -> Task:
+        self.queue.pending.discard(task.id)
+        self.capacity.drop_orphan(task.id)
+        holder = self.capacity.agents.get(task.agent or "") if task.state == State.RUNNING else None
+        if (
+            holder is not None
+            and holder.online
+            and holder.peer is not None
+            and task.id in holder.holding
+        ):
+            # The session closes the task when it has stopped (reclaimed).
+            cancelled = self.transitions.move(task, State.CANCELLED, reason)
+            self.batch.emit(holder.peer, events.cancel(cancelled, reason))
+            return cancelled
+        return self.transitions.move(task, State.CANCELLED, reason, close=True)
+
+    def budget_left(self, task: Task) -> float:
+        """A task's budget less what it spent and what its children hold of it."""
+        assert task.budget_usd is not None
+        spent = task.cost.usd if task.cost is not None else 0.0
+        return task.budget_usd - spent - sum(map(self.held_budget, self.store.children(task.id)))
+
+    def held_budget(self, task: Task) -> float:
+        """What a child holds of its parent's budget: all of its own while it is open; once it
+        has ended, what it spent and what its own children still hold — so a child retried
+        after it failed is not counted twice."""
+        budget = task.budget_usd or 0.0
+        current = self.tasks.get(task.id, task)
+        if current.state in states.OPEN:
+            return budget
+        spent = current.cost.usd if current.cost is not None else 0.0
+        below = sum(map(self.held_budget, self.store.children(task.id)))
+        return min(budget, spent + below)
+
+    def retry(self, task_id: str) -> Task:
+        """Submit an ended task again as a new task with every field of the original (not its
+        idempotency key); a child's budget is what the parent has left, at most its own."""
+        old = self.get(task_id)
+        if old.state not in states.ENDED:
+            raise IllegalTransition(old.id, old.state, "retried (only ended tasks can be retried)")
+        budget = old.budget_usd
+        parent = self.get(old.parent) if old.parent is not None else None
+        if budget is not None and parent is not None and parent.budget_usd is not None:
+            budget = min(budget, self.budget_left(parent))
+            if budget <= 0:
+                raise BudgetExceeded(parent.id, old.budget_usd or 0.0, budget)
+        fields = TaskFields(
+            text=old.text,
+            capabilities=old.capabilities,
+            workspace=old.workspace,
+            parent=old.parent,
+            priority=old.priority,
+            min_score=old.min_score,
+            labels=old.labels,
+            tenant=old.tenant,
+            max_attempts=old.max_attempts,
+            budget_usd=budget,
+        )
+        task, _ = self.submit(fields, old.agent if old.pinned else None)
+        return task

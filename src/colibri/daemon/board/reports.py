@@ -1,0 +1,282 @@
+"""Session reports: what a session (or its harness) says about the task it runs.
+
+``out`` and ``fail`` end a session's task, ``reclaimed`` says its session is gone, ``requeue``
+that it never became ready; ``ready``, ``ask`` and ``answer`` pass between a session and its
+operator. A report is taken only from the agent that holds the task's current claim — or from
+the session itself, when it shows that claim's secret. A report sent again (its reply lost in a
+restart) is taken once.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import msgspec
+
+from colibri.core.claims import Claims
+from colibri.core.errors import (
+    BadClaim,
+    BadRequest,
+    Busy,
+    IllegalTransition,
+    NotYourTask,
+    StaleClaim,
+    UnknownTask,
+)
+from colibri.core.model import Cost, Task
+from colibri.core.states import State
+from colibri.daemon.board.audience import Audience
+from colibri.daemon.board.batch import Batch, Peer
+from colibri.daemon.board.capacity import Capacity, LiveAgent
+from colibri.daemon.board.presence import Presence
+from colibri.daemon.board.queue import Queue
+from colibri.daemon.board.transitions import Transitions
+from colibri.daemon.clock import Clock
+from colibri.store import Store
+
+log = logging.getLogger(__name__)
+
+#: A question whose asker (``colibri ask``) went away is withdrawn after this long, unless it
+#: asks again (as it does within moments when the daemon restarts under it).
+ASK_GRACE = 10.0
+
+
+class Reports:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        batch: Batch,
+        audience: Audience,
+        queue: Queue,
+        capacity: Capacity,
+        transitions: Transitions,
+        presence: Presence,
+        claims: Claims,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.batch = batch
+        self.audience = audience
+        self.queue = queue
+        self.capacity = capacity
+        self.transitions = transitions
+        self.presence = presence
+        self.claims = claims
+        self.agents = capacity.agents
+        self.tasks = transitions.tasks
+        #: Sessions waiting for an answer: task id → the asking connection and request id.
+        self.askers: dict[str, tuple[Peer, Any]] = {}
+        #: Questions whose asker is gone: task id → monotonic instant they are withdrawn.
+        self.unasked: dict[str, float] = {}
+
+    def load(self) -> None:
+        """After a reload: questions nobody is asking now are withdrawn unless asked again."""
+        now = self.clock.monotonic()
+        for task in self.tasks.values():  # their askers ask again, or the question goes
+            if task.question is not None and task.id not in self.askers:
+                self.unasked.setdefault(task.id, now + ASK_GRACE)
+
+    def owes(self, peer: Peer) -> bool:
+        """Whether the answer to a question ``peer`` asked is still to come."""
+        return any(p is peer for p, _ in self.askers.values())
+
+    def forget(self, peer: Peer) -> None:
+        for task_id in [t for t, (p, _) in self.askers.items() if p is peer]:
+            del self.askers[task_id]  # it asks again when it reconnects, or the question goes
+            self.unasked[task_id] = self.clock.monotonic() + ASK_GRACE
+            self.batch.wake_sweep()
+
+    def reporter(
+        self,
+        peer: Peer,
+        cmd: str,
+        task_id: str,
+        from_session: bool,
+        epoch: int = 0,
+        claim: str | None = None,
+    ) -> LiveAgent:
+        """Who reports on a task: the agent of this connection, or — for a report sent by the
+        session itself — the agent that holds the task, once the report has shown the secret
+        of the claim it reports on (the epoch still has to be the current one)."""
+        if not from_session:
+            return self.presence.agent_of(peer, cmd)
+        task = self.tasks.get(task_id)
+        holder = self.agents.get(task.agent or "") if task is not None else None
+        if task is None or holder is None or task_id not in holder.holding:
+            stored = task or self.store.get_task(task_id)
+            if stored is None:
+                raise UnknownTask(task_id)
+            if (
+                task_id in self.capacity.orphans
+                and (holder is None or not holder.online)
+                and self.claims.valid(task_id, epoch, claim)
+            ):
+                # The daemon restarted; the session talks to it before its harness is back.
+                raise Busy(
+                    f"task {task_id}'s harness has not reconnected since the daemon restarted; "
+                    "try again in a moment"
+                )
+            raise IllegalTransition(task_id, stored.state, "reported (no session holds it)")
+        if not self.claims.valid(task_id, epoch, claim):
+            log.warning(
+                "report without its claim refused",
+                extra={"event": "bad_claim", "task": task_id, "cmd": cmd},
+            )
+            raise BadClaim(task_id, cmd)
+        return holder
+
+    def _held(self, agent: LiveAgent, task_id: str, epoch: int) -> Task:
+        task = self.tasks.get(task_id)
+        if task is None:
+            stored = self.store.get_task(task_id)
+            if stored is None:
+                raise UnknownTask(task_id)
+            log.warning(
+                "late report refused",
+                extra={"event": "late_report", "task": task_id, "agent": agent.name},
+            )
+            if stored.epoch != epoch:
+                raise StaleClaim(task_id, epoch, stored.epoch)
+            raise IllegalTransition(task_id, stored.state, "reported (it has already ended)")
+        if task.epoch != epoch:
+            log.warning(
+                "stale report refused",
+                extra={"event": "stale_claim", "task": task_id, "agent": agent.name},
+            )
+            raise StaleClaim(task_id, epoch, task.epoch)
+        if task.agent != agent.name or task_id not in agent.holding:
+            raise NotYourTask(task_id, agent.name)
+        return task
+
+    def out(
+        self,
+        agent: LiveAgent,
+        task_id: str,
+        epoch: int,
+        output: str,
+        cost: Cost | None,
+        session_ended: bool = True,
+    ) -> Task:
+        task = self._held(agent, task_id, epoch)
+        if task.state == State.DONE and task.output == output:
+            # The same report again: sent once more after its reply was lost (a restart).
+            return self.transitions.close(task) if session_ended else task
+        if task.state != State.RUNNING:
+            raise IllegalTransition(task_id, task.state, State.DONE.value)
+        agent.requeues_in_row = 0
+        if cost is not None:
+            self.capacity.spend(task.workspace or agent.workspace, cost.usd)
+        return self.transitions.move(
+            task, State.DONE, "out", close=session_ended, output=output, error=None, cost=cost
+        )
+
+    def fail(
+        self, agent: LiveAgent, task_id: str, epoch: int, error: str, session_ended: bool = True
+    ) -> Task:
+        task = self._held(agent, task_id, epoch)
+        if task.state == State.FAILED and task.error == (error or "session failed"):
+            return self.transitions.close(task) if session_ended else task  # the same report again
+        if task.state != State.RUNNING:
+            raise IllegalTransition(task_id, task.state, State.FAILED.value)
+        agent.requeues_in_row = 0
+        ended = self.transitions.end_session(task, error or "session failed")
+        return (
+            self.transitions.close(ended)
+            if session_ended and ended.state != State.PENDING
+            else ended
+        )
+
+    def ask(
+        self,
+        peer: Peer,
+        request_id: Any,
+        task_id: str,
+        epoch: int,
+        question: str,
+        claim: str | None,
+    ) -> None:
+        """A session asks its operator a question; the reply waits for ``answer``."""
+        holder = self.reporter(peer, "ask", task_id, True, epoch, claim)
+        task = self._held(holder, task_id, epoch)
+        if task.state != State.RUNNING:
+            raise IllegalTransition(task_id, task.state, "waiting for an answer")
+        waiting = msgspec.structs.replace(task, question=question)
+        self.store.set_question(task_id, question)
+        self.tasks[task_id] = waiting
+        self.askers[task_id] = (peer, request_id)
+        self.unasked.pop(task_id, None)
+        self.audience.broadcast({"event": "question", "task": task_id, "question": question})
+        if holder.peer is not None:  # the harness pauses the session's clocks meanwhile
+            self.batch.emit(holder.peer, {"event": "asking", "task": task_id})
+
+    def answer(self, task_id: str, text: str) -> Task:
+        task = self.tasks.get(task_id)
+        if task is None or task.question is None:
+            state = (task or self.transitions.get(task_id)).state
+            raise BadRequest(f"task {task_id} is {state} and not waiting for an answer")
+        answered = msgspec.structs.replace(task, question=None)
+        self.store.set_question(task_id, None)
+        self.tasks[task_id] = answered
+        self.unasked.pop(task_id, None)
+        asker = self.askers.pop(task_id, None)
+        if asker is not None:
+            self.batch.emit(asker[0], {"id": asker[1], "ok": True, "answer": text})
+        self.audience.broadcast({"event": "answered", "task": task_id})
+        holder = self.agents.get(task.agent or "")
+        if holder is not None and holder.peer is not None:
+            self.batch.emit(holder.peer, {"event": "answered", "task": task_id})
+        return answered
+
+    def session_ready(self, peer: Peer, task_id: str, epoch: int, claim: str | None) -> None:
+        """A session says it is ready: tell the harness that holds its task to type it in."""
+        holder = self.reporter(peer, "ready", task_id, True, epoch, claim)
+        task = self._held(holder, task_id, epoch)
+        if holder.peer is not None:
+            self.batch.emit(holder.peer, {"event": "ready", "task": task.id, "epoch": task.epoch})
+
+    def requeue(self, agent: LiveAgent, task_id: str, epoch: int, reason: str) -> Task:
+        """The session never became ready: back to pending, no attempt spent, a warning."""
+        task = self._held(agent, task_id, epoch)
+        if task.state != State.RUNNING:
+            raise IllegalTransition(task_id, task.state, State.PENDING.value)
+        self.capacity.release(task)
+        why = reason or "session not ready"
+        waiting = self.transitions.move(
+            task, State.PENDING, f"requeued: {why}", attempts=task.attempts - 1
+        )
+        self.capacity.not_ready(agent, task_id, why)
+        self.queue.enqueue(waiting)
+        return waiting
+
+    def reclaimed(self, agent: LiveAgent, task_id: str, epoch: int) -> Task:
+        task = self._held(agent, task_id, epoch)
+        if task.state == State.RUNNING:
+            ended = self.transitions.end_session(task, "session ended without out")
+            if ended.state == State.PENDING:
+                return ended
+            return self.transitions.close(ended)
+        return self.transitions.close(task)
+
+    def sweep(self, now: float) -> None:
+        for task_id in [t for t, due in self.unasked.items() if due <= now]:
+            self._withdraw_question(task_id)
+
+    def _withdraw_question(self, task_id: str) -> None:
+        """Nobody waits for the answer any more: clear the question, and let the session's
+        clock (max_runtime) run again."""
+        del self.unasked[task_id]
+        task = self.tasks.get(task_id)
+        if task is None or task.question is None or task_id in self.askers:
+            return
+        self.store.set_question(task_id, None)
+        self.tasks[task_id] = msgspec.structs.replace(task, question=None)
+        log.info(
+            "question withdrawn: its asker is gone",
+            extra={"event": "question_withdrawn", "task": task_id},
+        )
+        self.audience.broadcast({"event": "question_withdrawn", "task": task_id})
+        holder = self.agents.get(task.agent or "")
+        if holder is not None and holder.peer is not None:
+            self.batch.emit(holder.peer, {"event": "question_withdrawn", "task": task_id})
