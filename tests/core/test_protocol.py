@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from colibri.core import protocol as p
 from colibri.core.errors import BadJson, BadRequest, ColibriError, UnknownCommand
-from colibri.core.model import check_name, normalize_names, parse_rfc3339, rfc3339
+from colibri.core.model import TaskSpec, check_name, normalize_names, parse_rfc3339, rfc3339
 from colibri.core.protocol import COMMANDS, decode_request, request_id
 
 
@@ -426,3 +426,27 @@ def test_rfc3339_round_trips_to_the_millisecond(ts: float) -> None:
     back = parse_rfc3339(text)
     assert abs(back - ts) < 0.001
     assert rfc3339(back) == text
+
+
+def test_a_submission_carries_every_field_of_a_task_spec_alike() -> None:
+    """The wire's submission and the board's TaskSpec are declared apart (a request and a
+    struct cannot share a base): the same names, types and defaults, or this fails."""
+    spec = mi.type_info(TaskSpec)
+    wire = {f.name: f for f in mi.type_info(p.TaskFields).fields}
+    pinned = {f.name: f for f in mi.type_info(p.CreateTask).fields}
+    assert isinstance(spec, mi.StructType)
+    for field in spec.fields:
+        theirs = pinned["agent"] if field.name == "agent" else wire.get(field.name)
+        assert theirs is not None, f"submissions lack TaskSpec.{field.name}"
+        if field.name == "agent":  # create-task requires it: the spec's type, less None
+            assert isinstance(field.type, mi.UnionType) and theirs.required
+            assert [t for t in field.type.types if not isinstance(t, mi.NoneType)] == [theirs.type]
+            continue
+        assert theirs.type == field.type, field.name
+        assert theirs.default == field.default, field.name
+    decoded = decode_request(line(cmd="create-task", agent="a1", text="t", budget_usd=2.5,
+                                  max_attempts=3, labels=["x"]))  # fmt: skip
+    assert isinstance(decoded, p.CreateTask)
+    assert decoded.spec() == TaskSpec(text="t", agent="a1", budget_usd=2.5, max_attempts=3,
+                                      labels=["x"])  # fmt: skip
+    assert decode_request(line(cmd="submit", text="t")).spec().agent is None  # type: ignore[attr-defined]

@@ -22,7 +22,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from colibri.core.schedules import Schedule, ScheduledTask, next_after, normalize_cron
+from colibri.core.model import TaskSpec
+from colibri.core.schedules import Schedule, next_after, normalize_cron
 
 FIRST_DAY = date(2026, 1, 1)
 END_DAY = date(2028, 1, 1)  # exclusive
@@ -87,7 +88,7 @@ def fires(expr: str, tz_name: str) -> tuple[float, ...]:
         kind="cron",
         cron=normalize_cron(expr),
         tz=tz_name,
-        task=ScheduledTask(text="x"),
+        task=TaskSpec(text="x"),
     )
     t = midnight(FIRST_DAY, tz) - 1
     end = midnight(END_DAY, tz)

@@ -16,14 +16,13 @@ from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 from colibri.core.errors import BadRequest
-from colibri.core.model import parse_rfc3339, rfc3339
+from colibri.core.model import TaskSpec, parse_rfc3339, rfc3339
 from colibri.core.schedules import (
     LAST_FIRE,
     MACROS,
     ON_TIME,
     SCAN_LIMIT,
     Schedule,
-    ScheduledTask,
     ScheduleSpec,
     build,
     jitter_offset,
@@ -44,7 +43,7 @@ def ts(text: str) -> float:
 
 
 def spec(**fields: object) -> ScheduleSpec:
-    task = fields.pop("task", None) or ScheduledTask(text="do the thing")
+    task = fields.pop("task", None) or TaskSpec(text="do the thing")
     return ScheduleSpec(task=task, **fields)  # type: ignore[arg-type]
 
 
@@ -54,7 +53,7 @@ def make(now: float = T0, tz: str = "UTC", name: str = "s", **fields: object) ->
 
 def cron(expr: str, tz: str = "UTC") -> Schedule:
     return Schedule(
-        name="c", kind="cron", cron=normalize_cron(expr), tz=tz, task=ScheduledTask(text="x")
+        name="c", kind="cron", cron=normalize_cron(expr), tz=tz, task=TaskSpec(text="x")
     )
 
 
@@ -244,7 +243,7 @@ def test_build_bad_name_and_empty_text() -> None:
     with pytest.raises(BadRequest, match="schedule name"):
         make(name="Bad Name!", cron="0 9 * * *")
     with pytest.raises(BadRequest, match="task text is empty"):
-        make(cron="0 9 * * *", task=ScheduledTask(text="   "))
+        make(cron="0 9 * * *", task=TaskSpec(text="   "))
 
 
 def test_build_cron() -> None:
@@ -384,22 +383,22 @@ def test_build_once_not_a_time() -> None:
 
 def test_build_capabilities_are_validated() -> None:
     with pytest.raises(BadRequest, match="capability"):
-        make(cron="@daily", task=ScheduledTask(text="x", capabilities=["gpu", "no spaces!"]))
-    ok = make(cron="@daily", task=ScheduledTask(text="x", capabilities=["gpu", "linux"]))
+        make(cron="@daily", task=TaskSpec(text="x", capabilities=["gpu", "no spaces!"]))
+    ok = make(cron="@daily", task=TaskSpec(text="x", capabilities=["gpu", "linux"]))
     assert ok.task.capabilities == ["gpu", "linux"]
 
 
 @pytest.mark.parametrize(
     "task",
     [
-        ScheduledTask(text="x", labels=["Bad label!"]),
-        ScheduledTask(text="x", workspace="no way!"),
-        ScheduledTask(text="x", tenant="Bad Tenant!"),
-        ScheduledTask(text="x", agent="bad agent!"),
+        TaskSpec(text="x", labels=["Bad label!"]),
+        TaskSpec(text="x", workspace="no way!"),
+        TaskSpec(text="x", tenant="Bad Tenant!"),
+        TaskSpec(text="x", agent="bad agent!"),
     ],
     ids=["label", "workspace", "tenant", "agent"],
 )
-def test_build_refuses_names_submit_would_refuse(task: ScheduledTask) -> None:
+def test_build_refuses_names_submit_would_refuse(task: TaskSpec) -> None:
     with pytest.raises(BadRequest):
         make(cron="@daily", task=task)
 

@@ -179,8 +179,8 @@ def test_a_hundred_failed_attempts_keep_every_retry_within_a_day(tmp_path: Path)
     """retry_backoff doubles per attempt: 2**98 times the backoff is past any calendar. The
     wait is capped at a day, so the timestamps written for the retries stay valid."""
     from colibri.config import SchedulerSettings
-    from colibri.core.model import parse_rfc3339
-    from colibri.core.protocol import RegisterAgent, TaskFields
+    from colibri.core.model import TaskSpec, parse_rfc3339
+    from colibri.core.protocol import RegisterAgent
     from colibri.daemon.board import MAX_RETRY_DELAY, Board
     from colibri.store import open_store
     from tests.reliability.test_board_state_machine import ManualClock, Peer
@@ -191,7 +191,7 @@ def test_a_hundred_failed_attempts_keep_every_retry_within_a_day(tmp_path: Path)
     board.rebuild()
     peer = Peer("a1")
     agent, _, _ = board.register(RegisterAgent(name="a1", ttl=86_400.0 * 400), peer)
-    task, _ = board.submit(TaskFields(text="fails every time", max_attempts=100))
+    task, _ = board.submit(TaskSpec(text="fails every time", max_attempts=100))
     for attempt in range(1, 101):
         board.dispatch()
         store.commit()

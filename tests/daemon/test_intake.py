@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from colibri.client import RemoteError
+from colibri.core.model import SPEC_FIELDS
 from tests.daemon.conftest import Spawn
 from tests.helpers import Daemon
 
@@ -107,8 +108,7 @@ def test_retry_carries_every_field_of_the_original(daemon: Daemon, spawn: Spawn)
     daemon.call("cancel", task=original["id"])
     copy = daemon.call("retry", task=original["id"])["task"]
     assert copy["id"] != original["id"] and copy["state"] == "pending"
-    fields = ("text", "capabilities", "workspace", "agent", "pinned", "parent", "priority",
-              "min_score", "labels", "tenant", "max_attempts", "budget_usd")  # fmt: skip
+    fields = (*SPEC_FIELDS, "pinned")  # every field a task is asked with
     assert {f: copy[f] for f in fields} == {f: original[f] for f in fields}
     assert copy.get("idempotency_key") is None  # the key still names the original
 

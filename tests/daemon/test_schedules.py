@@ -283,7 +283,8 @@ def test_the_runner_with_a_jitter_longer_than_the_gap_misses_nothing(tmp_path: P
     asks for, as its loop sleeps: an every-minute cron with a jitter of an hour fires every
     minute for 200 minutes and records no fire as missed, with each catch-up policy."""
     from colibri.config import SchedulerSettings
-    from colibri.core.schedules import ScheduledTask, ScheduleSpec
+    from colibri.core.model import TaskSpec
+    from colibri.core.schedules import ScheduleSpec
     from colibri.daemon.board import Board
     from colibri.daemon.schedules import ScheduleRunner
     from colibri.store import open_store
@@ -296,7 +297,7 @@ def test_the_runner_with_a_jitter_longer_than_the_gap_misses_nothing(tmp_path: P
         board.rebuild()
         runner = ScheduleRunner(board, board.batch, "UTC")
         spec = ScheduleSpec(cron="* * * * *", jitter="1h", catch_up=catch_up, overlap="allow",
-                            task=ScheduledTask(text="spread"))  # fmt: skip
+                            task=TaskSpec(text="spread"))  # fmt: skip
         runner.add("spread", spec, replace=False)
         store.commit()
         wakes: list[float] = []
@@ -323,7 +324,7 @@ def test_a_fire_that_meets_a_full_disk_fails_its_batch_and_records_nothing(
 
     from colibri.config import SchedulerSettings
     from colibri.core.errors import StorageUnavailable
-    from colibri.core.protocol import TaskFields
+    from colibri.core.model import TaskSpec
     from colibri.core.schedules import ScheduleSpec
     from colibri.daemon.board import Board
     from colibri.daemon.schedules import ScheduleRunner
@@ -338,7 +339,7 @@ def test_a_fire_that_meets_a_full_disk_fails_its_batch_and_records_nothing(
     spec = ms.convert({"every": "1m", "task": {"text": "x" * 200_000}}, ScheduleSpec)
     runner.add("big", spec, replace=False)
     store.commit()
-    board.submit(TaskFields(text="a client's task in the same batch"))
+    board.submit(TaskSpec(text="a client's task in the same batch"))
     pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
     store._conn.execute(f"PRAGMA max_page_count={pages + 2}")  # the disk is all but full
     clock.advance(120)
@@ -400,3 +401,21 @@ def test_a_fire_failing_on_a_full_disk_backs_off_instead_of_spinning(
         server_log.removeHandler(caplog.handler)
     rollbacks = sum(1 for r in caplog.records if r.getMessage() == "batch rolled back")
     assert 1 <= rollbacks <= 4, rollbacks
+
+
+def test_a_schedule_task_is_a_task_spec_budget_and_pin_included(daemon: Daemon) -> None:
+    """A fire submits the schedule's task as it is: every field a submission could carry
+    (its budget too); a parent it cannot have."""
+    task = {"text": "bounded", "budget_usd": 1.5, "max_attempts": 2, "agent": "a1",
+            "labels": ["nightly"], "priority": 4}  # fmt: skip
+    add(daemon, "bounded", every="1h", task=task)
+    fired = daemon.call("schedule-run", name="bounded")["task"]
+    got = daemon.call("get", task=fired["id"])["task"]
+    assert {k: got[k] for k in task} == {**task, "agent": "a1"}
+    assert got["pinned"] is True and got["schedule"] == "bounded"
+    with pytest.raises(RemoteError) as caught:
+        add(daemon, "child", every="1h", task={"text": "x", "parent": got["id"]})
+    assert caught.value.code == "bad_request" and "no parent" in caught.value.message
+    with pytest.raises(RemoteError) as caught:
+        add(daemon, "wild", every="1h", task={"text": "x", "budget_usd": -1})
+    assert caught.value.code == "bad_request" and "budget_usd" in caught.value.message

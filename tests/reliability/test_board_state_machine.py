@@ -28,8 +28,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from colibri.config import SchedulerSettings
 from colibri.core.errors import ColibriError, StaleClaim
-from colibri.core.model import MAX_TOKENS, MAX_USD, Cost
-from colibri.core.protocol import Held, RegisterAgent, TaskFields
+from colibri.core.model import MAX_TOKENS, MAX_USD, Cost, TaskSpec
+from colibri.core.protocol import Held, RegisterAgent
 from colibri.core.states import ENDED, State
 from colibri.daemon.board import Board, LiveAgent
 from colibri.store import Store, open_store
@@ -189,7 +189,7 @@ class BoardMachine(RuleBasedStateMachine):
         """``count`` submissions in one batch, maybe children of an earlier task."""
         parent_id = self.ids[parent % len(self.ids)] if parent is not None and self.ids else None
         for _ in range(count):
-            fields = TaskFields(
+            fields = TaskSpec(
                 text=f"task {len(self.ids)}",
                 parent=parent_id,
                 max_attempts=max_attempts,

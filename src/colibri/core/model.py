@@ -36,6 +36,37 @@ _NAME_RE = re.compile(NAME_PATTERN)
 
 Priority = Annotated[int, msgspec.Meta(ge=-1_000_000, le=1_000_000)]
 Score = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
+ShortStr = Annotated[str, msgspec.Meta(max_length=200)]
+Names = Annotated[list[str], msgspec.Meta(max_length=256)]
+TaskId = Annotated[str, msgspec.Meta(max_length=64)]
+Attempts = Annotated[int, msgspec.Meta(ge=1, le=100)]
+Budget = Annotated[float, msgspec.Meta(gt=0, le=MAX_BUDGET_USD)]
+
+
+class TaskSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """What asks for a task: a submission, a hand-off, a schedule's fire, a retry all carry
+    this. Names are checked (and normalised) by intake, which refuses before it writes."""
+
+    text: Text
+    capabilities: Names = []
+    workspace: ShortStr | None = None
+    #: Pinned to this agent (``create-task``; a schedule's ``agent``).
+    agent: ShortStr | None = None
+    parent: TaskId | None = None
+    priority: Priority = 0
+    min_score: Score | None = None
+    labels: Names = []
+    tenant: ShortStr | None = None
+    max_attempts: Attempts = 1
+    #: Dollars this task and its descendants may spend (children inherit what remains).
+    budget_usd: Budget | None = None
+
+    @classmethod
+    def of(cls, task: Task) -> TaskSpec:
+        """What submits ``task`` again: every field it was asked with."""
+        return cls(**{name: getattr(task, name) for name in SPEC_FIELDS if name != "agent"},
+                   agent=task.agent if task.pinned else None)  # fmt: skip
 
 
 class Cost(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -148,3 +179,7 @@ def check_name(value: str, what: str) -> str:
 def normalize_names(values: list[str], what: str) -> list[str]:
     """Trim, lower-case and de-duplicate names, keeping first-seen order; refuse bad ones."""
     return list(dict.fromkeys(check_name(raw.strip().lower(), what) for raw in values))
+
+
+#: The fields of a ``TaskSpec`` (every one of them is a field of ``Task`` too).
+SPEC_FIELDS: tuple[str, ...] = TaskSpec.__struct_fields__

@@ -13,16 +13,22 @@ import msgspec
 
 from colibri.core.errors import BadJson, BadRequest, UnknownCommand
 from colibri.core.model import (
-    MAX_BUDGET_USD,
     MAX_EPOCH,
-    MAX_TEXT,
     MAX_TOKENS,
     MAX_USD,
+    SPEC_FIELDS,
+    Attempts,
+    Budget,
     Cost,
     LedgerEntry,
+    Names,
     Priority,
     Score,
+    ShortStr,
     Task,
+    TaskId,
+    TaskSpec,
+    Text,
 )
 from colibri.core.schedules import ScheduleSpec
 
@@ -31,10 +37,6 @@ from colibri.core.schedules import ScheduleSpec
 SqlInt = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 #: Echoed as it came; a string id is bounded by the line limit alone.
 RequestId = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)] | str | None
-Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
-ShortStr = Annotated[str, msgspec.Meta(max_length=200)]
-Names = Annotated[list[str], msgspec.Meta(max_length=256)]
-TaskId = Annotated[str, msgspec.Meta(max_length=64)]
 Epoch = Annotated[int, msgspec.Meta(ge=0, le=MAX_EPOCH)]
 #: The longest output an ``out`` carries, and error a ``fail`` does, whatever
 #: ``server.max_line`` allows.
@@ -67,6 +69,9 @@ class Status(Request, tag="status"):
 
 
 class TaskFields(Request, kw_only=True):
+    """A submission: the fields of a ``TaskSpec`` (flat on the wire; a test keeps the two
+    alike), and what only a submission carries."""
+
     text: Text
     capabilities: Names = []
     workspace: ShortStr | None = None
@@ -75,13 +80,17 @@ class TaskFields(Request, kw_only=True):
     min_score: Score | None = None
     labels: Names = []
     tenant: ShortStr | None = None
+    max_attempts: Attempts = 1
+    budget_usd: Budget | None = None
     idempotency_key: ShortStr | None = None
-    max_attempts: Annotated[int, msgspec.Meta(ge=1, le=100)] = 1
-    #: Dollars this task and its descendants may spend (children inherit what remains).
-    budget_usd: Annotated[float, msgspec.Meta(gt=0, le=MAX_BUDGET_USD)] | None = None
     #: A hand-off from inside a session: the claim of ``parent``'s running session. Then the
     #: child must go to a workspace the parent's workspace may send to.
     claim: Claim | None = None
+
+    def spec(self) -> TaskSpec:
+        return TaskSpec(
+            **{name: getattr(self, name) for name in SPEC_FIELDS if hasattr(self, name)}
+        )
 
 
 class IntakeTask(TaskFields, tag="intake-task"):

@@ -33,7 +33,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import msgspec
 
 from colibri.core.errors import BadRequest
-from colibri.core.model import MAX_TEXT, Priority, Score
+from colibri.core.model import TaskSpec
 from colibri.core.model import parse_rfc3339 as instant
 
 MACROS = {
@@ -62,20 +62,6 @@ CatchUp = Literal["one", "all", "none"]
 Overlap = Literal["skip", "allow", "replace"]
 
 
-class ScheduledTask(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
-    """The task a schedule submits each time it fires (the fields of ``submit``)."""
-
-    text: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT)]
-    capabilities: list[str] = []
-    workspace: str | None = None
-    agent: str | None = None
-    priority: Priority = 0
-    min_score: Score | None = None
-    labels: list[str] = []
-    tenant: str | None = None
-    max_attempts: Annotated[int, msgspec.Meta(ge=1, le=100)] = 1
-
-
 class ScheduleSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """A schedule as a person writes it: in colibri.jsonc, or sent by ``schedule add``."""
 
@@ -91,7 +77,7 @@ class ScheduleSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     overlap: Overlap = "skip"
     jitter: str | float | None = None
     paused: bool = False
-    task: ScheduledTask
+    task: TaskSpec
 
 
 class Schedule(msgspec.Struct, kw_only=True):
@@ -107,7 +93,7 @@ class Schedule(msgspec.Struct, kw_only=True):
     grace: float | None = None
     overlap: Overlap = "skip"
     jitter: float = 0.0
-    task: ScheduledTask
+    task: TaskSpec
     paused: bool = False
     finished: bool = False
     next_fire_at: str | None = None
@@ -325,6 +311,9 @@ def build(
         )
     if not spec.task.text.strip():
         raise BadRequest(f"schedule {name!r}: task text is empty")
+    if spec.task.parent is not None:
+        raise BadRequest(f"schedule {name!r}: a schedule's task has no parent (fires are tasks "
+                         "of their own; a session hands work on with colibri submit)")  # fmt: skip
     task = spec.task
     task = msgspec.structs.replace(
         task,

@@ -37,7 +37,7 @@ class Commands:
             p.Status: self.status,
             p.IntakeTask: self.intake_task,
             p.Submit: self.intake_task,
-            p.CreateTask: self.create_task,
+            p.CreateTask: self.intake_task,
             p.Get: self.get,
             p.ListTasks: self.list_tasks,
             p.Cancel: self.cancel,
@@ -96,11 +96,10 @@ class Commands:
         }
 
     def intake_task(self, req: p.TaskFields, conn: Connection) -> Reply:
-        task, created = self.board.submit(req)
-        return {"task": task, "created": created}
-
-    def create_task(self, req: p.CreateTask, conn: Connection) -> Reply:
-        task, created = self.board.submit(req, pin=req.agent)
+        # create-task too: its spec carries the agent it is pinned to.
+        task, created = self.board.submit(
+            req.spec(), idempotency_key=req.idempotency_key, claim=req.claim
+        )
         return {"task": task, "created": created}
 
     def get(self, req: p.Get, conn: Connection) -> Reply:

@@ -26,7 +26,6 @@ from colibri.core.errors import (
     UnknownSchedule,
 )
 from colibri.core.model import LedgerEntry, parse_rfc3339, rfc3339
-from colibri.core.protocol import TaskFields
 from colibri.core.schedules import Schedule, ScheduleSpec
 from colibri.core.states import OPEN
 from colibri.daemon import crashpoints
@@ -221,23 +220,11 @@ class ScheduleRunner:
                 extra={"event": "schedule_duplicate", "schedule": schedule.name, "nominal": key},
             )
             return 0
-        template = schedule.task
-        fields = TaskFields(
-            text=template.text,
-            capabilities=template.capabilities,
-            workspace=template.workspace,
-            priority=template.priority,
-            min_score=template.min_score,
-            labels=template.labels,
-            tenant=template.tenant,
-            max_attempts=template.max_attempts,
-        )
         why = "run by hand" if manual else f"for {key}"
         try:
             # Intake refuses before it writes anything (quotas, names, budgets).
             self.board.submit(
-                fields,
-                template.agent,
+                schedule.task,
                 schedule=schedule.name,
                 task_id=task_id,
                 reason=f"fired by schedule {schedule.name} {why}",

@@ -26,8 +26,14 @@ from colibri.core.errors import (
     QuotaExceeded,
     UnknownParent,
 )
-from colibri.core.model import DEFAULT_TENANT, Task, check_name, normalize_names, rfc3339
-from colibri.core.protocol import TaskFields
+from colibri.core.model import (
+    DEFAULT_TENANT,
+    Task,
+    TaskSpec,
+    check_name,
+    normalize_names,
+    rfc3339,
+)
 from colibri.core.states import State
 from colibri.daemon import crashpoints
 from colibri.daemon.board.batch import Batch
@@ -44,7 +50,7 @@ def new_task_id() -> str:
 
 
 def request_fingerprint(
-    req: TaskFields,
+    req: TaskSpec,
     capabilities: list[str],
     labels: list[str],
     workspace: str | None,
@@ -86,14 +92,16 @@ class Intake:
 
     def submit(
         self,
-        req: TaskFields,
-        pin: str | None = None,
+        req: TaskSpec,
         *,
+        idempotency_key: str | None = None,
+        claim: str | None = None,
         schedule: str | None = None,
         task_id: str | None = None,
         reason: str = "submitted",
     ) -> tuple[Task, bool]:
         """Write a new pending task durably (on commit); return it and whether it is new."""
+        pin = req.agent
         text = req.text  # kept byte for byte: it is the session's input
         if not text.strip():
             raise BadRequest("text is empty: say what the task is")
@@ -104,14 +112,14 @@ class Intake:
         if pin is not None:
             check_name(pin, "agent name")
         fingerprint = None
-        if req.idempotency_key is not None:
+        if idempotency_key is not None:
             # Before the quotas: a retry of a submission that did commit gets its task back.
             fingerprint = request_fingerprint(req, capabilities, labels, workspace, pin)
-            existing = self.store.find_idempotent(tenant, req.idempotency_key)
+            existing = self.store.find_idempotent(tenant, idempotency_key)
             if existing is not None:
                 stored = self.store.fingerprint(existing.id)
                 if stored is not None and stored != fingerprint:
-                    raise IdempotencyConflict(req.idempotency_key, existing.id)
+                    raise IdempotencyConflict(idempotency_key, existing.id)
                 return self.tasks.get(existing.id, existing), False
         if self.transitions.pending_by_tenant.get(tenant, 0) >= self.settings.max_pending:
             raise QuotaExceeded(
@@ -128,15 +136,15 @@ class Intake:
             )
         sender: str | None = None
         budget = req.budget_usd
-        if req.claim is not None and req.parent is None:
+        if claim is not None and req.parent is None:
             raise BadRequest("a hand-off's claim is its parent's: give parent too")
         if req.parent is not None:
             parent = self.tasks.get(req.parent) or self.store.get_task(req.parent)
             if parent is None:
                 raise UnknownParent(req.parent)
-            if req.claim is not None and (
+            if claim is not None and (
                 parent.state != State.RUNNING
-                or not self.claims.valid(parent.id, parent.epoch, req.claim)
+                or not self.claims.valid(parent.id, parent.epoch, claim)
             ):
                 raise BadClaim(parent.id, "a hand-off")
             if self.store.count_children(parent.id) >= self.settings.max_children:
@@ -161,7 +169,7 @@ class Intake:
             sender = parent.workspace
             if sender is not None and sender in self.send_to:
                 allowed = self.send_to[sender]
-                if req.claim is not None:
+                if claim is not None:
                     # From inside the parent's session: only along its send_to edges, which
                     # form no cycle, so a chain of hand-offs is as long as the graph at most.
                     if workspace not in allowed:
@@ -188,7 +196,7 @@ class Intake:
             min_score=req.min_score,
             tenant=tenant,
             labels=labels,
-            idempotency_key=req.idempotency_key,
+            idempotency_key=idempotency_key,
             max_attempts=req.max_attempts,
             budget_usd=budget,
             schedule=schedule,
@@ -265,17 +273,5 @@ class Intake:
             budget = min(budget, self.budget_left(parent))
             if budget <= 0:
                 raise BudgetExceeded(parent.id, old.budget_usd or 0.0, budget)
-        fields = TaskFields(
-            text=old.text,
-            capabilities=old.capabilities,
-            workspace=old.workspace,
-            parent=old.parent,
-            priority=old.priority,
-            min_score=old.min_score,
-            labels=old.labels,
-            tenant=old.tenant,
-            max_attempts=old.max_attempts,
-            budget_usd=budget,
-        )
-        task, _ = self.submit(fields, old.agent if old.pinned else None)
+        task, _ = self.submit(msgspec.structs.replace(TaskSpec.of(old), budget_usd=budget))
         return task
