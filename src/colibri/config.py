@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from colibri.core.durations import DAY, parse_duration
-from colibri.core.errors import ConfigError, RootError, shown
+from colibri.core.errors import BadDuration, ConfigError, RootError, shown
 from colibri.core.model import DEFAULT_MAX_LINE
 
 if TYPE_CHECKING:
@@ -400,8 +400,8 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
         low, high = DURATION_RANGES[name]
         try:
             return parse_duration(value, low=low, high=high)
-        except ValueError as exc:
-            raise ConfigError(f"{at()}: {exc}") from None
+        except BadDuration as exc:
+            raise ConfigError(f"{at()}: {exc.message}") from None
 
     def whole(name: str, default: int) -> int:
         at, value = setting(name)

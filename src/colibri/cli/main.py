@@ -59,15 +59,12 @@ def wait_out_busy(attempt: Callable[[], T]) -> T:
     """
     import time
 
-    from colibri.client import RemoteError
-    from colibri.core.errors import DaemonNotRunning
-
     give_up = time.monotonic() + BUSY_PATIENCE
     pause = BUSY_FIRST_PAUSE
     while True:
         try:
             return attempt()
-        except (RemoteError, DaemonNotRunning) as exc:
+        except ColibriError as exc:
             if exc.code not in ("busy", "closed", "no_daemon"):
                 raise
             if time.monotonic() + pause > give_up:

@@ -12,13 +12,19 @@ from pathlib import Path
 from typing import Any
 
 from colibri.config import Config
-from colibri.core.errors import ColibriError, ConfigError, RootError, StorageUnavailable
+from colibri.core.errors import (
+    ColibriError,
+    ConfigError,
+    LockHeld,
+    RootError,
+    StorageUnavailable,
+)
 from colibri.daemon import crashpoints
 from colibri.daemon.board import Board
 from colibri.daemon.clock import SystemClock
 from colibri.daemon.ledger import LedgerMirror
 from colibri.daemon.server import Connection, Server
-from colibri.locks import LockHeld, hold_lock
+from colibri.locks import hold_lock
 from colibri.store import open_store
 
 log = logging.getLogger(__name__)
@@ -29,8 +35,9 @@ def acquire_lock(path: Path) -> int:
     try:
         return hold_lock(path)
     except LockHeld as held:
-        raise RootError(
-            f"another daemon (pid {held.holder}) is already running for {path.parent.parent}"
+        raise LockHeld(
+            held.holder,
+            f"another daemon (pid {held.holder}) is already running for {path.parent.parent}",
         ) from None
 
 
