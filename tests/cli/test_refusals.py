@@ -110,6 +110,17 @@ def test_the_cli_says_busy_in_one_line_and_does_not_wait(small_daemon: Daemon, f
     assert small_daemon.call("list")["tasks"] == []
 
 
+def test_the_cli_with_json_says_busy_as_its_code(small_daemon: Daemon, full: Full) -> None:
+    process = colibri(small_daemon.root, "status", "--json")
+    out, err = process.communicate(timeout=90)
+    assert process.returncode == 1 and err == ""
+    assert json.loads(out) == {
+        "ok": False,
+        "error": {"code": "busy", "message": "the daemon is busy: too many connections; try "
+                  "again later"},
+    }  # fmt: skip
+
+
 @pytest.mark.parametrize("size", [2_000, 4_000_000])  # sent whole; cut off mid-send (EPIPE)
 def test_client_call_raises_line_too_long(small_daemon: Daemon, size: int) -> None:
     with Client(small_daemon.socket, timeout=10) as client:
