@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -208,6 +208,8 @@ class Config:
     environ: dict[str, str] = field(default_factory=dict)
     #: ``COLIBRI_CRASHPOINT`` (``name:n``), for the crash tests: die at that point.
     crashpoint: str | None = None
+    #: ``COLIBRI_HOST``: how to ask the system about processes and peers (``host.select``).
+    host: str = "auto"
 
     @property
     def state_dir(self) -> Path:
@@ -352,6 +354,22 @@ _KNOWN: dict[str, set[str]] = {
 }
 _FREE = {"schedules", "templates", "workspaces"}
 _ABSENT = object()
+
+
+HOST_ENV = "COLIBRI_HOST"
+
+
+def host_mode(environ: Mapping[str, str]) -> str:
+    """How the daemon and harnesses ask the system about processes and socket peers
+    (``host.MODES``): ``COLIBRI_HOST``, ``auto`` when unset. ``portable`` forces the calls
+    that work on any Unix, as on FreeBSD; ``portable-processes`` and ``portable-peers`` force
+    one of the two."""
+    from colibri.host import MODES
+
+    mode = environ.get(HOST_ENV) or "auto"
+    if mode not in MODES:
+        raise ConfigError(f"{HOST_ENV}={shown(mode)} is not a mode; modes: {', '.join(MODES)}")
+    return mode
 
 
 def load_config(root: Path, *, store: str | None = None, durability: str | None = None) -> Config:
@@ -523,6 +541,7 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
         workspaces=workspaces,
         crashpoint=os.environ.get("COLIBRI_CRASHPOINT") or None,
         environ=dict(os.environ),
+        host=host_mode(os.environ),
     )
     if len(os.fsencode(config.socket_path)) > MAX_SOCKET_PATH:
         raise ConfigError(

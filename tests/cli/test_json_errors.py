@@ -84,6 +84,12 @@ WITHOUT_DAEMON: list[tuple[str, Case, str, str]] = [
     ("no daemon for a submit", lambda root: (["submit", "x"], None), "no_daemon", "colibri run"),
     ("bad config", _broken_config, "config_error", "scheduler.tick"),
     (
+        "bad COLIBRI_HOST",
+        lambda root: (["workspace", "list"], {"COLIBRI_HOST": "fast"}),
+        "config_error",
+        "COLIBRI_HOST='fast' is not a mode; modes: auto, portable",
+    ),
+    (
         "not a root",
         lambda root: (["--root", str(root / "nowhere"), "status"], None),
         "root_error",

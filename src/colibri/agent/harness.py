@@ -34,8 +34,7 @@ from colibri.core.errors import ColibriError, DaemonNotRunning, RootError
 from colibri.core.lineage import Body, build_body
 from colibri.core.model import DEFAULT_MAX_LINE
 from colibri.core.protocol import ReportedCost, fit_report
-from colibri.privatefiles import open_private, private_dir, write_private
-from colibri.processes import (
+from colibri.host import (
     alive,
     become_subreaper,
     children_of,
@@ -43,6 +42,7 @@ from colibri.processes import (
     processes_with,
     start_time,
 )
+from colibri.privatefiles import open_private, private_dir, write_private
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

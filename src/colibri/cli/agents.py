@@ -153,13 +153,17 @@ def agent(
     Example:  colibri agent --name build-7 --cap freebsd --cap zfs -- ./run-task.sh
     A workspace of colibri.jsonc, as defined there:  colibri agent --workspace api
     """
+    import os
     from pathlib import Path
 
+    from colibri import host
     from colibri.agent.harness import AgentSpec, run_agent
     from colibri.client import socket_path
+    from colibri.config import host_mode
     from colibri.daemon.logs import setup
 
     setup(log_level, "text")
+    host.select(host_mode(os.environ))
     root = ctx.root()
     if command:
         if name is None:

@@ -34,7 +34,7 @@ the client (``closed``, ``unexpected_reply``) and by the CLI (``os_error``, ``in
     ├── StorageUnavailable   storage_unavailable the store could not commit (disk full, read-only)
     ├── Internal             internal            a bug: logged with its traceback
     │   (the codes below are not sent on the socket: start-up, the client, the CLI)
-    ├── ConfigError          config_error        colibri.jsonc is invalid
+    ├── ConfigError          config_error        colibri.jsonc (or COLIBRI_HOST) is invalid
     ├── RootError            root_error          no root, or its .colibri is unsafe to use
     ├── LockHeld             lock_held           another live daemon or harness holds the lock
     ├── UnknownWorkspace     unknown_workspace   colibri.jsonc defines no such workspace

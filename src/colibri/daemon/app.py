@@ -11,6 +11,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
+from colibri import host
 from colibri.config import Config
 from colibri.core.errors import (
     ColibriError,
@@ -106,6 +107,7 @@ async def serve(config: Config) -> int:
     # SIGUSR1 rotates the ledger once the daemon runs; until then (lock, store, catch-up) its
     # default action would end the process.
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    host.select(config.host)
     crashpoints.arm(config.crashpoint)
     if crashpoints.armed is not None:
         log.warning(
