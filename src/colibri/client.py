@@ -4,13 +4,17 @@
     with Client.for_root("/srv/build") as board:
         task = board.call("submit", text="upgrade zfs", capabilities=["freebsd", "zfs"])["task"]
 
-``call`` returns the reply object, or raises ``RemoteError`` with the daemon's ``code``.
-``AsyncClient`` is the asyncio twin; it also delivers pushed events to a callback.
+``call`` returns the reply object, or raises the error the daemon answered, as its class of
+``colibri.core.errors`` (``UnknownTask`` for ``unknown_task`` …: ``errors.from_wire``); every
+one is a ``ColibriError`` with the daemon's ``code`` and ``message``. ``AsyncClient`` is the
+asyncio twin; it also delivers pushed events to a callback.
 
 A connection the daemon refuses (``busy``, ``forbidden``) or closes after a request line it
 could not take (``line_too_long``) gets one error line without an id, then is closed: the
-waiting calls raise ``RemoteError`` with that code. A connection that ends without one raises
-the code ``closed``; no call raises a bare ``OSError`` for a connection the daemon closed.
+waiting calls raise that error. A connection that ends without one raises ``ConnectionClosed``
+(``closed``); no call raises a bare ``OSError`` for a connection the daemon closed. No daemon
+at the socket is ``DaemonNotRunning`` (``no_daemon``); a line that is not a JSON object is
+``UnexpectedReply``.
 """
 
 from __future__ import annotations
@@ -27,22 +31,20 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from colibri.config import STATE_DIR
-from colibri.core.errors import ColibriError, DaemonNotRunning
+from colibri.core.errors import (
+    ColibriError,
+    ConnectionClosed,
+    DaemonNotRunning,
+    UnexpectedReply,
+    from_wire,
+)
 
 if TYPE_CHECKING:
     import asyncio
 
 _encode = msgspec.json.Encoder().encode
-_decode = msgspec.json.Decoder(dict[str, Any]).decode
+_decoder = msgspec.json.Decoder(dict[str, Any])
 STREAM_LIMIT = 64 * 1024 * 1024
-
-
-class RemoteError(ColibriError):
-    """An error reply from the daemon; ``code`` is the daemon's stable error code."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def socket_path(root: Path) -> Path:
@@ -55,13 +57,19 @@ def _is_refusal(message: dict[str, Any]) -> bool:
     return message.get("id") is None and message.get("ok") is False and "event" not in message
 
 
-def _closed(why: str = "") -> RemoteError:
-    return RemoteError("closed", f"the daemon closed the connection{why}")
+def _decode(line: bytes) -> dict[str, Any]:
+    try:
+        return _decoder.decode(line)
+    except msgspec.DecodeError as exc:  # not the daemon's: a reply is always a JSON object
+        raise UnexpectedReply(f"the daemon's reply is not a JSON object ({exc})") from None
 
 
-def _error_of(reply: dict[str, Any]) -> RemoteError:
-    error = reply.get("error") or {}
-    return RemoteError(str(error.get("code", "error")), str(error.get("message", "unknown error")))
+def _closed(why: str = "") -> ConnectionClosed:
+    return ConnectionClosed(f"the daemon closed the connection{why}")
+
+
+def _error_of(reply: dict[str, Any]) -> ColibriError:
+    return from_wire(reply.get("error"))
 
 
 def _raise_for(reply: dict[str, Any]) -> dict[str, Any]:
@@ -140,7 +148,7 @@ class Client:
             if reply.get("id") == request_id and "event" not in reply:
                 return _raise_for(reply)
 
-    def _ending(self, why: str) -> RemoteError:
+    def _ending(self, why: str) -> ColibriError:
         """The error that ends a connection the daemon is closing: its refusal, read from what
         is left, or ``closed`` when it closed without one."""
         try:
@@ -148,7 +156,7 @@ class Client:
                 message = self.read()
                 if _is_refusal(message):
                     return _error_of(message)
-        except RemoteError:
+        except (ConnectionClosed, UnexpectedReply):
             return _closed(why)
 
     def events(self) -> Iterator[dict[str, Any]]:
@@ -236,10 +244,10 @@ class AsyncClient:
         self._writer.write(_encode({"cmd": cmd, "id": request_id, **_strip(fields)}) + b"\n")
         return _raise_for(await future)
 
-    def _connection_error(self, otherwise: str) -> RemoteError:
+    def _connection_error(self, otherwise: str) -> ColibriError:
         """The daemon's refusal of this connection, or ``closed`` if it gave none."""
         if self._refusal is None:
-            return RemoteError("closed", otherwise)
+            return ConnectionClosed(otherwise)
         return _error_of(self._refusal)
 
     async def close(self) -> None:

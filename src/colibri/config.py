@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from colibri.core.durations import DAY, parse_duration
-from colibri.core.errors import ConfigError, RootError, shown
+from colibri.core.errors import BadDuration, ConfigError, RootError, shown
 from colibri.core.model import DEFAULT_MAX_LINE
 
 if TYPE_CHECKING:
@@ -208,6 +208,8 @@ class Config:
     environ: dict[str, str] = field(default_factory=dict)
     #: ``COLIBRI_CRASHPOINT`` (``name:n``), for the crash tests: die at that point.
     crashpoint: str | None = None
+    #: ``COLIBRI_HOST``: how to ask the system about processes and peers (``host.select``).
+    host: str = "auto"
 
     @property
     def state_dir(self) -> Path:
@@ -354,6 +356,22 @@ _FREE = {"schedules", "templates", "workspaces"}
 _ABSENT = object()
 
 
+HOST_ENV = "COLIBRI_HOST"
+
+
+def host_mode(environ: Mapping[str, str]) -> str:
+    """How the daemon and harnesses ask the system about processes and socket peers
+    (``host.MODES``): ``COLIBRI_HOST``, ``auto`` when unset. ``portable`` forces the calls
+    that work on any Unix, as on FreeBSD; ``portable-processes`` and ``portable-peers`` force
+    one of the two."""
+    from colibri.host import MODES
+
+    mode = environ.get(HOST_ENV) or "auto"
+    if mode not in MODES:
+        raise ConfigError(f"{HOST_ENV}={shown(mode)} is not a mode; modes: {', '.join(MODES)}")
+    return mode
+
+
 def load_config(root: Path, *, store: str | None = None, durability: str | None = None) -> Config:
     """Read and validate ``root/colibri.jsonc``; errors say ``file:line: what is wrong``."""
     path = root / CONFIG_NAME
@@ -400,8 +418,8 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
         low, high = DURATION_RANGES[name]
         try:
             return parse_duration(value, low=low, high=high)
-        except ValueError as exc:
-            raise ConfigError(f"{at()}: {exc}") from None
+        except BadDuration as exc:
+            raise ConfigError(f"{at()}: {exc.message}") from None
 
     def whole(name: str, default: int) -> int:
         at, value = setting(name)
@@ -523,6 +541,7 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
         workspaces=workspaces,
         crashpoint=os.environ.get("COLIBRI_CRASHPOINT") or None,
         environ=dict(os.environ),
+        host=host_mode(os.environ),
     )
     if len(os.fsencode(config.socket_path)) > MAX_SOCKET_PATH:
         raise ConfigError(

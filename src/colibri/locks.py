@@ -10,7 +10,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from colibri.core.errors import RootError
+from colibri.core.errors import LockHeld, RootError
 from colibri.privatefiles import open_private, private_dir
 
 
@@ -37,14 +37,6 @@ def holder_pid(path: Path) -> int | None:
         os.close(fd)
 
 
-class LockHeld(Exception):
-    """Another live process holds the lock; ``holder`` is the pid it wrote there."""
-
-    def __init__(self, holder: str) -> None:
-        super().__init__(f"held by pid {holder}")
-        self.holder = holder
-
-
 def hold_lock(path: Path) -> int:
     """Take the lock at ``path`` for the life of the process (writing our pid), or raise
     LockHeld. The daemon holds its root's; a harness its workspace's. A link, or a file that
@@ -60,7 +52,7 @@ def hold_lock(path: Path) -> int:
     except BlockingIOError:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
         os.close(fd)
-        raise LockHeld(holder) from None
+        raise LockHeld(holder, f"{path} is held by pid {holder}") from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd

@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from colibri.core.durations import DAY, parse_duration
-from colibri.core.errors import BadRequest, ConfigError, shown
+from colibri.core.errors import BadDuration, BadRequest, ConfigError, shown
 from colibri.core.model import check_name, normalize_names
 
 Duration = str | float
@@ -256,8 +256,8 @@ def _seconds(value: Duration, field: str, name: str, where: Callable[[str], str]
     low, high = DURATION_RANGES[field]
     try:
         return parse_duration(value, low=low, high=high)
-    except ValueError as exc:
-        raise ConfigError(f"{where(name)}: workspaces.{name}.{field}: {exc}") from None
+    except BadDuration as exc:
+        raise ConfigError(f"{where(name)}: workspaces.{name}.{field}: {exc.message}") from None
 
 
 def _session_problem(session: SessionSpec) -> str | None:

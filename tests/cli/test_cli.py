@@ -72,6 +72,18 @@ def error_line(result: subprocess.CompletedProcess[str], code: int = 1) -> str:
     return lines[0]
 
 
+def json_error(result: subprocess.CompletedProcess[str]) -> dict[str, str]:
+    """The error a failed command prints with --json: exit 1, one JSON document on stdout,
+    ``{"ok": false, "error": {"code": …, "message": …}}``, and nothing on stderr."""
+    assert result.returncode == 1, f"exit {result.returncode}: {result.stdout}{result.stderr}"
+    assert result.stderr == ""
+    document = json.loads(result.stdout)
+    assert document.keys() == {"ok", "error"} and document["ok"] is False, document
+    error: dict[str, str] = document["error"]
+    assert error.keys() == {"code", "message"} and error["message"], document
+    return error
+
+
 def as_json(result: subprocess.CompletedProcess[str]) -> Any:
     return json.loads(ok(result))
 
@@ -189,10 +201,13 @@ def test_outside_any_root_says_how_to_create_one(scratch: Path) -> None:
 
 
 def test_no_daemon_says_so_and_how_to_start_one(root: Path) -> None:
-    for args in (["list"], ["submit", "x", "--json"]):
+    for args in (["list"], ["submit", "x"]):
         line = error_line(colibri(*args, cwd=root))
         assert "no daemon is running" in line
         assert "colibri run" in line
+    # With --json the same error is a document on stdout (tests/cli/test_json_errors.py).
+    error = json_error(colibri("submit", "x", "--json", cwd=root))
+    assert error["code"] == "no_daemon" and "colibri run" in error["message"]
 
 
 # -- commands against a daemon -------------------------------------------------------------------

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from colibri.client import AsyncClient, Client, RemoteError
+from colibri.client import AsyncClient, Client
+from colibri.core.errors import ColibriError
 from tests.helpers import Daemon, RawConnection
 
 
@@ -93,7 +94,7 @@ def test_client_call_raises_the_busy_refusal(small_daemon: Daemon, full: Full) -
     for pause in (0.0, 0.2, 0.0, 0.2, 0.0):  # before and after the daemon has closed it
         with Client(small_daemon.socket, timeout=10) as client:
             time.sleep(pause)
-            with pytest.raises(RemoteError) as refused:
+            with pytest.raises(ColibriError) as refused:
                 client.call("ping")
         assert refused.value.code == "busy"
         assert "too many connections" in refused.value.message
@@ -109,10 +110,21 @@ def test_the_cli_says_busy_in_one_line_and_does_not_wait(small_daemon: Daemon, f
     assert small_daemon.call("list")["tasks"] == []
 
 
+def test_the_cli_with_json_says_busy_as_its_code(small_daemon: Daemon, full: Full) -> None:
+    process = colibri(small_daemon.root, "status", "--json")
+    out, err = process.communicate(timeout=90)
+    assert process.returncode == 1 and err == ""
+    assert json.loads(out) == {
+        "ok": False,
+        "error": {"code": "busy", "message": "the daemon is busy: too many connections; try "
+                  "again later"},
+    }  # fmt: skip
+
+
 @pytest.mark.parametrize("size", [2_000, 4_000_000])  # sent whole; cut off mid-send (EPIPE)
 def test_client_call_raises_line_too_long(small_daemon: Daemon, size: int) -> None:
     with Client(small_daemon.socket, timeout=10) as client:
-        with pytest.raises(RemoteError) as refused:
+        with pytest.raises(ColibriError) as refused:
             client.call("submit", text="x" * size)
     assert refused.value.code == "line_too_long"
     assert "server.max_line" in refused.value.message
@@ -120,10 +132,10 @@ def test_client_call_raises_line_too_long(small_daemon: Daemon, size: int) -> No
 
 
 def test_async_client_calls_fail_with_the_refusal(small_daemon: Daemon) -> None:
-    async def busy() -> RemoteError:
+    async def busy() -> ColibriError:
         client = await AsyncClient(small_daemon.socket).connect()
         try:
-            with pytest.raises(RemoteError) as refused:
+            with pytest.raises(ColibriError) as refused:
                 await client.call("ping")
             return refused.value
         finally:

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from colibri.core.durations import MAX_DURATION, format_duration, parse_duration
+from colibri.core.errors import BadDuration
 
 
 @pytest.mark.parametrize(
@@ -65,7 +66,7 @@ def test_parse_duration_bare_numbers_are_seconds(number: float, seconds: float) 
     ],
 )
 def test_parse_duration_refuses_bad_text_and_says_what_is_accepted(text: str) -> None:
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(BadDuration) as caught:
         parse_duration(text)
     message = str(caught.value)
     assert repr(text) in message
@@ -75,19 +76,19 @@ def test_parse_duration_refuses_bad_text_and_says_what_is_accepted(text: str) ->
 
 @pytest.mark.parametrize("number", [-1, -0.5, -math.inf])
 def test_parse_duration_refuses_negative_numbers(number: float) -> None:
-    with pytest.raises(ValueError, match="negative"):
+    with pytest.raises(BadDuration, match="negative"):
         parse_duration(number)
 
 
 @pytest.mark.parametrize("number", [math.nan, math.inf])
 def test_parse_duration_refuses_numbers_that_are_not_finite(number: float) -> None:
-    with pytest.raises(ValueError, match="finite"):
+    with pytest.raises(BadDuration, match="finite"):
         parse_duration(number)
 
 
 @pytest.mark.parametrize("value", [True, False, None, [1], {"s": 1}])
 def test_parse_duration_refuses_other_types(value: object) -> None:
-    with pytest.raises(ValueError, match="90s"):
+    with pytest.raises(BadDuration, match="90s"):
         parse_duration(value)  # type: ignore[arg-type]
 
 
@@ -127,7 +128,7 @@ def test_the_default_range_is_zero_to_ten_years() -> None:
     assert parse_duration(MAX_DURATION) == MAX_DURATION
     assert parse_duration("0s") == 0.0
     for text in ("3650d1ms", "100000000d", MAX_DURATION + 0.001, "521w3d1s"):
-        with pytest.raises(ValueError, match="must be at most 3650d"):
+        with pytest.raises(BadDuration, match="must be at most 3650d"):
             parse_duration(text)
 
 
@@ -147,7 +148,7 @@ def test_bounds_are_inclusive_and_said_in_the_notation(
     assert parse_duration(format_duration(high), low=low, high=high) == high
     assert parse_duration(low, low=low, high=high) == low
     for text in (below, above):
-        with pytest.raises(ValueError) as caught:
+        with pytest.raises(BadDuration) as caught:
             parse_duration(text, low=low, high=high)
         assert str(caught.value) == f"duration {text!r} must be {says}"
 
@@ -157,14 +158,14 @@ def test_bounds_are_inclusive_and_said_in_the_notation(
     ["1e400", "9" * 400, "9" * 400 + "d", "99999999999999999999d", 10**400, 1e308, "1e308"],
 )
 def test_absurdly_long_durations_are_out_of_range_not_a_crash(value: str | int | float) -> None:
-    with pytest.raises(ValueError, match="must be at most 3650d") as caught:
+    with pytest.raises(BadDuration, match="must be at most 3650d") as caught:
         parse_duration(value)
     assert len(str(caught.value)) < 120  # the value is clipped, not printed whole
 
 
 @pytest.mark.parametrize("value", ["1e400s", "nan", "-inf", "infinity", math.nan, -0.001])
 def test_not_a_duration_at_all_is_still_said_so(value: str | float) -> None:
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(BadDuration) as caught:
         parse_duration(value, low=1.0, high=2.0)
     assert "must be from" not in str(caught.value)
 

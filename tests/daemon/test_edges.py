@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from colibri.client import RemoteError
+from colibri.core.errors import ColibriError
 from colibri.core.model import MAX_TOKENS, MAX_USD
 from tests.daemon.conftest import Spawn
 from tests.helpers import Daemon, RawConnection, pong
@@ -22,7 +22,7 @@ INT64_MAX = 2**63 - 1
 
 
 def refused_code(daemon: Daemon, cmd: str, **fields: Any) -> str:
-    with pytest.raises(RemoteError) as caught:
+    with pytest.raises(ColibriError) as caught:
         daemon.call(cmd, **fields)
     return caught.value.code
 
@@ -51,7 +51,7 @@ def test_a_reported_cost_past_its_bounds_is_refused_and_changes_nothing(
     task = daemon.call("submit", text="report a cost")["task"]
     assign = agent.next_assign()
     before = seqs(daemon)
-    with pytest.raises(RemoteError) as caught:
+    with pytest.raises(ColibriError) as caught:
         agent.out(assign, cost=cost)
     assert caught.value.code == "bad_request", caught.value.message
     assert "cost" in caught.value.message

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from colibri.client import RemoteError
+from colibri.core.errors import ColibriError, QuotaExceeded
 from colibri.core.model import SPEC_FIELDS
 from tests.daemon.conftest import Spawn
 from tests.helpers import Daemon
@@ -49,7 +49,7 @@ def test_a_key_reused_with_other_fields_is_refused_and_stores_nothing(
 ) -> None:
     first = daemon.call("submit", idempotency_key="k1", **FIRST)["task"]
     before = (count(daemon), daemon.call("status")["ledger_seq"])
-    with pytest.raises(RemoteError) as caught:
+    with pytest.raises(ColibriError) as caught:
         daemon.call("submit", idempotency_key="k1", **{**FIRST, **changed})
     assert caught.value.code == "idempotency_conflict"
     assert first["id"] in caught.value.message
@@ -60,10 +60,10 @@ def test_a_key_reused_for_a_pinned_submission_of_another_agent_is_refused(
     daemon: Daemon,
 ) -> None:
     daemon.call("create-task", agent="a1", text="pinned", idempotency_key="pin")
-    with pytest.raises(RemoteError) as caught:
+    with pytest.raises(ColibriError) as caught:
         daemon.call("create-task", agent="a2", text="pinned", idempotency_key="pin")
     assert caught.value.code == "idempotency_conflict"
-    with pytest.raises(RemoteError) as caught:
+    with pytest.raises(ColibriError) as caught:
         daemon.call("submit", text="pinned", idempotency_key="pin")
     assert caught.value.code == "idempotency_conflict"
 
@@ -96,7 +96,7 @@ def test_a_retried_submission_gets_its_task_back_even_when_the_quota_is_full(
     daemon.call("submit", text="two")
     again = daemon.call("submit", text="one", idempotency_key="a")
     assert again["created"] is False and again["task"]["id"] == kept["id"]
-    with pytest.raises(RemoteError) as caught:
+    with pytest.raises(ColibriError) as caught:
         daemon.call("submit", text="three", idempotency_key="b")
     assert caught.value.code == "quota_exceeded"
 
@@ -134,7 +134,7 @@ def test_retrying_a_child_gives_it_its_budget_within_what_the_parent_has_left(
     assert third["budget_usd"] == pytest.approx(0.4)  # 1.00 - 0.10 spent - 0.50 open
     daemon.call("cancel", task=third["id"])
     daemon.call("submit", text="dear", parent=parent["id"], budget_usd=0.4)
-    with pytest.raises(RemoteError) as caught:
+    with pytest.raises(ColibriError) as caught:
         daemon.call("retry", task=third["id"])
     assert caught.value.code == "budget_exceeded"
 
@@ -147,7 +147,7 @@ def test_a_family_is_at_most_max_depth_deep(start_daemon: Any) -> None:
     for level in range(3):
         child = daemon.call("submit", text=f"level {level + 1}", parent=chain[-1])["task"]
         chain.append(child["id"])
-    with pytest.raises(RemoteError) as caught:
+    with pytest.raises(ColibriError) as caught:
         daemon.call("submit", text="too deep", parent=chain[-1])
     assert caught.value.code == "quota_exceeded" and "max_depth" in caught.value.message
     assert count(daemon) == 4
@@ -165,13 +165,13 @@ def test_the_text_open_tasks_hold_is_bounded_per_tenant(start_daemon: Any) -> No
     long_text = "a" * MAX_TEXT
     first = [daemon.call("submit", text=long_text)["task"]["id"] for _ in range(4)]
     before = count(daemon)
-    with pytest.raises(RemoteError) as caught:
+    with pytest.raises(ColibriError) as caught:
         daemon.call("submit", text=long_text)
     assert caught.value.code == "quota_exceeded" and "max_pending_mib" in caught.value.message
     assert count(daemon) == before
     daemon.call("submit", text=long_text, tenant="other")
     daemon.restart()
-    with pytest.raises(RemoteError):
+    with pytest.raises(QuotaExceeded):
         daemon.call("submit", text=long_text)
     daemon.call("cancel", task=first[0])
     daemon.call("submit", text=long_text)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from colibri.client import RemoteError
+from colibri.core.errors import ColibriError
 from tests.daemon.conftest import Spawn
 from tests.helpers import Daemon, wait_until
 
@@ -29,7 +29,7 @@ def agent_entry(daemon: Daemon, name: str) -> dict[str, Any]:
 
 
 def error_code(call: Callable[[], Any]) -> str:
-    with pytest.raises(RemoteError) as caught:
+    with pytest.raises(ColibriError) as caught:
         call()
     return caught.value.code
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from colibri.client import RemoteError
+from colibri.core.errors import ColibriError
 from tests.helpers import Daemon, FakeAgent, write_config
 
 
@@ -17,7 +17,7 @@ def test_pending_and_children_quotas(root: Path) -> None:
     try:
         first = [daemon.call("submit", text=f"t{n}")["task"] for n in range(4)]
         before = daemon.call("status")["ledger_seq"]
-        with pytest.raises(RemoteError) as err:
+        with pytest.raises(ColibriError) as err:
             daemon.call("submit", text="one too many")
         assert err.value.code == "quota_exceeded" and "max_pending" in err.value.message
         assert daemon.call("status")["ledger_seq"] == before  # nothing stored
@@ -31,7 +31,7 @@ def test_pending_and_children_quotas(root: Path) -> None:
             daemon.call("cancel", task=task["id"])
         for n in range(2):
             daemon.call("submit", text=f"child {n}", parent=parent["id"])
-        with pytest.raises(RemoteError) as err:
+        with pytest.raises(ColibriError) as err:
             daemon.call("submit", text="third child", parent=parent["id"])
         assert err.value.code == "quota_exceeded" and "children" in err.value.message
     finally:

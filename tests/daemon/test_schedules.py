@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from colibri.client import RemoteError
+from colibri.core.errors import ColibriError
 from colibri.core.model import parse_rfc3339, rfc3339
 from tests.helpers import Daemon, FakeAgent, wait_until
 
@@ -48,14 +48,15 @@ def test_add_show_list_pause_resume_remove(daemon: Daemon) -> None:
     assert resumed["paused"] is False and resumed["next_fire_at"] == shown["next"][0]
     daemon.call("schedule-rm", name="nightly")
     assert daemon.call("schedule-list")["schedules"] == []
-    with pytest.raises(RemoteError) as err:
+    with pytest.raises(ColibriError) as err:
         daemon.call("schedule-get", name="nightly")
     assert err.value.code == "unknown_schedule"
 
 
 def test_bad_definitions_are_refused_and_store_nothing(daemon: Daemon) -> None:
     before = daemon.call("status")["ledger_seq"]
-    for spec, words in [
+    # A duration that is not one, or out of range, has its own code (a kind of bad_request).
+    for spec, words, *code in [
         ({"cron": "61 * * * *"}, "cron"),
         ({"cron": "* * *"}, "five fields"),
         ({"cron": "@daily", "tz": "Mars/Olympus"}, "time zone"),
@@ -63,22 +64,22 @@ def test_bad_definitions_are_refused_and_store_nothing(daemon: Daemon) -> None:
         ({"cron": "@daily", "tz": "Europe"}, "time zone"),
         ({"cron": "@daily", "tz": "Europe/" + "x" * 300}, "time zone"),
         ({"at": "2001-01-01T00:00:00Z"}, "past"),
-        ({"every": "soon"}, "duration"),
+        ({"every": "soon"}, "duration", "bad_duration"),
         ({"cron": "@daily", "every": "1m"}, "exactly one"),
         # accepted values followed downstream: none may reach the calendar's end
-        ({"every": "300000000000s"}, "must be from 1s to 3650d"),
-        ({"every": "100000w"}, "must be from 1s to 3650d"),
+        ({"every": "300000000000s"}, "must be from 1s to 3650d", "bad_duration"),
+        ({"every": "100000w"}, "must be from 1s to 3650d", "bad_duration"),
         ({"at": "9999-12-31T23:59:59-12:00"}, "too far ahead"),
         ({"every": "2s", "jitter": "10s"}, "shorter than every"),
     ]:
-        with pytest.raises(RemoteError) as err:
+        with pytest.raises(ColibriError) as err:
             add(daemon, "bad", **spec)
-        assert err.value.code == "bad_request"
+        assert err.value.code == (code[0] if code else "bad_request")
         assert words in err.value.message
     assert daemon.call("schedule-list")["schedules"] == []
     assert daemon.call("status")["ledger_seq"] == before
     add(daemon, "dup", cron="@hourly")
-    with pytest.raises(RemoteError) as err:
+    with pytest.raises(ColibriError) as err:
         add(daemon, "dup", cron="@daily")
     assert err.value.code == "schedule_exists"
 
@@ -154,7 +155,7 @@ def test_config_schedules_load_and_errors_name_the_line(root: Path) -> None:
         assert [(s["name"], s["source"], s["cron"]) for s in listed] == [
             ("nightly", "config", "30 2 * * *")
         ]
-        with pytest.raises(RemoteError) as err:
+        with pytest.raises(ColibriError) as err:
             daemon.call("schedule-rm", name="nightly")
         assert "colibri.jsonc" in err.value.message
     finally:
@@ -413,9 +414,9 @@ def test_a_schedule_task_is_a_task_spec_budget_and_pin_included(daemon: Daemon) 
     got = daemon.call("get", task=fired["id"])["task"]
     assert {k: got[k] for k in task} == {**task, "agent": "a1"}
     assert got["pinned"] is True and got["schedule"] == "bounded"
-    with pytest.raises(RemoteError) as caught:
+    with pytest.raises(ColibriError) as caught:
         add(daemon, "child", every="1h", task={"text": "x", "parent": got["id"]})
     assert caught.value.code == "bad_request" and "no parent" in caught.value.message
-    with pytest.raises(RemoteError) as caught:
+    with pytest.raises(ColibriError) as caught:
         add(daemon, "wild", every="1h", task={"text": "x", "budget_usd": -1})
     assert caught.value.code == "bad_request" and "budget_usd" in caught.value.message

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from colibri.client import RemoteError
+from colibri.core.errors import ColibriError
 from colibri.core.model import parse_rfc3339
 from tests.helpers import Daemon, RawConnection, wait_until, write_config
 from tests.reliability import history
@@ -61,7 +61,7 @@ def unknown_outcome(call: Callable[[], Any]) -> None:
     """The request's connection died before a reply: the client saw EOF, not ``ok``."""
     try:
         reply = call()
-    except RemoteError as exc:
+    except ColibriError as exc:
         assert exc.code == "closed", exc
     except OSError:
         pass

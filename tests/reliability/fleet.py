@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from colibri.client import Client, RemoteError
-from colibri.core.errors import DaemonNotRunning
+from colibri.client import Client
+from colibri.core.errors import ColibriError, DaemonNotRunning
 from colibri.core.model import parse_rfc3339
 from tests.helpers import PYTHON, Daemon, claim_of, wait_until, write_config
 from tests.reliability import history
@@ -207,7 +207,7 @@ class SubmitClient(threading.Thread):
                     reply = client.call(
                         "submit", text=f"storm {key}", idempotency_key=key, **self.fields
                     )
-                except RemoteError as exc:
+                except ColibriError as exc:
                     if exc.code != "closed":
                         op["outcome"] = "err"
                         op["error"] = exc.code
@@ -369,7 +369,7 @@ def late_report(daemon: Daemon, task_id: str, epoch: int) -> str:
             from_session=True,
             claim=claim_of(daemon.root, task_id, epoch),
         )
-    except RemoteError as exc:
+    except ColibriError as exc:
         return exc.code
     return "accepted"
 

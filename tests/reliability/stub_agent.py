@@ -30,8 +30,8 @@ import signal
 import time
 from typing import Any
 
-from colibri.client import AsyncClient, RemoteError
-from colibri.core.errors import DaemonNotRunning
+from colibri.client import AsyncClient
+from colibri.core.errors import ColibriError, DaemonNotRunning
 
 #: Replies after which a report is kept and made again after the next registration.
 UNSETTLED = {"closed", "not_registered", "storage_unavailable", "internal"}
@@ -129,7 +129,7 @@ class StubAgent:
             fields["output"] = f"done by {self.name}"
         try:
             await client.call(cmd, **fields)
-        except RemoteError as exc:
+        except ColibriError as exc:
             if exc.code in UNSETTLED:
                 return  # unknown outcome: registering again settles it
         if self.held.get(task_id) == epoch:
@@ -148,7 +148,7 @@ class StubAgent:
                 continue
             try:
                 await self.serve(client)
-            except (RemoteError, OSError):
+            except (ColibriError, OSError):
                 pass
             finally:
                 self.client = None

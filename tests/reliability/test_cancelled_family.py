@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from colibri.client import RemoteError
+from colibri.core.errors import ColibriError
 from tests.helpers import Daemon, FakeAgent
 
 
@@ -24,7 +24,7 @@ def test_no_new_children_anywhere_under_a_cancelled_task(daemon: Daemon) -> None
         agent.close()
     assert daemon.call("cancel", task=top)["cancelled"] == [top]
     for parent in (top, child):
-        with pytest.raises(RemoteError) as refused:
+        with pytest.raises(ColibriError) as refused:
             daemon.call("submit", text="more", parent=parent)
         assert refused.value.code == "parent_cancelled"
         assert top in refused.value.message

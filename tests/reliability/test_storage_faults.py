@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from colibri.client import RemoteError
+from colibri.core.errors import ConnectionClosed
 from colibri.store.sqlite import WAL_SIZE_LIMIT
 from tests.helpers import PYTHON, Daemon, wait_until
 
@@ -302,7 +302,7 @@ def test_a_rebuild_that_fails_stops_the_daemon_with_one_line_and_exit_1(root: Pa
                 )
             planted.close()
             full.fill()  # the next commit fails; the reload after it reads the corrupt row
-            with pytest.raises(RemoteError):  # dropped, as in a crash: never acknowledged
+            with pytest.raises(ConnectionClosed):  # dropped, as in a crash: never acknowledged
                 request(daemon, "submit", text="never acknowledged")
             assert daemon.process is not None
             assert daemon.process.wait(timeout=15) == 1

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from colibri.client import RemoteError
+from colibri.core.errors import ColibriError
 from tests.helpers import Daemon, wait_until
 
 #: Asks a question, then reports the answer it got as its output.
@@ -62,7 +62,7 @@ def test_answering_a_task_that_asks_nothing_is_refused(root: Path) -> None:
     try:
         task = daemon.call("submit", text="quiet", workspace="ops")["task"]
         wait_until(lambda: daemon.call("get", task=task["id"])["task"]["state"] == "running")
-        with pytest.raises(RemoteError) as refused:
+        with pytest.raises(ColibriError) as refused:
             daemon.call("answer", task=task["id"], text="x")
         assert refused.value.code == "bad_request" and "not waiting" in refused.value.message
         daemon.call("cancel", task=task["id"])
@@ -110,7 +110,7 @@ def test_an_abandoned_question_is_withdrawn_and_max_runtime_counts_again(root: P
             withdrawn = next(e for e in watcher.events() if e["event"] == "question_withdrawn")
             assert withdrawn["task"] == task["id"]
         assert daemon.call("get", task=task["id"])["task"]["question"] is None
-        with pytest.raises(RemoteError) as err:
+        with pytest.raises(ColibriError) as err:
             daemon.call("answer", task=task["id"], text="too late")
         assert err.value.code == "bad_request" and "not waiting" in err.value.message
         final = wait_until(

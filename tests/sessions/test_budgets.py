@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from colibri.client import RemoteError
+from colibri.core.errors import ColibriError
 from tests.helpers import Daemon, FakeAgent, wait_until
 
 #: A one-shot agent that ends with Claude Code's JSON result: it cost 30 cents.
@@ -24,12 +24,12 @@ def test_children_share_what_remains_of_the_parent_budget(daemon: Daemon) -> Non
     parent = daemon.call("submit", text="release", budget_usd=1.0)["task"]
     first = daemon.call("submit", text="notes", parent=parent["id"], budget_usd=0.6)["task"]
     assert first["budget_usd"] == 0.6
-    with pytest.raises(RemoteError) as err:
+    with pytest.raises(ColibriError) as err:
         daemon.call("submit", text="too dear", parent=parent["id"], budget_usd=0.6)
     assert err.value.code == "budget_exceeded" and "0.4000" in err.value.message
     inherited = daemon.call("submit", text="the rest", parent=parent["id"])["task"]
     assert inherited["budget_usd"] == pytest.approx(0.4)
-    with pytest.raises(RemoteError) as err:
+    with pytest.raises(ColibriError) as err:
         daemon.call("submit", text="nothing left", parent=parent["id"])
     assert err.value.code == "budget_exceeded"
     # a grandchild shares its own parent's budget
@@ -42,7 +42,7 @@ def test_what_a_parent_spent_is_not_left_for_its_children(daemon: Daemon) -> Non
     parent = daemon.call("submit", text="plan", budget_usd=1.0)["task"]
     assign = agent.next_assign()
     agent.out(assign, "planned", cost={"usd": 0.75}, session_ended=False)
-    with pytest.raises(RemoteError) as err:
+    with pytest.raises(ColibriError) as err:
         daemon.call("submit", text="build", parent=parent["id"], budget_usd=0.5)
     assert err.value.code == "budget_exceeded"
     assert daemon.call("submit", text="build", parent=parent["id"])["task"]["budget_usd"] == 0.25

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from colibri.client import Client, RemoteError
+from colibri.client import Client
+from colibri.core.errors import ColibriError
 from colibri.core.lineage import Body, build_body
 from tests.helpers import Daemon
 
@@ -91,7 +92,7 @@ def test_plain_messages_are_broadcast_and_other_workspaces_do_not_hear(daemon: D
 
 
 def test_consumed_for_a_message_not_waiting_on_you_is_refused(daemon: Daemon) -> None:
-    with daemon.client() as client, pytest.raises(RemoteError) as err:
+    with daemon.client() as client, pytest.raises(ColibriError) as err:
         client.call("consumed", message=12345)
     assert err.value.code == "bad_request"
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from colibri.client import RemoteError
+from colibri.core.errors import ColibriError
 from tests.helpers import Daemon, wait_until
 from tests.sessions.support import ECHO, PY, colibri, online, wait_closed
 
@@ -37,8 +37,8 @@ def submit(daemon: Daemon, text: str, workspace: str, parent: str | None = None)
     return daemon.call("submit", text=text, workspace=workspace, parent=parent)["task"]  # type: ignore[no-any-return]
 
 
-def refusal(daemon: Daemon, **fields: Any) -> RemoteError:
-    with pytest.raises(RemoteError) as caught:
+def refusal(daemon: Daemon, **fields: Any) -> ColibriError:
+    with pytest.raises(ColibriError) as caught:
         daemon.call("submit", **fields)
     return caught.value
 

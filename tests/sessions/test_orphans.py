@@ -8,7 +8,9 @@ import signal
 import sys
 from pathlib import Path
 
-from colibri.processes import alive
+import pytest
+
+from colibri.host import alive
 from tests.helpers import Daemon, wait_until
 
 #: Starts a grandchild that would live 1000 s, records its pid and group, then waits or exits.
@@ -35,10 +37,15 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def start(root: Path) -> Daemon:
+#: How the daemon and its harnesses ask about processes: natively (/proc), or the portable
+#: way a FreeBSD host does (ps, kill; no environments, no subreaper), forced here on Linux.
+HOSTS = pytest.mark.parametrize("host", ["auto", "portable-processes"])
+
+
+def start(root: Path, host: str = "auto") -> Daemon:
     (root / "colibri.jsonc").write_text(json.dumps({"workspaces": {"w": {
         "session": {"command": [sys.executable, "-c", SPAWNS]}}}}))  # fmt: skip
-    daemon = Daemon(root)
+    daemon = Daemon(root, env={"COLIBRI_HOST": host})
     daemon.start()
     return daemon
 
@@ -50,8 +57,9 @@ def pids(root: Path, task_id: str) -> tuple[int, int]:
     return child, pgid
 
 
-def test_a_finished_session_leaves_no_process_behind(root: Path) -> None:
-    daemon = start(root)
+@HOSTS
+def test_a_finished_session_leaves_no_process_behind(root: Path, host: str) -> None:
+    daemon = start(root, host)
     try:
         task = daemon.call("submit", text="go", workspace="w")["task"]
         child, pgid = pids(root, task["id"])
@@ -62,8 +70,11 @@ def test_a_finished_session_leaves_no_process_behind(root: Path) -> None:
         daemon.stop()
 
 
-def test_sessions_of_a_killed_harness_are_gone_within_10s(root: Path) -> None:
-    daemon = start(root)
+@HOSTS
+def test_sessions_of_a_killed_harness_are_gone_within_10s(root: Path, host: str) -> None:
+    """The harness that replaces a killed one kills the process groups its predecessor's
+    markers name, knowing each leader by its pid and start time (from ps, portably)."""
+    daemon = start(root, host)
     try:
         task = daemon.call("submit", text="wait", workspace="w")["task"]
         child, pgid = pids(root, task["id"])
@@ -105,10 +116,10 @@ DETACHES = (
 )
 
 
-def start_detaching(root: Path) -> Daemon:
+def start_detaching(root: Path, host: str = "auto") -> Daemon:
     (root / "colibri.jsonc").write_text(json.dumps({"workspaces": {"w": {
         "session": {"command": [sys.executable, "-c", DETACHES]}}}}))  # fmt: skip
-    daemon = Daemon(root)
+    daemon = Daemon(root, env={"COLIBRI_HOST": host})
     daemon.start()
     return daemon
 
@@ -165,7 +176,8 @@ def test_a_detached_grandchild_of_a_killed_harness_is_found_by_the_next(root: Pa
         daemon.stop()
 
 
-def test_a_planted_marker_never_makes_a_harness_kill_a_stranger(root: Path) -> None:
+@HOSTS
+def test_a_planted_marker_never_makes_a_harness_kill_a_stranger(root: Path, host: str) -> None:
     """Markers under .colibri/sessions name process groups to kill after a crash. One that
     names a live group the harness never started (planted, or a pid reused since) is removed
     without killing anything."""
@@ -178,7 +190,7 @@ def test_a_planted_marker_never_makes_a_harness_kill_a_stranger(root: Path) -> N
         empty, stale = (sessions / f"w.{s.pid}.pgid" for s in strangers)
         empty.write_text("")  # planted: names the group, says nothing
         stale.write_text(f"{strangers[1].pid} 1\n")  # as for a process long gone (pid reused)
-        daemon = start_detaching(root)
+        daemon = start_detaching(root, host)
         try:
             wait_until(lambda: not empty.exists() and not stale.exists())
             assert all(s.poll() is None and alive(s.pid) for s in strangers)

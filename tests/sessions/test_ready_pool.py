@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from colibri.processes import alive
+from colibri.host import alive
 from tests.helpers import Daemon, wait_until
 
 #: Starts, writes its pid to a file (to prove it was started before its task), then waits for

@@ -13,6 +13,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from colibri.agent.harness import claude_result
+from colibri.core.errors import BadTaskBody
 from colibri.core.lineage import Body, build_body, parse_body
 from tests.helpers import Daemon, wait_until
 from tests.sessions.support import ECHO, PY, gated, group_members, online, wait_closed
@@ -162,7 +163,7 @@ def test_build_and_parse_body_round_trip(
     ],
 )
 def test_parse_body_refuses_what_is_not_a_body(data: str) -> None:
-    with pytest.raises(ValueError, match="not a task body"):
+    with pytest.raises(BadTaskBody, match="not a task body"):
         parse_body(data)
 
 

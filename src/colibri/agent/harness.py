@@ -28,14 +28,13 @@ from typing import Any, TypeVar
 import msgspec
 
 from colibri.agent import tmux
-from colibri.client import AsyncClient, RemoteError
+from colibri.client import AsyncClient
 from colibri.config import STATE_DIR
 from colibri.core.errors import ColibriError, DaemonNotRunning, RootError
 from colibri.core.lineage import Body, build_body
 from colibri.core.model import DEFAULT_MAX_LINE
 from colibri.core.protocol import ReportedCost, fit_report
-from colibri.privatefiles import open_private, private_dir, write_private
-from colibri.processes import (
+from colibri.host import (
     alive,
     become_subreaper,
     children_of,
@@ -43,6 +42,7 @@ from colibri.processes import (
     processes_with,
     start_time,
 )
+from colibri.privatefiles import open_private, private_dir, write_private
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -61,7 +61,7 @@ SESSION_VARIABLES = (
     "COLIBRI_HARNESS",
 )  # fmt: skip
 #: Refusals of a registration worth waiting out; any other stops the harness.
-RETRY_REGISTER = frozenset({"closed", "busy"})
+RETRY_REGISTER = frozenset({"closed", "busy", "no_daemon"})
 #: How long a stopping harness tries to deliver its sessions' last reports (after the kills,
 #: within the supervisor's 10 s before it SIGKILLs the harness).
 REPORT_TIMEOUT = 4.0
@@ -220,8 +220,8 @@ class Harness:
                         for s in self.sessions.values()
                     ],
                 )
-            except (DaemonNotRunning, RemoteError, OSError) as exc:
-                if isinstance(exc, RemoteError) and exc.code not in RETRY_REGISTER:
+            except (ColibriError, OSError) as exc:
+                if isinstance(exc, ColibriError) and exc.code not in RETRY_REGISTER:
                     log.error(
                         "registration refused: %s", exc.message, extra={"event": "register_refused"}
                     )
@@ -267,7 +267,7 @@ class Harness:
                         async with asyncio.timeout(interval):
                             await client.closed.wait()
                     if not client.closed.is_set():
-                        with contextlib.suppress(RemoteError):
+                        with contextlib.suppress(ColibriError):
                             await client.call("heartbeat")
             finally:
                 self.client = None
@@ -796,7 +796,7 @@ class Harness:
             await self.client.call(
                 cmd, task=session.task, epoch=session.epoch, **self._fitted(session, cmd, fields)
             )
-        except RemoteError as exc:
+        except ColibriError as exc:
             if exc.code == "closed":
                 return
             if exc.code in ("line_too_long", "bad_request") and cmd in ("out", "fail"):
@@ -819,7 +819,7 @@ class Harness:
                 return
             if exc.code == "illegal_transition":
                 # The session reported by itself (``colibri out``); its end closes the task.
-                with contextlib.suppress(RemoteError):
+                with contextlib.suppress(ColibriError):
                     await self.client.call("reclaimed", task=session.task, epoch=session.epoch)
                 self.sessions.pop(session.task, None)
                 return
@@ -834,7 +834,7 @@ class Harness:
         await self._kill(session)
         self.sessions.pop(session.task, None)
         if self.client is not None:
-            with contextlib.suppress(RemoteError):
+            with contextlib.suppress(ColibriError):
                 await self.client.call("reclaimed", task=session.task, epoch=session.epoch)
 
     async def _kill(self, session: Session) -> None:
@@ -876,7 +876,7 @@ class Harness:
                 for session in sessions:
                     report = session.report
                     cmd, fields = report if report and report[0] in ("out", "fail") else stopped
-                    with contextlib.suppress(RemoteError):
+                    with contextlib.suppress(ColibriError):
                         await client.call(
                             cmd, task=session.task, epoch=session.epoch, from_session=True,
                             claim=session.claim, **self._fitted(session, cmd, fields),
@@ -990,7 +990,7 @@ def run_agent(spec: AgentSpec, socket_path: Path, root: Path) -> int:
     try:
         asyncio.run(Harness(spec, socket_path, root).run())
     except BaseExceptionGroup as group:
-        refused = group.subgroup(RemoteError)
+        refused = group.subgroup(ColibriError)
         if refused is None:
             raise
         raise refused.exceptions[0] from None

@@ -18,7 +18,7 @@ import re
 import signal
 from pathlib import Path
 
-from colibri.processes import alive
+from colibri.host import alive
 
 POLL = 0.1
 #: tmux commands running now (their pids), and how many are being started: the harness's

@@ -6,7 +6,7 @@ import click
 
 from colibri.cli.main import Context, cli, json_option, pass_ctx
 from colibri.cli.output import print_json, print_line, print_table
-from colibri.core.errors import ColibriError
+from colibri.core.errors import LockHeld, UnknownWorkspace
 
 
 @cli.command()
@@ -153,13 +153,17 @@ def agent(
     Example:  colibri agent --name build-7 --cap freebsd --cap zfs -- ./run-task.sh
     A workspace of colibri.jsonc, as defined there:  colibri agent --workspace api
     """
+    import os
     from pathlib import Path
 
+    from colibri import host
     from colibri.agent.harness import AgentSpec, run_agent
     from colibri.client import socket_path
+    from colibri.config import host_mode
     from colibri.daemon.logs import setup
 
     setup(log_level, "text")
+    host.select(host_mode(os.environ))
     root = ctx.root()
     if command:
         if name is None:
@@ -173,17 +177,19 @@ def agent(
             raise click.UsageError("give a COMMAND to run per task, or --workspace NAME")
         from colibri.config import load_config
 
-        defined = load_config(root).workspaces.get(workspace)
+        workspaces = load_config(root).workspaces
+        defined = workspaces.get(workspace)
         if defined is None:
-            raise click.UsageError(f"colibri.jsonc defines no workspace {workspace!r}")
+            raise UnknownWorkspace(workspace, list(workspaces))
         from colibri.config import STATE_DIR
-        from colibri.locks import LockHeld, harness_lock, hold_lock
+        from colibri.locks import harness_lock, hold_lock
 
         try:
             hold_lock(harness_lock(root / STATE_DIR, workspace))  # held until this process ends
         except LockHeld as held:
-            raise ColibriError(
-                f"workspace {workspace}: another harness (pid {held.holder}) already serves it"
+            raise LockHeld(
+                held.holder,
+                f"workspace {workspace}: another harness (pid {held.holder}) already serves it",
             ) from None
         Path(defined.path).mkdir(parents=True, exist_ok=True)
         spec = AgentSpec(

@@ -2,6 +2,14 @@
 
 Heavy modules (the daemon, rich, the store) are imported inside the commands that need them,
 so ``colibri --help`` and the quick commands start fast.
+
+Errors are handled here, once (``Group.invoke``): a ``ColibriError`` from anywhere — the
+daemon's reply, the config, the root — and the foreign exceptions that reach this far,
+translated first (a lost connection is ``closed``, another ``OSError`` is ``os_error``, a bug
+is ``internal`` after its traceback), end the command with exit 1: one line on stderr, or with
+``--json`` the document ``{"ok": false, "error": {"code": …, "message": …}}`` on stdout.
+Usage errors (click's: a bad option, options that do not go together) exit 2 with click's
+message on stderr, with or without ``--json``.
 """
 
 from __future__ import annotations
@@ -59,15 +67,12 @@ def wait_out_busy(attempt: Callable[[], T]) -> T:
     """
     import time
 
-    from colibri.client import RemoteError
-    from colibri.core.errors import DaemonNotRunning
-
     give_up = time.monotonic() + BUSY_PATIENCE
     pause = BUSY_FIRST_PAUSE
     while True:
         try:
             return attempt()
-        except (RemoteError, DaemonNotRunning) as exc:
+        except ColibriError as exc:
             if exc.code not in ("busy", "closed", "no_daemon"):
                 raise
             if time.monotonic() + pause > give_up:
@@ -86,7 +91,24 @@ def in_session() -> bool:
 
 pass_ctx = click.make_pass_decorator(Context)
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+#: Set in ``click.Context.meta`` (shared by a command's context and its parents') once
+#: ``--json`` is seen, so that an error is printed as JSON too.
+JSON_META = "colibri.json"
+
+
+def _note_json(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    if value:
+        ctx.meta[JSON_META] = True
+    return value
+
+
+json_option = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    callback=_note_json,
+    help='Print JSON instead of a table; an error as {"ok": false, "error": {"code", "message"}}.',
+)
 
 
 class Group(click.Group):
@@ -94,28 +116,57 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except ColibriError as exc:
-            # The daemon's busy message ("too many connections; try again later") does not say
-            # who is busy.
-            _fail(f"the daemon is busy: {exc.message}" if exc.code == "busy" else exc.message)
+            _fail(exc, ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise  # usage errors (exit 2), --help, and click's own ends
         except KeyboardInterrupt:
             sys.exit(130)
         except BrokenPipeError:
             if _stdout_closed():
                 raise  # `colibri ledger | head`: click ends quietly, exit 1
-            _fail("lost the connection to the daemon (it closed the connection)")
-        except (ConnectionError, TimeoutError) as exc:
-            why = exc.strerror or str(exc) or type(exc).__name__
-            _fail(f"lost the connection to the daemon ({why})")
-        except OSError as exc:
-            where = f": {exc.filename}" if exc.filename else ""
-            _fail(f"{exc.strerror or exc}{where}")
+            _fail(translated(BrokenPipeError("it closed the connection")), ctx)
+        except Exception as exc:
+            error = translated(exc)
+            if error.code == "internal":
+                import traceback
+
+                traceback.print_exc()  # a bug: its traceback, then the one error like any other
+            _fail(error, ctx)
 
 
-def _fail(message: str) -> NoReturn:
-    """The one line a failed command prints, and exit 1."""
-    from colibri.cli.output import printable
+def translated(exc: Exception) -> ColibriError:
+    """A foreign exception that reached the CLI, as the error of the tree that says it."""
+    from colibri.core import errors
 
-    click.echo(f"colibri: {printable(message)}", err=True)
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        why = exc.strerror or str(exc) or type(exc).__name__
+        return errors.ConnectionClosed(f"lost the connection to the daemon ({why})")
+    if isinstance(exc, OSError):
+        where = f": {exc.filename}" if exc.filename else ""
+        return errors.OsFailure(f"{exc.strerror or exc}{where}")
+    if isinstance(exc, UnicodeError):
+        return errors.BadRequest(f"the input is not UTF-8 text ({exc})")
+    return errors.Internal(
+        f"a bug in colibri: {type(exc).__name__}: {exc} (the traceback is above)"
+    )
+
+
+def _fail(error: ColibriError, ctx: click.Context) -> NoReturn:
+    """End a failed command, exit 1: with ``--json``, the error document on stdout; else one
+    line on stderr."""
+    message = error.message
+    if error.code == "busy":
+        # The daemon's busy message ("too many connections; try again later") does not say
+        # who is busy.
+        message = f"the daemon is busy: {message}"
+    if ctx.meta.get(JSON_META):
+        from colibri.cli.output import print_json_line
+
+        print_json_line({"ok": False, "error": {"code": error.code, "message": message}})
+    else:
+        from colibri.cli.output import printable
+
+        click.echo(f"colibri: {printable(message)}", err=True)
     sys.exit(1)
 
 

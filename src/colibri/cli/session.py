@@ -106,12 +106,15 @@ def parse_cost(text: str) -> dict[str, Any]:
             raise click.BadParameter(
                 f"{part!r}: write key=value (usd, tokens_in, tokens_out, model)"
             )
-        if key in ("tokens_in", "tokens_out"):
-            cost[key] = int(raw)
-        elif key == "usd":
-            cost[key] = float(raw)
-        else:
-            cost[key] = raw
+        try:
+            if key in ("tokens_in", "tokens_out"):
+                cost[key] = int(raw)
+            elif key == "usd":
+                cost[key] = float(raw)
+            else:
+                cost[key] = raw
+        except ValueError:
+            raise click.BadParameter(f"{part!r}: {key} must be a number") from None
     return cost
 
 
@@ -198,17 +201,14 @@ def ask(
     own = claim(task_id, epoch, secret)
     import time
 
-    from colibri.client import RemoteError
-    from colibri.core.errors import DaemonNotRunning
-
     while True:  # a daemon restart drops the wait: ask again once it is back
         try:
             reply = ctx.call(
                 "ask", patient=True, task=own.task, epoch=own.epoch, claim=own.secret,
                 question=question,
             )  # fmt: skip
-        except (RemoteError, DaemonNotRunning) as exc:
-            if isinstance(exc, RemoteError) and exc.code != "closed":
+        except ColibriError as exc:
+            if exc.code not in ("closed", "no_daemon"):
                 raise
             time.sleep(0.5)
             continue
@@ -244,13 +244,14 @@ def attach_session(ctx: Context, task_id: str) -> None:
     import os
 
     from colibri.agent.tmux import socket_for
+    from colibri.core.errors import NoSession
 
     task = ctx.call("get", task=task_id)["task"]
     if task["state"] != "running" or not task.get("agent"):
-        raise ColibriError(f"task {task_id} is {task['state']}: no session to attach to")
+        raise NoSession(f"task {task_id} is {task['state']}: no session to attach to")
     sock = socket_for(ctx.root(), task["agent"])
     if not sock.exists():
-        raise ColibriError(f"agent {task['agent']} runs no tmux sessions here ({sock})")
+        raise NoSession(f"agent {task['agent']} runs no tmux sessions here ({sock})")
     os.execvp("tmux", ["tmux", "-S", str(sock), "attach-session", "-t", task_id])
 
 

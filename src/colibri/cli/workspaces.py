@@ -8,7 +8,7 @@ import click
 
 from colibri.cli.main import Context, cli, json_option, pass_ctx
 from colibri.cli.output import print_json, print_line, print_table
-from colibri.core.errors import ColibriError
+from colibri.core.errors import UnknownWorkspace, WorkspaceExists
 
 
 @cli.group()
@@ -55,7 +55,7 @@ def show_workspace(ctx: Context, name: str, as_json: bool) -> None:
 
     workspaces = _resolved(ctx)
     if name not in workspaces:
-        raise ColibriError(f"no workspace {name!r} (workspaces: {', '.join(workspaces) or 'none'})")
+        raise UnknownWorkspace(name, list(workspaces))
     doc = msgspec.to_builtins(workspaces[name])
     if as_json:
         print_json(doc)
@@ -105,7 +105,7 @@ def add_workspace(
     file = root / CONFIG_NAME
     # Loaded first: a file that is too big, not UTF-8 or invalid is refused before it is read.
     if name in load_config(root).workspaces:
-        raise ColibriError(f"workspace {name!r} exists already in {file}")
+        raise WorkspaceExists(name, str(file))
     text = file.read_text(encoding="utf-8") if file.exists() else ""
     entry: dict[str, Any] = {}
     for key, value in (("extends", extends), ("path", path), ("slots", slots)):
@@ -128,5 +128,5 @@ def add_workspace(
         load_config(root)  # the whole file must still be valid
     except ConfigError as exc:
         file.write_text(text, encoding="utf-8")
-        raise ColibriError(f"not added, the file is unchanged: {exc.message}") from None
+        raise ConfigError(f"not added, the file is unchanged: {exc.message}") from None
     print_line(f"added workspace {name} to {file} (restart the daemon to start its harness)")

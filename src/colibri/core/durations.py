@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from colibri.core.errors import shown
+from colibri.core.errors import BadDuration, shown
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -21,28 +21,28 @@ def parse_duration(
 ) -> float:
     """Seconds in ``text``, from ``low`` to ``high``; a bare number is seconds.
 
-    Raise ValueError saying what is accepted: the notation, or the range in that notation.
+    Raise BadDuration saying what is accepted: the notation, or the range in that notation.
     """
     seconds = _seconds(text)
     if not low <= seconds <= high:
         allowed = f"from {format_duration(low)} to" if low > 0 else "at most"
-        raise ValueError(f"duration {shown(text)} must be {allowed} {format_duration(high)}")
+        raise BadDuration(f"duration {shown(text)} must be {allowed} {format_duration(high)}")
     return seconds
 
 
 def _seconds(text: str | int | float) -> float:
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         if text < 0:
-            raise ValueError(f"duration {shown(text)} is negative")
+            raise BadDuration(f"duration {shown(text)} is negative")
         try:
             seconds = float(text)
         except OverflowError:  # an int too large for a float is simply too long
             return math.inf
         if not math.isfinite(seconds):
-            raise ValueError(f"duration {shown(text)} is not a finite number of seconds")
+            raise BadDuration(f"duration {shown(text)} is not a finite number of seconds")
         return seconds + 0.0  # -0.0 becomes 0.0
     if not isinstance(text, str):
-        raise ValueError(f"duration must be a string like '90s', got {shown(text)}")
+        raise BadDuration(f"duration must be a string like '90s', got {shown(text)}")
     s = text.strip().lower().replace(" ", "")
     try:
         bare = float(s)
@@ -60,7 +60,7 @@ def _seconds(text: str | int | float) -> float:
         total += float(match.group(1)) * _UNIT[match.group(2)]
         pos = match.end()
     if pos != len(s) or not s:
-        raise ValueError(
+        raise BadDuration(
             f"invalid duration {shown(text)}: write it like 90s, 15m, 1h30m or 1d "
             "(units ms s m h d w)"
         )

@@ -1,12 +1,19 @@
 """Every error Colibri reports, each with a stable ``code``.
 
-The codes are API: they appear as ``error.code`` on the socket and in ``--json`` output, and
-tests assert them. Messages say what was wrong and, where it helps, what to do.
+The codes are API: they appear as ``error.code`` on the socket and in ``--json`` output
+(``{"ok": false, "error": {"code": …, "message": …}}``), and tests assert them. Messages say
+what was wrong and, where it helps, what to do. Each code belongs to one class below, and
+each class is raised for its own code only: errors of other libraries (``OSError``,
+``ValueError`` …) are translated where they enter — by the daemon's server (``internal``), by
+the client (``closed``, ``unexpected_reply``) and by the CLI (``os_error``, ``internal``).
+``from_wire`` turns an error reply back into its class, so a caller of ``colibri.client`` can
+``except UnknownTask``.
 
-    ColibriError
+    ColibriError                                      (abstract: never raised itself)
     ├── BadJson              bad_json            the line is not JSON (or not UTF-8)
     ├── BadRequest           bad_request         JSON, but not a valid request
-    │   └── UnknownCommand   unknown_command
+    │   ├── UnknownCommand   unknown_command
+    │   └── BadDuration      bad_duration        not a duration, or outside its range
     ├── LineTooLong          line_too_long       framing is lost: the connection closes
     ├── UnknownTask          unknown_task
     ├── UnknownSchedule      unknown_schedule
@@ -25,16 +32,28 @@ tests assert them. Messages say what was wrong and, where it helps, what to do.
     ├── Forbidden            forbidden           peer uid not allowed
     ├── Busy                 busy                too many connections
     ├── StorageUnavailable   storage_unavailable the store could not commit (disk full, read-only)
-    ├── ConfigError          config_error
-    ├── RootError            root_error
+    ├── Internal             internal            a bug: logged with its traceback
+    │   (the codes below are not sent on the socket: start-up, the client, the CLI)
+    ├── ConfigError          config_error        colibri.jsonc (or COLIBRI_HOST) is invalid
+    ├── RootError            root_error          no root, or its .colibri is unsafe to use
+    ├── LockHeld             lock_held           another live daemon or harness holds the lock
+    ├── UnknownWorkspace     unknown_workspace   colibri.jsonc defines no such workspace
+    ├── WorkspaceExists      workspace_exists    workspace add of a name that is defined
+    ├── NoSession            no_session          attach-session: no tmux session runs the task
+    ├── BadTaskBody          bad_task_body       a task file that is not a task body
     ├── DaemonNotRunning     no_daemon
-    └── Internal             internal            a bug: logged with its traceback
+    ├── ConnectionClosed     closed              the daemon closed the connection, or it broke
+    ├── UnexpectedReply      unexpected_reply    a reply this client cannot read
+    └── OsFailure            os_error            a file or system call failed (the CLI)
 """
 
 from __future__ import annotations
 
 
 class ColibriError(Exception):
+    """The root of the tree. Raise one of its subclasses, each of which has its own ``code``;
+    ``error`` is the code of none of them."""
+
     code = "error"
 
     def __init__(self, message: str) -> None:
@@ -61,6 +80,13 @@ class BadRequest(ColibriError):
 
 class UnknownCommand(BadRequest):
     code = "unknown_command"
+
+
+class BadDuration(BadRequest):
+    """A duration that is not one (``90s``, ``15m``, ``1h30m``, ``1d`` or seconds), or is
+    outside the range of what it sets; raised by ``core.durations.parse_duration``."""
+
+    code = "bad_duration"
 
 
 class LineTooLong(ColibriError):
@@ -202,12 +228,55 @@ class StorageUnavailable(ColibriError):
     code = "storage_unavailable"
 
 
+class Internal(ColibriError):
+    code = "internal"
+
+
 class ConfigError(ColibriError):
     code = "config_error"
 
 
 class RootError(ColibriError):
     code = "root_error"
+
+
+class LockHeld(ColibriError):
+    """Another live process holds a process lock (``locks.hold_lock``): a daemon its root's,
+    a harness its workspace's. ``holder`` is the pid it wrote there."""
+
+    code = "lock_held"
+
+    def __init__(self, holder: str, message: str) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
+class UnknownWorkspace(ColibriError):
+    code = "unknown_workspace"
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        listed = ", ".join(known) or "none"
+        super().__init__(f"colibri.jsonc defines no workspace {name!r} (workspaces: {listed})")
+
+
+class WorkspaceExists(ColibriError):
+    code = "workspace_exists"
+
+    def __init__(self, name: str, file: str) -> None:
+        super().__init__(f"workspace {name!r} exists already in {file}")
+
+
+class NoSession(ColibriError):
+    """``attach-session``: the task is not running, or not in a tmux session of this host."""
+
+    code = "no_session"
+
+
+class BadTaskBody(ColibriError):
+    """Text that is not a task body (``core.lineage.parse_body``): a session's task file that
+    was overwritten or cut, or a message without a task header."""
+
+    code = "bad_task_body"
 
 
 class DaemonNotRunning(ColibriError):
@@ -217,5 +286,57 @@ class DaemonNotRunning(ColibriError):
         super().__init__(f"no daemon is running for {root} (start one with: colibri run)")
 
 
-class Internal(ColibriError):
-    code = "internal"
+class ConnectionClosed(ColibriError):
+    """The daemon closed the connection without saying why (a restart, a crash), or the
+    connection broke; a request in flight may or may not have been taken."""
+
+    code = "closed"
+
+
+class UnexpectedReply(ColibriError):
+    """A reply the client cannot read: not a JSON object, or an error code this version does
+    not know (a daemon of another version of Colibri)."""
+
+    code = "unexpected_reply"
+
+
+class OsFailure(ColibriError):
+    """An operating-system call of the CLI failed: a file it could not read, a socket it may
+    not use. The message is the system's, with the path."""
+
+    code = "os_error"
+
+
+def _listed(cls: type[ColibriError]) -> dict[str, type[ColibriError]]:
+    found: dict[str, type[ColibriError]] = {}
+    for sub in cls.__subclasses__():
+        found[sub.code] = sub
+        found.update(_listed(sub))
+    return found
+
+
+#: Every class of the tree by its code.
+BY_CODE: dict[str, type[ColibriError]] = _listed(ColibriError)
+
+
+def from_wire(error: object) -> ColibriError:
+    """The error an ``error`` object of a reply stands for, as its own class (``UnknownTask``
+    for ``unknown_task`` …), carrying the daemon's message; ``UnexpectedReply`` for an object
+    that is not one, or a code that is not listed here."""
+    if not isinstance(error, dict):
+        return UnexpectedReply(
+            f"the daemon answered with an error that says nothing: {shown(error)}"
+        )
+    code, message = error.get("code"), error.get("message")
+    if not isinstance(message, str):
+        message = f"(no message) {shown(error)}"
+    cls = BY_CODE.get(code) if isinstance(code, str) else None
+    if cls is None:
+        return UnexpectedReply(
+            f"the daemon answered with the unknown error code {shown(code)}: {message}"
+        )
+    made = cls.__new__(cls)
+    ColibriError.__init__(
+        made, message
+    )  # each class's own __init__ builds a message; this one came made
+    return made

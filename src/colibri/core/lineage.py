@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from colibri.core.errors import BadTaskBody
+
 MAGIC = "colibri-task"
 FIELDS = ("epoch", "claim", "parent", "from", "workspace")
 
@@ -51,18 +53,18 @@ def build_body(body: Body) -> str:
 
 
 def parse_body(data: str) -> Body:
-    """The inverse of ``build_body``; raise ValueError for text that is not a task body."""
+    """The inverse of ``build_body``; raise BadTaskBody for text that is not a task body."""
     head, sep, text = data.partition("\n\n")
     if not sep:
-        raise ValueError("not a task body: no blank line after the header")
+        raise BadTaskBody("not a task body: no blank line after the header")
     values: dict[str, str] = {}
     for line in head.split("\n"):
         key, colon, value = line.partition(": ")
         if not colon:
-            raise ValueError(f"not a task body: header line {line!r} has no ': '")
+            raise BadTaskBody(f"not a task body: header line {line!r} has no ': '")
         values[key] = value
     if MAGIC not in values:
-        raise ValueError(f"not a task body: the first header is not {MAGIC}")
+        raise BadTaskBody(f"not a task body: the first header is not {MAGIC}")
 
     def opt(key: str) -> str | None:
         v = values.get(key, "-")

@@ -32,7 +32,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 
-from colibri.core.errors import BadRequest
+from colibri.core.errors import BadDuration, BadRequest
 from colibri.core.model import TaskSpec
 from colibri.core.model import parse_rfc3339 as instant
 
@@ -292,8 +292,8 @@ def _seconds(value: str | float | None, what: str, low: float, high: float) -> f
         return None
     try:
         return parse_duration(value, low=low, high=high)
-    except ValueError as exc:
-        raise BadRequest(f"{what}: {exc}") from None
+    except BadDuration as exc:
+        raise BadDuration(f"{what}: {exc.message}") from None
 
 
 def build(

@@ -11,14 +11,21 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
+from colibri import host
 from colibri.config import Config
-from colibri.core.errors import ColibriError, ConfigError, RootError, StorageUnavailable
+from colibri.core.errors import (
+    ColibriError,
+    ConfigError,
+    LockHeld,
+    RootError,
+    StorageUnavailable,
+)
 from colibri.daemon import crashpoints
 from colibri.daemon.board import Board
 from colibri.daemon.clock import SystemClock
 from colibri.daemon.ledger import LedgerMirror
 from colibri.daemon.server import Connection, Server
-from colibri.locks import LockHeld, hold_lock
+from colibri.locks import hold_lock
 from colibri.store import open_store
 
 log = logging.getLogger(__name__)
@@ -29,8 +36,9 @@ def acquire_lock(path: Path) -> int:
     try:
         return hold_lock(path)
     except LockHeld as held:
-        raise RootError(
-            f"another daemon (pid {held.holder}) is already running for {path.parent.parent}"
+        raise LockHeld(
+            held.holder,
+            f"another daemon (pid {held.holder}) is already running for {path.parent.parent}",
         ) from None
 
 
@@ -99,6 +107,7 @@ async def serve(config: Config) -> int:
     # SIGUSR1 rotates the ledger once the daemon runs; until then (lock, store, catch-up) its
     # default action would end the process.
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    host.select(config.host)
     crashpoints.arm(config.crashpoint)
     if crashpoints.armed is not None:
         log.warning(

@@ -16,7 +16,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from colibri.core.errors import BadRequest
+from colibri.core.errors import BadRequest, BadTaskBody
 from colibri.core.lineage import parse_body
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class Chain:
 def carries_header(text: str) -> bool:
     try:
         parse_body(text)
-    except ValueError:
+    except BadTaskBody:
         return False
     return True
 

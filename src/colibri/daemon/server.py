@@ -14,14 +14,13 @@ import asyncio
 import contextlib
 import logging
 import os
-import socket
-import struct
 import time
 from collections.abc import Callable
 from typing import Any, cast
 
 import msgspec
 
+from colibri import host
 from colibri.config import Config
 from colibri.core import protocol
 from colibri.core.errors import (
@@ -53,13 +52,6 @@ MEMBERSHIP_TTL = 60.0
 #: At the connection cap, a newcomer takes the place of an anonymous connection that has
 #: said nothing for at least this long (the one silent longest).
 EVICT_AFTER = 5.0
-
-
-def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
-    """The connected peer's (uid, gid, pid), from the kernel (SO_PEERCRED): not forgeable."""
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, gid = struct.unpack("3i", creds)
-    return int(uid), int(gid), int(pid)
 
 
 def in_group(uid: int, gid: int, group: int) -> bool:
@@ -102,9 +94,11 @@ class Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         sock = transport.get_extra_info("socket")
         try:
-            uid, gid, pid = peer_credentials(sock)
-        except OSError:
-            uid, gid, pid = -1, -1, -1  # fail closed
+            uid, gid, pid = host.peer_credentials(sock)
+        except OSError as exc:
+            self.peer = (-1, -1)
+            self._refuse(Forbidden(f"the daemon cannot tell who is connecting: {exc}; refused"))
+            return  # fail closed
         self.peer = (uid, pid)
         if not self.server.may_connect(uid, gid):
             self._refuse(Forbidden(f"uid {uid} may not use this daemon; {self.server.who_may}"))

@@ -26,11 +26,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from colibri.config import Config
+from colibri.config import HOST_ENV, Config
 from colibri.core.errors import RootError
+from colibri.host import alive
 from colibri.locks import harness_lock, holder_pid
 from colibri.privatefiles import open_private, private_dir
-from colibri.processes import alive
 from colibri.workspaces import session_environment
 
 log = logging.getLogger(__name__)
@@ -144,9 +144,7 @@ class Supervisor:
                 ],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                 start_new_session=True,  # its own group: it outlives a crash of the daemon
-                env=session_environment(
-                    self.config.environ, self.config.workspaces[harness.workspace].pass_env
-                ),
+                env=self._environment(harness.workspace),
             )  # fmt: skip
         harness.pid = harness.process.pid
         log.info(
@@ -154,6 +152,14 @@ class Supervisor:
             extra={"event": "harness_started", "workspace": harness.workspace,
                    "pid": harness.pid},
         )  # fmt: skip
+
+    def _environment(self, workspace: str) -> dict[str, str]:
+        """A harness's environment: what ``session_environment`` lets through, and the
+        daemon's ``COLIBRI_HOST``, so that both ask the system the same way."""
+        env = session_environment(self.config.environ, self.config.workspaces[workspace].pass_env)
+        if self.config.host != "auto":
+            env[HOST_ENV] = self.config.host
+        return env
 
     async def stop_all(self) -> None:
         """A clean stop: SIGTERM every harness (it stops its sessions), SIGKILL stragglers."""

@@ -1,0 +1,122 @@
+"""The error tree: every error class lives in ``core/errors.py``, has a code of its own, and
+appears in the tree its docstring draws, under its real parent."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+import re
+from pathlib import Path
+
+import pytest
+
+import colibri
+from colibri.core import errors
+from colibri.core.errors import BY_CODE, ColibriError, UnexpectedReply, from_wire
+
+#: A line of the drawn tree: its depth is where the branch starts, then the name and the code.
+TREE_LINE = re.compile(r"^(?P<indent>(?:│   |    )*)[├└]── (?P<name>\w+)\s+(?P<code>\w+)")
+#: Exception classes of our own outside ``core/errors.py``: raised and caught inside the store
+#: and the board, never reported (the board turns a conflict into ``illegal_transition``).
+NOT_REPORTED = {"colibri.store.base.StoreConflict"}
+
+
+def modules() -> list[str]:
+    """Every module of the package (``__main__`` runs the CLI: it only imports ``cli.main``)."""
+    found = pkgutil.walk_packages(colibri.__path__, "colibri.")
+    return [m.name for m in found if not m.name.endswith("__main__")]
+
+
+def every_subclass() -> list[type[ColibriError]]:
+    for name in modules():
+        importlib.import_module(name)  # a subclass defined anywhere is now known
+    found: list[type[ColibriError]] = []
+    todo = [ColibriError]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            found.append(sub)
+            todo.append(sub)
+    return found
+
+
+def drawn_tree() -> dict[str, tuple[str, str]]:
+    """Each class name in the docstring's tree: (its code, the name of its parent)."""
+    assert errors.__doc__ is not None
+    tree: dict[str, tuple[str, str]] = {}
+    parents = ["ColibriError"]
+    for line in errors.__doc__.splitlines():
+        match = TREE_LINE.match(line.strip("\n")[4:])  # the tree is indented by four spaces
+        if match is None:
+            continue
+        depth = len(match["indent"]) // 4
+        del parents[depth + 1 :]
+        tree[match["name"]] = (match["code"], parents[depth])
+        parents.append(match["name"])
+    return tree
+
+
+def test_every_error_class_is_in_errors_py_with_a_code_of_its_own() -> None:
+    classes = every_subclass()
+    assert len(classes) > 30
+    for cls in classes:
+        assert cls.__module__ == "colibri.core.errors", f"{cls.__qualname__} is not in errors.py"
+        assert cls.code != ColibriError.code, f"{cls.__name__} has no code of its own"
+        assert "code" in vars(cls), f"{cls.__name__} inherits its parent's code"
+    codes = [cls.code for cls in classes]
+    assert len(codes) == len(set(codes)), sorted(c for c in codes if codes.count(c) > 1)
+    assert BY_CODE == {cls.code: cls for cls in classes}
+
+
+def test_the_docstring_draws_exactly_the_tree() -> None:
+    drawn = drawn_tree()
+    real = {cls.__name__: (cls.code, cls.__bases__[0].__name__) for cls in every_subclass()}
+    assert drawn == real
+
+
+def test_an_error_reply_comes_back_as_its_own_class() -> None:
+    for code, cls in BY_CODE.items():
+        error = from_wire({"code": code, "message": "as the daemon said it"})
+        assert type(error) is cls
+        assert error.code == code and error.message == "as the daemon said it"
+        assert str(error) == "as the daemon said it"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        {"code": "no_such_code", "message": "from a daemon of another version"},
+        {"code": "error", "message": "the abstract root's code is nobody's"},
+        {"code": 7, "message": "x"},
+        {"message": "no code"},
+        None,
+        "a string",
+    ],
+)
+def test_an_error_reply_nobody_lists_is_an_unexpected_reply(error: object) -> None:
+    made = from_wire(error)
+    assert type(made) is UnexpectedReply and made.code == "unexpected_reply"
+    if isinstance(error, dict):
+        assert str(error.get("code", "")) in made.message
+
+
+def test_no_error_is_raised_without_a_class_of_its_own() -> None:
+    """Neither the abstract root (code ``error``) nor an exception class of our own outside the
+    tree, which no reply or --json output could name."""
+    package = colibri.__path__[0]
+    for name in modules():
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.origin is not None
+        if not spec.origin.endswith(".py"):
+            continue
+        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+        where = spec.origin.removeprefix(package)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "ColibriError":
+                raise AssertionError(f"{where}:{node.lineno} makes a bare ColibriError")
+            if isinstance(node, ast.ClassDef) and name != "colibri.core.errors":
+                bases = {getattr(b, "id", getattr(b, "attr", "")) for b in node.bases}
+                if bases & {"Exception", "BaseException", "ValueError", "RuntimeError"}:
+                    assert f"{name}.{node.name}" in NOT_REPORTED, (
+                        f"{where}:{node.lineno}: {node.name} belongs in core/errors.py"
+                    )
