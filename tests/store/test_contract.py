@@ -25,7 +25,8 @@ import pytest
 from colibri.core.errors import ConfigError
 from colibri.core.model import Agent, Cost, LedgerEntry, Task
 from colibri.store import Store, StoreConflict, TaskFilter
-from colibri.store.sqlite import APPLICATION_ID, SCHEMA_VERSION, SqliteStore
+from colibri.store.sqlite import SqliteStore
+from colibri.store.sqlite_schema import APPLICATION_ID, SCHEMA_VERSION
 from tests.store.conftest import Backend
 
 AT = "2026-01-02T03:04:05.678Z"
