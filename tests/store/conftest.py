@@ -26,13 +26,10 @@ class Backend:
         name: str,
         opener: Callable[[str], Store],
         query: Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]],
-        integrity_errors: tuple[type[BaseException], ...],
     ) -> None:
         self.name = name
         self._opener = opener
         self._query = query
-        #: What ``insert_task`` raises on a duplicate id or (tenant, idempotency_key).
-        self.integrity_errors = integrity_errors
         self._opened: list[Store] = []
 
     def open(self, durability: str = "full") -> Store:
@@ -71,7 +68,6 @@ def _sqlite_backend(tmp_path: Path) -> Backend:
         "sqlite",
         lambda durability: SqliteStore(path, durability=durability),
         query,
-        (sqlite3.IntegrityError,),
     )
 
 

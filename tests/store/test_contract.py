@@ -406,40 +406,54 @@ def test_cost_totals_at_the_bounds_of_a_session_never_overflow(store: Store) -> 
 
 
 def test_idempotency_key_is_unique_within_a_tenant(backend: Backend, store: Store) -> None:
-    """A second insert with a tenant's key raises the backend's integrity error.
+    """A second insert with a tenant's key is a ``StoreConflict``, never the driver's error.
 
-    For SQLite that is ``sqlite3.IntegrityError`` itself (not ``StorageUnavailable``): the store
-    lets it through and does not roll back; only the failing insert is undone, and the caller
-    decides (the daemon never gets there, it looks the key up first with ``find_idempotent``).
+    Only the failing insert is undone: the batch's earlier writes stand and commit, and the
+    store stays usable. The daemon never gets there: it looks the key up first with
+    ``find_idempotent``.
     """
     first = make_task("t0001", idempotency_key="k")
     add(store, first)
     store.commit()
-    with pytest.raises(backend.integrity_errors):
+    before = add(store, make_task("t0000"))  # in the same batch as the conflict
+    with pytest.raises(StoreConflict, match="idempotency key 'k'") as caught:
         add(store, make_task("t0002", idempotency_key="k"))
-    store.rollback()
+    assert not isinstance(caught.value, sqlite3.Error)
     assert store.get_task("t0002") is None
-    assert store.max_ledger_seq() == 1
+    assert store.max_ledger_seq() == before.seq
+    store.commit()
+    assert ids(backend.open().list_tasks(TaskFilter())) == ["t0000", "t0001"]
     assert store.find_idempotent("default", "k") == first
     # Another tenant may use the same key; tasks without a key never collide.
     add(store, make_task("t0003", tenant="acme", idempotency_key="k"))
     add(store, make_task("t0004"))
     add(store, make_task("t0005"))
     store.commit()
-    assert ids(backend.open().list_tasks(TaskFilter())) == ["t0001", "t0003", "t0004", "t0005"]
+    assert ids(backend.open().list_tasks(TaskFilter())) == [
+        "t0000", "t0001", "t0003", "t0004", "t0005"
+    ]  # fmt: skip
     found = store.find_idempotent("acme", "k")
     assert found is not None and found.id == "t0003"
 
 
-def test_duplicate_task_id_is_refused(backend: Backend, store: Store) -> None:
+@pytest.mark.parametrize("tenant", ["default", "acme"])
+def test_duplicate_task_id_is_refused(backend: Backend, store: Store, tenant: str) -> None:
+    """A task id is unique across tenants: a second insert is a ``StoreConflict`` that writes
+    nothing of itself (no task, no ledger row) and leaves the rest of the batch to commit."""
     first = make_task("t0001")
     add(store, first)
     store.commit()
-    with pytest.raises(backend.integrity_errors):
-        add(store, make_task("t0001", text="another"))
-    store.rollback()
+    add(store, make_task("t0000"))
+    with pytest.raises(StoreConflict, match="t0001") as caught:
+        add(store, make_task("t0001", text="another", tenant=tenant))
+    assert not isinstance(caught.value, sqlite3.Error)
     assert store.get_task("t0001") == first
-    assert store.max_ledger_seq() == 1
+    assert store.max_ledger_seq() == 2
+    store.commit()
+    reader = backend.open()
+    assert reader.get_task("t0001") == first
+    assert ids(reader.list_tasks(TaskFilter())) == ["t0000", "t0001"]
+    assert [e.task for e in reader.ledger(0, 10)] == ["t0001", "t0000"]
 
 
 # -- queries -------------------------------------------------------------------------------------

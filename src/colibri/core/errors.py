@@ -29,6 +29,12 @@ tests assert them. Messages say what was wrong and, where it helps, what to do.
     ├── RootError            root_error
     ├── DaemonNotRunning     no_daemon
     └── Internal             internal            a bug: logged with its traceback
+
+Not in the tree: ``colibri.store.StoreConflict`` (a compare-and-set that lost, or a taken task
+id or idempotency key) stays between the store and the daemon, which turns it into
+``IllegalTransition`` or, as a bug, ``Internal``. A driver's own errors (``sqlite3``) pass the
+store only from a bug in a statement or from a read that met a storage fault; the daemon
+answers them as ``Internal``.
 """
 
 from __future__ import annotations

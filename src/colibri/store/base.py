@@ -16,7 +16,17 @@ from colibri.core.schedules import Schedule
 
 
 class StoreConflict(Exception):
-    """The row moved under a compare-and-set: it no longer had the expected state or epoch."""
+    """A write the stored rows refuse; nothing of the call that raised it was written.
+
+    ``update_task``: the row moved under the compare-and-set (another state or epoch, or no
+    such task). ``insert_task``: the task's id, or its tenant's idempotency key, is taken.
+    A backend raises it ``from`` the driver's own error, which never passes the store.
+
+    Internal, not a ``ColibriError``: it has no code and never reaches a client. The board
+    turns a conflicting transition into ``IllegalTransition``; a conflicting insert means the
+    board's own checks (``find_idempotent`` first, fresh UUIDv7 ids) were bypassed, a bug, which
+    the server answers as ``internal`` and rolls the batch back for.
+    """
 
 
 @dataclass(frozen=True, slots=True)

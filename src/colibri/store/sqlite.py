@@ -47,6 +47,16 @@ _STORAGE_CODES = (
 )  # fmt: skip
 
 
+#: What a uniqueness violation inserting a task means, by its SQLite extended result code.
+_TAKEN = {
+    "SQLITE_CONSTRAINT_PRIMARYKEY": "task id {task.id} is taken; the task was not written",
+    "SQLITE_CONSTRAINT_UNIQUE": (
+        "tenant {task.tenant} has a task with idempotency key {task.idempotency_key!r}; "
+        "task {task.id} was not written"
+    ),
+}
+
+
 def _is_storage_fault(exc: sqlite3.Error) -> bool:
     return str(getattr(exc, "sqlite_errorname", "")).startswith(_STORAGE_CODES)
 
@@ -140,7 +150,15 @@ class SqliteStore:
         row = task_row(task)
         row["fingerprint"] = fingerprint
         with self._writing() as conn:
-            conn.execute(_Q["insert_task"], row)
+            try:
+                conn.execute(_Q["insert_task"], row)
+            except sqlite3.IntegrityError as exc:
+                # Only this statement is undone (SQLite aborts the statement, not the
+                # transaction): the batch's earlier writes stand, as the contract says.
+                taken = _TAKEN.get(exc.sqlite_errorname)
+                if taken is None:
+                    raise  # a column the model never leaves empty: a bug, not a conflict
+                raise StoreConflict(taken.format(task=task)) from exc
             return self._ledger(conn, entry)
 
     def update_task(
@@ -156,7 +174,10 @@ class SqliteStore:
         row["expected_epoch"] = expected_epoch
         with self._writing() as conn:
             if conn.execute(_Q["update_task"], row).rowcount != 1:
-                raise StoreConflict(task.id)
+                raise StoreConflict(
+                    f"task {task.id} is not {expected_state} at epoch {expected_epoch} "
+                    "(or does not exist); it was not written"
+                )
             first = self._ledger(conn, entry)
             for extra in more:  # further rows of the same change, in order (e.g. done, closed)
                 self._ledger(conn, extra)
