@@ -66,6 +66,8 @@ def _storage_error(exc: sqlite3.Error) -> StorageUnavailable:
 
 
 class SqliteStore:
+    """The ``Store`` on an SQLite file; each method keeps the contract ``store.base`` states."""
+
     def __init__(self, location: str, *, durability: str = "full") -> None:
         self.location = location
         self._conn = open_board(location, durability)
@@ -196,8 +198,6 @@ class SqliteStore:
         return self._one(_Q["find_idempotent"], (tenant, key), task_from_row)
 
     def claim_key(self) -> bytes:
-        """The board's secret for signing claims: made (256 random bits) and committed the
-        first time it is asked for, the same ever after."""
         row = self._conn.execute(_Q["get_meta"], ("claim_key",)).fetchone()
         if row is not None:
             return bytes(row[0])
@@ -308,7 +308,6 @@ class SqliteStore:
         at: str,
         reason: str | None = None,
     ) -> bool:
-        """Record what became of one nominal fire time; False if it was recorded before."""
         with self._writing() as conn:
             try:
                 conn.execute("SAVEPOINT fire")
@@ -321,7 +320,6 @@ class SqliteStore:
             return True
 
     def fire_recorded(self, schedule: str, nominal: str) -> bool:
-        """Whether a fire of ``schedule`` at ``nominal`` was recorded, whatever became of it."""
         return self._conn.execute(_Q["fire_recorded"], (schedule, nominal)).fetchone() is not None
 
     def fires(self, schedule: str, limit: int) -> list[dict[str, Any]]:
@@ -338,8 +336,10 @@ class SqliteStore:
     }
 
     def cost_totals(self, by: str, since: str) -> list[dict[str, Any]]:
-        """Cost reported by sessions since ``since`` (RFC 3339), summed per ``by``."""
-        query = _Q["cost_totals"].replace("{key}", self.COST_KEYS[by])
+        key = self.COST_KEYS.get(by)
+        if key is None:
+            raise ValueError(f"cost totals by {by!r}: by agent, workspace, tenant or day")
+        query = _Q["cost_totals"].replace("{key}", key)
         return [
             {
                 "key": r["key"],
@@ -352,11 +352,9 @@ class SqliteStore:
         ]
 
     def set_question(self, task_id: str, question: str | None) -> None:
-        """A running task's pending question (not a transition: no ledger row)."""
         with self._writing() as conn:
             conn.execute(_Q["set_question"], (question, task_id))
 
     def append_ledger(self, entry: LedgerEntry) -> LedgerEntry:
-        """A ledger row with no task change (a schedule's missed or skipped fire)."""
         with self._writing() as conn:
             return self._ledger(conn, entry)
