@@ -1,6 +1,7 @@
 """The Store contract. Every implementation passes ``tests/store/test_contract.py``.
 
-A second backend is written against this text alone; the contract suite checks it.
+A second backend is written against this text alone; the contract suite checks it, and calls
+every method of ``Store`` (``tests/store/test_every_method.py`` fails otherwise).
 
 **One writer, one unit of work.** A store is one connection, used by one thread (the daemon's
 loop). The first write after a ``commit`` or ``rollback`` opens a batch (a transaction, taken
