@@ -18,6 +18,13 @@ def harness_lock(state_dir: Path, workspace: str) -> Path:
     return state_dir / "harness" / f"{workspace}.lock"
 
 
+def store_lock(location: str) -> Path:
+    """The lock beside an SQLite board, held by the daemon that has it open: two roots whose
+    ``--store`` or ``store.path`` name one file never both serve it. Beside, not on, the board:
+    SQLite takes POSIX locks on the board itself, which any close of it would drop."""
+    return Path(location + ".lock")
+
+
 def holder_pid(path: Path) -> int | None:
     """The pid of the harness holding the lock at ``path``, or None if nobody holds it (or
     something that is not our lock file stands there: a link is never followed)."""
@@ -37,16 +44,23 @@ def holder_pid(path: Path) -> int | None:
         os.close(fd)
 
 
-def hold_lock(path: Path) -> int:
+def hold_lock(path: Path, *, own_folder: bool = True) -> int:
     """Take the lock at ``path`` for the life of the process (writing our pid), or raise
-    LockHeld. The daemon holds its root's; a harness its workspace's. A link, or a file that
-    is not a regular file of ours, at ``path`` is refused (RootError), never written through."""
-    private_dir(path.parent)
+    LockHeld. The daemon holds its root's and its board's; a harness its workspace's. A link,
+    or a file that is not a regular file of ours, at ``path`` is refused (RootError), never
+    written through.
+
+    ``own_folder``: the folder is one of ours under ``.colibri/``, made (0700) if missing. A
+    board's lock (``store_lock``) lies wherever the board does, in a folder left as it is.
+    """
+    if own_folder:
+        private_dir(path.parent)
     try:
         fd = open_private(path, os.O_RDWR | os.O_CREAT)
     except OSError as exc:
-        what = "a symbolic link" if os.path.islink(path) else f"unusable ({exc.strerror})"
-        raise RootError(f"{path} is {what}; remove it, then start again") from None
+        if os.path.islink(path):
+            raise RootError(f"{path} is a symbolic link; remove it, then start again") from None
+        raise RootError(f"{path} cannot be opened ({exc.strerror}); nothing was started") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

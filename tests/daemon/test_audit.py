@@ -9,7 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from colibri.store import sql
-from colibri.store.sqlite import APPLICATION_ID, SCHEMA_VERSION, SqliteStore
+from colibri.store.sqlite import SqliteStore
+from colibri.store.sqlite_schema import APPLICATION_ID, SCHEMA_VERSION
 from tests.daemon.conftest import Spawn
 from tests.helpers import PYTHON, Daemon, wait_until
 

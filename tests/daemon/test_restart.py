@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from colibri.client import socket_path
 from tests.daemon.conftest import Spawn
@@ -210,6 +214,57 @@ def test_a_second_daemon_on_the_same_root_exits_naming_the_first(daemon: Daemon)
     # The first daemon is untouched: its socket still answers.
     assert daemon.socket.exists()
     assert daemon.call("ping")["pong"] is True
+
+
+@pytest.fixture
+def other_root() -> Iterator[Path]:
+    """A second root, beside the ``root`` fixture's."""
+    from colibri.config import init_root
+
+    path = Path(tempfile.mkdtemp(prefix="cb2", dir="/tmp"))
+    init_root(path)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.parametrize("how", ["--store", "store.path"])
+def test_a_daemon_of_another_root_on_the_same_board_exits_naming_the_first(
+    root: Path, other_root: Path, how: str
+) -> None:
+    """Two roots pointed at one board file: the second daemon gets one line naming the pid
+    of the first and exits 1, before it opens the board; once the first is gone (a crash, or
+    SIGKILL: the kernel drops its lock), the second starts on that board."""
+    board = root / ".colibri" / "colibri.sqlite"  # the first root's own board
+    first = Daemon(root)
+    first.start()
+    second: Daemon | None = None
+    try:
+        task = first.call("submit", text="on the shared board")["task"]
+        assert first.process is not None
+        if how == "--store":
+            args = ["--store", str(board)]
+        else:
+            (other_root / "colibri.jsonc").write_text(json.dumps({"store": {"path": str(board)}}))
+            args = []
+        refused = subprocess.run(
+            [PYTHON, "-m", "colibri", "--root", str(other_root), "run", *args],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert refused.returncode == 1, refused.stderr
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1, refused.stderr
+        assert f"pid {first.process.pid}" in lines[0] and str(board) in lines[0], lines
+        assert "Traceback" not in refused.stderr
+        assert not socket_path(other_root).exists()
+        assert get(first, task["id"])["state"] == "pending"  # the first serves on, untouched
+        first.kill()
+        second = Daemon(other_root, *args)
+        second.start()
+        assert get(second, task["id"])["text"] == "on the shared board"
+    finally:
+        if second is not None:
+            second.stop()
+        first.stop()
 
 
 def test_a_stale_socket_and_lock_do_not_block_the_next_start(daemon: Daemon) -> None:

@@ -59,6 +59,7 @@ PLANTED = [
     ("ledger.jsonl", "dir", "runs"),
     ("ledger.jsonl.1", "file", "runs"),
     ("daemon.lock", "file", "refused"),
+    ("colibri.sqlite.lock", "file", "refused"),
     ("colibri.sqlite-wal", "file", "refused"),
     ("colibri.sqlite-shm", "file", "refused"),
     ("harness", "dir", "refused"),
@@ -211,6 +212,7 @@ def test_a_state_folder_that_is_a_file_is_one_line(root: Path) -> None:
         ("harness/w.log", "runs"),
         ("sessions/w.12345.pgid", "runs"),
         ("daemon.lock", "refused"),
+        ("colibri.sqlite.lock", "refused"),
     ],
 )
 def test_a_fifo_planted_under_the_state_folder_blocks_nothing(

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import pytest
 
 from colibri.core.errors import ConnectionClosed
-from colibri.store.sqlite import WAL_SIZE_LIMIT
+from colibri.store.sqlite_schema import WAL_SIZE_LIMIT
 from tests.helpers import PYTHON, Daemon, wait_until
 
 DB_NAME = "colibri.sqlite"

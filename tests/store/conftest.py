@@ -1,49 +1,101 @@
-"""Backends for the store contract suite: one factory per backend name.
+"""Backends for the store contract suite: one fixture per backend.
 
-A ``Backend`` is one fresh board location plus how to open stores on it (several at once, to
-check what a second connection sees) and how to read a table directly, for the few facts the
-``Store`` protocol has no reader for. To add a backend, write a factory and add it to
-``BACKENDS``; every contract test then runs against it too.
+A backend fixture yields a ``Backend``: one fresh board plus how to open stores on it (several
+at once, to check what a second connection sees) and how to read a table directly, for the
+few facts the ``Store`` protocol has no reader for. To add a backend, write one fixture and
+decorate it with ``@backend_fixture``; every contract test then runs against it too (a backend
+that cannot run here, a database server that is not configured, skips in its fixture).
+
+Every store a ``Backend`` opens is a ``RecordingStore``: the real store behind a proxy that
+notes the name of each ``Store`` method called, then calls it. ``test_every_method.py`` reads
+those names to check that the suite calls every method of the protocol. The proxy refuses what
+is not in the protocol, so a contract test cannot lean on one backend's internals.
 """
 
 from __future__ import annotations
 
+import inspect
+import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from colibri.store import Store
 from colibri.store.sqlite import SqliteStore
 
+#: The methods of the ``Store`` protocol, and its attributes.
+STORE_METHODS = frozenset(
+    name
+    for name, value in vars(Store).items()
+    if inspect.isfunction(value) and not name.startswith("_")
+)
+STORE_ATTRIBUTES = frozenset(Store.__annotations__)
+#: The file each newly called method name is appended to, when the suite is run to find out
+#: which it calls (not a ``COLIBRI_`` name: the suite clears those for every test).
+CALLS_FILE_VARIABLE = "STORE_CONTRACT_CALLS"
+_called: set[str] = set()
+
+
+def _record(name: str) -> None:
+    if name in _called:
+        return
+    _called.add(name)
+    path = os.environ.get(CALLS_FILE_VARIABLE)
+    if path:
+        with open(path, "a", encoding="utf-8") as calls:
+            calls.write(name + "\n")
+
+
+class RecordingStore:
+    """A real store, its ``Store`` methods recorded by name as they are called."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        if name in STORE_ATTRIBUTES:
+            return getattr(self._store, name)
+        if name not in STORE_METHODS:
+            raise AttributeError(f"{name} is not part of the Store protocol")
+        method = getattr(self._store, name)
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            _record(name)
+            return method(*args, **kwargs)
+
+        return recorded
+
 
 class Backend:
     def __init__(
         self,
         name: str,
+        location: str,
         opener: Callable[[str], Store],
         query: Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]],
-        integrity_errors: tuple[type[BaseException], ...],
     ) -> None:
         self.name = name
+        #: What ``Store.location`` says for a store of this board.
+        self.location = location
         self._opener = opener
         self._query = query
-        #: What ``insert_task`` raises on a duplicate id or (tenant, idempotency_key).
-        self.integrity_errors = integrity_errors
-        self._opened: list[Store] = []
+        #: The stores opened and not yet closed: the proxy a test uses, and the store itself.
+        self._opened: list[tuple[Store, Store]] = []
 
     def open(self, durability: str = "full") -> Store:
         """A new store (a new connection) on this backend's board; closed at teardown."""
-        store = self._opener(durability)
-        self._opened.append(store)
+        real = self._opener(durability)
+        store = cast(Store, RecordingStore(real))
+        self._opened.append((store, real))
         return store
 
     def close(self, store: Store) -> None:
-        """Close one store before teardown does."""
-        self._opened.remove(store)
+        """Close one store before teardown does (through the proxy: a call of the suite)."""
+        self._opened = [(proxy, real) for proxy, real in self._opened if proxy is not store]
         store.close()
 
     def query(self, text: str, *args: Any) -> list[tuple[Any, ...]]:
@@ -51,38 +103,39 @@ class Backend:
         return self._query(text, args)
 
     def close_all(self) -> None:
+        """Teardown: close what is still open, past the proxy (teardown is no contract test)."""
         while self._opened:
-            self._opened.pop().close()
+            self._opened.pop()[1].close()
 
 
-def _sqlite_backend(tmp_path: Path) -> Backend:
+#: The names of the backend fixtures, each a parameter of ``backend``.
+BACKENDS: list[str] = []
+
+
+def backend_fixture(factory: Callable[..., Iterator[Backend]]) -> Any:
+    """Make ``factory`` a fixture and a backend every contract test runs against."""
+    BACKENDS.append(factory.__name__)
+    return pytest.fixture(factory)
+
+
+@backend_fixture
+def sqlite(tmp_path: Path) -> Iterator[Backend]:
     path = str(tmp_path / "colibri.sqlite")
-
-    def close(self, store: Store) -> None:
-        """Close one store before teardown does."""
-        self._opened.remove(store)
-        store.close()
 
     def query(text: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with closing(sqlite3.connect(path)) as conn:
             return [tuple(row) for row in conn.execute(text, args)]
 
-    return Backend(
-        "sqlite",
-        lambda durability: SqliteStore(path, durability=durability),
-        query,
-        (sqlite3.IntegrityError,),
+    backend = Backend(
+        "sqlite", path, lambda durability: SqliteStore(path, durability=durability), query
     )
+    yield backend
+    backend.close_all()
 
 
-BACKENDS: dict[str, Callable[[Path], Backend]] = {"sqlite": _sqlite_backend}
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    b = BACKENDS[request.param](tmp_path)
-    yield b
-    b.close_all()
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Backend:
+    return cast(Backend, request.getfixturevalue(request.param))
 
 
 @pytest.fixture

@@ -1,113 +1,34 @@
-"""The Store contract: every backend in ``conftest.BACKENDS`` must pass the first part.
+"""The Store contract: every backend fixture of ``conftest.py`` must pass all of it.
 
-The second part checks what only the SQLite file can show: its identity (application_id,
-user_version), refusing files that are not Colibri boards without touching them, the durability
-pragmas, the file mode, and a real write fault (a file size limit set in a child process).
+Each test names the promise of ``colibri.store.base`` it checks. The tests use the ``Store``
+protocol only (the stores they get refuse anything else) and read a table directly only for a
+fact no method reads back. What only an SQLite file can show is in ``test_sqlite.py``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 import random
 import sqlite3
-import stat
-import subprocess
-import sys
-import textwrap
-from contextlib import closing
-from pathlib import Path
-from typing import Any
 
 import msgspec
 import pytest
 
-from colibri.core.errors import ConfigError
 from colibri.core.model import Agent, Cost, LedgerEntry, Task
 from colibri.store import Store, StoreConflict, TaskFilter
-from colibri.store.sqlite import APPLICATION_ID, SCHEMA_VERSION, SqliteStore
 from tests.store.conftest import Backend
-
-AT = "2026-01-02T03:04:05.678Z"
-LATER = "2026-01-02T03:09:00.000Z"
-
-
-def make_task(task_id: str, **fields: Any) -> Task:
-    task = Task(id=task_id, text=f"task {task_id}", capabilities=[], created_at=AT, updated_at=AT)
-    return msgspec.structs.replace(task, **fields)
-
-
-def entry_for(task: Task, from_state: str | None = None, reason: str | None = None) -> LedgerEntry:
-    return LedgerEntry(
-        at=task.updated_at,
-        task=task.id,
-        tenant=task.tenant,
-        from_state=from_state,
-        to_state=task.state,
-        agent=task.agent,
-        epoch=task.epoch,
-        reason=reason if reason is not None else ("submitted" if from_state is None else None),
-    )
-
-
-def add(store: Store, task: Task) -> LedgerEntry:
-    return store.insert_task(task, entry_for(task))
-
-
-def move(store: Store, task: Task, **changes: Any) -> tuple[Task, LedgerEntry]:
-    """Write a changed copy of ``task`` by compare-and-set against its current state/epoch."""
-    new = msgspec.structs.replace(task, updated_at=LATER, **changes)
-    entry = store.update_task(new, task.state, task.epoch, entry_for(new, task.state))
-    return new, entry
-
-
-def ids(tasks: list[Task]) -> list[str]:
-    return [t.id for t in tasks]
-
-
-FULL_TASK = Task(
-    id="t0001",
-    text="upgrade zfs\non the build hosts ✓ \"quoted\" 'and' ; -- not sql",
-    capabilities=["zfs", "freebsd"],  # order is kept, not sorted
-    workspace="ops",
-    agent="bsd-1",
-    pinned=True,
-    parent="t0000",
-    sender="api",
-    question="which database?",
-    budget_usd=2.5,
-    priority=-7,
-    min_score=0.75,
-    state="done",
-    outcome="done",
-    output="all good\n",
-    error="a warning",
-    cost=Cost(tokens_in=10, tokens_out=20, usd=0.125, model="model-1"),
-    attempts=2,
-    max_attempts=3,
-    epoch=4,
-    tenant="acme",
-    labels=["release", "urgent"],
-    idempotency_key="key-1",
-    not_before=LATER,
-    schedule="nightly",
-    created_at=AT,
-    updated_at=LATER,
-)
-MINIMAL_TASK = make_task("t0002")  # every optional field None, empty lists, defaults
-FULL_ENTRY = LedgerEntry(
-    at=LATER,
-    task="t0001",
-    schedule="nightly",
-    tenant="acme",
-    from_state="pending",
-    to_state="done",
-    agent="linux-1",
-    epoch=3,
-    reason="out",
-    cost=Cost(tokens_in=1, tokens_out=2, usd=0.5, model="m"),
-    uid=1000,
-    pid=4242,
+from tests.store.values import (
+    AT,
+    FULL_ENTRY,
+    FULL_SCHEDULE,
+    FULL_TASK,
+    LATER,
+    MINIMAL_TASK,
+    add,
+    entry_for,
+    ids,
+    make_task,
+    move,
+    schedule,
 )
 
 
@@ -131,6 +52,8 @@ def test_the_round_trip_values_set_every_field() -> None:
     """A field added to Task or LedgerEntry must be added here, and so get tested."""
     assert _unset_fields(FULL_TASK) == []
     assert _unset_fields(FULL_ENTRY) == ["seq"]
+    assert _unset_fields(FULL_SCHEDULE) == []
+    assert _unset_fields(FULL_SCHEDULE.task) == []
 
 
 # -- tasks: round trip and the ledger row -----------------------------------------------------
@@ -246,6 +169,31 @@ def test_close_discards_an_uncommitted_batch(backend: Backend) -> None:
     assert again.max_ledger_seq() == 1
 
 
+def test_location_names_the_board(backend: Backend, store: Store) -> None:
+    assert store.location == backend.location
+
+
+def test_closing_twice_is_harmless_and_discards_the_batch(backend: Backend) -> None:
+    first = backend.open()
+    add(first, make_task("t0001"))
+    backend.close(first)
+    first.close()
+    assert backend.open().get_task("t0001") is None
+
+
+def test_a_rollback_gives_its_ledger_numbers_back(backend: Backend, store: Store) -> None:
+    """``seq`` has no gaps: the rows a rollback discarded leave no hole for the next ones."""
+    add(store, make_task("t0001"))
+    store.commit()
+    assert [add(store, make_task(f"t000{n}")).seq for n in (2, 3)] == [2, 3]
+    store.rollback()
+    assert store.max_ledger_seq() == 1
+    assert add(store, make_task("t0004")).seq == 2
+    assert store.append_ledger(LedgerEntry(at=LATER, schedule="s", to_state="missed")).seq == 3
+    store.commit()
+    assert [e.seq for e in backend.open().ledger(0, 10)] == [1, 2, 3]
+
+
 # -- update_task: compare-and-set ---------------------------------------------------------------
 
 
@@ -339,6 +287,37 @@ def test_only_one_of_two_racing_claims_wins(store: Store) -> None:
     assert [e.agent for e in store.ledger(0, 10, task="t0001")] == [None, "a1"]
 
 
+def test_update_task_writes_only_what_a_transition_changes(backend: Backend, store: Store) -> None:
+    """The fields a transition never changes stay as inserted, whatever the new value says."""
+    task = make_task("t0001", workspace="api", labels=["a"], priority=2, budget_usd=1.0)
+    add(store, task)
+    changed = msgspec.structs.replace(
+        task, text="rewritten", capabilities=["x"], workspace="web", pinned=True, parent="p",
+        sender="s", priority=9, min_score=0.5, max_attempts=7, tenant="acme", labels=["b"],
+        idempotency_key="k", schedule="nightly", budget_usd=9.0, created_at=LATER,
+        state="running", agent="a1", epoch=1, attempts=1, question="why?", updated_at=LATER,
+    )  # fmt: skip
+    store.update_task(changed, "pending", 0, entry_for(changed, "pending"))
+    store.commit()
+    expected = msgspec.structs.replace(
+        task, state="running", agent="a1", epoch=1, attempts=1, question="why?", updated_at=LATER
+    )
+    assert backend.open().get_task("t0001") == expected
+    assert store.find_idempotent("acme", "k") is None
+
+
+def test_update_task_appends_every_row_of_the_change_in_order(store: Store) -> None:
+    task = make_task("t0001", state="running", agent="a1", epoch=1)
+    add(store, task)
+    done = msgspec.structs.replace(task, state="done", outcome="done", updated_at=LATER)
+    closed = msgspec.structs.replace(done, state="closed")
+    first, second = entry_for(done, "running", "out"), entry_for(closed, "done")
+    assert store.update_task(closed, "running", 1, first, second) is first
+    assert (first.seq, second.seq) == (2, 3)
+    assert store.ledger(1, 10) == [first, second]
+    assert store.get_task("t0001") == closed
+
+
 # -- idempotency ---------------------------------------------------------------------------------
 
 
@@ -353,6 +332,11 @@ def test_find_idempotent(store: Store) -> None:
     assert store.find_idempotent("acme", "deploy-42") == theirs
     assert store.find_idempotent("default", "deploy-43") is None
     assert store.find_idempotent("other", "deploy-42") is None
+    # A key names its task whatever becomes of it: ended, closed.
+    done, _ = move(store, mine, state="done", outcome="done")
+    closed, _ = move(store, done, state="closed")
+    store.commit()
+    assert store.find_idempotent("default", "deploy-42") == closed
 
 
 def test_a_fingerprint_is_kept_with_its_task(backend: Backend, store: Store) -> None:
@@ -405,40 +389,77 @@ def test_cost_totals_at_the_bounds_of_a_session_never_overflow(store: Store) -> 
 
 
 def test_idempotency_key_is_unique_within_a_tenant(backend: Backend, store: Store) -> None:
-    """A second insert with a tenant's key raises the backend's integrity error.
+    """A second insert with a tenant's key is a ``StoreConflict``, never the driver's error.
 
-    For SQLite that is ``sqlite3.IntegrityError`` itself (not ``StorageUnavailable``): the store
-    lets it through and does not roll back; only the failing insert is undone, and the caller
-    decides (the daemon never gets there, it looks the key up first with ``find_idempotent``).
+    Only the failing insert is undone: the batch's earlier writes stand and commit, and the
+    store stays usable. The daemon never gets there: it looks the key up first with
+    ``find_idempotent``.
     """
     first = make_task("t0001", idempotency_key="k")
     add(store, first)
     store.commit()
-    with pytest.raises(backend.integrity_errors):
+    before = add(store, make_task("t0000"))  # in the same batch as the conflict
+    with pytest.raises(StoreConflict, match="idempotency key 'k'") as caught:
         add(store, make_task("t0002", idempotency_key="k"))
-    store.rollback()
+    assert not isinstance(caught.value, sqlite3.Error)
     assert store.get_task("t0002") is None
-    assert store.max_ledger_seq() == 1
+    assert store.max_ledger_seq() == before.seq
+    store.commit()
+    assert ids(backend.open().list_tasks(TaskFilter())) == ["t0000", "t0001"]
     assert store.find_idempotent("default", "k") == first
     # Another tenant may use the same key; tasks without a key never collide.
     add(store, make_task("t0003", tenant="acme", idempotency_key="k"))
     add(store, make_task("t0004"))
     add(store, make_task("t0005"))
     store.commit()
-    assert ids(backend.open().list_tasks(TaskFilter())) == ["t0001", "t0003", "t0004", "t0005"]
+    assert ids(backend.open().list_tasks(TaskFilter())) == [
+        "t0000", "t0001", "t0003", "t0004", "t0005"
+    ]  # fmt: skip
     found = store.find_idempotent("acme", "k")
     assert found is not None and found.id == "t0003"
 
 
-def test_duplicate_task_id_is_refused(backend: Backend, store: Store) -> None:
+@pytest.mark.parametrize("tenant", ["default", "acme"])
+def test_duplicate_task_id_is_refused(backend: Backend, store: Store, tenant: str) -> None:
+    """A task id is unique across tenants: a second insert is a ``StoreConflict`` that writes
+    nothing of itself (no task, no ledger row) and leaves the rest of the batch to commit."""
     first = make_task("t0001")
     add(store, first)
     store.commit()
-    with pytest.raises(backend.integrity_errors):
-        add(store, make_task("t0001", text="another"))
-    store.rollback()
+    add(store, make_task("t0000"))
+    with pytest.raises(StoreConflict, match="t0001") as caught:
+        add(store, make_task("t0001", text="another", tenant=tenant))
+    assert not isinstance(caught.value, sqlite3.Error)
     assert store.get_task("t0001") == first
-    assert store.max_ledger_seq() == 1
+    assert store.max_ledger_seq() == 2
+    store.commit()
+    reader = backend.open()
+    assert reader.get_task("t0001") == first
+    assert ids(reader.list_tasks(TaskFilter())) == ["t0000", "t0001"]
+    assert [e.task for e in reader.ledger(0, 10)] == ["t0001", "t0000"]
+
+
+# -- the claim key -------------------------------------------------------------------------------
+
+
+def test_the_claim_key_is_made_once_and_kept(backend: Backend) -> None:
+    first = backend.open()
+    key = first.claim_key()
+    assert isinstance(key, bytes) and len(key) == 32
+    assert key != bytes(32)
+    assert first.claim_key() == key
+    assert backend.open().claim_key() == key  # another store on the board: the same key
+    backend.close_all()
+    assert backend.open().claim_key() == key  # committed: reopening keeps it
+
+
+def test_the_claim_key_commits_the_open_batch_with_it(backend: Backend, store: Store) -> None:
+    """Documented so that nobody calls it mid-batch by mistake: the batch commits too."""
+    add(store, make_task("t0001"))
+    store.claim_key()
+    assert backend.open().get_task("t0001") is not None
+    store.rollback()  # nothing left to discard
+    assert backend.open().get_task("t0001") is not None
 
 
 # -- queries -------------------------------------------------------------------------------------
@@ -529,6 +550,17 @@ def test_children_are_the_direct_children_in_id_order(store: Store) -> None:
     assert store.children("no-such-task") == []
 
 
+def test_count_children_counts_the_direct_children_in_any_state(store: Store) -> None:
+    tasks = _board(store)
+    for task in tasks:
+        assert store.count_children(task.id) == len(store.children(task.id)), task.id
+    assert store.count_children("t01") == 3  # t03 done, t04 failed, t09 pending
+    assert store.count_children("t03") == 1  # t11 is a grandchild of t01: not counted there
+    assert store.count_children("no-such-task") == 0
+    add(store, make_task("t13", parent="t12"))  # the writer counts its own batch
+    assert store.count_children("t12") == 1
+
+
 def test_open_family_is_every_pending_or_running_member_at_any_depth_root_first(
     store: Store,
 ) -> None:
@@ -573,6 +605,30 @@ def test_count_by_state(store: Store) -> None:
     move(store, task, state="running", agent="a1", epoch=1)
     counts = store.count_by_state()
     assert (counts["pending"], counts["running"]) == (3, 4)
+
+
+def test_set_question_changes_the_task_and_writes_no_ledger_row(
+    backend: Backend, store: Store
+) -> None:
+    task = make_task("t0001", state="running", agent="a1", epoch=1)
+    add(store, task)
+    store.commit()
+    store.set_question("t0001", "which database?")
+    assert store.get_task("t0001") == msgspec.structs.replace(task, question="which database?")
+    assert backend.open().get_task("t0001") == task  # part of the batch
+    store.rollback()
+    assert store.get_task("t0001") == task
+    store.set_question("t0001", "which database?")
+    store.commit()
+    asked = backend.open().get_task("t0001")
+    assert asked is not None and asked.question == "which database?"
+    assert (asked.state, asked.epoch, asked.updated_at) == ("running", 1, task.updated_at)
+    store.set_question("t0001", None)
+    store.set_question("no-such-task", "anyone?")  # no error, nothing written
+    store.commit()
+    assert backend.open().get_task("t0001") == task
+    assert store.get_task("no-such-task") is None
+    assert store.max_ledger_seq() == 1
 
 
 # -- the ledger ----------------------------------------------------------------------------------
@@ -628,6 +684,86 @@ def test_ledger_of_one_task(store: Store) -> None:
     assert store.ledger(of_a[1].seq, 1, task="t-a") == of_a[2:3]
     assert store.ledger(0, 100, task="t-c") == [r for r in rows if r.task == "t-c"]
     assert store.ledger(0, 100, task="no-such-task") == []
+
+
+def test_append_ledger_writes_a_row_that_changes_no_task(backend: Backend, store: Store) -> None:
+    add(store, make_task("t0001"))
+    row = LedgerEntry(
+        at=LATER, schedule="nightly", tenant="acme", to_state="missed",
+        reason="missed: the daemon was down; nominal 2026-01-02T03:00:00.000Z", uid=7, pid=8,
+    )  # fmt: skip
+    given = msgspec.structs.replace(row)
+    assert store.append_ledger(given) is given
+    assert given.seq == 2
+    assert store.max_ledger_seq() == 2
+    store.commit()
+    assert backend.open().ledger(1, 10) == [msgspec.structs.replace(row, seq=2)]
+    assert [e.seq for e in store.ledger(0, 10, task="t0001")] == [1]  # no task, never matched
+    assert store.count_by_state() == {"pending": 1}
+
+
+#: Ledger rows for ``cost_totals``: (at, task, agent, tenant, cost). Tasks t1 (workspace api),
+#: t2 and t3 (none); agent a2 is registered in workspace ws-a2, ghost is not registered.
+_COST_ROWS = [
+    ("2026-01-01T10:00:00.000Z", "t1", "a1", "default", Cost(tokens_in=10, tokens_out=20, usd=0.5)),
+    ("2026-01-02T10:00:00.000Z", "t2", "a2", "acme", Cost(tokens_in=1, tokens_out=2, usd=0.25)),
+    ("2026-01-02T11:00:00.000Z", "t1", "a1", "default", Cost(tokens_in=5)),
+    ("2026-01-02T11:30:00.000Z", "t1", "a1", "default", None),  # no cost: not a session's
+    ("2026-01-03T00:00:00.000Z", "t3", "ghost", "acme", Cost(usd=1.0, model="m")),
+]  # fmt: skip
+
+
+def _costs(store: Store) -> None:
+    for task in (make_task("t1", workspace="api"), make_task("t2"), make_task("t3")):
+        add(store, task)  # their submissions carry no cost
+    store.upsert_agent(Agent(name="a2", capabilities=[], workspace="ws-a2"), AT)
+    for at, task, agent, tenant, cost in _COST_ROWS:
+        store.append_ledger(
+            LedgerEntry(at=at, task=task, agent=agent, tenant=tenant, to_state="done", cost=cost)
+        )
+    store.commit()
+
+
+def _totals(rows: list[dict[str, object]]) -> list[tuple[object, ...]]:
+    return [(r["key"], r["sessions"], r["usd"], r["tokens_in"], r["tokens_out"]) for r in rows]
+
+
+@pytest.mark.parametrize(
+    ("by", "expected"),
+    [
+        ("agent", [("a1", 2, 0.5, 15, 20), ("a2", 1, 0.25, 1, 2), ("ghost", 1, 1.0, 0, 0)]),
+        ("tenant", [("acme", 2, 1.25, 1, 2), ("default", 2, 0.5, 15, 20)]),
+        ("day", [("2026-01-01", 1, 0.5, 10, 20), ("2026-01-02", 2, 0.25, 6, 2),
+                 ("2026-01-03", 1, 1.0, 0, 0)]),
+        # t3 has no workspace and ghost none registered: a None key, listed first
+        ("workspace", [(None, 1, 1.0, 0, 0), ("api", 2, 0.5, 15, 20), ("ws-a2", 1, 0.25, 1, 2)]),
+    ],
+)  # fmt: skip
+def test_cost_totals_by_each_key(store: Store, by: str, expected: list[tuple[object, ...]]) -> None:
+    assert store.cost_totals(by, "") == []
+    _costs(store)
+    rows = store.cost_totals(by, "")
+    assert _totals(rows) == expected
+    assert all(set(r) == {"key", "sessions", "usd", "tokens_in", "tokens_out"} for r in rows)
+    assert all(isinstance(r["usd"], float) for r in rows)
+    assert all(type(r["tokens_in"]) is int and type(r["tokens_out"]) is int for r in rows)
+
+
+def test_cost_totals_count_from_since_on(store: Store) -> None:
+    _costs(store)
+    assert _totals(store.cost_totals("agent", "2026-01-02T00:00:00.000Z")) == [
+        ("a1", 1, 0.0, 5, 0), ("a2", 1, 0.25, 1, 2), ("ghost", 1, 1.0, 0, 0),
+    ]  # fmt: skip
+    # ``since`` itself counts; later than every row: nothing
+    assert _totals(store.cost_totals("tenant", "2026-01-03T00:00:00.000Z")) == [
+        ("acme", 1, 1.0, 0, 0)
+    ]
+    assert store.cost_totals("day", "2026-01-03T00:00:00.001Z") == []
+
+
+def test_cost_totals_by_an_unknown_key_is_a_value_error(store: Store) -> None:
+    with pytest.raises(ValueError, match="week"):
+        store.cost_totals("week", "")
 
 
 # -- agents, tenants, skills -------------------------------------------------------------------
@@ -692,274 +828,105 @@ def test_describe_skill(store: Store) -> None:
     assert store.skills()[0] == ("python", "runs Python 3.12+", 0)
 
 
-# == SQLite only: the file ======================================================================
+# -- schedules -----------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def board(tmp_path: Path) -> Path:
-    return tmp_path / "colibri.sqlite"
+def test_a_schedule_round_trips_every_field(backend: Backend, store: Store) -> None:
+    assert store.get_schedule("nightly") is None
+    store.upsert_schedule(FULL_SCHEDULE)
+    assert store.get_schedule("nightly") == FULL_SCHEDULE
+    store.commit()
+    assert backend.open().get_schedule("nightly") == FULL_SCHEDULE
+    assert backend.open().schedules() == [FULL_SCHEDULE]
 
 
-def _pragma(path: Path, name: str) -> Any:
-    with closing(sqlite3.connect(path)) as conn:
-        return conn.execute(f"PRAGMA {name}").fetchone()[0]
+def test_schedules_are_listed_by_name_and_replaced_whole(backend: Backend, store: Store) -> None:
+    assert store.schedules() == []
+    for name in ("b", "c", "a"):
+        store.upsert_schedule(schedule(name))
+    assert backend.open().schedules() == []  # nothing committed yet
+    store.commit()
+    assert [s.name for s in backend.open().schedules()] == ["a", "b", "c"]
+    fired = schedule("a", fires=1, next_fire_at=LATER, last_task="t0001", paused=True)
+    store.upsert_schedule(fired)
+    store.upsert_schedule(schedule("d"))
+    store.rollback()
+    assert store.get_schedule("a") == schedule("a") and store.get_schedule("d") is None
+    store.upsert_schedule(fired)
+    store.upsert_schedule(msgspec.structs.replace(schedule("b"), every=5.0, next_fire_at=None))
+    store.commit()
+    reader = backend.open()
+    assert reader.get_schedule("a") == fired
+    assert reader.get_schedule("b") == msgspec.structs.replace(schedule("b"), every=5.0)
+    assert reader.schedules() == [fired, reader.get_schedule("b"), schedule("c")]
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def test_delete_schedule_says_whether_there_was_one(backend: Backend, store: Store) -> None:
+    store.upsert_schedule(schedule("a"))
+    store.upsert_schedule(schedule("b"))
+    store.commit()
+    assert store.delete_schedule("a") is True
+    assert store.get_schedule("a") is None
+    assert store.delete_schedule("a") is False
+    assert store.delete_schedule("no-such-schedule") is False
+    assert [s.name for s in backend.open().schedules()] == ["a", "b"]  # not committed yet
+    store.commit()
+    assert [s.name for s in backend.open().schedules()] == ["b"]
+    assert store.delete_schedule("b") is True
+    store.rollback()
+    assert [s.name for s in backend.open().schedules()] == ["b"]
 
 
-def test_new_board_is_marked_as_a_colibri_board(board: Path) -> None:
-    SqliteStore(str(board)).close()
-    assert _pragma(board, "application_id") == APPLICATION_ID
-    assert _pragma(board, "user_version") == SCHEMA_VERSION
-    assert SCHEMA_VERSION >= 1
+def test_fires_outlive_their_schedule(backend: Backend, store: Store) -> None:
+    """A schedule removed and added again never fires a nominal time recorded before."""
+    store.upsert_schedule(schedule("nightly"))
+    assert store.record_fire("nightly", AT, "fired", "t0001", AT) is True
+    store.commit()
+    store.delete_schedule("nightly")
+    store.commit()
+    store.upsert_schedule(schedule("nightly"))
+    assert store.fire_recorded("nightly", AT)
+    assert store.record_fire("nightly", AT, "fired", "t0002", LATER) is False
+    store.commit()
+    assert [f["task"] for f in backend.open().fires("nightly", 10)] == ["t0001"]
 
 
-def test_reopening_a_board_keeps_its_data(board: Path) -> None:
-    first = SqliteStore(str(board))
-    add(first, FULL_TASK)
-    first.upsert_agent(Agent(name="a1", capabilities=["zfs"]), AT)
-    first.ensure_skills(["zfs"])
-    first.commit()
-    rows = first.ledger(0, 10)
-    first.close()
-    for _ in range(2):
-        again = SqliteStore(str(board))
-        assert again.get_task(FULL_TASK.id) == FULL_TASK
-        assert again.ledger(0, 10) == rows
-        assert again.skills() == [("zfs", "", 1)]
-        again.close()
-    assert _pragma(board, "user_version") == SCHEMA_VERSION
-
-
-@pytest.mark.parametrize(
-    "content",
-    [os.urandom(8192), b"just some notes\n", b"SQLite format 3\x00" + b"\xff" * 200],
-    ids=["random-bytes", "text", "broken-header"],
-)
-def test_a_file_that_is_not_sqlite_is_refused_untouched(board: Path, content: bytes) -> None:
-    board.write_bytes(content)
-    board.chmod(0o644)
-    with pytest.raises(ConfigError, match="not a usable SQLite board") as caught:
-        SqliteStore(str(board))
-    assert str(board) in str(caught.value)
-    assert board.read_bytes() == content
-    assert stat.S_IMODE(board.stat().st_mode) == 0o644
-    assert sorted(p.name for p in board.parent.iterdir()) == [board.name]
-
-
-@pytest.mark.parametrize(
-    "setup",
-    [
-        [
-            "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)",
-            "INSERT INTO notes VALUES (1, 'x')",
-        ],
-        ["PRAGMA application_id = 1234"],
-        ["PRAGMA journal_mode = WAL", "CREATE TABLE tasks (id TEXT PRIMARY KEY)"],
-    ],
-    ids=["other-tables", "other-application-id", "other-wal-with-a-tasks-table"],
-)
-def test_an_sqlite_file_of_another_program_is_refused_untouched(
-    board: Path, setup: list[str]
+def test_a_fire_recorded_twice_in_one_batch_is_refused_and_spares_the_batch(
+    backend: Backend, store: Store
 ) -> None:
-    with closing(sqlite3.connect(board)) as conn:
-        for statement in setup:
-            conn.execute(statement)
-        conn.commit()
-    before = _digest(board)
-    with pytest.raises(ConfigError, match="another program") as caught:
-        SqliteStore(str(board))
-    assert str(board) in str(caught.value)
-    assert _digest(board) == before
-    with closing(sqlite3.connect(board)) as conn:
-        assert conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 0
-
-
-def test_a_board_from_a_newer_colibri_is_refused(board: Path) -> None:
-    SqliteStore(str(board)).close()
-    with closing(sqlite3.connect(board)) as conn:
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
-    before = _digest(board)
-    with pytest.raises(ConfigError, match="newer") as caught:
-        SqliteStore(str(board))
-    assert str(board) in str(caught.value)
-    assert _digest(board) == before
-    assert _pragma(board, "user_version") == SCHEMA_VERSION + 1
-
-
-def test_an_empty_file_becomes_a_board(board: Path) -> None:
-    board.touch()
-    store = SqliteStore(str(board))
-    add(store, make_task("t0001"))
+    """The double fire is refused also before anything commits, and refusing it undoes
+    nothing else: the task the first fire made commits with it."""
+    add(store, make_task("t0001", schedule="nightly"))
+    assert store.record_fire("nightly", AT, "fired", "t0001", AT) is True
+    assert store.fire_recorded("nightly", AT)
+    assert backend.open().fire_recorded("nightly", AT) is False  # not committed
+    add(store, make_task("t0002", schedule="nightly"))
+    assert store.record_fire("nightly", AT, "fired", "t0002", AT) is False
     store.commit()
-    store.close()
-    assert _pragma(board, "application_id") == APPLICATION_ID
+    reader = backend.open()
+    assert ids(reader.list_tasks(TaskFilter())) == ["t0001", "t0002"]
+    assert [(f["nominal"], f["task"]) for f in reader.fires("nightly", 10)] == [(AT, "t0001")]
 
 
-@pytest.mark.parametrize(("durability", "synchronous"), [("full", 2), ("relaxed", 1)])
-def test_wal_and_synchronous(board: Path, durability: str, synchronous: int) -> None:
-    store = SqliteStore(str(board), durability=durability)
-    try:
-        # synchronous is a setting of the connection: only the store's own connection shows it.
-        assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == synchronous
-        assert store._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    finally:
-        store.close()
-    assert _pragma(board, "journal_mode") == "wal"  # persistent in the file
-
-
-def test_default_durability_is_full(board: Path) -> None:
-    from colibri.store import open_store
-
-    store = open_store(str(board))
-    try:
-        assert isinstance(store, SqliteStore)
-        assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 2
-    finally:
-        store.close()
-
-
-def test_unknown_durability_is_a_config_error(board: Path) -> None:
-    with pytest.raises(ConfigError, match="durability"):
-        SqliteStore(str(board), durability="sometimes")
-
-
-def test_a_new_board_is_private_to_its_owner(board: Path) -> None:
-    old = os.umask(0o002)
-    try:
-        store = SqliteStore(str(board))
-    finally:
-        os.umask(old)
-    try:
-        add(store, make_task("t0001"))
-        store.commit()
-        assert stat.S_IMODE(board.stat().st_mode) == 0o600
-        wal = board.with_name(board.name + "-wal")
-        assert stat.S_IMODE(wal.stat().st_mode) == 0o600  # SQLite copies the board's mode
-    finally:
-        store.close()
-
-
-_FAULT_SCRIPT = textwrap.dedent(
-    """
-    import json, os, resource, signal, sys
-
-    from colibri.core.errors import StorageUnavailable
-    from colibri.core.model import LedgerEntry, Task
-    from colibri.store.sqlite import SqliteStore
-
-    path = sys.argv[1]
-
-    def add(store, task_id, text):
-        task = Task(id=task_id, text=text, capabilities=[], created_at="t", updated_at="t")
-        store.insert_task(task, LedgerEntry(at="t", task=task_id, to_state="pending"))
-
-    store = SqliteStore(path)
-    add(store, "t1", "small")
+def test_a_fire_rolled_back_was_never_recorded(backend: Backend, store: Store) -> None:
+    assert store.record_fire("nightly", AT, "fired", "t0001", AT) is True
+    store.rollback()
+    assert store.fire_recorded("nightly", AT) is False
+    assert store.fires("nightly", 10) == []
+    assert store.record_fire("nightly", AT, "missed", None, LATER) is True
     store.commit()
-    # From here on no file may grow: the next commit cannot append to the WAL.
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    limit = max(os.path.getsize(path), os.path.getsize(path + "-wal"))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-    result = {}
-    try:
-        add(store, "t2", "x" * 400_000)
-        store.commit()
-        result["refused"] = None
-    except StorageUnavailable as exc:
-        result["refused"] = exc.code
-    resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
-    result["t2_after_fault"] = store.get_task("t2") is not None
-    add(store, "t3", "after the fault")
+    assert [f["outcome"] for f in backend.open().fires("nightly", 10)] == ["missed"]
+
+
+def test_fires_are_the_latest_nominal_times_first_of_one_schedule(store: Store) -> None:
+    nominals = [f"2026-01-0{day}T00:00:00.000Z" for day in range(1, 8)]
+    for nominal in random.Random(3).sample(nominals, len(nominals)):
+        store.record_fire("nightly", nominal, "fired", None, LATER)
+        store.record_fire("hourly", nominal, "skipped", None, LATER)
     store.commit()
-    store.close()
-    print(json.dumps(result))
-    """
-)
-
-
-def test_a_commit_that_cannot_write_raises_storage_unavailable_and_rolls_back(
-    board: Path,
-) -> None:
-    """A real write fault: the child process may not grow any file (RLIMIT_FSIZE)."""
-    done = subprocess.run(
-        [sys.executable, "-c", _FAULT_SCRIPT, str(board)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert msgspec.json.decode(done.stdout) == {
-        "refused": "storage_unavailable",
-        "t2_after_fault": False,
-    }
-    store = SqliteStore(str(board))
-    try:
-        assert ids(store.list_tasks(TaskFilter())) == ["t1", "t3"]
-        assert [e.task for e in store.ledger(0, 10)] == ["t1", "t3"]
-    finally:
-        store.close()
-
-
-_SPILL_SCRIPT = textwrap.dedent(
-    """
-    import json, os, resource, signal, sys
-
-    from colibri.core.errors import StorageUnavailable
-    from colibri.core.model import LedgerEntry, Task
-    from colibri.store.base import TaskFilter
-    from colibri.store.sqlite import SqliteStore
-
-    path = sys.argv[1]
-
-    def add(store, task_id, text):
-        task = Task(id=task_id, text=text, capabilities=[], created_at="t", updated_at="t")
-        store.insert_task(task, LedgerEntry(at="t", task=task_id, to_state="pending"))
-
-    store = SqliteStore(path, durability="relaxed")
-    for n in range(3000):
-        add(store, f"old{n:05}", "y" * 300)
-    store.commit()
-    store._conn.execute("PRAGMA cache_size=20")  # so that the read below must spill
-    for n in range(200):
-        add(store, f"new{n:05}", "z" * 3000)
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(path + "-wal"), hard))
-    result = {}
-    try:
-        store.list_tasks(TaskFilter(limit=10_000))
-        result["read"] = "ok"
-    except Exception as exc:
-        result["read"] = type(exc).__name__
-    resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
-    try:
-        store.commit()
-        result["commit"] = "ok"
-    except StorageUnavailable as exc:
-        result["commit"] = exc.code
-    result["new_stored"] = store.get_task("new00000") is not None
-    store.close()
-    print(json.dumps(result))
-    """
-)
-
-
-def test_a_batch_sqlite_rolled_back_by_itself_is_never_committed_as_done(board: Path) -> None:
-    """A read in the batch meets an I/O error while spilling its cache (a file that may not
-    grow), and SQLite rolls the whole transaction back by itself. The commit that follows
-    must say the batch is gone, not return as if it had committed (its writes would have been
-    acknowledged and lost)."""
-    done = subprocess.run([sys.executable, "-c", _SPILL_SCRIPT, str(board)],
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    result = msgspec.json.decode(done.stdout)
-    if result["read"] == "ok":
-        pytest.skip("this SQLite did not spill its cache during the read")
-    assert result == {"read": "OperationalError", "commit": "storage_unavailable",
-                      "new_stored": False}  # fmt: skip
+    latest = [f["nominal"] for f in store.fires("nightly", 3)]
+    assert latest == nominals[::-1][:3]
+    assert [f["nominal"] for f in store.fires("nightly", 100)] == nominals[::-1]
+    assert {f["schedule"] for f in store.fires("nightly", 100)} == {"nightly"}
+    assert {f["outcome"] for f in store.fires("hourly", 100)} == {"skipped"}
+    assert store.fires("no-such-schedule", 10) == []

@@ -45,6 +45,12 @@ the client (``closed``, ``unexpected_reply``) and by the CLI (``os_error``, ``in
     ├── ConnectionClosed     closed              the daemon closed the connection, or it broke
     ├── UnexpectedReply      unexpected_reply    a reply this client cannot read
     └── OsFailure            os_error            a file or system call failed (the CLI)
+
+Not in the tree: ``colibri.store.StoreConflict`` (a compare-and-set that lost, or a taken task
+id or idempotency key) stays between the store and the daemon, which turns it into
+``IllegalTransition`` or, as a bug, ``Internal``. A driver's own errors (``sqlite3``) pass the
+store only from a bug in a statement or from a read that met a storage fault; the daemon
+answers them as ``Internal``.
 """
 
 from __future__ import annotations

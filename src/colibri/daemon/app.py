@@ -25,7 +25,7 @@ from colibri.daemon.board import Board
 from colibri.daemon.clock import SystemClock
 from colibri.daemon.ledger import LedgerMirror
 from colibri.daemon.server import Connection, Server
-from colibri.locks import hold_lock
+from colibri.locks import hold_lock, store_lock
 from colibri.store import open_store
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,18 @@ def acquire_lock(path: Path) -> int:
         raise LockHeld(
             held.holder,
             f"another daemon (pid {held.holder}) is already running for {path.parent.parent}",
+        ) from None
+
+
+def acquire_store_lock(store: str) -> int:
+    """Hold ``<store>.lock`` too: another root's daemon may have been pointed at this board."""
+    try:
+        return hold_lock(store_lock(store), own_folder=False)
+    except LockHeld as held:
+        raise LockHeld(
+            held.holder,
+            f"another daemon (pid {held.holder}) already has the board {store} open; one daemon "
+            "per board: stop it, or give this root a board of its own (--store, store.path)"
         ) from None
 
 
@@ -118,9 +130,11 @@ async def serve(config: Config) -> int:
     check_state_dir(config.state_dir, config.server.socket_group)
     lock_fd = acquire_lock(config.lock_path)
     store = None
+    store_lock_fd: int | None = None
     bound = False  # the socket path is ours to remove only once we created it
     mirror = LedgerMirror(config.ledger_path, config.ledger.rotate_bytes, config.ledger.keep)
     try:
+        store_lock_fd = acquire_store_lock(config.store)
         store = open_store(config.store, durability=config.durability)
         caught_up = mirror.open(store)
         if caught_up:
@@ -190,6 +204,8 @@ async def serve(config: Config) -> int:
         mirror.close()
         if store is not None:
             store.close()
+        if store_lock_fd is not None:
+            os.close(store_lock_fd)
         os.close(lock_fd)
 
 

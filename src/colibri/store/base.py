@@ -1,9 +1,45 @@
 """The Store contract. Every implementation passes ``tests/store/test_contract.py``.
 
-A store is used by one daemon thread as a unit of work: writes open a transaction, and nothing
-is durable — nor may be acknowledged — until ``commit`` returns. Each task change is written
-together with its ledger row, so the two can never disagree. The rules (which transitions are
-legal) live in ``colibri.core.states``; the store only applies a change by compare-and-set.
+A second backend is written against this text alone; the contract suite checks it, and calls
+every method of ``Store`` (``tests/store/test_every_method.py`` fails otherwise).
+
+**One writer, one unit of work.** A store is one connection, used by one thread (the daemon's
+loop). The first write after a ``commit`` or ``rollback`` opens a batch (a transaction, taken
+for writing at once, so two writers queue instead of deadlocking); every later write joins it.
+Nothing is durable — nor may be acknowledged — until ``commit`` returns; ``rollback`` discards
+the whole batch. Reads through the same store see the batch's writes at once (the daemon
+checks one request against the writes of the requests before it in the batch); another store on
+the same board sees only what was committed.
+
+**Atomic.** Each write method applies all of its rows or none: a task change together with its
+ledger rows, so the two can never disagree. When a write raises, nothing of that call was
+written, and the batch's earlier writes stand (``StoreConflict``) or the whole batch is gone
+(``StorageUnavailable``). A backend whose driver aborts a whole transaction on a failed
+statement must use a savepoint to keep this promise.
+
+**Rules live elsewhere.** Which transitions are legal is ``colibri.core.states``' business; the
+store applies a change by compare-and-set and checks nothing else about it (state names,
+outcomes, who may do what). Values are stored as given and read back equal (``==``).
+
+**Errors.** Every write may raise ``StorageUnavailable`` (``storage_unavailable``): the
+storage, not the statement, failed (disk full, read-only, I/O error, the board locked for too
+long). The batch is then lost: every later write and ``commit`` raise it again, so that no part
+of the batch can commit on its own, until ``rollback`` starts a new one. Besides that only
+``StoreConflict``, where a method says so. A driver's own exceptions never pass the store for
+those cases; one that does is a bug (a statement that does not compile) and the daemon answers
+it as ``internal``. Reads raise nothing of their own; in SQLite a read that meets a storage
+fault passes the driver's error on, and the ``commit`` after it refuses the batch if that fault
+rolled it back.
+
+**Values.** Times are RFC 3339 UTC strings as ``colibri.core.model.rfc3339`` writes them
+(``2026-01-02T03:04:05.678Z``: fixed width, so string order is time order); the store compares
+them as strings and never parses them. Task ids are compared and ordered byte by byte (in
+PostgreSQL: ``COLLATE "C"``), as are all names. A ``limit`` is a count of at least 1.
+
+**The ledger's ``seq``** is assigned by the store when a row is written: 1 for the first row of
+a board, and each new row one more than the highest before it — written in order within a
+batch, no number used twice, and no gaps: a rolled-back row gives its number back. Tools (the
+``ledger.jsonl`` mirror, the history checker) rely on it being gap-free.
 """
 
 from __future__ import annotations
@@ -16,11 +52,29 @@ from colibri.core.schedules import Schedule
 
 
 class StoreConflict(Exception):
-    """The row moved under a compare-and-set: it no longer had the expected state or epoch."""
+    """A write the stored rows refuse; nothing of the call that raised it was written.
+
+    ``update_task``: the row moved under the compare-and-set (another state or epoch, or no
+    such task). ``insert_task``: the task's id, or its tenant's idempotency key, is taken.
+    A backend raises it ``from`` the driver's own error, which never passes the store.
+
+    Internal, not a ``ColibriError``: it has no code and never reaches a client. The board
+    turns a conflicting transition into ``IllegalTransition``; a conflicting insert means the
+    board's own checks (``find_idempotent`` first, fresh UUIDv7 ids) were bypassed, a bug, which
+    the server answers as ``internal`` and rolls the batch back for.
+    """
 
 
 @dataclass(frozen=True, slots=True)
 class TaskFilter:
+    """Which tasks ``Store.list_tasks`` returns: every field that is not None must match.
+
+    ``state``, ``agent``, ``workspace``, ``parent`` and ``tenant`` are compared for equality
+    with the task's field (``agent`` is the pinned agent or the one that holds or last held
+    the task); ``after`` keeps only ids greater than it (byte order), for paging; ``limit`` is
+    the most tasks returned.
+    """
+
     state: str | None = None
     agent: str | None = None
     workspace: str | None = None
@@ -31,25 +85,51 @@ class TaskFilter:
 
 
 class Store(Protocol):
+    #: Where the board is, as it was opened: a file's path for SQLite. Shown to operators
+    #: (``status``, error messages); never parsed.
     location: str
 
-    def close(self) -> None: ...
+    # -- unit of work ----------------------------------------------------------------------------
 
-    def commit(self) -> None:
-        """Make every write since the last commit durable.
+    def close(self) -> None:
+        """Roll back an uncommitted batch and let the connection go.
 
-        :raises StorageUnavailable: the disk is full or read-only; the writes were rolled back.
+        Closing a closed store does nothing; no other method may be called after it.
         """
 
-    def rollback(self) -> None: ...
+    def commit(self) -> None:
+        """Make every write since the last commit or rollback durable, all of it at once.
+
+        With nothing written it does nothing. Once it returns, the batch survives a crash of
+        the process (and, with ``durability="full"``, of the machine), and other stores see it.
+
+        :raises StorageUnavailable: the batch could not be made durable, or was lost earlier
+            (see the module's "Errors"); none of it is stored.
+        """
+
+    def rollback(self) -> None:
+        """Discard every write since the last commit; with nothing written, do nothing.
+
+        The store is usable again afterwards, also after ``StorageUnavailable``.
+        """
+
+    # -- tasks -----------------------------------------------------------------------------------
 
     def insert_task(
         self, task: Task, entry: LedgerEntry, fingerprint: str | None = None
     ) -> LedgerEntry:
-        """Write a new task and its first ledger row; return the row with its ``seq``.
+        """Write a new task and its first ledger row, ``entry``, together.
 
-        ``fingerprint`` is kept with the task (not part of it): what the submission asked
-        for, read back by ``fingerprint`` when its idempotency key comes again."""
+        Every field of ``task`` is stored as given (the store does not check that it is
+        ``pending``). ``entry`` gets its ``seq`` set in place and is returned; its other fields
+        are stored as given. ``fingerprint`` is kept beside the task, not in it: what a
+        submission with an idempotency key asked for, read back by ``fingerprint``.
+
+        :raises StoreConflict: a task with this id exists (in any tenant), or the task has an
+            ``idempotency_key`` and its tenant already has a task with that key (tasks without
+            a key never collide). Neither the task nor ``entry`` was written; the rest of the
+            batch stands.
+        """
 
     def update_task(
         self,
@@ -59,65 +139,142 @@ class Store(Protocol):
         entry: LedgerEntry,
         *more: LedgerEntry,
     ) -> LedgerEntry:
-        """Write ``task`` over the row if it still has ``expected_state`` and ``expected_epoch``.
+        """Write ``task`` over its row if the row still has ``expected_state`` and
+        ``expected_epoch``: the compare-and-set every transition goes through.
 
-        ``entry`` and then ``more`` are appended to the ledger (their ``seq`` set in place);
-        ``entry`` is returned.
+        Only the fields a transition changes are written: ``state``, ``outcome``, ``agent``,
+        ``output``, ``error``, ``cost``, ``attempts``, ``epoch``, ``not_before``, ``question``,
+        ``updated_at`` (each set as given, None included). The others stay as inserted, whatever
+        ``task`` says. ``entry`` and then ``more`` are appended to the ledger in that order
+        (their ``seq`` set in place, consecutive); ``entry`` is returned.
 
-        :raises StoreConflict: the row had moved; nothing was written.
+        :raises StoreConflict: the row has another state or epoch, or there is no task with
+            this id; nothing was written (no task change, no ledger row).
         """
 
-    def get_task(self, task_id: str) -> Task | None: ...
+    def get_task(self, task_id: str) -> Task | None:
+        """The task with this id, whatever its state and tenant; None if there is none."""
 
     def find_idempotent(self, tenant: str, key: str) -> Task | None:
-        """The tenant's task with this idempotency key, whatever its state; a key names one
-        task for as long as the store keeps it."""
-
-    def claim_key(self) -> bytes:
-        """The board's secret that signs claims (made once, kept forever; committed before
-        it is returned, so no claim is ever signed with a key that could be lost)."""
+        """The tenant's task with this idempotency key, whatever its state; None if there is
+        none (another tenant's task with the same key does not count). A key names one task
+        for as long as the store keeps it."""
 
     def fingerprint(self, task_id: str) -> str | None:
-        """The fingerprint the task was inserted with; None if none (or no such task)."""
+        """The fingerprint the task was inserted with; None if it had none, or there is no
+        such task."""
 
-    def list_tasks(self, query: TaskFilter) -> list[Task]: ...
+    def claim_key(self) -> bytes:
+        """The board's secret that signs claims: 32 random bytes made the first time it is
+        asked for, the same ever after — from any store on the board, after any reopening.
 
-    def children(self, task_id: str) -> list[Task]: ...
+        It commits the key before returning it, so no claim is ever signed with a key that
+        could be lost: call it with no batch open (the daemon does, at start-up), or the open
+        batch commits with it. Two stores making it at once agree on one key.
 
-    def count_children(self, task_id: str) -> int: ...
+        :raises StorageUnavailable: the key could not be made durable.
+        """
+
+    def list_tasks(self, query: TaskFilter) -> list[Task]:
+        """The tasks that match every set field of ``query``, at most ``query.limit``, in id
+        order (byte order; ids are UUIDv7, so that is first-in first-out). Paging with
+        ``after`` set to the last id of a page visits every match once."""
+
+    def children(self, task_id: str) -> list[Task]:
+        """The tasks whose ``parent`` is ``task_id`` (direct children only, any state), in id
+        order; empty for a task with none, or no such task."""
+
+    def count_children(self, task_id: str) -> int:
+        """``len(children(task_id))``, without reading the tasks."""
 
     def open_family(self, task_id: str) -> list[Task]:
-        """The task and its descendants at any depth that are pending or running, root first."""
+        """The task and its descendants at any depth that are ``pending`` or ``running``: the
+        root first (when it is open), then by depth, then by id. A member that ended does not
+        stop the search: its own open descendants are included. Empty for no such task."""
 
     def open_tasks(self) -> list[Task]:
-        """Every task not yet closed, oldest first: the daemon rebuilds from these."""
+        """Every task, of every tenant, that is not ``closed`` (ended ones included), in id
+        order: the daemon rebuilds its memory from these."""
 
-    def count_by_state(self) -> dict[str, int]: ...
+    def count_by_state(self) -> dict[str, int]:
+        """How many tasks of every tenant are in each state; states with none are absent."""
 
-    def ledger(self, after: int, limit: int, task: str | None = None) -> list[LedgerEntry]: ...
+    def set_question(self, task_id: str, question: str | None) -> None:
+        """Set (or, with None, clear) the task's pending ``question``, in the open batch.
 
-    def max_ledger_seq(self) -> int: ...
+        Not a transition: no ledger row, no compare-and-set, whatever the task's state. A task
+        id that does not exist writes nothing and is no error.
+        """
 
-    def upsert_agent(self, agent: Agent, registered_at: str) -> None: ...
+    # -- the ledger ------------------------------------------------------------------------------
 
-    def agents(self) -> list[Agent]: ...
+    def append_ledger(self, entry: LedgerEntry) -> LedgerEntry:
+        """Append a ledger row that changes no task (a schedule's missed, skipped or refused
+        fire); ``entry`` gets its ``seq`` set in place and is returned."""
 
-    def ensure_tenant(self, name: str, at: str) -> None: ...
+    def ledger(self, after: int, limit: int, task: str | None = None) -> list[LedgerEntry]:
+        """The ledger rows with a ``seq`` greater than ``after``, in ``seq`` order, at most
+        ``limit``; with ``task``, only that task's rows (rows with no task never match)."""
 
-    def ensure_skills(self, names: list[str]) -> None: ...
+    def max_ledger_seq(self) -> int:
+        """The highest ``seq`` written, 0 on a board with no ledger rows."""
 
-    def describe_skill(self, name: str, description: str) -> None: ...
+    def cost_totals(self, by: str, since: str) -> list[dict[str, Any]]:
+        """What sessions cost, summed from the ledger rows that carry a ``cost`` and whose
+        ``at`` is ``since`` or later (``""``: all of them).
+
+        ``by`` is ``agent`` (the row's agent), ``tenant`` (the row's tenant), ``day`` (the UTC
+        date of ``at``: ``2026-01-02``) or ``workspace`` (the task's workspace; for a task with
+        none, the workspace of the agent that ran it as the agents table has it now). One dict
+        per key, in key order with a None key first: ``key``, ``sessions`` (rows counted),
+        ``usd`` (a float), ``tokens_in``, ``tokens_out`` (ints). The sums are taken as
+        floats, so they never overflow whatever the costs stored; past 2**53 tokens they are
+        approximate.
+
+        :raises ValueError: ``by`` is none of the four.
+        """
+
+    # -- agents, tenants, skills -----------------------------------------------------------------
+
+    def upsert_agent(self, agent: Agent, registered_at: str) -> None:
+        """Store the agent under its name (unique across tenants), replacing every stored
+        field of one already there: ``tenant``, ``capabilities``, ``slots``, ``ttl``,
+        ``workspace``, ``last_seen``, and ``registered_at``. ``online`` and ``running`` are
+        the daemon's memory, not stored."""
+
+    def agents(self) -> list[Agent]:
+        """Every stored agent of every tenant, by name; ``online`` False, ``running`` empty."""
+
+    def ensure_tenant(self, name: str, at: str) -> None:
+        """Record a tenant, created ``at``, unless it is known; a known one keeps its first
+        ``at``. No method reads it back."""
+
+    def ensure_skills(self, names: list[str]) -> None:
+        """Record each skill (a capability name) not yet known, with an empty description;
+        known ones are left as they are. An empty list does nothing."""
+
+    def describe_skill(self, name: str, description: str) -> None:
+        """Set a skill's description, recording the skill if it is not known."""
 
     def skills(self) -> list[tuple[str, str, int]]:
-        """``(name, description, number of known agents that have it)``, by name."""
+        """``(name, description, agents)`` for every known skill, by name. ``agents`` counts
+        the stored agents (any tenant, online or not) that have the skill among their
+        capabilities; a capability never recorded as a skill is not listed."""
 
-    def upsert_schedule(self, schedule: Schedule) -> None: ...
+    # -- schedules -------------------------------------------------------------------------------
 
-    def get_schedule(self, name: str) -> Schedule | None: ...
+    def upsert_schedule(self, schedule: Schedule) -> None:
+        """Store the whole schedule under its name, replacing one already there."""
 
-    def schedules(self) -> list[Schedule]: ...
+    def get_schedule(self, name: str) -> Schedule | None:
+        """The schedule with this name, equal to what was last stored; None if there is none."""
 
-    def delete_schedule(self, name: str) -> bool: ...
+    def schedules(self) -> list[Schedule]:
+        """Every stored schedule, by name."""
+
+    def delete_schedule(self, name: str) -> bool:
+        """Remove the schedule; True if there was one. Its fire records stay: a schedule
+        added again under the name never fires a nominal time that was recorded before."""
 
     def record_fire(
         self,
@@ -128,25 +285,20 @@ class Store(Protocol):
         at: str,
         reason: str | None = None,
     ) -> bool:
-        """Record one nominal fire time (fired, skipped, missed, refused) once, ever.
+        """Record what became of one nominal fire time of a schedule — once, ever.
 
-        Unique on (schedule, nominal): returns False, writing nothing, if it was recorded
-        before — which makes a double fire impossible rather than unlikely. ``reason`` says why
-        a fire was refused.
+        ``outcome`` is ``fired`` (with its ``task``), ``skipped``, ``missed`` or ``refused``
+        (``reason`` says why intake refused it); ``at`` is when it was recorded. Returns True
+        when it was written. If ``(schedule, nominal)`` was recorded before — committed, or
+        earlier in this batch — it returns False and writes nothing, whatever the new
+        outcome, and the batch is otherwise untouched. Written in the same batch as the fired
+        task, this is what makes a double fire impossible rather than unlikely.
         """
 
     def fire_recorded(self, schedule: str, nominal: str) -> bool:
-        """Whether ``record_fire`` has recorded this nominal time (a read; no write)."""
+        """Whether ``record_fire`` recorded this nominal time of this schedule (a read)."""
 
     def fires(self, schedule: str, limit: int) -> list[dict[str, Any]]:
-        """The latest ``limit`` fire records, newest nominal time first: ``schedule``,
-        ``nominal``, ``outcome``, ``task``, ``at``, ``reason``."""
-
-    def append_ledger(self, entry: LedgerEntry) -> LedgerEntry: ...
-
-    def cost_totals(self, by: str, since: str) -> list[dict[str, Any]]:
-        """Sessions, usd, tokens_in and tokens_out since ``since``, per agent, workspace,
-        tenant or day (``by``), from the ledger rows that carry a cost."""
-
-    def set_question(self, task_id: str, question: str | None) -> None:
-        """Set or clear a running task's pending question; not a transition, no ledger row."""
+        """The schedule's latest ``limit`` fire records, the latest nominal time first, each a
+        dict of exactly ``schedule``, ``nominal``, ``outcome``, ``task``, ``at`` and
+        ``reason`` as recorded."""

@@ -9,7 +9,6 @@ daemon commits many requests at once (group commit), so the fsync is paid once p
 
 from __future__ import annotations
 
-import os
 import secrets
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -18,132 +17,27 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from colibri.core.errors import ConfigError, StorageUnavailable
-from colibri.core.model import Agent, Cost, LedgerEntry, Task
+from colibri.core.errors import StorageUnavailable
+from colibri.core.model import Agent, LedgerEntry, Task
 from colibri.core.schedules import Schedule
 from colibri.store import sql
 from colibri.store.base import StoreConflict, TaskFilter
+from colibri.store.rows import (
+    agent_from_row,
+    agent_row,
+    ledger_from_row,
+    ledger_row,
+    task_change_row,
+    task_from_row,
+    task_row,
+)
+from colibri.store.sqlite_schema import open_board
 
-#: 'Coli' — marks the file as a Colibri board, so a foreign SQLite file is never written to.
-APPLICATION_ID = 0x436F6C69
-#: After a checkpoint resets the WAL, a larger file is cut back to this. In steady state the
-#: WAL resets at the auto-checkpoint (1,000 pages, just under 4 MiB), so only a reader that
-#: pinned it or one huge batch ever makes it grow past the limit, and never for long.
-WAL_SIZE_LIMIT = 4 * 1024 * 1024
 _Q = sql.load("sqlite")
-SCHEMA_VERSION = max(int(name.split("_")[1]) for name in _Q if name.startswith("migration_"))
-
 _json = msgspec.json.Encoder()
-_list_decoder = msgspec.json.Decoder(list[str])
-_cost_decoder = msgspec.json.Decoder(Cost)
 _schedule_decoder = msgspec.json.Decoder(Schedule)
 
 T = TypeVar("T")
-
-_TASK_FIELDS = (
-    "id tenant text capabilities workspace agent pinned parent priority min_score state outcome "
-    "output error cost attempts max_attempts epoch labels idempotency_key not_before created_at "
-    "updated_at"
-).split()
-
-
-def _task_row(task: Task) -> dict[str, Any]:
-    return {
-        "id": task.id,
-        "tenant": task.tenant,
-        "text": task.text,
-        "capabilities": _json.encode(task.capabilities),
-        "workspace": task.workspace,
-        "agent": task.agent,
-        "pinned": int(task.pinned),
-        "parent": task.parent,
-        "sender": task.sender,
-        "priority": task.priority,
-        "min_score": task.min_score,
-        "state": task.state,
-        "outcome": task.outcome,
-        "output": task.output,
-        "error": task.error,
-        "cost": None if task.cost is None else _json.encode(task.cost),
-        "attempts": task.attempts,
-        "max_attempts": task.max_attempts,
-        "epoch": task.epoch,
-        "labels": _json.encode(task.labels),
-        "idempotency_key": task.idempotency_key,
-        "not_before": task.not_before,
-        "schedule": task.schedule,
-        "question": task.question,
-        "budget_usd": task.budget_usd,
-        "created_at": task.created_at,
-        "updated_at": task.updated_at,
-    }
-
-
-def _task_from_row(row: sqlite3.Row) -> Task:
-    return Task(
-        id=row["id"],
-        tenant=row["tenant"],
-        text=row["text"],
-        capabilities=_list_decoder.decode(row["capabilities"]),
-        workspace=row["workspace"],
-        agent=row["agent"],
-        pinned=bool(row["pinned"]),
-        parent=row["parent"],
-        sender=row["sender"],
-        priority=row["priority"],
-        min_score=row["min_score"],
-        state=row["state"],
-        outcome=row["outcome"],
-        output=row["output"],
-        error=row["error"],
-        cost=None if row["cost"] is None else _cost_decoder.decode(row["cost"]),
-        attempts=row["attempts"],
-        max_attempts=row["max_attempts"],
-        epoch=row["epoch"],
-        labels=_list_decoder.decode(row["labels"]),
-        idempotency_key=row["idempotency_key"],
-        not_before=row["not_before"],
-        schedule=row["schedule"],
-        question=row["question"],
-        budget_usd=row["budget_usd"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )
-
-
-def _ledger_row(entry: LedgerEntry) -> dict[str, Any]:
-    return {
-        "at": entry.at,
-        "task": entry.task,
-        "schedule": entry.schedule,
-        "tenant": entry.tenant,
-        "from_state": entry.from_state,
-        "to_state": entry.to_state,
-        "agent": entry.agent,
-        "epoch": entry.epoch,
-        "reason": entry.reason,
-        "cost": None if entry.cost is None else _json.encode(entry.cost),
-        "uid": entry.uid,
-        "pid": entry.pid,
-    }
-
-
-def _ledger_from_row(row: sqlite3.Row) -> LedgerEntry:
-    return LedgerEntry(
-        seq=row["seq"],
-        at=row["at"],
-        task=row["task"],
-        schedule=row["schedule"],
-        tenant=row["tenant"],
-        from_state=row["from_state"],
-        to_state=row["to_state"],
-        agent=row["agent"],
-        epoch=row["epoch"],
-        reason=row["reason"],
-        cost=None if row["cost"] is None else _cost_decoder.decode(row["cost"]),
-        uid=row["uid"],
-        pid=row["pid"],
-    )
 
 
 #: SQLite result codes that mean the storage, not the statement, is at fault.
@@ -151,6 +45,16 @@ _STORAGE_CODES = (
     "SQLITE_FULL", "SQLITE_IOERR", "SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_BUSY",
     "SQLITE_LOCKED", "SQLITE_NOMEM", "SQLITE_PROTOCOL", "SQLITE_CORRUPT", "SQLITE_NOTADB",
 )  # fmt: skip
+
+
+#: What a uniqueness violation inserting a task means, by its SQLite extended result code.
+_TAKEN = {
+    "SQLITE_CONSTRAINT_PRIMARYKEY": "task id {task.id} is taken; the task was not written",
+    "SQLITE_CONSTRAINT_UNIQUE": (
+        "tenant {task.tenant} has a task with idempotency key {task.idempotency_key!r}; "
+        "task {task.id} was not written"
+    ),
+}
 
 
 def _is_storage_fault(exc: sqlite3.Error) -> bool:
@@ -162,86 +66,16 @@ def _storage_error(exc: sqlite3.Error) -> StorageUnavailable:
 
 
 class SqliteStore:
+    """The ``Store`` on an SQLite file; each method keeps the contract ``store.base`` states."""
+
     def __init__(self, location: str, *, durability: str = "full") -> None:
         self.location = location
-        if durability not in ("full", "relaxed"):
-            raise ConfigError(f"unknown durability {durability!r}: use full or relaxed")
-        # SQLite follows links, and writes the WAL and shared memory beside the board: none of
-        # them may be a link planted to make it write elsewhere.
-        for companion in ("", "-wal", "-shm", "-journal"):
-            if os.path.islink(location + companion):
-                raise ConfigError(
-                    f"{location + companion} is a symbolic link; give the board's real path "
-                    "with --store, or remove the link"
-                )
-        try:
-            fd = os.open(location, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise ConfigError(
-                f"{location} cannot be opened for writing ({exc.strerror}); fix its permissions "
-                "or pass --store with another path"
-            ) from None
-        os.close(fd)
-        self._conn = sqlite3.connect(
-            location, isolation_level=None, check_same_thread=False, cached_statements=256
-        )
-        self._conn.row_factory = sqlite3.Row
+        self._conn = open_board(location, durability)
         #: Whether the open batch has written (see ``commit``), and why it was lost if a
         #: storage fault rolled it back (then nothing is written or committed until
         #: ``rollback``).
         self._dirty = False
         self._lost = ""
-        try:
-            self._check_identity()
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            # Schema changes are synced whatever the durability: a power cut right after
-            # creating a board must not leave a file without its tables.
-            self._conn.execute("PRAGMA synchronous=FULL")
-            self._conn.execute("PRAGMA busy_timeout=5000")
-            self._conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
-            self._migrate()
-            if durability == "relaxed":
-                self._conn.execute("PRAGMA synchronous=NORMAL")
-        except sqlite3.DatabaseError as exc:
-            self._conn.close()
-            raise ConfigError(
-                f"{location} is not a usable SQLite board ({exc}); move it aside or pass "
-                "--store with another path"
-            ) from None
-        except BaseException:
-            self._conn.close()
-            raise
-
-    def _check_identity(self) -> None:
-        app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
-        if app_id == APPLICATION_ID:
-            return
-        tables = self._conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]
-        if app_id != 0 or tables:
-            self._conn.close()
-            raise ConfigError(
-                f"{self.location} is an SQLite file of another program, not a Colibri board; "
-                "it was left untouched (pass --store with another path)"
-            )
-
-    def _migrate(self) -> None:
-        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise ConfigError(
-                f"{self.location} has schema version {version}, newer than this Colibri "
-                f"understands ({SCHEMA_VERSION}); upgrade colibri"
-            )
-        for n in range(version + 1, SCHEMA_VERSION + 1):
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                for statement in _split(_Q[f"migration_{n}"]):
-                    self._conn.execute(statement)
-                self._conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
-                self._conn.execute(f"PRAGMA user_version={n}")
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
 
     # -- unit of work ------------------------------------------------------------------------
 
@@ -308,17 +142,25 @@ class SqliteStore:
     # -- tasks -------------------------------------------------------------------------------
 
     def _ledger(self, conn: sqlite3.Connection, entry: LedgerEntry) -> LedgerEntry:
-        cursor = conn.execute(_Q["insert_ledger"], _ledger_row(entry))
+        cursor = conn.execute(_Q["insert_ledger"], ledger_row(entry))
         entry.seq = cursor.lastrowid or 0
         return entry
 
     def insert_task(
         self, task: Task, entry: LedgerEntry, fingerprint: str | None = None
     ) -> LedgerEntry:
-        row = _task_row(task)
+        row = task_row(task)
         row["fingerprint"] = fingerprint
         with self._writing() as conn:
-            conn.execute(_Q["insert_task"], row)
+            try:
+                conn.execute(_Q["insert_task"], row)
+            except sqlite3.IntegrityError as exc:
+                # Only this statement is undone (SQLite aborts the statement, not the
+                # transaction): the batch's earlier writes stand, as the contract says.
+                taken = _TAKEN.get(exc.sqlite_errorname)
+                if taken is None:
+                    raise  # a column the model never leaves empty: a bug, not a conflict
+                raise StoreConflict(taken.format(task=task)) from exc
             return self._ledger(conn, entry)
 
     def update_task(
@@ -329,18 +171,15 @@ class SqliteStore:
         entry: LedgerEntry,
         *more: LedgerEntry,
     ) -> LedgerEntry:
-        row = {
-            "id": task.id, "state": task.state, "outcome": task.outcome, "agent": task.agent,
-            "output": task.output, "error": task.error,
-            "cost": None if task.cost is None else _json.encode(task.cost),
-            "attempts": task.attempts, "epoch": task.epoch, "not_before": task.not_before,
-            "question": task.question, "updated_at": task.updated_at,
-            "expected_state": expected_state,
-            "expected_epoch": expected_epoch,
-        }  # fmt: skip
+        row = task_change_row(task)
+        row["expected_state"] = expected_state
+        row["expected_epoch"] = expected_epoch
         with self._writing() as conn:
             if conn.execute(_Q["update_task"], row).rowcount != 1:
-                raise StoreConflict(task.id)
+                raise StoreConflict(
+                    f"task {task.id} is not {expected_state} at epoch {expected_epoch} "
+                    "(or does not exist); it was not written"
+                )
             first = self._ledger(conn, entry)
             for extra in more:  # further rows of the same change, in order (e.g. done, closed)
                 self._ledger(conn, extra)
@@ -353,14 +192,12 @@ class SqliteStore:
         return None if row is None else convert(row)
 
     def get_task(self, task_id: str) -> Task | None:
-        return self._one(_Q["get_task"], (task_id,), _task_from_row)
+        return self._one(_Q["get_task"], (task_id,), task_from_row)
 
     def find_idempotent(self, tenant: str, key: str) -> Task | None:
-        return self._one(_Q["find_idempotent"], (tenant, key), _task_from_row)
+        return self._one(_Q["find_idempotent"], (tenant, key), task_from_row)
 
     def claim_key(self) -> bytes:
-        """The board's secret for signing claims: made (256 random bits) and committed the
-        first time it is asked for, the same ever after."""
         row = self._conn.execute(_Q["get_meta"], ("claim_key",)).fetchone()
         if row is not None:
             return bytes(row[0])
@@ -389,19 +226,19 @@ class SqliteStore:
             text += " WHERE " + " AND ".join(where)
         text += " ORDER BY id LIMIT ?"
         args.append(query.limit)
-        return [_task_from_row(r) for r in self._conn.execute(text, args)]
+        return [task_from_row(r) for r in self._conn.execute(text, args)]
 
     def count_children(self, task_id: str) -> int:
         return int(self._conn.execute(_Q["count_children"], (task_id,)).fetchone()[0])
 
     def children(self, task_id: str) -> list[Task]:
-        return [_task_from_row(r) for r in self._conn.execute(_Q["children"], (task_id,))]
+        return [task_from_row(r) for r in self._conn.execute(_Q["children"], (task_id,))]
 
     def open_family(self, task_id: str) -> list[Task]:
-        return [_task_from_row(r) for r in self._conn.execute(_Q["open_family"], (task_id,))]
+        return [task_from_row(r) for r in self._conn.execute(_Q["open_family"], (task_id,))]
 
     def open_tasks(self) -> list[Task]:
-        return [_task_from_row(r) for r in self._conn.execute(_Q["open_tasks"])]
+        return [task_from_row(r) for r in self._conn.execute(_Q["open_tasks"])]
 
     def count_by_state(self) -> dict[str, int]:
         return {state: n for state, n in self._conn.execute(_Q["count_by_state"])}
@@ -413,7 +250,7 @@ class SqliteStore:
             rows = self._conn.execute(_Q["ledger_after"], (after, limit))
         else:
             rows = self._conn.execute(_Q["ledger_of_task"], (task, after, limit))
-        return [_ledger_from_row(r) for r in rows]
+        return [ledger_from_row(r) for r in rows]
 
     def max_ledger_seq(self) -> int:
         return int(self._conn.execute(_Q["max_ledger_seq"]).fetchone()[0])
@@ -422,33 +259,10 @@ class SqliteStore:
 
     def upsert_agent(self, agent: Agent, registered_at: str) -> None:
         with self._writing() as conn:
-            conn.execute(
-                _Q["upsert_agent"],
-                {
-                    "name": agent.name,
-                    "tenant": agent.tenant,
-                    "capabilities": _json.encode(agent.capabilities),
-                    "slots": agent.slots,
-                    "ttl": agent.ttl,
-                    "workspace": agent.workspace,
-                    "registered_at": registered_at,
-                    "last_seen": agent.last_seen,
-                },
-            )
+            conn.execute(_Q["upsert_agent"], agent_row(agent, registered_at))
 
     def agents(self) -> list[Agent]:
-        return [
-            Agent(
-                name=r["name"],
-                tenant=r["tenant"],
-                capabilities=_list_decoder.decode(r["capabilities"]),
-                slots=r["slots"],
-                ttl=r["ttl"],
-                workspace=r["workspace"],
-                last_seen=r["last_seen"],
-            )
-            for r in self._conn.execute(_Q["all_agents"])
-        ]
+        return [agent_from_row(r) for r in self._conn.execute(_Q["all_agents"])]
 
     def ensure_tenant(self, name: str, at: str) -> None:
         with self._writing() as conn:
@@ -494,7 +308,6 @@ class SqliteStore:
         at: str,
         reason: str | None = None,
     ) -> bool:
-        """Record what became of one nominal fire time; False if it was recorded before."""
         with self._writing() as conn:
             try:
                 conn.execute("SAVEPOINT fire")
@@ -507,7 +320,6 @@ class SqliteStore:
             return True
 
     def fire_recorded(self, schedule: str, nominal: str) -> bool:
-        """Whether a fire of ``schedule`` at ``nominal`` was recorded, whatever became of it."""
         return self._conn.execute(_Q["fire_recorded"], (schedule, nominal)).fetchone() is not None
 
     def fires(self, schedule: str, limit: int) -> list[dict[str, Any]]:
@@ -524,8 +336,10 @@ class SqliteStore:
     }
 
     def cost_totals(self, by: str, since: str) -> list[dict[str, Any]]:
-        """Cost reported by sessions since ``since`` (RFC 3339), summed per ``by``."""
-        query = _Q["cost_totals"].replace("{key}", self.COST_KEYS[by])
+        key = self.COST_KEYS.get(by)
+        if key is None:
+            raise ValueError(f"cost totals by {by!r}: by agent, workspace, tenant or day")
+        query = _Q["cost_totals"].replace("{key}", key)
         return [
             {
                 "key": r["key"],
@@ -538,29 +352,9 @@ class SqliteStore:
         ]
 
     def set_question(self, task_id: str, question: str | None) -> None:
-        """A running task's pending question (not a transition: no ledger row)."""
         with self._writing() as conn:
             conn.execute(_Q["set_question"], (question, task_id))
 
     def append_ledger(self, entry: LedgerEntry) -> LedgerEntry:
-        """A ledger row with no task change (a schedule's missed or skipped fire)."""
         with self._writing() as conn:
             return self._ledger(conn, entry)
-
-
-def _split(script: str) -> list[str]:
-    """Split a migration into statements; sqlite3 decides where one is complete."""
-    statements: list[str] = []
-    buffer = ""
-    for line in script.splitlines(keepends=True):
-        buffer += line
-        if sqlite3.complete_statement(buffer):
-            statements.append(buffer.strip())
-            buffer = ""
-    if buffer.strip() and not _only_comments(buffer):
-        statements.append(buffer.strip())
-    return statements
-
-
-def _only_comments(statement: str) -> bool:
-    return all(not line.strip() or line.strip().startswith("--") for line in statement.splitlines())

@@ -1,0 +1,131 @@
+"""Opening an SQLite board: that the file is one, its pragmas, and its schema migrations.
+
+A board is marked as ours (``application_id``) and carries its schema version
+(``user_version``): a foreign SQLite file is never written to, a board from a newer Colibri is
+refused, and an older one is brought up to date, one ``migration_N`` block of
+``sql/sqlite.sql`` per transaction, before anything else reads it.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+
+from colibri.core.errors import ConfigError
+from colibri.store import sql
+
+#: 'Coli' — marks the file as a Colibri board, so a foreign SQLite file is never written to.
+APPLICATION_ID = 0x436F6C69
+#: After a checkpoint resets the WAL, a larger file is cut back to this. In steady state the
+#: WAL resets at the auto-checkpoint (1,000 pages, just under 4 MiB), so only a reader that
+#: pinned it or one huge batch ever makes it grow past the limit, and never for long.
+WAL_SIZE_LIMIT = 4 * 1024 * 1024
+_MIGRATIONS = {
+    int(name.split("_")[1]): body
+    for name, body in sql.load("sqlite").items()
+    if name.startswith("migration_")
+}
+SCHEMA_VERSION = max(_MIGRATIONS)
+
+
+def open_board(location: str, durability: str) -> sqlite3.Connection:
+    """A connection to the board at ``location`` (created if missing), migrated to
+    ``SCHEMA_VERSION``, in WAL mode, with ``synchronous`` set by ``durability``.
+
+    :raises ConfigError: an unknown durability; a link at the board or a companion file; a
+        file that cannot be opened for writing, is not SQLite, is another program's, or is
+        from a newer Colibri. Nothing was written to it.
+    """
+    if durability not in ("full", "relaxed"):
+        raise ConfigError(f"unknown durability {durability!r}: use full or relaxed")
+    # SQLite follows links, and writes the WAL and shared memory beside the board: none of
+    # them may be a link planted to make it write elsewhere.
+    for companion in ("", "-wal", "-shm", "-journal"):
+        if os.path.islink(location + companion):
+            raise ConfigError(
+                f"{location + companion} is a symbolic link; give the board's real path "
+                "with --store, or remove the link"
+            )
+    try:
+        fd = os.open(location, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise ConfigError(
+            f"{location} cannot be opened for writing ({exc.strerror}); fix its permissions "
+            "or pass --store with another path"
+        ) from None
+    os.close(fd)
+    conn = sqlite3.connect(
+        location, isolation_level=None, check_same_thread=False, cached_statements=256
+    )
+    conn.row_factory = sqlite3.Row
+    try:
+        _check_identity(conn, location)
+        conn.execute("PRAGMA journal_mode=WAL")
+        # Schema changes are synced whatever the durability: a power cut right after
+        # creating a board must not leave a file without its tables.
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA busy_timeout=5000")
+        conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
+        _migrate(conn, location)
+        if durability == "relaxed":
+            conn.execute("PRAGMA synchronous=NORMAL")
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise ConfigError(
+            f"{location} is not a usable SQLite board ({exc}); move it aside or pass "
+            "--store with another path"
+        ) from None
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _check_identity(conn: sqlite3.Connection, location: str) -> None:
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    if app_id == APPLICATION_ID:
+        return
+    tables = conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]
+    if app_id != 0 or tables:
+        raise ConfigError(
+            f"{location} is an SQLite file of another program, not a Colibri board; "
+            "it was left untouched (pass --store with another path)"
+        )
+
+
+def _migrate(conn: sqlite3.Connection, location: str) -> None:
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise ConfigError(
+            f"{location} has schema version {version}, newer than this Colibri "
+            f"understands ({SCHEMA_VERSION}); upgrade colibri"
+        )
+    for n in range(version + 1, SCHEMA_VERSION + 1):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _split(_MIGRATIONS[n]):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version={n}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+
+def _split(script: str) -> list[str]:
+    """Split a migration into statements; sqlite3 decides where one is complete."""
+    statements: list[str] = []
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            statements.append(buffer.strip())
+            buffer = ""
+    if buffer.strip() and not _only_comments(buffer):
+        statements.append(buffer.strip())
+    return statements
+
+
+def _only_comments(statement: str) -> bool:
+    return all(not line.strip() or line.strip().startswith("--") for line in statement.splitlines())
