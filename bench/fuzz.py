@@ -202,7 +202,7 @@ class Target:
         config = self.config
         self.store = open_store(config.store, durability=config.durability)
         self.mirror = LedgerMirror(
-            config.ledger_path, config.ledger.rotate_bytes, config.ledger.keep
+            config.layout.ledger, config.ledger.rotate_bytes, config.ledger.keep
         )
         self.mirror.open(self.store)
         send_to = {name: ws.send_to for name, ws in config.workspaces.items()}
@@ -318,7 +318,7 @@ class Target:
     def check(self) -> None:
         """The history checker on the store and ledger.jsonl as they are now."""
         assert self.root is not None
-        problems = judge_root(self.config.store, self.config.ledger_path, self.ops)
+        problems = judge_root(self.config.store, self.config.layout.ledger, self.ops)
         self.checks += 1
         if problems:
             self._fail(f"history check: {str(problems)[:2000]}")
@@ -342,7 +342,7 @@ class Target:
             "slowest_input": self.slowest_input[:300].decode(errors="replace"),
             "failure": self.failure,
             "store": self.config.store if self.root else None,
-            "ledger": str(self.config.ledger_path) if self.root else None,
+            "ledger": str(self.config.layout.ledger) if self.root else None,
         }
 
 

@@ -32,6 +32,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "matching": ([], ["--picks", "500", "--scan-picks", "100"]),
     "memory": ([], ["--tasks", "20000"]),
     "cli_startup": ([], ["--runs", "10"]),
+    "config_load": ([], ["--runs", "2"]),
     "peers": ([], ["--tasks", "5000"]),
     "schedules": ([], ["--schedules", "2000", "--idle", "3"]),
     "sessions": ([], ["--tasks", "50", "--burst", "50"]),
@@ -161,6 +162,13 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             ("`colibri --help`", f"{result['help_ms']:.0f} ms", "≤ 150 ms", yes(result["met"])),
             ("`colibri status` (live daemon)", f"{result['status_ms']:.0f} ms", "", ""),
             ("`python -c pass` (interpreter alone)", f"{result['python_ms']:.0f} ms", "", ""),
+        ]
+    if name == "config_load":
+        return [
+            ("colibri.jsonc of 1 MiB read", f"{result['read_1mib_ms']:.0f} ms", "", ""),
+            ("the same, a mistake at its end", f"{result['mistake_at_end_ms']:.0f} ms", "", ""),
+            ("a file past 1 MiB, refused", f"{result['over_limit_ms']:.1f} ms", "", ""),
+            ("100,000 open brackets, refused", f"{result['nested_100k_ms']:.1f} ms", "", ""),
         ]
     if name == "peers":
         out = [("Colibri end to end (same run)", f"{result['colibri_tasks_per_s']:,.0f} tasks/s")]

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from colibri.config import CONFIG_NAME, Config, load_config
+from colibri.config import Config, load_config
 from colibri.core.errors import ConfigError
+from colibri.layout import CONFIG_NAME
 
 
 def loaded(root: Path, text: str) -> Config:

@@ -7,7 +7,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -242,38 +241,35 @@ def realistic(size: int) -> str:
     return text + " " * (size - len(text.encode()))
 
 
-def test_a_file_of_1_mib_is_answered_within_a_second(root: Path) -> None:
+# How fast these are answered is measured by bench/config_load.py (docs/PERFORMANCE.md); the
+# timeouts here only catch a hang (json5 took ~15 s for the 1 MiB file; a pipe hung for good).
+
+
+@pytest.mark.timeout(30)
+def test_a_file_of_1_mib_is_read_whole(root: Path) -> None:
     text = realistic(MAX_CONFIG_BYTES)
     assert len(text.encode()) == MAX_CONFIG_BYTES
     (root / CONFIG_NAME).write_text(text)
-    started = time.perf_counter()
     config = load_config(root)
-    took = time.perf_counter() - started
     assert len(config.workspaces) > 3000
     assert config.workspaces["svc-7"].env == {"MAX_TURNS": "30", "SERVICE": "svc-7"}
-    assert took < 1.5, f"{took:.2f}s"  # ~0.2 s here; json5 took ~15 s for such a file
     # a mistake in its last workspace: found at once too, with its line
     last = text.rfind('"slots": 2')
     bad = text[:last] + '"slots": 0' + text[last + len('"slots": 0') :]
-    started = time.perf_counter()
     message = refused(root, bad)
-    assert time.perf_counter() - started < 1.5
     assert message.startswith(f"{root / CONFIG_NAME}:{bad.count(chr(10), 0, last) + 1}: ")
     assert "slots" in message
 
 
+@pytest.mark.timeout(30)
 def test_a_file_over_1_mib_is_refused_before_it_is_read(root: Path) -> None:
     text = realistic(MAX_CONFIG_BYTES) + " "
-    started = time.perf_counter()
     message = refused(root, text)
-    assert time.perf_counter() - started < 0.5
     assert message.startswith(f"{root / CONFIG_NAME}:1: ")
     assert f"{MAX_CONFIG_BYTES + 1:,} bytes" in message and "1 MiB" in message
     # 50 MB: the same, at once
     (root / CONFIG_NAME).write_bytes(b"{" + b" " * 50_000_000 + b"}")
-    started = time.perf_counter()
     message = load_message(root)
-    assert time.perf_counter() - started < 0.5
     assert "50,000,002 bytes" in message
 
 
@@ -283,6 +279,7 @@ def nested(depth: int) -> str:
     return '{\n  "schedules": { "s": { "task":\n' + "[" * arrays + "]" * arrays + " } },\n}\n"
 
 
+@pytest.mark.timeout(30)
 def test_nesting_up_to_the_cap_is_read_and_deeper_is_refused(root: Path) -> None:
     assert MAX_CONFIG_DEPTH == 64
     # 64 deep: parsed, then refused for what it is (a schedule's task is not an array)
@@ -291,9 +288,7 @@ def test_nesting_up_to_the_cap_is_read_and_deeper_is_refused(root: Path) -> None
     message = refused(root, nested(65))
     assert message.startswith(f"{root / CONFIG_NAME}:3: "), message
     assert "nested deeper than 64 levels" in message
-    started = time.perf_counter()
     message = refused(root, "[" * 100_000)
-    assert time.perf_counter() - started < 0.5
     assert message.startswith(f"{root / CONFIG_NAME}:1: ") and "nested deeper than 64" in message
 
 
@@ -341,9 +336,7 @@ def test_a_config_that_is_not_a_file_is_refused(root: Path) -> None:
     assert message.startswith(f"{path}:1: ") and "a directory" in message
     path.rmdir()
     os.mkfifo(path)
-    started = time.perf_counter()
-    message = load_message(root)
-    assert time.perf_counter() - started < 1
+    message = load_message(root)  # never opened for reading: nothing to wait for
     assert message.startswith(f"{path}:1: ") and "a named pipe" in message
     path.unlink()
     os.symlink(root / "elsewhere.jsonc", path)  # leads nowhere: not "no file, so defaults"
@@ -430,3 +423,56 @@ def test_colibri_init_with_a_state_file_says_so_in_one_line(bare: Path) -> None:
     line = one_line_error(colibri(None, "--root", str(bare), "run"))
     assert line.startswith(f"colibri: {bare / STATE_DIR} is a file"), line
     assert (bare / STATE_DIR).read_text() == "not a folder"
+
+
+def test_the_readme_table_says_the_defaults_and_ranges_the_code_has() -> None:
+    """The settings' defaults live in the dataclasses and their ranges in *_RANGES; the
+    README's Configuration table is written by hand, so this reads it back against them."""
+    from colibri.config import (
+        DURATION_RANGES,
+        MIN_ROTATE_MIB,
+        NUMBER_RANGES,
+        WHOLE_RANGES,
+        LedgerSettings,
+        SchedulerSettings,
+        ServerSettings,
+        SupervisorSettings,
+    )
+    from colibri.core.durations import parse_duration
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    rows = {
+        m.group(1): (m.group(2).strip(), m.group(3).strip())
+        for m in re.finditer(r"^\| `([a-z_]+\.[a-z_]+)` \| ([^|]+) \| ([^|]+) \|$", readme, re.M)
+    }
+    sections = {"scheduler": SchedulerSettings(), "server": ServerSettings(),
+                "supervisor": SupervisorSettings(), "ledger": LedgerSettings()}  # fmt: skip
+
+    def number(text: str) -> float:
+        return float(text.replace(",", ""))
+
+    checked = 0
+    for name, (default, span) in rows.items():
+        section, key = name.split(".")
+        if section not in sections or default in ("off", "none", "twice the CPUs"):
+            continue
+        value = getattr(sections[section], key)
+        low_text, _, high_text = span.removeprefix("0 (never), or ").partition(" to ")
+        if name in DURATION_RANGES:
+            assert parse_duration(default) == value, name
+            assert (parse_duration(low_text), parse_duration(high_text)) == DURATION_RANGES[name]
+        elif name in WHOLE_RANGES:
+            assert number(default) == value, name
+            assert (number(low_text), number(high_text)) == WHOLE_RANGES[name], name
+        else:
+            assert number(default) == value, name
+            low, high = NUMBER_RANGES[name]
+            assert number(high_text) == high, name
+            if name == "ledger.rotate_mib":  # 0 (never), or from MIN_ROTATE_MIB
+                assert number(low_text) == MIN_ROTATE_MIB and low == 0.0
+            else:
+                assert number(low_text) == low, name
+        checked += 1
+    unstated = {"scheduler.ageing", "scheduler.max_sessions"}  # off; twice the CPUs
+    ranged = {*DURATION_RANGES, *WHOLE_RANGES, *NUMBER_RANGES} - unstated
+    assert checked == len(ranged) and ranged <= set(rows)

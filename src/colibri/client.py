@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from colibri.config import STATE_DIR
 from colibri.core.errors import (
     ColibriError,
     ConnectionClosed,
@@ -38,6 +37,7 @@ from colibri.core.errors import (
     UnexpectedReply,
     from_wire,
 )
+from colibri.layout import RootLayout
 
 if TYPE_CHECKING:
     import asyncio
@@ -48,7 +48,7 @@ STREAM_LIMIT = 64 * 1024 * 1024
 
 
 def socket_path(root: Path) -> Path:
-    return root / STATE_DIR / "colibri.sock"
+    return RootLayout(root).socket
 
 
 def _is_refusal(message: dict[str, Any]) -> bool:

@@ -10,14 +10,16 @@ from __future__ import annotations
 import os
 import re
 import stat
+import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from colibri.core.durations import DAY, parse_duration
+from colibri.core.durations import DAY, format_duration, parse_duration
 from colibri.core.errors import BadDuration, ConfigError, RootError, shown
 from colibri.core.model import DEFAULT_MAX_LINE
+from colibri.layout import CONFIG_NAME, STATE_DIR, RootLayout
 
 if TYPE_CHECKING:
     import pyjson5
@@ -25,8 +27,6 @@ if TYPE_CHECKING:
     from colibri.core.schedules import ScheduleSpec
     from colibri.workspaces import Workspace
 
-CONFIG_NAME = "colibri.jsonc"
-STATE_DIR = ".colibri"
 #: AF_UNIX paths are limited to 108 bytes on Linux (104 on the BSDs), terminator included.
 MAX_SOCKET_PATH = 103
 #: ``ledger.rotate_mib`` bounds: below 1 KiB every append would rotate; 1 TiB is plenty.
@@ -71,43 +71,43 @@ NUMBER_RANGES: dict[str, tuple[float, float]] = {
     "ledger.rotate_mib": (0.0, MAX_ROTATE_MIB),
 }
 
-TEMPLATE = """\
+_TEMPLATE = string.Template("""\
 // Colibri configuration. JSONC: comments and trailing commas are allowed.
 // Durations are written like 90s, 15m, 1h30m or 1d.
 {
   "scheduler": {
     // Safety-net pass over the pending tasks. Dispatch itself is event-driven: a task is
     // assigned the moment an agent that fits it has a free slot.
-    "tick": "30s",
+    "tick": "$tick",
     // An agent silent for longer than this is offline (agents may register their own ttl).
-    "agent_ttl": "30s",
+    "agent_ttl": "$agent_ttl",
     // Lowest acceptable capability score, 0..1 (1 = every required capability).
-    "min_score": 0,
+    "min_score": $min_score,
     // Optional: a waiting task gains one priority point per this duration, so low
     // priorities never starve. Off when absent.
     // "ageing": "5m",
     // First wait before a retry (tasks with max_attempts > 1); it doubles per attempt.
-    "retry_backoff": "5s",
+    "retry_backoff": "$retry_backoff",
     // Most sessions this host's workspaces run at once, whatever their slots (default:
     // twice the CPUs), so a burst of tasks cannot fork-bomb the machine.
     // "max_sessions": 8,
     // Quotas: most pending tasks per tenant, most children per task (quota_exceeded past them),
     // most MiB of task text a tenant's open tasks may hold (fractions allowed), and most
     // ancestors a task may have (a deeper hand-off or --parent chain is refused).
-    // "max_pending": 1000000,
-    // "max_children": 10000,
-    // "max_pending_mib": 256,
-    // "max_depth": 32,
+    // "max_pending": $max_pending,
+    // "max_children": $max_children,
+    // "max_pending_mib": $max_pending_mib,
+    // "max_depth": $max_depth,
   },
   "server": {
     // Longest request line accepted on the socket, in bytes.
-    "max_line": 1048576,
+    "max_line": $max_line,
     // Most concurrent connections; more are told "busy" and closed.
-    "max_connections": 256,
+    "max_connections": $max_connections,
     // A connection holding an unfinished request line for longer than this is closed.
-    "line_timeout": "30s",
+    "line_timeout": "$line_timeout",
     // A connection that is neither an agent nor a subscriber, silent this long, is closed.
-    // "idle_timeout": "5m",
+    // "idle_timeout": "$idle_timeout",
     // A Unix group whose members may use the daemon too (socket 0660, state folder 0710);
     // unset, only the user running the daemon may.
     // "socket_group": "colibri",
@@ -121,17 +121,17 @@ TEMPLATE = """\
     // .colibri/ledger.jsonl past this many MiB (fractions allowed) is renamed ledger.jsonl.1,
     // older files move up one (.1 to .2 …) and a new ledger.jsonl is started. 0: never.
     // `kill -USR1 <daemon pid>` rotates at once (the pid: colibri status).
-    "rotate_mib": 256,
+    "rotate_mib": $rotate_mib,
     // Rotated files kept (ledger.jsonl.1 … .N); the oldest beyond this are deleted.
-    "keep": 5,
+    "keep": $keep,
   },
   // Optional, with these defaults: a workspace's harness that exits is started again after
   // 1s, 2s, 4s … up to max_backoff; one that exits crash_loop times within crash_window is
   // marked degraded and left alone for cool_down.
-  // "supervisor": { "max_backoff": "60s", "crash_loop": 5, "crash_window": "60s",
-  //                 "cool_down": "5m" },
+  // "supervisor": { "max_backoff": "$max_backoff", "crash_loop": $crash_loop,
+  //                 "crash_window": "$crash_window", "cool_down": "$cool_down" },
 }
-"""
+""")
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,20 +212,25 @@ class Config:
     host: str = "auto"
 
     @property
-    def state_dir(self) -> Path:
-        return self.root / STATE_DIR
+    def layout(self) -> RootLayout:
+        return RootLayout(self.root)
 
-    @property
-    def socket_path(self) -> Path:
-        return self.state_dir / "colibri.sock"
 
-    @property
-    def lock_path(self) -> Path:
-        return self.state_dir / "daemon.lock"
-
-    @property
-    def ledger_path(self) -> Path:
-        return self.state_dir / "ledger.jsonl"
+def _template() -> str:
+    """``colibri init``'s colibri.jsonc: its values are the defaults above, written out."""
+    sd, sv, su, ld = SchedulerSettings(), ServerSettings(), SupervisorSettings(), LedgerSettings()
+    return _TEMPLATE.substitute(
+        tick=format_duration(sd.tick), agent_ttl=format_duration(sd.agent_ttl),
+        min_score=f"{sd.min_score:g}", retry_backoff=format_duration(sd.retry_backoff),
+        max_pending=sd.max_pending, max_children=sd.max_children,
+        max_pending_mib=f"{sd.max_pending_mib:g}", max_depth=sd.max_depth,
+        max_line=sv.max_line, max_connections=sv.max_connections,
+        line_timeout=format_duration(sv.line_timeout),
+        idle_timeout=format_duration(sv.idle_timeout),
+        rotate_mib=f"{ld.rotate_mib:g}", keep=ld.keep,
+        max_backoff=format_duration(su.max_backoff), crash_loop=su.crash_loop,
+        crash_window=format_duration(su.crash_window), cool_down=format_duration(su.cool_down),
+    )  # fmt: skip
 
 
 def find_root(start: Path) -> Path | None:
@@ -517,7 +522,7 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
             f"{where('path', 'store')}: store.path must be the path of a file, not "
             f"{shown(configured_path)}"
         )
-    store_path = store or configured_path or str(root / STATE_DIR / "colibri.sqlite")
+    store_path = store or configured_path or str(RootLayout(root).store)
     store_path = os.path.expanduser(store_path)
     if not os.path.isabs(store_path):
         store_path = str(root / store_path)
@@ -543,9 +548,9 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
         environ=dict(os.environ),
         host=host_mode(os.environ),
     )
-    if len(os.fsencode(config.socket_path)) > MAX_SOCKET_PATH:
+    if len(os.fsencode(config.layout.socket)) > MAX_SOCKET_PATH:
         raise ConfigError(
-            f"the socket path {config.socket_path} is longer than Unix sockets allow "
+            f"the socket path {config.layout.socket} is longer than Unix sockets allow "
             f"({MAX_SOCKET_PATH} bytes); use a root with a shorter path"
         )
     return config
@@ -742,3 +747,7 @@ def local_zone_name() -> str:
             continue
         return name
     return "UTC"
+
+
+#: What ``colibri init`` writes.
+TEMPLATE = _template()

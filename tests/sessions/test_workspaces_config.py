@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from colibri.config import CONFIG_NAME, SupervisorSettings, load_config
+from colibri.config import SupervisorSettings, load_config
+from colibri.layout import CONFIG_NAME
 from colibri.workspaces import Workspace, deep_merge
 from tests.configs import at, loaded, refused
 from tests.sessions.support import colibri

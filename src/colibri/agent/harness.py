@@ -29,7 +29,6 @@ import msgspec
 
 from colibri.agent import tmux
 from colibri.client import AsyncClient
-from colibri.config import STATE_DIR
 from colibri.core.errors import ColibriError, DaemonNotRunning, RootError
 from colibri.core.lineage import Body, build_body
 from colibri.core.model import DEFAULT_MAX_LINE
@@ -42,6 +41,7 @@ from colibri.host import (
     processes_with,
     start_time,
 )
+from colibri.layout import STATE_DIR
 from colibri.privatefiles import open_private, private_dir, write_private
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ SPAWNING = 0
 
 
 def socket_for(root: Path, agent: str) -> Path:
-    from colibri.config import STATE_DIR
+    from colibri.layout import STATE_DIR
 
     return root / STATE_DIR / "tmux" / f"{agent}.sock"
 

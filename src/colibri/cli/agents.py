@@ -181,7 +181,7 @@ def agent(
         defined = workspaces.get(workspace)
         if defined is None:
             raise UnknownWorkspace(workspace, list(workspaces))
-        from colibri.config import STATE_DIR
+        from colibri.layout import STATE_DIR
         from colibri.locks import harness_lock, hold_lock
 
         try:

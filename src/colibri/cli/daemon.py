@@ -15,7 +15,8 @@ from colibri.cli.main import Context, cli, pass_ctx
 @click.option("--force", is_flag=True, help="Create the root even inside another root.")
 def init(directory: Path | None, force: bool) -> None:
     """Make DIRECTORY (default: here) a Colibri root: colibri.jsonc and .colibri/."""
-    from colibri.config import CONFIG_NAME, init_root
+    from colibri.config import init_root
+    from colibri.layout import CONFIG_NAME
 
     target = (directory or Path.cwd()).resolve()
     if init_root(target, force=force):

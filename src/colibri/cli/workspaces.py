@@ -97,8 +97,9 @@ def add_workspace(
     Example:  colibri workspace add api --cap python --send-to web -- claude -p
     The daemon picks it up at its next start.
     """
-    from colibri.config import CONFIG_NAME, load_config
+    from colibri.config import load_config
     from colibri.core.errors import ConfigError
+    from colibri.layout import CONFIG_NAME
     from colibri.workspaces import insert_workspace
 
     root = ctx.root()

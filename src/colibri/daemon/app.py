@@ -50,7 +50,7 @@ def acquire_store_lock(store: str) -> int:
         raise LockHeld(
             held.holder,
             f"another daemon (pid {held.holder}) already has the board {store} open; one daemon "
-            "per board: stop it, or give this root a board of its own (--store, store.path)"
+            "per board: stop it, or give this root a board of its own (--store, store.path)",
         ) from None
 
 
@@ -82,9 +82,9 @@ def open_to_group(config: Config) -> None:
     group = config.server.socket_group
     if group is None:
         return
-    os.chown(config.socket_path, -1, group)
-    os.chmod(config.socket_path, 0o660)
-    os.chmod(config.state_dir, 0o710)
+    os.chown(config.layout.socket, -1, group)
+    os.chmod(config.layout.socket, 0o660)
+    os.chmod(config.layout.state, 0o710)
 
 
 def clear_stale_socket(path: Path) -> None:
@@ -126,13 +126,13 @@ async def serve(config: Config) -> int:
             "crash point armed: this daemon will SIGKILL itself (for crash tests only)",
             extra={"event": "crashpoint_armed", "crashpoint": config.crashpoint},
         )
-    config.state_dir.mkdir(mode=0o700, exist_ok=True)
-    check_state_dir(config.state_dir, config.server.socket_group)
-    lock_fd = acquire_lock(config.lock_path)
+    config.layout.state.mkdir(mode=0o700, exist_ok=True)
+    check_state_dir(config.layout.state, config.server.socket_group)
+    lock_fd = acquire_lock(config.layout.daemon_lock)
     store = None
     store_lock_fd: int | None = None
     bound = False  # the socket path is ours to remove only once we created it
-    mirror = LedgerMirror(config.ledger_path, config.ledger.rotate_bytes, config.ledger.keep)
+    mirror = LedgerMirror(config.layout.ledger, config.ledger.rotate_bytes, config.ledger.keep)
     try:
         store_lock_fd = acquire_store_lock(config.store)
         store = open_store(config.store, durability=config.durability)
@@ -163,11 +163,11 @@ async def serve(config: Config) -> int:
         server.flush()  # commit what loading the schedules changed
         if server.fatal_error is not None:
             return 1
-        clear_stale_socket(config.socket_path)
+        clear_stale_socket(config.layout.socket)
         old_umask = os.umask(0o177)  # the socket is born 0600: no window with wider modes
         try:
             unix_server = await server.loop.create_unix_server(
-                lambda: Connection(server), path=str(config.socket_path), backlog=1024
+                lambda: Connection(server), path=str(config.layout.socket), backlog=1024
             )
             bound = True
         finally:
@@ -177,7 +177,7 @@ async def serve(config: Config) -> int:
             "daemon ready",
             extra={
                 "event": "ready",
-                "socket": str(config.socket_path),
+                "socket": str(config.layout.socket),
                 "pid": os.getpid(),
                 "store": config.store,
                 "open_tasks": len(board.tasks),
@@ -198,7 +198,7 @@ async def serve(config: Config) -> int:
     finally:
         try:
             if bound:
-                os.unlink(config.socket_path)
+                os.unlink(config.layout.socket)
         except FileNotFoundError:
             pass
         mirror.close()

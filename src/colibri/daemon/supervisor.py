@@ -29,7 +29,7 @@ from typing import Any
 from colibri.config import HOST_ENV, Config
 from colibri.core.errors import RootError
 from colibri.host import alive
-from colibri.locks import harness_lock, holder_pid
+from colibri.locks import holder_pid
 from colibri.privatefiles import open_private, private_dir
 from colibri.workspaces import session_environment
 
@@ -66,7 +66,7 @@ class Supervisor:
             name: Harness(name, exits=deque(maxlen=self.settings.crash_loop))
             for name in config.workspaces
         }
-        private_dir(config.state_dir / "harness")
+        private_dir(config.layout.harnesses)
 
     def status(self) -> list[dict[str, Any]]:
         now = time.monotonic()
@@ -83,7 +83,7 @@ class Supervisor:
             code = harness.process.returncode
             harness.process = None
             self._exited(harness, now, f"exit code {code}")
-        pid = holder_pid(harness_lock(self.config.state_dir, harness.workspace))
+        pid = holder_pid(self.config.layout.harness_lock(harness.workspace))
         if pid is not None:
             if harness.pid != pid:
                 if harness.process is None:
@@ -126,7 +126,8 @@ class Supervisor:
     def _start(self, harness: Harness) -> None:
         if harness.next_start:
             harness.restarts += 1
-        logfile = private_dir(self.config.state_dir / "harness") / f"{harness.workspace}.log"
+        private_dir(self.config.layout.harnesses)
+        logfile = self.config.layout.harness_log(harness.workspace)
         try:  # the harness's own log: 0600, never through a link planted in its place
             fd = open_private(logfile, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         except (OSError, RootError) as exc:
@@ -165,7 +166,7 @@ class Supervisor:
         """A clean stop: SIGTERM every harness (it stops its sessions), SIGKILL stragglers."""
         pids: list[int] = []
         for harness in self.harnesses.values():
-            pid = holder_pid(harness_lock(self.config.state_dir, harness.workspace))
+            pid = holder_pid(self.config.layout.harness_lock(harness.workspace))
             pid = pid if pid and pid > 0 else harness.pid
             if pid:
                 with contextlib.suppress(ProcessLookupError):

@@ -1,0 +1,76 @@
+"""Where everything of a root lives: ``colibri.jsonc`` and the ``.colibri/`` state folder.
+
+    ROOT/colibri.jsonc                    the configuration
+    ROOT/.colibri/colibri.sock            the daemon's socket
+    ROOT/.colibri/daemon.lock             held by the daemon for its life (its pid inside)
+    ROOT/.colibri/colibri.sqlite          the board, unless store.path or --store say otherwise
+    ROOT/.colibri/ledger.jsonl[.N]        the ledger's mirror, and its rotated files
+    ROOT/.colibri/harness/NAME.lock       held by workspace NAME's harness (its pid inside)
+    ROOT/.colibri/harness/NAME.log        that harness's output, when the daemon started it
+    ROOT/.colibri/sessions/TASK.task      a running session's task (header and text)
+    ROOT/.colibri/sessions/AGENT.PGID.pgid  a session's process group, for a successor to stop
+    ROOT/.colibri/tmux/AGENT.sock         the tmux server of an agent's tmux sessions
+
+Nothing else builds these paths.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+CONFIG_NAME = "colibri.jsonc"
+STATE_DIR = ".colibri"
+
+
+@dataclass(frozen=True, slots=True)
+class RootLayout:
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / CONFIG_NAME
+
+    @property
+    def state(self) -> Path:
+        return self.root / STATE_DIR
+
+    @property
+    def socket(self) -> Path:
+        return self.state / "colibri.sock"
+
+    @property
+    def daemon_lock(self) -> Path:
+        return self.state / "daemon.lock"
+
+    @property
+    def store(self) -> Path:
+        return self.state / "colibri.sqlite"
+
+    @property
+    def ledger(self) -> Path:
+        return self.state / "ledger.jsonl"
+
+    @property
+    def harnesses(self) -> Path:
+        return self.state / "harness"
+
+    def harness_lock(self, workspace: str) -> Path:
+        return self.harnesses / f"{workspace}.lock"
+
+    def harness_log(self, workspace: str) -> Path:
+        return self.harnesses / f"{workspace}.log"
+
+    @property
+    def sessions(self) -> Path:
+        return self.state / "sessions"
+
+    def task_file(self, name: str) -> Path:
+        """``name``: a task id, or a warm session's name before it has a task."""
+        return self.sessions / f"{name}.task"
+
+    def group_marker(self, agent: str, pgid: int) -> Path:
+        return self.sessions / f"{agent}.{pgid}.pgid"
+
+    def tmux_socket(self, agent: str) -> Path:
+        return self.state / "tmux" / f"{agent}.sock"
