@@ -193,10 +193,9 @@ class Target:
         self.recent.clear()
 
     async def _build(self) -> None:
-        from colibri.daemon.board import Board
+        from colibri.daemon.app import compose
         from colibri.daemon.clock import SystemClock
         from colibri.daemon.ledger import LedgerMirror
-        from colibri.daemon.server import Server
         from colibri.store import open_store
 
         config = self.config
@@ -205,22 +204,16 @@ class Target:
             config.layout.ledger, config.ledger.rotate_bytes, config.ledger.keep
         )
         self.mirror.open(self.store)
-        send_to = {name: ws.send_to for name, ws in config.workspaces.items()}
-        budgets = {
-            name: ws.budget_usd_daily
-            for name, ws in config.workspaces.items()
-            if ws.budget_usd_daily is not None
-        }
-        board = Board(self.store, config.scheduler, SystemClock(), send_to, budgets)
-        board.rebuild()
-        self.server = Server(config, board, self.mirror)
-        self.server.schedules.load(config.schedules)
+        daemon = compose(config, self.store, self.mirror, SystemClock())
+        daemon.board.rebuild()
+        self.server = daemon.server
+        daemon.schedules.load(config.schedules)
         self.server.flush()
         self.connect()
 
     def connect(self) -> None:
         """A new peer, set up as Connection.connection_made does for the daemon's own user."""
-        from colibri.daemon.server import Connection
+        from colibri.daemon.connection import Connection
 
         self.sink = Sink()
         self.conn = Connection(self.server)

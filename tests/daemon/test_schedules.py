@@ -366,10 +366,9 @@ def test_a_fire_failing_on_a_full_disk_backs_off_instead_of_spinning(
 
     from colibri.config import init_root, load_config
     from colibri.core.schedules import ScheduleSpec
-    from colibri.daemon.board import Board
+    from colibri.daemon.app import compose
     from colibri.daemon.clock import SystemClock
     from colibri.daemon.ledger import LedgerMirror
-    from colibri.daemon.server import Server
     from colibri.store import open_store
 
     async def scenario() -> None:
@@ -377,17 +376,17 @@ def test_a_fire_failing_on_a_full_disk_backs_off_instead_of_spinning(
         init_root(root)
         config = load_config(root)
         store = open_store(str(root / "board.sqlite"), durability="relaxed")
-        board = Board(store, config.scheduler, SystemClock())
-        board.rebuild()
         mirror = LedgerMirror(root / "ledger.jsonl")
         mirror.open(store)
-        server = Server(config, board, mirror)
-        server.schedules.add("s", ms.convert({"every": "1s", "task": {"text": "t" * 100_000}},
+        daemon = compose(config, store, mirror, SystemClock())
+        daemon.board.rebuild()
+        server, schedules = daemon.server, daemon.schedules
+        schedules.add("s", ms.convert({"every": "1s", "task": {"text": "t" * 100_000}},
                                              ScheduleSpec), replace=False)  # fmt: skip
         server.flush()
         pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
         store._conn.execute(f"PRAGMA max_page_count={pages}")  # the disk is full from now on
-        runner = asyncio.create_task(server.schedules.run(server.schedule_flush, server.fail_batch))
+        runner = asyncio.create_task(schedules.run(server.schedule_flush, server.fail_batch))
         await asyncio.sleep(3.2)
         runner.cancel()
         mirror.close()

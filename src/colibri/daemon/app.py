@@ -8,6 +8,7 @@ import os
 import signal
 import stat
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +23,16 @@ from colibri.core.errors import (
 )
 from colibri.daemon import crashpoints
 from colibri.daemon.board import Board
-from colibri.daemon.clock import SystemClock
+from colibri.daemon.bus import Bus
+from colibri.daemon.clock import Clock, SystemClock
+from colibri.daemon.commands import Commands
+from colibri.daemon.connection import Connection
 from colibri.daemon.ledger import LedgerMirror
-from colibri.daemon.server import Connection, Server
+from colibri.daemon.schedules import ScheduleRunner
+from colibri.daemon.server import Server
+from colibri.daemon.supervisor import Supervisor
 from colibri.locks import hold_lock, store_lock
-from colibri.store import open_store
+from colibri.store import Store, open_store
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +121,37 @@ def run_loop(main: Coroutine[Any, Any, int], loop: str = "auto") -> int:
         return runner.run(main)
 
 
+@dataclass(eq=False)
+class Daemon:
+    """The daemon's parts, wired: each gets its collaborators here and nowhere else."""
+
+    config: Config
+    board: Board
+    server: Server
+    bus: Bus
+    schedules: ScheduleRunner
+    supervisor: Supervisor
+    commands: Commands
+
+
+def compose(config: Config, store: Store, mirror: LedgerMirror, clock: Clock) -> Daemon:
+    """Build the daemon over an open store and ledger mirror (inside the running loop)."""
+    send_to = {name: ws.send_to for name, ws in config.workspaces.items()}
+    budgets = {
+        name: ws.budget_usd_daily
+        for name, ws in config.workspaces.items()
+        if ws.budget_usd_daily is not None
+    }
+    board = Board(store, config.scheduler, clock, send_to, budgets)
+    server = Server(config, board, mirror)
+    bus = Bus(board.audience, server.loop, server.schedule_flush)
+    schedules = ScheduleRunner(board, board.batch, config.default_tz)
+    supervisor = Supervisor(config, clock)
+    commands = Commands(board, server, bus, schedules, supervisor)
+    server.attach(commands.handle, bus, schedules.reload)
+    return Daemon(config, board, server, bus, schedules, supervisor, commands)
+
+
 async def serve(config: Config) -> int:
     # SIGUSR1 rotates the ledger once the daemon runs; until then (lock, store, catch-up) its
     # default action would end the process.
@@ -142,17 +179,11 @@ async def serve(config: Config) -> int:
                 "ledger mirror caught up from the store",
                 extra={"event": "ledger_caught_up", "rows": caught_up},
             )
-        send_to = {name: ws.send_to for name, ws in config.workspaces.items()}
-        budgets = {
-            name: ws.budget_usd_daily
-            for name, ws in config.workspaces.items()
-            if ws.budget_usd_daily is not None
-        }
-        board = Board(store, config.scheduler, SystemClock(), send_to, budgets)
-        server = Server(config, board, mirror)
+        daemon = compose(config, store, mirror, SystemClock())
+        board, server = daemon.board, daemon.server
         try:
             board.rebuild()
-            server.schedules.load(config.schedules)
+            daemon.schedules.load(config.schedules)
         except ColibriError:
             raise
         except Exception as exc:
@@ -183,7 +214,7 @@ async def serve(config: Config) -> int:
                 "open_tasks": len(board.tasks),
             },
         )
-        await _run_until_stopped(config, board, server)
+        await _run_until_stopped(daemon)
         unix_server.close()
         if server.fatal_error is not None:
             return 1  # as after a crash: harnesses and their sessions keep running
@@ -209,7 +240,8 @@ async def serve(config: Config) -> int:
         os.close(lock_fd)
 
 
-async def _run_until_stopped(config: Config, board: Board, server: Server) -> None:
+async def _run_until_stopped(daemon: Daemon) -> None:
+    config, board, server = daemon.config, daemon.board, daemon.server
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     signals = 0
@@ -267,13 +299,13 @@ async def _run_until_stopped(config: Config, board: Board, server: Server) -> No
             group.create_task(tick(), name="tick"),
             group.create_task(sweep(), name="sweep"),
             group.create_task(
-                server.schedules.run(server.schedule_flush, server.fail_batch), name="schedules"
+                daemon.schedules.run(server.schedule_flush, server.fail_batch), name="schedules"
             ),
-            group.create_task(server.supervisor.run(), name="supervisor"),
+            group.create_task(daemon.supervisor.run(), name="supervisor"),
         ]
         await stop.wait()
         for task in tasks:
             task.cancel()
     # Harnesses are stopped while the socket still serves, so their last reports land.
     if server.fatal_error is None:
-        await server.supervisor.stop_all()
+        await daemon.supervisor.stop_all()

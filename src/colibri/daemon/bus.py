@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,7 @@ from colibri.core.lineage import parse_body
 
 if TYPE_CHECKING:
     from colibri.daemon.board import Audience, Subscription
-    from colibri.daemon.server import Connection, Server
+    from colibri.daemon.connection import Connection
 
 #: How long a subscriber in the chain has to answer before the next one gets the message.
 CHAIN_WAIT = 2.0
@@ -50,9 +51,13 @@ def carries_header(text: str) -> bool:
 class Bus:
     """Subscribers are the board's (``Audience``): one registry for events and messages."""
 
-    def __init__(self, audience: Audience, server: Server) -> None:
+    def __init__(
+        self, audience: Audience, loop: asyncio.AbstractEventLoop, flush: Callable[[], None]
+    ) -> None:
         self.audience = audience
-        self.server = server
+        self.loop = loop
+        #: Asks the server to write out what was queued (a chain moves on between requests).
+        self.flush = flush
         self.chains: dict[int, Chain] = {}
         self._ids = itertools.count(1)
 
@@ -105,8 +110,8 @@ class Bus:
             chain.current = target
             chain.delivered.append(target.name)
             target.peer.send(chain.message)
-            chain.timer = self.server.loop.call_later(CHAIN_WAIT, self._advance, chain)
-            self.server.schedule_flush()
+            chain.timer = self.loop.call_later(CHAIN_WAIT, self._advance, chain)
+            self.flush()
             return
         self._finish(chain, None)
 
@@ -119,4 +124,4 @@ class Bus:
             {"id": chain.request_id, "ok": True, "message": chain.id,
              "delivered": chain.delivered, "consumed_by": consumed_by}
         )  # fmt: skip
-        self.server.schedule_flush()
+        self.flush()

@@ -19,7 +19,11 @@ from colibri.daemon.board import Board
 from colibri.store import TaskFilter
 
 if TYPE_CHECKING:
-    from colibri.daemon.server import Connection, Server
+    from colibri.daemon.bus import Bus
+    from colibri.daemon.connection import Connection
+    from colibri.daemon.schedules import ScheduleRunner
+    from colibri.daemon.server import Server
+    from colibri.daemon.supervisor import Supervisor
 
 Reply = dict[str, Any] | None
 #: Tasks and ledger rows read from the store at a time for one reply.
@@ -28,9 +32,20 @@ LEDGER_PAGE = 500
 
 
 class Commands:
-    def __init__(self, board: Board, server: Server) -> None:
+    def __init__(
+        self,
+        board: Board,
+        server: Server,
+        bus: Bus,
+        schedules: ScheduleRunner,
+        supervisor: Supervisor,
+    ) -> None:
         self.board = board
+        #: For the connection-level commands: its settings, counts, and ledger followers.
         self.server = server
+        self.bus = bus
+        self.schedules = schedules
+        self.supervisor = supervisor
         self.started = time.time()
         self.table: dict[type[p.Request], Callable[[Any, Connection], Reply]] = {
             p.Ping: self.ping,
@@ -92,7 +107,7 @@ class Commands:
                 "connections": self.server.connection_count,
             },
             **self.board.status(),
-            "harnesses": self.server.supervisor.status(),
+            "harnesses": self.supervisor.status(),
         }
 
     def intake_task(self, req: p.TaskFields, conn: Connection) -> Reply:
@@ -251,23 +266,23 @@ class Commands:
         return {"subscribed": True}
 
     def send(self, req: p.Send, conn: Connection) -> Reply:
-        return self.server.bus.send(conn, req.id, req.to, req.text)
+        return self.bus.send(conn, req.id, req.to, req.text)
 
     def consumed(self, req: p.Consumed, conn: Connection) -> Reply:
-        self.server.bus.consumed(conn, req.message, req.consumed)
+        self.bus.consumed(conn, req.message, req.consumed)
         return {}
 
     # -- schedules ---------------------------------------------------------------------------
 
     def schedule_add(self, req: p.ScheduleAdd, conn: Connection) -> Reply:
-        schedule = self.server.schedules.add(req.name, req.schedule, req.replace)
-        return {"schedule": schedule, "next": self.server.schedules.upcoming(req.name, 1)}
+        schedule = self.schedules.add(req.name, req.schedule, req.replace)
+        return {"schedule": schedule, "next": self.schedules.upcoming(req.name, 1)}
 
     def schedule_list(self, req: p.ScheduleList, conn: Connection) -> Reply:
-        return {"schedules": sorted(self.server.schedules.schedules.values(), key=lambda s: s.name)}
+        return {"schedules": sorted(self.schedules.schedules.values(), key=lambda s: s.name)}
 
     def schedule_get(self, req: p.ScheduleGet, conn: Connection) -> Reply:
-        runner = self.server.schedules
+        runner = self.schedules
         reply: dict[str, Any] = {
             "schedule": runner.get(req.name),
             "next": runner.upcoming(req.name, req.next),
@@ -277,14 +292,14 @@ class Commands:
         return reply
 
     def schedule_run(self, req: p.ScheduleRun, conn: Connection) -> Reply:
-        task_id = self.server.schedules.run_now(req.name)
+        task_id = self.schedules.run_now(req.name)
         return {"task": self.board.get(task_id)}
 
     def schedule_rm(self, req: p.ScheduleRemove, conn: Connection) -> Reply:
-        return {"schedule": self.server.schedules.remove(req.name)}
+        return {"schedule": self.schedules.remove(req.name)}
 
     def schedule_pause(self, req: p.SchedulePause, conn: Connection) -> Reply:
-        return {"schedule": self.server.schedules.set_paused(req.name, True)}
+        return {"schedule": self.schedules.set_paused(req.name, True)}
 
     def schedule_resume(self, req: p.ScheduleResume, conn: Connection) -> Reply:
-        return {"schedule": self.server.schedules.set_paused(req.name, False)}
+        return {"schedule": self.schedules.set_paused(req.name, False)}

@@ -16,37 +16,27 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 
-from colibri import host
 from colibri.config import Config
 from colibri.core import protocol
 from colibri.core.errors import (
-    Busy,
     ColibriError,
-    Forbidden,
     Internal,
-    LineTooLong,
     StorageUnavailable,
 )
 from colibri.core.model import LedgerEntry
 from colibri.daemon import crashpoints
 from colibri.daemon.board import Board
 from colibri.daemon.bus import Bus
-from colibri.daemon.commands import Commands
+from colibri.daemon.connection import Connection
 from colibri.daemon.ledger import LedgerMirror
-from colibri.daemon.schedules import ScheduleRunner
-from colibri.daemon.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
 _encoder = msgspec.json.Encoder()
-#: A subscriber whose unread output passes this is dropped rather than buffered without end.
-SUBSCRIBER_BUFFER_LIMIT = 8 * 1024 * 1024
-#: Lines of one connection handled per loop iteration; the rest wait for the next one.
-LINES_PER_TURN = 64
 #: How long a peer's socket-group membership, once looked up, is taken as known.
 MEMBERSHIP_TTL = 60.0
 #: At the connection cap, a newcomer takes the place of an anonymous connection that has
@@ -68,180 +58,8 @@ def in_group(uid: int, gid: int, group: int) -> bool:
         return False
 
 
-class Connection(asyncio.Protocol):
-    def __init__(self, server: Server) -> None:
-        self.server = server
-        self.transport: asyncio.Transport | None = None
-        self.agent_name: str | None = None
-        self.subscriber = False
-        self.follows_ledger = False
-        self.ledger_task: str | None = None
-        self.closing = False
-        self._buf = bytearray()
-        self._out = bytearray()
-        self.partial_since: float | None = None
-        #: When it last sent anything (the loop's clock): anonymous connections silent for
-        #: ``server.idle_timeout`` are closed, and may be evicted at the connection cap.
-        self.last_active = server.loop.time()
-        #: (uid, pid) of the process at the other end; every ledger row it causes names them.
-        self.peer: tuple[int, int] | None = None
-        self._deferred = False  # lines left for the next loop iteration (LINES_PER_TURN)
-        self._write_paused = False
-
-    # -- asyncio.Protocol --------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        sock = transport.get_extra_info("socket")
-        try:
-            uid, gid, pid = host.peer_credentials(sock)
-        except OSError as exc:
-            self.peer = (-1, -1)
-            self._refuse(Forbidden(f"the daemon cannot tell who is connecting: {exc}; refused"))
-            return  # fail closed
-        self.peer = (uid, pid)
-        if not self.server.may_connect(uid, gid):
-            self._refuse(Forbidden(f"uid {uid} may not use this daemon; {self.server.who_may}"))
-            return
-        if self.server.connection_count >= self.server.config.server.max_connections:
-            if not self.server.evict_idle():
-                self._refuse(Busy("too many connections; try again later"))
-                return
-        self.server.connections.add(self)
-
-    def _refuse(self, error: ColibriError) -> None:
-        assert self.transport is not None
-        self.transport.write(
-            _encoder.encode({"id": None, "ok": False, "error": error.to_wire()}) + b"\n"
-        )
-        self.closing = True
-        self.transport.close()
-
-    def data_received(self, data: bytes) -> None:
-        if self.closing:
-            return
-        self.last_active = self.server.loop.time()
-        self._buf += data
-        self._handle_lines()
-
-    def _handle_lines(self) -> None:
-        buf = self._buf
-        start = 0
-        handled = 0
-        limit = self.server.config.server.max_line
-        while not self.closing:
-            nl = buf.find(b"\n", start)
-            if nl < 0:
-                break
-            if handled == LINES_PER_TURN:
-                # A peer that pipelines (or floods) gets a turn's worth; the rest waits for the
-                # next loop iteration, so the other connections' lines are not stuck behind it.
-                del buf[:start]
-                self.partial_since = None  # whole lines wait: the daemon is the slow one
-                self._defer()
-                return
-            line = bytes(buf[start:nl])
-            start = nl + 1
-            if len(line) > limit:
-                self._too_long(limit)
-                return
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            if line.strip():
-                self.server.handle_line(self, line)
-                handled += 1
-                self.last_active = self.server.loop.time()  # a long pipeline is not idle
-        if start:
-            del buf[:start]
-            # The unfinished tail, if any, is a new line: its clock starts now. (A peer that
-            # keeps sending whole lines is never "stalled", however long it goes on.)
-            self.partial_since = None
-        if len(buf) > limit:
-            self._too_long(limit)
-            return
-        if not buf:
-            self.partial_since = None
-        elif self.partial_since is None:
-            self.partial_since = self.server.loop.time()
-
-    def _defer(self) -> None:
-        if self._deferred or self.transport is None:
-            return
-        self._deferred = True
-        self.transport.pause_reading()
-        self.server.loop.call_soon(self._next_turn)
-
-    def _next_turn(self) -> None:
-        self._deferred = False
-        if self.closing:
-            return
-        try:
-            self._handle_lines()
-        except Exception:  # never leave a connection paused for good: close it
-            log.exception("internal error reading a connection", extra={"event": "internal_error"})
-            self.closing = True
-            if self.transport is not None:
-                self.transport.close()
-            return
-        if not self._deferred and not self._write_paused and self.transport is not None:
-            self.transport.resume_reading()
-
-    def _too_long(self, limit: int) -> None:
-        self._buf.clear()
-        self.server.reply_error(self, None, LineTooLong(limit))
-        self.closing = True
-        self.server.close_after_flush(self)
-
-    def eof_received(self) -> bool | None:
-        return None  # a half line before EOF is ignored; the transport closes
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closing = True
-        self.server.lost(self)
-
-    def pause_writing(self) -> None:
-        self._write_paused = True
-        if self.transport is not None:
-            self.transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        if self.transport is not None and not self.closing and not self._deferred:
-            self.transport.resume_reading()
-
-    # -- output ------------------------------------------------------------------------------
-
-    def queue(self, message: dict[str, Any]) -> None:
-        """Encode now (the values may change later in the batch); written at flush."""
-        if "event" in message:
-            message = {"event": message["event"], "seq": self.server.next_seq(), **message}
-        self._out += _encoder.encode(message)
-        self._out += b"\n"
-        self.server.dirty.add(self)
-
-    send = queue  # the board's Peer protocol
-
-    def write_out(self) -> None:
-        if not self._out or self.transport is None or self.transport.is_closing():
-            self._out.clear()
-            return
-        self.transport.write(bytes(self._out))
-        self._out.clear()
-        self.last_active = self.server.loop.time()
-        watched = self.subscriber or self.follows_ledger
-        if watched and self.transport.get_write_buffer_size() > SUBSCRIBER_BUFFER_LIMIT:
-            self.transport.write(
-                _encoder.encode(
-                    {
-                        "event": "dropped",
-                        "seq": self.server.next_seq(),
-                        "reason": "subscriber too slow: more than 8 MiB unread",
-                    }
-                )
-                + b"\n"
-            )
-            self.closing = True
-            self.transport.close()
+def _not_attached(req: protocol.Request, conn: Connection) -> dict[str, Any] | None:
+    raise Internal("the server has no command handler")
 
 
 class Server:
@@ -249,10 +67,13 @@ class Server:
         self.config = config
         self.board = board
         self.mirror = mirror
-        self.commands = Commands(board, self)
-        self.schedules = ScheduleRunner(board, board.batch, config.default_tz)
-        self.supervisor = Supervisor(config)
-        self.bus = Bus(board.audience, self)
+        # Given by ``attach`` (daemon/app.py wires the daemon): who answers requests, who
+        # holds replies still to come, what is reloaded after a rollback.
+        self._handle: Callable[[protocol.Request, Connection], dict[str, Any] | None] = (
+            _not_attached
+        )
+        self.bus: Bus | None = None
+        self._reload: Callable[[], None] = lambda: None
         self.owner_uid = os.getuid()
         self._membership: dict[tuple[int, int], tuple[float, bool]] = {}
         group = config.server.socket_group_name
@@ -278,6 +99,16 @@ class Server:
         #: agree); set by ``fatal``, which also calls ``on_fatal``.
         self.fatal_error: str | None = None
         self.on_fatal: Callable[[], None] = lambda: None
+
+    def attach(
+        self,
+        handle: Callable[[protocol.Request, Connection], dict[str, Any] | None],
+        bus: Bus,
+        reload: Callable[[], None],
+    ) -> None:
+        """``handle`` answers each request; ``bus`` may owe replies and forgets connections;
+        ``reload`` runs after a rollback, with the board's rebuild."""
+        self._handle, self.bus, self._reload = handle, bus, reload
 
     @property
     def connection_count(self) -> int:
@@ -313,7 +144,7 @@ class Server:
         batch = self.board.batch
         batch.actor = conn.peer
         try:
-            reply = self.commands.handle(req, conn)
+            reply = self._handle(req, conn)
         except StorageUnavailable as exc:
             self._batch_error = exc
             self.reply_error(conn, req.id, exc)
@@ -365,7 +196,8 @@ class Server:
     def lost(self, conn: Connection) -> None:
         self.connections.discard(conn)
         self._ledger_followers.discard(conn)
-        self.bus.forget(conn)
+        if self.bus is not None:
+            self.bus.forget(conn)
         self.board.disconnect(conn)
         self.schedule_flush()
 
@@ -472,7 +304,7 @@ class Server:
         try:
             self.board.store.rollback()
             self.board.rebuild()
-            self.schedules.reload()
+            self._reload()
         except Exception as exc:  # a recovery that fails must not leave a daemon answering nothing
             log.debug("rebuild failed", exc_info=True)
             self.fatal(f"the board could not be reloaded from the store after a failed batch "
@@ -531,7 +363,7 @@ class Server:
             and not conn._out  # a reply waits to be written
             and not (conn.transport is not None and conn.transport.get_write_buffer_size())
             and not self.board.owes(conn)
-            and not self.bus.owes(conn)
+            and not (self.bus is not None and self.bus.owes(conn))
         )
 
     def evict_idle(self) -> bool:

@@ -21,13 +21,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from colibri.config import HOST_ENV, Config
 from colibri.core.errors import RootError
+from colibri.daemon.clock import Clock
 from colibri.host import alive
 from colibri.locks import holder_pid
 from colibri.privatefiles import open_private, private_dir
@@ -59,8 +59,9 @@ class Harness:
 
 
 class Supervisor:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, clock: Clock) -> None:
         self.config = config
+        self.clock = clock
         self.settings = config.supervisor
         self.harnesses = {
             name: Harness(name, exits=deque(maxlen=self.settings.crash_loop))
@@ -69,16 +70,16 @@ class Supervisor:
         private_dir(config.layout.harnesses)
 
     def status(self) -> list[dict[str, Any]]:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         return [h.status(now) for h in self.harnesses.values()]
 
     async def run(self) -> None:
         while True:
             for harness in self.harnesses.values():
-                self._tend(harness, time.monotonic())
+                await self._tend(harness, self.clock.monotonic())
             await asyncio.sleep(CHECK_EVERY)
 
-    def _tend(self, harness: Harness, now: float) -> None:
+    async def _tend(self, harness: Harness, now: float) -> None:
         if harness.process is not None and harness.process.poll() is not None:
             code = harness.process.returncode
             harness.process = None
@@ -100,7 +101,7 @@ class Supervisor:
             return  # started, not holding its lock yet
         if now < harness.degraded_until or now < harness.next_start:
             return
-        self._start(harness)
+        await self._start(harness)
 
     def _exited(self, harness: Harness, now: float, why: str) -> None:
         harness.pid = None
@@ -123,7 +124,7 @@ class Supervisor:
                        "backoff": delay},
             )  # fmt: skip
 
-    def _start(self, harness: Harness) -> None:
+    async def _start(self, harness: Harness) -> None:
         if harness.next_start:
             harness.restarts += 1
         private_dir(self.config.layout.harnesses)
@@ -138,7 +139,9 @@ class Supervisor:
             )  # fmt: skip
             fd = os.open(os.devnull, os.O_WRONLY)
         with os.fdopen(fd, "ab") as out:
-            harness.process = subprocess.Popen(
+            # A fork and exec take milliseconds: off the loop, which serves meanwhile.
+            harness.process = await asyncio.to_thread(
+                subprocess.Popen,
                 [
                     sys.executable, "-m", "colibri", "--root", str(self.config.root), "agent",
                     "--workspace", harness.workspace,
@@ -172,8 +175,8 @@ class Supervisor:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pid, signal.SIGTERM)
                 pids.append(pid)
-        deadline = time.monotonic() + STOP_GRACE
-        while pids and time.monotonic() < deadline:
+        deadline = self.clock.monotonic() + STOP_GRACE
+        while pids and self.clock.monotonic() < deadline:
             for harness in self.harnesses.values():
                 if harness.process is not None:
                     harness.process.poll()
@@ -182,7 +185,8 @@ class Supervisor:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
-        for harness in self.harnesses.values():
-            if harness.process is not None:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    harness.process.wait(timeout=1)
+        for harness in self.harnesses.values():  # reap them, waiting without blocking
+            for _ in range(20):
+                if harness.process is None or harness.process.poll() is not None:
+                    break
+                await asyncio.sleep(0.05)

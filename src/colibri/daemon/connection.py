@@ -1,0 +1,201 @@
+"""One connection to the daemon's socket: who is at the other end, framing, and output.
+
+Lines are split off as they arrive and handed to the server one at a time (at most
+``LINES_PER_TURN`` per connection per loop turn, so one peer's flood does not hold up the
+others); a line longer than ``server.max_line`` loses the framing and closes the connection.
+Output is encoded when it is queued and written only at the server's flush, after the commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, cast
+
+import msgspec
+
+from colibri import host
+from colibri.core import events
+from colibri.core.errors import Busy, ColibriError, Forbidden, LineTooLong
+
+if TYPE_CHECKING:
+    from colibri.daemon.server import Server
+
+log = logging.getLogger(__name__)
+
+_encoder = msgspec.json.Encoder()
+#: A subscriber whose unread output passes this is dropped rather than buffered without end.
+SUBSCRIBER_BUFFER_LIMIT = 8 * 1024 * 1024
+#: Lines of one connection handled per loop iteration; the rest wait for the next one.
+LINES_PER_TURN = 64
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.agent_name: str | None = None
+        self.subscriber = False
+        self.follows_ledger = False
+        self.ledger_task: str | None = None
+        self.closing = False
+        self._buf = bytearray()
+        self._out = bytearray()
+        self.partial_since: float | None = None
+        #: When it last sent anything (the loop's clock): anonymous connections silent for
+        #: ``server.idle_timeout`` are closed, and may be evicted at the connection cap.
+        self.last_active = server.loop.time()
+        #: (uid, pid) of the process at the other end; every ledger row it causes names them.
+        self.peer: tuple[int, int] | None = None
+        self._deferred = False  # lines left for the next loop iteration (LINES_PER_TURN)
+        self._write_paused = False
+
+    # -- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        sock = transport.get_extra_info("socket")
+        try:
+            uid, gid, pid = host.peer_credentials(sock)
+        except OSError as exc:
+            self.peer = (-1, -1)
+            self._refuse(Forbidden(f"the daemon cannot tell who is connecting: {exc}; refused"))
+            return  # fail closed
+        self.peer = (uid, pid)
+        if not self.server.may_connect(uid, gid):
+            self._refuse(Forbidden(f"uid {uid} may not use this daemon; {self.server.who_may}"))
+            return
+        if self.server.connection_count >= self.server.config.server.max_connections:
+            if not self.server.evict_idle():
+                self._refuse(Busy("too many connections; try again later"))
+                return
+        self.server.connections.add(self)
+
+    def _refuse(self, error: ColibriError) -> None:
+        assert self.transport is not None
+        self.transport.write(
+            _encoder.encode({"id": None, "ok": False, "error": error.to_wire()}) + b"\n"
+        )
+        self.closing = True
+        self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        self.last_active = self.server.loop.time()
+        self._buf += data
+        self._handle_lines()
+
+    def _handle_lines(self) -> None:
+        buf = self._buf
+        start = 0
+        handled = 0
+        limit = self.server.config.server.max_line
+        while not self.closing:
+            nl = buf.find(b"\n", start)
+            if nl < 0:
+                break
+            if handled == LINES_PER_TURN:
+                # A peer that pipelines (or floods) gets a turn's worth; the rest waits for the
+                # next loop iteration, so the other connections' lines are not stuck behind it.
+                del buf[:start]
+                self.partial_since = None  # whole lines wait: the daemon is the slow one
+                self._defer()
+                return
+            line = bytes(buf[start:nl])
+            start = nl + 1
+            if len(line) > limit:
+                self._too_long(limit)
+                return
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if line.strip():
+                self.server.handle_line(self, line)
+                handled += 1
+                self.last_active = self.server.loop.time()  # a long pipeline is not idle
+        if start:
+            del buf[:start]
+            # The unfinished tail, if any, is a new line: its clock starts now. (A peer that
+            # keeps sending whole lines is never "stalled", however long it goes on.)
+            self.partial_since = None
+        if len(buf) > limit:
+            self._too_long(limit)
+            return
+        if not buf:
+            self.partial_since = None
+        elif self.partial_since is None:
+            self.partial_since = self.server.loop.time()
+
+    def _defer(self) -> None:
+        if self._deferred or self.transport is None:
+            return
+        self._deferred = True
+        self.transport.pause_reading()
+        self.server.loop.call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        self._deferred = False
+        if self.closing:
+            return
+        try:
+            self._handle_lines()
+        except Exception:  # never leave a connection paused for good: close it
+            log.exception("internal error reading a connection", extra={"event": "internal_error"})
+            self.closing = True
+            if self.transport is not None:
+                self.transport.close()
+            return
+        if not self._deferred and not self._write_paused and self.transport is not None:
+            self.transport.resume_reading()
+
+    def _too_long(self, limit: int) -> None:
+        self._buf.clear()
+        self.server.reply_error(self, None, LineTooLong(limit))
+        self.closing = True
+        self.server.close_after_flush(self)
+
+    def eof_received(self) -> bool | None:
+        return None  # a half line before EOF is ignored; the transport closes
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.server.lost(self)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self.transport is not None and not self.closing and not self._deferred:
+            self.transport.resume_reading()
+
+    # -- output ------------------------------------------------------------------------------
+
+    def queue(self, message: dict[str, Any]) -> None:
+        """Encode now (the values may change later in the batch); written at flush."""
+        if "event" in message:
+            message = {"event": message["event"], "seq": self.server.next_seq(), **message}
+        self._out += _encoder.encode(message)
+        self._out += b"\n"
+        self.server.dirty.add(self)
+
+    send = queue  # the board's Peer protocol
+
+    def write_out(self) -> None:
+        if not self._out or self.transport is None or self.transport.is_closing():
+            self._out.clear()
+            return
+        self.transport.write(bytes(self._out))
+        self._out.clear()
+        self.last_active = self.server.loop.time()
+        watched = self.subscriber or self.follows_ledger
+        if watched and self.transport.get_write_buffer_size() > SUBSCRIBER_BUFFER_LIMIT:
+            dropped = events.dropped("subscriber too slow: more than 8 MiB unread")
+            self.transport.write(
+                _encoder.encode({"event": dropped["event"], "seq": self.server.next_seq(),
+                                 **dropped}) + b"\n"
+            )  # fmt: skip
+            self.closing = True
+            self.transport.close()
