@@ -12,12 +12,10 @@ from pathlib import Path
 import pytest
 
 from colibri.config import (
-    CONFIG_NAME,
     DURATION_RANGES,
     MAX_CONFIG_BYTES,
     MAX_CONFIG_DEPTH,
     NUMBER_RANGES,
-    STATE_DIR,
     TEMPLATE,
     WHOLE_RANGES,
     SchedulerSettings,
@@ -29,6 +27,7 @@ from colibri.config import (
 )
 from colibri.core.durations import format_duration
 from colibri.core.errors import ConfigError, RootError
+from colibri.layout import CONFIG_NAME, STATE_DIR
 from tests.configs import at, loaded, refused
 from tests.sessions.support import colibri
 

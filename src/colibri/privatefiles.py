@@ -23,8 +23,8 @@ _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 def what(info: os.stat_result) -> str:
     """A file's type, as a person says it."""
     mode = info.st_mode
-    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISFIFO, "a FIFO"),
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISFIFO, "a named pipe"),
                        (stat.S_ISREG, "a file")):  # fmt: skip
         if test(mode):
             return name

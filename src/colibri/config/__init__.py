@@ -1,0 +1,348 @@
+"""Settings: the one place that reads colibri.jsonc, and the face of its parts.
+
+settings   the settings' defaults and ranges (``Config``, ``SchedulerSettings`` …)
+template   what ``colibri init`` writes
+roots      finding, checking and creating a root
+jsonc      reading the file: its size, depth and syntax errors
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from colibri.config.jsonc import (
+    MAX_CONFIG_BYTES,
+    MAX_CONFIG_DEPTH,
+    key_offset,
+    parse_jsonc,
+    read_config_text,
+)
+from colibri.config.roots import check_state_entry, find_root, init_root, resolve_root
+from colibri.config.settings import (
+    DURATION_RANGES,
+    MAX_ROTATE_MIB,
+    MIN_ROTATE_MIB,
+    NUMBER_RANGES,
+    WHOLE_RANGES,
+    Config,
+    LedgerSettings,
+    SchedulerSettings,
+    ServerSettings,
+    SupervisorSettings,
+)
+from colibri.config.template import TEMPLATE
+from colibri.core.durations import parse_duration
+from colibri.core.errors import BadDuration, ConfigError, shown
+from colibri.layout import CONFIG_NAME, RootLayout
+
+if TYPE_CHECKING:
+    from colibri.core.schedules import ScheduleSpec
+
+__all__ = [
+    "DURATION_RANGES",
+    "HOST_ENV",
+    "MAX_CONFIG_BYTES",
+    "MAX_CONFIG_DEPTH",
+    "MAX_ROTATE_MIB",
+    "MIN_ROTATE_MIB",
+    "NUMBER_RANGES",
+    "TEMPLATE",
+    "WHOLE_RANGES",
+    "Config",
+    "LedgerSettings",
+    "SchedulerSettings",
+    "ServerSettings",
+    "SupervisorSettings",
+    "check_state_entry",
+    "find_root",
+    "host_mode",
+    "init_root",
+    "load_config",
+    "local_zone_name",
+    "parse_jsonc",
+    "read_config_text",
+    "resolve_root",
+]
+
+#: AF_UNIX paths are limited to 108 bytes on Linux (104 on the BSDs), terminator included.
+MAX_SOCKET_PATH = 103
+
+
+_KNOWN: dict[str, set[str]] = {
+    "scheduler": {
+        "tick",
+        "agent_ttl",
+        "min_score",
+        "ageing",
+        "retry_backoff",
+        "max_sessions",
+        "max_pending",
+        "max_pending_mib",
+        "max_children",
+        "max_depth",
+    },  # fmt: skip
+    "server": {"max_line", "max_connections", "line_timeout", "idle_timeout", "socket_group"},
+    "store": {"durability", "path"},
+    "supervisor": {"crash_loop", "crash_window", "cool_down", "max_backoff"},
+    "ledger": {"rotate_mib", "keep"},
+    # names are free in these; each entry is checked as what it is
+    "schedules": set(),
+    "templates": set(),
+    "workspaces": set(),
+}
+_FREE = {"schedules", "templates", "workspaces"}
+_ABSENT = object()
+
+
+HOST_ENV = "COLIBRI_HOST"
+
+
+def host_mode(environ: Mapping[str, str]) -> str:
+    """How the daemon and harnesses ask the system about processes and socket peers
+    (``host.MODES``): ``COLIBRI_HOST``, ``auto`` when unset. ``portable`` forces the calls
+    that work on any Unix, as on FreeBSD; ``portable-processes`` and ``portable-peers`` force
+    one of the two."""
+    from colibri.host import MODES
+
+    mode = environ.get(HOST_ENV) or "auto"
+    if mode not in MODES:
+        raise ConfigError(f"{HOST_ENV}={shown(mode)} is not a mode; modes: {', '.join(MODES)}")
+    return mode
+
+
+def load_config(root: Path, *, store: str | None = None, durability: str | None = None) -> Config:
+    """Read and validate ``root/colibri.jsonc``; errors say ``file:line: what is wrong``."""
+    path = root / CONFIG_NAME
+    raw: dict[str, Any] = {}
+    text = read_config_text(path)
+    if text is not None:
+        loaded = parse_jsonc(path, text)
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}:1: the file must hold one object {{ … }}")
+        raw = loaded
+    else:
+        text = ""
+
+    def where(key: str, section: str | None = None) -> str:
+        """``file:line`` of ``key`` (the first after ``section``'s, when given)."""
+        start = key_offset(text, section, 0) if section is not None else 0
+        offset = key_offset(text, key, start)
+        line = text.count("\n", 0, offset) + 1 if offset >= 0 else 1
+        return f"{path}:{line}"
+
+    for section, value in raw.items():
+        if section not in _KNOWN:
+            raise ConfigError(
+                f"{where(section)}: unknown section {section!r}; known: {', '.join(sorted(_KNOWN))}"
+            )
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where(section)}: {section!r} must be an object")
+        for key in value:
+            if section not in _FREE and key not in _KNOWN[section]:
+                raise ConfigError(
+                    f"{where(key, section)}: unknown key {section}.{key}; known: "
+                    f"{', '.join(sorted(_KNOWN[section]))}"
+                )
+
+    def setting(name: str) -> tuple[Callable[[], str], Any]:
+        """``name``'s value, and how an error about it begins (found only when needed)."""
+        section, key = name.split(".")
+        return lambda: f"{where(key, section)}: {name}", raw.get(section, {}).get(key, _ABSENT)
+
+    def duration(name: str, default: float) -> float:
+        at, value = setting(name)
+        if value is _ABSENT or value is None:
+            return default
+        low, high = DURATION_RANGES[name]
+        try:
+            return parse_duration(value, low=low, high=high)
+        except BadDuration as exc:
+            raise ConfigError(f"{at()}: {exc.message}") from None
+
+    def whole(name: str, default: int) -> int:
+        at, value = setting(name)
+        if value is _ABSENT:
+            return default
+        low, high = WHOLE_RANGES[name]
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 8.0 is the whole number 8; 8.5 is refused below
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ConfigError(
+                f"{at()} must be a whole number from {low:,} to {high:,}, not {shown(value)}"
+            )
+        return value
+
+    def number(name: str, default: float) -> float:
+        at, value = setting(name)
+        if value is _ABSENT:
+            return default
+        low, high = NUMBER_RANGES[name]
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not low <= value <= high  # NaN is refused here too
+        ):
+            raise ConfigError(
+                f"{at()} must be a number from {_figure(low)} to {_figure(high)}, "
+                f"not {shown(value)}"
+            )
+        return float(value)
+
+    sd = SchedulerSettings()
+    ageing = duration("scheduler.ageing", 0.0)  # 0: absent, so off (its range starts at 1s)
+    scheduler = SchedulerSettings(
+        tick=duration("scheduler.tick", sd.tick),
+        agent_ttl=duration("scheduler.agent_ttl", sd.agent_ttl),
+        min_score=number("scheduler.min_score", sd.min_score),
+        ageing=ageing or None,
+        retry_backoff=duration("scheduler.retry_backoff", sd.retry_backoff),
+        max_sessions=whole("scheduler.max_sessions", sd.max_sessions),
+        max_pending=whole("scheduler.max_pending", sd.max_pending),
+        max_children=whole("scheduler.max_children", sd.max_children),
+        max_depth=whole("scheduler.max_depth", sd.max_depth),
+        max_pending_mib=number("scheduler.max_pending_mib", sd.max_pending_mib),
+    )
+    group_name = raw.get("server", {}).get("socket_group")
+    group_id = None
+    if group_name is not None:
+        import grp
+
+        if not isinstance(group_name, str) or not group_name or "\0" in group_name:
+            raise ConfigError(
+                f"{where('socket_group', 'server')}: server.socket_group must be a group name"
+            )
+        try:
+            group_id = grp.getgrnam(group_name).gr_gid
+        except KeyError:
+            raise ConfigError(
+                f"{where('socket_group', 'server')}: server.socket_group: there is no group "
+                f"{shown(group_name)} on this host (create it with groupadd, or see getent group)"
+            ) from None
+    sv = ServerSettings()
+    server = ServerSettings(
+        max_line=whole("server.max_line", sv.max_line),
+        max_connections=whole("server.max_connections", sv.max_connections),
+        line_timeout=duration("server.line_timeout", sv.line_timeout),
+        idle_timeout=duration("server.idle_timeout", sv.idle_timeout),
+        socket_group=group_id,
+        socket_group_name=group_name,
+    )
+    su = SupervisorSettings()
+    supervisor = SupervisorSettings(
+        crash_loop=whole("supervisor.crash_loop", su.crash_loop),
+        crash_window=duration("supervisor.crash_window", su.crash_window),
+        cool_down=duration("supervisor.cool_down", su.cool_down),
+        max_backoff=duration("supervisor.max_backoff", su.max_backoff),
+    )
+    ld = LedgerSettings()
+    rotate_mib = number("ledger.rotate_mib", ld.rotate_mib)
+    if 0 < rotate_mib < MIN_ROTATE_MIB:
+        raise ConfigError(
+            f"{where('rotate_mib', 'ledger')}: ledger.rotate_mib must be 0 (never rotate) or at "
+            f"least {MIN_ROTATE_MIB} (1 KiB)"
+        )
+    ledger = LedgerSettings(rotate_mib=rotate_mib, keep=whole("ledger.keep", ld.keep))
+    chosen_durability = durability or raw.get("store", {}).get("durability", "full")
+    if chosen_durability not in ("full", "relaxed"):
+        raise ConfigError(
+            f"{where('durability', 'store')}: store.durability must be full or relaxed"
+        )
+    configured_path = raw.get("store", {}).get("path")
+    if configured_path is not None and (
+        not isinstance(configured_path, str) or not configured_path or "\0" in configured_path
+    ):
+        raise ConfigError(
+            f"{where('path', 'store')}: store.path must be the path of a file, not "
+            f"{shown(configured_path)}"
+        )
+    store_path = store or configured_path or str(RootLayout(root).store)
+    store_path = os.path.expanduser(store_path)
+    if not os.path.isabs(store_path):
+        store_path = str(root / store_path)
+    from colibri.workspaces import resolve as resolve_workspaces
+
+    workspaces = resolve_workspaces(
+        raw.get("workspaces", {}), raw.get("templates", {}), root, where
+    )
+    default_tz = local_zone_name()
+    schedules = _schedules(raw.get("schedules", {}), where, default_tz)
+    config = Config(
+        root=root,
+        store=store_path,
+        durability=chosen_durability,
+        scheduler=scheduler,
+        server=server,
+        supervisor=supervisor,
+        ledger=ledger,
+        schedules=schedules,
+        default_tz=default_tz,
+        workspaces=workspaces,
+        crashpoint=os.environ.get("COLIBRI_CRASHPOINT") or None,
+        environ=dict(os.environ),
+        host=host_mode(os.environ),
+    )
+    if len(os.fsencode(config.layout.socket)) > MAX_SOCKET_PATH:
+        raise ConfigError(
+            f"the socket path {config.layout.socket} is longer than Unix sockets allow "
+            f"({MAX_SOCKET_PATH} bytes); use a root with a shorter path"
+        )
+    return config
+
+
+def _figure(value: float) -> str:
+    """A bound as the README writes it: 1,048,576 or 0.001."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+
+def _schedules(
+    raw: dict[str, Any], where: Callable[[str], str], default_tz: str
+) -> dict[str, ScheduleSpec]:
+    """Check every schedule of colibri.jsonc now, so a mistake stops ``run`` with its line."""
+    import time
+
+    import msgspec
+
+    from colibri.core import schedules as schedule_math
+    from colibri.core.errors import BadRequest
+    from colibri.core.schedules import ScheduleSpec
+
+    specs: dict[str, ScheduleSpec] = {}
+    for name, body in raw.items():
+        try:
+            spec = msgspec.convert(body, ScheduleSpec)
+            schedule_math.build(name, spec, now=time.time(), default_tz=default_tz)
+        except msgspec.ValidationError as exc:
+            raise ConfigError(f"{where(name)}: schedules.{name}: {exc}") from None
+        except BadRequest as exc:
+            raise ConfigError(f"{where(name)}: schedules.{name}: {exc.message}") from None
+        specs[name] = spec
+    return specs
+
+
+def local_zone_name() -> str:
+    """The machine's IANA zone name (TZ, then /etc/localtime, then /etc/timezone), else UTC."""
+    candidates: list[str] = []
+    if os.environ.get("TZ"):
+        candidates.append(os.environ["TZ"].lstrip(":"))
+    try:
+        link = os.readlink("/etc/localtime")
+        if "zoneinfo/" in link:
+            candidates.append(link.split("zoneinfo/", 1)[1])
+    except OSError:
+        pass
+    try:
+        candidates.append(Path("/etc/timezone").read_text().strip())
+    except OSError:
+        pass
+    from zoneinfo import ZoneInfo
+
+    for name in candidates:
+        try:
+            ZoneInfo(name)
+        except (ValueError, KeyError, OSError):
+            continue
+        return name
+    return "UTC"

@@ -1,0 +1,162 @@
+"""Reading colibri.jsonc: bounded in size and depth, and every syntax error one line with its
+line number and what was expected."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from colibri.core.errors import ConfigError
+from colibri.privatefiles import what
+
+if TYPE_CHECKING:
+    import pyjson5
+
+#: colibri.jsonc is written by people, and 1 MiB holds thousands of workspaces: a bigger file is
+#: a mistake (a log or a dump saved under this name). Refusing it before reading it keeps
+#: ``colibri run`` answering within a second, whatever the file holds.
+MAX_CONFIG_BYTES = 1 << 20
+#: Deepest nesting of objects and arrays read. The deepest real setting is five levels down
+#: (workspaces.NAME.session.env.KEY); a file far deeper is a mistake or an attack, and the
+#: parser stops at this depth instead of recursing into it.
+MAX_CONFIG_DEPTH = 64
+
+
+def key_offset(text: str, key: str, start: int) -> int:
+    """Where ``key:`` (quoted or not) first is in ``text`` from ``start``, or -1.
+
+    Found as the literal key first, then checked around it: a pattern that starts with an
+    optional quote makes the regular expression engine try every offset, seconds on 1 MiB.
+    """
+    for match in re.finditer(rf"""{re.escape(key)}["']?\s*:""", text[start:]):
+        before = start + match.start() - 1
+        if before >= 0 and text[before] in "\"'":
+            before -= 1
+        if before < 0 or not (text[before].isalnum() or text[before] in "_$-"):
+            return start + match.start()
+    return -1
+
+
+def read_config_text(path: Path) -> str | None:
+    """The text of colibri.jsonc, or None if there is none; a ConfigError for a file that is
+    too big, not UTF-8, not a regular file or unreadable, each in one line."""
+    try:
+        # O_NONBLOCK: a named pipe of this name must not hang the open; it is refused below.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise ConfigError(
+                f"{path}:1: a symbolic link to {os.readlink(path)}, which does not exist"
+            ) from None
+        return None
+    except OSError as exc:
+        raise ConfigError(f"{path}:1: cannot read it: {exc.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise ConfigError(f"{path}:1: {what(info)}, not a file of settings")
+    with os.fdopen(fd, "rb") as file:
+        try:
+            # One byte past the cap tells a file that is too big, however it grows meanwhile.
+            data = file.read(MAX_CONFIG_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError(f"{path}:1: cannot read it: {exc.strerror}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"{path}:1: the file has {max(info.st_size, len(data)):,} bytes; colibri.jsonc may "
+            f"have at most {MAX_CONFIG_BYTES:,} (1 MiB)"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ConfigError(
+            f"{path}:{line}: byte 0x{data[exc.start]:02x} at column {column} is not UTF-8; "
+            "colibri.jsonc must be UTF-8 text"
+        ) from None
+
+
+def parse_jsonc(path: Path, text: str) -> Any:
+    """``text`` parsed as JSONC (JSON5: comments, trailing commas, unquoted keys …), at most
+    MAX_CONFIG_DEPTH deep; a syntax error is a ConfigError ``file:line: what is wrong``.
+
+    pyjson5 parses in C: a 1 MiB file takes milliseconds, where the pure-Python json5 took
+    seconds, and it stops at the depth cap instead of recursing into the file.
+    """
+    import pyjson5
+
+    try:
+        return pyjson5.decode(text, maxdepth=MAX_CONFIG_DEPTH)
+    except pyjson5.Json5DecoderException as exc:
+        offset, message = _syntax_error(exc, text)
+        line = text.count("\n", 0, offset) + 1
+        column = offset - text.rfind("\n", 0, offset)
+        raise ConfigError(f"{path}:{line}: {message} (column {column})") from None
+
+
+#: What pyjson5 calls the things it expected, as our messages say them.
+_NAMES = {
+    "comma": "','",
+    "colon": "':'",
+    "JSON5Value": "a value",
+    "IdentifierStart": "a key",
+    "IdentifierName": "key",
+    "UnicodeEscapeSequence": "a \\u escape",
+    "hexadecimal character": "a hexadecimal digit",
+}
+
+
+def _syntax_error(exc: pyjson5.Json5DecoderException, text: str) -> tuple[int, str]:
+    """Where in ``text`` pyjson5's error is, and what it says, in one line.
+
+    pyjson5 says ``Expected b'comma' or U+007d near 12, found U+0022``; its offset is just past
+    the character it stopped at (for extra data, just past the value before them).
+    """
+    import pyjson5
+
+    said = str(exc.args[0]) if exc.args else type(exc).__name__
+    near = re.search(r" (?:starting )?near (\d+)", said)
+    position = int(near[1]) if near else 0
+    offset = max(position - 1, 0)
+    if isinstance(exc, pyjson5.Json5NestingTooDeep):
+        return offset, f"nested deeper than {MAX_CONFIG_DEPTH} levels of objects and arrays"
+    if isinstance(exc, pyjson5.Json5ExtraData):
+        offset = _next_content(text, position)
+        return offset, f"{_char(text[offset])} after the end of the settings' object"
+    if said.startswith("No JSON data"):
+        return offset, "no settings: the file must hold one object { … }"
+    if "NumericLiteral" in said:
+        return offset, "a number that cannot be read (malformed, or too large)"
+    unclosed = re.match(r"Unclosed b'([^']*)'", said)
+    if unclosed:
+        return offset, f"the {_NAMES.get(unclosed[1], unclosed[1])} that starts here is not closed"
+    said = said.replace(near[0], "") if near else said
+    said = re.sub(r"b'([^']*)'", lambda m: _NAMES.get(m[1], m[1]), said)
+    said = re.sub(r"U\+([0-9a-fA-F]{4,6})", lambda m: _char(chr(int(m[1], 16))), said)
+    said = " ".join(said.split())
+    return offset, said[:1].lower() + said[1:]
+
+
+def _char(c: str) -> str:
+    return repr(c) if c.isprintable() and not c.isspace() else f"U+{ord(c):04X}"
+
+
+def _next_content(text: str, i: int) -> int:
+    """The offset of the first character at or after ``i`` that is not blank or a comment."""
+    n = len(text)
+    while i < n:
+        if text[i].isspace():
+            i += 1
+        elif text.startswith("//", i):
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+        else:
+            return i
+    return max(n - 1, 0)

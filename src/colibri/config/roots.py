@@ -1,0 +1,104 @@
+"""Roots: a directory holding ``colibri.jsonc`` and the ``.colibri/`` state folder, found like
+``.git`` — ``--root``/``COLIBRI_ROOT`` (resolved by the CLI), else the nearest ancestor of the
+working directory that has ``.colibri/``."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from colibri.config.template import TEMPLATE
+from colibri.core.errors import RootError
+from colibri.layout import CONFIG_NAME, STATE_DIR
+from colibri.privatefiles import what
+
+
+def find_root(start: Path) -> Path | None:
+    """The nearest directory at or above ``start`` that has a ``.colibri/`` folder.
+
+    A ``.colibri`` that is a symlink counts too, so that ``resolve_root`` refuses it rather than
+    passing on to a root further up; a plain file of that name is someone else's, not a root.
+    """
+    start = start.resolve()
+    for candidate in (start, *start.parents):
+        try:
+            mode = os.lstat(candidate / STATE_DIR).st_mode
+        except OSError:
+            continue
+        if stat.S_ISDIR(mode) or stat.S_ISLNK(mode):
+            return candidate
+    return None
+
+
+def check_state_entry(root: Path) -> bool:
+    """Whether ``root/.colibri`` exists; a RootError if it is anything but a real directory.
+
+    The daemon refuses such a state folder too (daemon.app.check_state_dir); saying so here
+    stops ``init``, ``run`` and every other command with what is there and what to do.
+    """
+    path = root / STATE_DIR
+    try:
+        info = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):  # NotADirectory: ``root`` is a file
+        return False
+    except OSError as exc:
+        raise RootError(f"cannot look at {path}: {exc.strerror}") from None
+    if stat.S_ISDIR(info.st_mode):
+        return True
+    if stat.S_ISLNK(info.st_mode):
+        raise RootError(
+            f"{path} is a symlink (to {os.readlink(path)}); a root's state folder must be a "
+            "real directory: remove the link (or put the folder itself there) and try again"
+        )
+    raise RootError(
+        f"{path} is {what(info)}, where a Colibri root keeps its state folder: move it away "
+        "(or remove it) and try again"
+    )
+
+
+def resolve_root(explicit: str | None, cwd: Path) -> Path:
+    if explicit:
+        root = Path(explicit).expanduser().resolve()
+        if not check_state_entry(root):
+            raise RootError(f"{root} is not a Colibri root (create one with: colibri init {root})")
+        return root
+    found = find_root(cwd)
+    if found is None:
+        raise RootError(
+            f"no Colibri root at or above {cwd} (create one with: colibri init, or pass --root)"
+        )
+    check_state_entry(found)
+    return found
+
+
+def init_root(target: Path, *, force: bool = False) -> bool:
+    """Create a root at ``target``; False if it already was one. Refuse inside another root."""
+    target = target.expanduser().resolve()
+    if check_state_entry(target):
+        return False
+    enclosing = find_root(target.parent) if target.parent != target else None
+    if enclosing is not None and not force:
+        raise RootError(
+            f"{target} is inside the Colibri root {enclosing}; use that root, "
+            "or pass --force to create a nested one"
+        )
+    if os.path.lexists(target) and not target.is_dir():
+        raise RootError(f"{target} is {what(os.stat(target))}, not a directory")
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        (target / STATE_DIR).mkdir(mode=0o700)
+    except OSError as exc:
+        raise RootError(f"cannot create a Colibri root at {target}: {exc.strerror}") from None
+    config = target / CONFIG_NAME
+    try:
+        # O_EXCL|O_NOFOLLOW: an existing colibri.jsonc, or a symlink of that name (even one
+        # leading nowhere), is left alone; write_text would follow it and create its target.
+        fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    except FileExistsError:
+        return True
+    except OSError as exc:
+        raise RootError(f"cannot create {config}: {exc.strerror}") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(TEMPLATE)
+    return True
