@@ -182,7 +182,7 @@ def test_long_pages_are_cut_by_bytes_and_go_on_where_they_stopped(start_daemon: 
     where the next page starts; the pages cover every task once. A family that long says it
     is not complete."""
     from colibri.core.model import MAX_TEXT
-    from colibri.core.protocol import REPLY_BUDGET
+    from colibri.core.sizes import REPLY_BUDGET
 
     daemon = start_daemon(max_pending_mib=16)
     parent = daemon.call("create-task", agent="nobody", text="parent")["task"]["id"]

@@ -124,7 +124,8 @@ def test_a_claude_result_with_numbers_out_of_range_keeps_the_rest_of_its_cost() 
 
 
 def test_fit_text_keeps_head_and_tail_within_the_budget() -> None:
-    from colibri.core.protocol import encode, fit_text
+    from colibri.core.protocol import encode
+    from colibri.core.sizes import fit_text
 
     for text in ("a" * 10_000, "\x00" * 10_000, "é" * 10_000, "\U0001f600" * 5000, "\n" * 3):
         for budget in (200, 1000, 50_000):

@@ -32,7 +32,8 @@ from colibri.client import AsyncClient
 from colibri.core.errors import ColibriError, DaemonNotRunning, RootError
 from colibri.core.lineage import Body, build_body
 from colibri.core.model import DEFAULT_MAX_LINE
-from colibri.core.protocol import ReportedCost, fit_report
+from colibri.core.protocol import ReportedCost
+from colibri.core.sizes import fit_report
 from colibri.host import (
     alive,
     become_subreaper,

@@ -160,7 +160,7 @@ def out(
         session_ended=False, from_session=True, claim=own.secret,
     )  # fmt: skip
     if len(output) > MIN_LINE // 8:  # might not fit: ask the daemon how long a line may be
-        from colibri.core.protocol import fit_report
+        from colibri.core.sizes import fit_report
 
         output = fit_report(output, ctx.call("ping", patient=True)["max_line"], "out", fields)
     task = ctx.call("out", patient=True, output=output, **fields)["task"]

@@ -98,9 +98,9 @@ def add_workspace(
     The daemon picks it up at its next start.
     """
     from colibri.config import load_config
+    from colibri.config.jsonc import insert_workspace
     from colibri.core.errors import ConfigError
     from colibri.layout import CONFIG_NAME
-    from colibri.workspaces import insert_workspace
 
     root = ctx.root()
     file = root / CONFIG_NAME

@@ -1,5 +1,5 @@
-"""Reading colibri.jsonc: bounded in size and depth, and every syntax error one line with its
-line number and what was expected."""
+"""colibri.jsonc as text: read bounded in size and depth (every syntax error one line with its
+line number and what was expected), and edited in place with its comments and layout kept."""
 
 from __future__ import annotations
 
@@ -160,3 +160,104 @@ def _next_content(text: str, i: int) -> int:
         else:
             return i
     return max(n - 1, 0)
+
+
+# -- editing the text, comments and layout kept (colibri workspace add) --------------------
+
+
+def _scan(text: str) -> list[tuple[int, str]]:
+    """Structural characters of JSONC text with their offsets, skipping strings and comments."""
+    out: list[tuple[int, str]] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in "\"'":
+            i += 1
+            while i < n and text[i] != c:
+                i += 2 if text[i] == "\\" else 1
+        elif text.startswith("//", i):
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+            continue
+        elif c in "{}[]:,":
+            out.append((i, c))
+        i += 1
+    return out
+
+
+def _last_content(text: str, limit: int) -> int:
+    """Offset just past the last character before ``limit`` that is not blank or comment."""
+    last, i = 0, 0
+    while i < limit:
+        c = text[i]
+        if c in "\"'":
+            j = i + 1
+            while j < limit and text[j] != c:
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+            last = min(i, limit)
+            continue
+        if text.startswith("//", i):
+            end = text.find("\n", i)
+            i = limit if end < 0 else end
+            continue
+        if text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = limit if end < 0 else end + 2
+            continue
+        if not c.isspace():
+            last = i + 1
+        i += 1
+    return last
+
+
+def _append_member(text: str, close: int, member: str, indent: str) -> str:
+    """Insert ``member`` as the last member of the object whose ``}`` is at ``close``."""
+    end = _last_content(text, close)
+    needs_comma = text[end - 1] not in "{," if end else False
+    head = text[:end] + ("," if needs_comma else "") + text[end:close].rstrip()
+    return f"{head}\n{indent}{member},\n{indent[:-2]}{text[close:]}"
+
+
+def insert_workspace(text: str, name: str, entry: dict[str, Any]) -> str:
+    """colibri.jsonc text with workspace ``name`` added, every comment and layout kept.
+
+    The entry goes at the end of the ``workspaces`` object, which is created at the end of the
+    top-level object if there is none. The caller checks the result by loading it.
+    """
+    import msgspec  # (lazily: the CLI starts without it)
+
+    body = msgspec.json.encode(entry).decode()
+    marks = _scan(text)
+    depth = 0
+    top_close = None
+    workspaces_open = None
+    for k, (pos, c) in enumerate(marks):
+        if c in "{[":
+            depth += 1
+            if c == "{" and depth == 2 and k >= 1 and marks[k - 1][1] == ":":
+                key_end = marks[k - 1][0]
+                start = max((p for p, ch in marks[: k - 1] if ch in "{,"), default=0)
+                key = re.search(r"[\"']?([A-Za-z_$][\w$-]*)[\"']?\s*$", text[start + 1 : key_end])
+                if key is not None and key.group(1) == "workspaces":
+                    workspaces_open = pos
+        elif c in "}]":
+            if depth == 2 and workspaces_open is not None and c == "}":
+                return _append_member(text, pos, f"{json_key(name)}: {body}", "    ")
+            if depth == 1 and c == "}":
+                top_close = pos
+            depth -= 1
+    if top_close is None:
+        return '{\n  "workspaces": {\n    ' + f"{json_key(name)}: {body},\n  }},\n}}\n"
+    member = f'"workspaces": {{\n    {json_key(name)}: {body},\n  }}'
+    return _append_member(text, top_close, member, "  ")
+
+
+def json_key(name: str) -> str:
+    import msgspec
+
+    return msgspec.json.encode(name).decode()

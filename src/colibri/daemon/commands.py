@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from colibri import __version__
 from colibri.core import protocol as p
+from colibri.core import sizes
 from colibri.core.errors import BadRequest
 from colibri.core.model import LedgerEntry, Task
 from colibri.daemon.board import Board
@@ -132,8 +133,8 @@ class Commands:
                            parent=req.parent, tenant=req.tenant, after=after, limit=want)
             )  # fmt: skip
             for task in page:
-                used += p.task_size(task)
-                if tasks and used > p.REPLY_BUDGET:
+                used += sizes.task_size(task)
+                if tasks and used > sizes.REPLY_BUDGET:
                     return {"tasks": tasks, "next": tasks[-1].id}
                 tasks.append(task)
             if len(page) < want:
@@ -203,8 +204,8 @@ class Commands:
             want = min(LEDGER_PAGE, req.limit - len(rows))
             page = self.board.store.ledger(after, want, req.task)
             for row in page:
-                used += p.ledger_size(row)
-                full = bool(rows) and used > p.REPLY_BUDGET
+                used += sizes.ledger_size(row)
+                full = bool(rows) and used > sizes.REPLY_BUDGET
                 if full:
                     break
                 rows.append(row)

@@ -11,7 +11,7 @@ from colibri.core import states
 from colibri.core.errors import BadRequest
 from colibri.core.matching import explain
 from colibri.core.model import Agent, Task
-from colibri.core.protocol import REPLY_BUDGET, task_size
+from colibri.core.sizes import REPLY_BUDGET, task_size
 from colibri.core.states import State
 from colibri.daemon.board.audience import Audience
 from colibri.daemon.board.batch import Peer
