@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
@@ -28,6 +29,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from colibri.config import SchedulerSettings
 from colibri.core.errors import ColibriError, StaleClaim
+from colibri.core.events import Event
 from colibri.core.model import MAX_TOKENS, MAX_USD, Cost, TaskSpec
 from colibri.core.protocol import Held, RegisterAgent
 from colibri.core.states import ENDED, State
@@ -64,6 +66,13 @@ class ManualClock:
         self.mono += seconds
 
 
+def plain(message: Any) -> dict[str, Any]:
+    """A message as the agent reads it: an event as a plain object named by its tag."""
+    if isinstance(message, Event):
+        return {"event": type(message).__struct_config__.tag, **msgspec.structs.asdict(message)}
+    return dict(message)
+
+
 class Peer:
     """An agent's connection as the board sees it; it keeps what the agent was told."""
 
@@ -73,8 +82,8 @@ class Peer:
         self.name = name
         self.messages: list[dict[str, Any]] = []
 
-    def send(self, message: dict[str, Any]) -> None:
-        self.messages.append(message)
+    def send(self, message: Any) -> None:
+        self.messages.append(plain(message))
 
 
 class AgentModel:
@@ -148,7 +157,7 @@ class BoardMachine(RuleBasedStateMachine):
                 peer.send(message)
                 agent = self.agents.get(peer.name)
                 if agent is not None and agent.peer is peer:
-                    agent.hear(message)
+                    agent.hear(plain(message))
 
     def attempt(self, action: Any) -> Any:
         """One request: a ColibriError is a refusal (the batch still commits, as the server's)."""

@@ -1,56 +1,219 @@
-"""Events the daemon pushes: to the agent that holds a task, and to subscribers.
+"""Every event the daemon pushes, as one tagged union: to the agent that holds a task, to
+subscribers, and to ``ledger --follow`` connections.
 
-Every pushed object has ``event`` (its name, in the past tense where it reports a fact) and a
-``seq`` that increases by one per event for the life of the daemon. Durable history, with a
-``seq`` that survives restarts, is the ledger (``ledger`` command).
+On the wire each is an object whose ``event`` names it and whose ``seq`` increases by one per
+event sent, for the life of the daemon (the connection sets it as it sends). Durable history,
+with a ``seq`` that survives restarts, is the ledger. The class names say what happened (in the
+past tense) or, for the two an agent must act on, what to do (``Assign``, ``Cancel``); the tags
+are the wire's names. ``decode`` reads any event line back as its class.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Union
 
-from colibri.core.model import Agent, Task
+import msgspec
 
-#: To an agent: run this task under this claim.
-ASSIGN = "assign"
-#: To an agent: stop the session of this task (it was cancelled or reclaimed).
-CANCEL = "cancel"
-#: To subscribers: a task changed state.
-TASK_CHANGED = "task"
-#: To subscribers: an agent came online or went offline.
-AGENT_CHANGED = "agent"
-#: To subscribers: dispatch was paused or resumed.
-SWARM_TOGGLED = "swarm"
-#: To a subscriber that fell too far behind, just before it is dropped.
-DROPPED = "dropped"
+from colibri.core.model import Agent, LedgerEntry, Task
 
 
-def assign(task: Task, claim: str) -> dict[str, Any]:
-    """``claim``: the secret of this claim, which the session's own reports must carry."""
-    return {"event": ASSIGN, "epoch": task.epoch, "claim": claim, "task": task}
+class Event(msgspec.Struct, tag_field="event", kw_only=True):
+    #: Set by the connection as it sends the event.
+    seq: int = 0
 
 
-def cancel(task: Task, reason: str) -> dict[str, Any]:
-    return {"event": CANCEL, "task": task.id, "epoch": task.epoch, "reason": reason}
+# -- to the agent that holds a task --------------------------------------------------------
 
 
-def task_changed(task: Task, from_state: str | None, reason: str | None) -> dict[str, Any]:
-    return {
-        "event": TASK_CHANGED,
-        "from": from_state,
-        "to": task.state,
-        "reason": reason,
-        "task": task,
-    }
+class Assign(Event, tag="assign"):
+    """Run this task under this claim; ``claim`` is the secret its session's own reports
+    must carry."""
+
+    epoch: int
+    claim: str
+    task: Task
 
 
-def agent_changed(agent: Agent) -> dict[str, Any]:
-    return {"event": AGENT_CHANGED, "agent": agent}
+class Cancel(Event, tag="cancel"):
+    """Stop the session of this task (it was cancelled); then say ``reclaimed``."""
+
+    task: str
+    epoch: int
+    reason: str
 
 
-def swarm_toggled(paused: bool) -> dict[str, Any]:
-    return {"event": SWARM_TOGGLED, "paused": paused}
+class SessionReady(Event, tag="ready"):
+    """The session said it is ready (``colibri ready``): type its task in."""
+
+    task: str
+    epoch: int
 
 
-def dropped(reason: str) -> dict[str, Any]:
-    return {"event": DROPPED, "reason": reason}
+class AskingStarted(Event, tag="asking"):
+    """The session waits for an answer: its clocks (max_runtime) stand still meanwhile."""
+
+    task: str
+
+
+class Expired(Event, tag="expired"):
+    """The agent was silent past its TTL and is offline: register again."""
+
+    reason: str
+
+
+# -- to subscribers (and, for questions, to the holder too) --------------------------------
+
+
+class TaskChanged(Event, tag="task"):
+    from_state: str | None = msgspec.field(name="from")
+    to_state: str = msgspec.field(name="to")
+    reason: str | None
+    task: Task
+
+
+class AgentChanged(Event, tag="agent"):
+    """An agent registered, or went offline."""
+
+    agent: Agent
+
+
+class SwarmToggled(Event, tag="swarm"):
+    """Dispatch was paused or resumed."""
+
+    paused: bool
+
+
+class QuestionAsked(Event, tag="question"):
+    task: str
+    question: str
+
+
+class Answered(Event, tag="answered"):
+    task: str
+
+
+class QuestionWithdrawn(Event, tag="question_withdrawn"):
+    """Nobody waits for the answer any more (its asker went away)."""
+
+    task: str
+
+
+class SessionNotReady(Event, tag="warning"):
+    """A session never became ready; its task went back to pending."""
+
+    workspace: str
+    task: str
+    reason: str
+
+
+class BreakerOpened(Event, tag="unhealthy"):
+    """Sessions in a row never became ready: the agent gets no work for a while."""
+
+    agent: str
+    workspace: str
+    reason: str
+
+
+class BudgetChanged(Event, tag="budget"):
+    """A workspace spent its daily budget (``paused``), or a new day reopened it."""
+
+    workspace: str
+    paused: bool
+    reason: str
+
+
+class ScheduleNoted(Event, tag="schedule"):
+    """A schedule fired (``task`` is what it submitted), or skipped, missed or was refused."""
+
+    schedule: str
+    what: str
+    nominal: str
+    task: str | None = None
+
+
+class MessageSent(Event, tag="message"):
+    """A bus message (``colibri send``); a ``chained`` one waits for ``consumed``."""
+
+    message: int
+    to: str
+    text: str
+    chained: bool
+
+
+class LedgerAppended(Event, tag="ledger"):
+    """To ``ledger --follow``: a row was committed."""
+
+    entry: LedgerEntry
+
+
+class Dropped(Event, tag="dropped"):
+    """To a subscriber that fell too far behind, just before it is dropped."""
+
+    reason: str
+
+
+AnyEvent = Union[  # noqa: UP007 (msgspec reads the union's members)
+    Assign,
+    Cancel,
+    SessionReady,
+    AskingStarted,
+    Expired,
+    TaskChanged,
+    AgentChanged,
+    SwarmToggled,
+    QuestionAsked,
+    Answered,
+    QuestionWithdrawn,
+    SessionNotReady,
+    BreakerOpened,
+    BudgetChanged,
+    ScheduleNoted,
+    MessageSent,
+    LedgerAppended,
+    Dropped,
+]
+#: Every event's wire name.
+NAMES: tuple[str, ...] = tuple(
+    str(cls.__struct_config__.tag)
+    for cls in AnyEvent.__args__  # type: ignore[attr-defined]
+)
+
+_decoder = msgspec.json.Decoder(AnyEvent)
+
+
+def decode(line: bytes | str) -> AnyEvent:
+    """An event line read back as its class (``msgspec.ValidationError`` if it is not one)."""
+    return _decoder.decode(line)
+
+
+def convert(message: dict[str, Any]) -> AnyEvent:
+    """An event already decoded as a plain object, as its class."""
+    event: AnyEvent = msgspec.convert(message, AnyEvent)
+    return event
+
+
+# The builders the board calls most; the others are constructed where they happen.
+
+
+def assign(task: Task, claim: str) -> Assign:
+    return Assign(epoch=task.epoch, claim=claim, task=task)
+
+
+def cancel(task: Task, reason: str) -> Cancel:
+    return Cancel(task=task.id, epoch=task.epoch, reason=reason)
+
+
+def task_changed(task: Task, from_state: str | None, reason: str | None) -> TaskChanged:
+    return TaskChanged(from_state=from_state, to_state=task.state, reason=reason, task=task)
+
+
+def agent_changed(agent: Agent) -> AgentChanged:
+    return AgentChanged(agent=agent)
+
+
+def swarm_toggled(paused: bool) -> SwarmToggled:
+    return SwarmToggled(paused=paused)
+
+
+def dropped(reason: str) -> Dropped:
+    return Dropped(reason=reason)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from colibri.core.errors import BadRequest, BadTaskBody
+from colibri.core.events import MessageSent
 from colibri.core.lineage import parse_body
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ CHAIN_WAIT = 2.0
 @dataclass(eq=False)
 class Chain:
     id: int
-    message: dict[str, Any]
+    message: MessageSent
     waiting: list[Subscription]
     sender: Connection
     request_id: Any
@@ -76,8 +77,7 @@ class Bus:
         targets = [s for s in self.audience.subscriptions if s.workspace in (None, to)]
         message_id = next(self._ids)
         chained = carries_header(text)
-        message = {"event": "message", "message": message_id, "to": to, "text": text,
-                   "chained": chained}  # fmt: skip
+        message = MessageSent(message=message_id, to=to, text=text, chained=chained)
         if not chained:
             for target in targets:
                 target.peer.send(message)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import msgspec
 
@@ -19,6 +19,7 @@ from colibri.core import events
 from colibri.core.errors import Busy, ColibriError, Forbidden, LineTooLong
 
 if TYPE_CHECKING:
+    from colibri.daemon.board.batch import Message
     from colibri.daemon.server import Server
 
 log = logging.getLogger(__name__)
@@ -173,10 +174,11 @@ class Connection(asyncio.Protocol):
 
     # -- output ------------------------------------------------------------------------------
 
-    def queue(self, message: dict[str, Any]) -> None:
-        """Encode now (the values may change later in the batch); written at flush."""
-        if "event" in message:
-            message = {"event": message["event"], "seq": self.server.next_seq(), **message}
+    def queue(self, message: Message) -> None:
+        """Encode now (the values may change later in the batch); written at flush. An event
+        takes the next ``seq`` (one event object may go to many connections, each its own)."""
+        if isinstance(message, events.Event):
+            message.seq = self.server.next_seq()
         self._out += _encoder.encode(message)
         self._out += b"\n"
         self.server.dirty.add(self)
@@ -193,9 +195,7 @@ class Connection(asyncio.Protocol):
         watched = self.subscriber or self.follows_ledger
         if watched and self.transport.get_write_buffer_size() > SUBSCRIBER_BUFFER_LIMIT:
             dropped = events.dropped("subscriber too slow: more than 8 MiB unread")
-            self.transport.write(
-                _encoder.encode({"event": dropped["event"], "seq": self.server.next_seq(),
-                                 **dropped}) + b"\n"
-            )  # fmt: skip
+            dropped.seq = self.server.next_seq()
+            self.transport.write(_encoder.encode(dropped) + b"\n")
             self.closing = True
             self.transport.close()

@@ -25,6 +25,7 @@ from colibri.core.errors import (
     StorageUnavailable,
     UnknownSchedule,
 )
+from colibri.core.events import ScheduleNoted
 from colibri.core.model import LedgerEntry, parse_rfc3339, rfc3339
 from colibri.core.schedules import Schedule, ScheduleSpec
 from colibri.core.states import OPEN
@@ -251,13 +252,7 @@ class ScheduleRunner:
         schedule.last_task = task_id
         schedule.last_fire_at = key
         self.board.broadcast(
-            {
-                "event": "schedule",
-                "schedule": schedule.name,
-                "what": "fired",
-                "nominal": key,
-                "task": task_id,
-            }
+            ScheduleNoted(schedule=schedule.name, what="fired", nominal=key, task=task_id)
         )
         return 1
 
@@ -281,12 +276,7 @@ class ScheduleRunner:
         )
         self.batch.ledger_rows.append(self.store.append_ledger(entry))
         self.board.broadcast(
-            {
-                "event": "schedule",
-                "schedule": schedule.name,
-                "what": what,
-                "nominal": rfc3339(nominal),
-            }
+            ScheduleNoted(schedule=schedule.name, what=what, nominal=rfc3339(nominal))
         )
 
     async def run(

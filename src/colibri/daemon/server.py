@@ -27,6 +27,7 @@ from colibri.core.errors import (
     Internal,
     StorageUnavailable,
 )
+from colibri.core.events import LedgerAppended
 from colibri.core.model import LedgerEntry
 from colibri.daemon import crashpoints
 from colibri.daemon.board import Board
@@ -272,8 +273,8 @@ class Server:
             # After the replies: a new follower's ``ledger`` reply comes before the rows of its
             # own batch, so it can tell the rows its reply holds from those that are new.
             self._push_ledger(rows)
-            for peer, message in outbox:
-                peer.send(message)
+            for peer, effect in outbox:
+                peer.send(effect)
         for conn in self.dirty:
             conn.write_out()
         self.dirty.clear()
@@ -330,7 +331,7 @@ class Server:
         for conn in self._ledger_followers:
             for row in rows:
                 if conn.ledger_task is None or conn.ledger_task == row.task:
-                    conn.queue({"event": "ledger", "entry": row})
+                    conn.queue(LedgerAppended(entry=row))
 
     # -- housekeeping ------------------------------------------------------------------------
 

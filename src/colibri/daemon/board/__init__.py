@@ -32,7 +32,7 @@ from colibri.core.claims import Claims
 from colibri.core.model import LedgerEntry, Task
 from colibri.core.states import State
 from colibri.daemon.board.audience import Audience, Subscription
-from colibri.daemon.board.batch import Batch, Peer
+from colibri.daemon.board.batch import Batch, Message, Peer
 from colibri.daemon.board.capacity import BREAKER_AFTER, BREAKER_COOL_DOWN, Capacity, LiveAgent
 from colibri.daemon.board.dispatch import Dispatcher
 from colibri.daemon.board.intake import Intake, new_task_id
@@ -176,7 +176,7 @@ class Board:
 
     # -- effects and connections -------------------------------------------------------------
 
-    def take_effects(self) -> tuple[list[LedgerEntry], list[tuple[Peer, dict[str, Any]]]]:
+    def take_effects(self) -> tuple[list[LedgerEntry], list[tuple[Peer, Message]]]:
         """After a commit: hand over the batch's ledger rows and messages; start a new batch."""
         return self.batch.take()
 

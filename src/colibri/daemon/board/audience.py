@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from colibri.core import events, states
+from colibri.core.events import Event
 from colibri.core.model import Task
 from colibri.daemon.board.batch import Batch, Peer
 
@@ -50,7 +51,7 @@ class Audience:
     def unsubscribe(self, peer: Peer) -> None:
         self.subscriptions = [s for s in self.subscriptions if s.peer is not peer]
 
-    def broadcast(self, message: dict[str, Any]) -> None:
+    def broadcast(self, message: Event) -> None:
         """Send an event to every subscriber (after the batch commits)."""
         for subscription in self.subscriptions:
             self.batch.emit(subscription.peer, message)

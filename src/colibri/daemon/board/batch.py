@@ -11,7 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from colibri.core.events import Event
 from colibri.core.model import LedgerEntry
+
+#: What the daemon sends: an event, or a reply (a plain object with ``id`` and ``ok``).
+Message = Event | dict[str, Any]
 
 
 class Peer(Protocol):
@@ -22,7 +26,7 @@ class Peer(Protocol):
     #: Set once the connection is going away: nothing more is sent to it.
     closing: bool
 
-    def send(self, message: dict[str, Any]) -> None: ...
+    def send(self, message: Message) -> None: ...
 
 
 class Batch:
@@ -31,7 +35,7 @@ class Batch:
         #: work (sweeps, schedule fires). Every ledger row written meanwhile names them.
         self.actor: tuple[int, int] | None = None
         self.ledger_rows: list[LedgerEntry] = []
-        self.outbox: list[tuple[Peer, dict[str, Any]]] = []
+        self.outbox: list[tuple[Peer, Message]] = []
         #: ``wait`` requests answered in this batch: (task id, peer, request id).
         self.answered: list[tuple[str, Peer, Any]] = []
         #: Whether a dispatch pass should run before the commit.
@@ -47,10 +51,10 @@ class Batch:
     def pid(self) -> int | None:
         return None if self.actor is None else self.actor[1]
 
-    def emit(self, peer: Peer, message: dict[str, Any]) -> None:
+    def emit(self, peer: Peer, message: Message) -> None:
         self.outbox.append((peer, message))
 
-    def take(self) -> tuple[list[LedgerEntry], list[tuple[Peer, dict[str, Any]]]]:
+    def take(self) -> tuple[list[LedgerEntry], list[tuple[Peer, Message]]]:
         """After a commit: hand over the ledger rows and messages; start a new batch."""
         rows, outbox = self.ledger_rows, self.outbox
         self.ledger_rows, self.outbox, self.answered = [], [], []

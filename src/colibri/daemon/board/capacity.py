@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass, field
 
 from colibri.config import SchedulerSettings
+from colibri.core import events
 from colibri.core.matching import AgentIndex, AgentView, Shape
 from colibri.core.model import Agent, Task, rfc3339
 from colibri.daemon.board.audience import Audience
@@ -182,9 +183,7 @@ class Capacity:
         """A session of ``agent`` never became ready: warn; open the breaker after several."""
         where = agent.workspace or agent.name
         self.warnings[where] = self.warnings.get(where, 0) + 1
-        self.audience.broadcast(
-            {"event": "warning", "workspace": where, "task": task_id, "reason": why}
-        )
+        self.audience.broadcast(events.SessionNotReady(workspace=where, task=task_id, reason=why))
         agent.requeues_in_row += 1
         if agent.requeues_in_row < BREAKER_AFTER:
             return
@@ -197,8 +196,9 @@ class Capacity:
             f"{BREAKER_COOL_DOWN:g}s (its tasks wait)"
         )
         log.warning(message, extra={"event": "breaker_open", "agent": agent.name})
-        self.audience.broadcast({"event": "unhealthy", "agent": agent.name, "workspace": where,
-                                 "reason": message})  # fmt: skip
+        self.audience.broadcast(
+            events.BreakerOpened(agent=agent.name, workspace=where, reason=message)
+        )
 
     def close_breaker(self, agent: LiveAgent) -> None:
         """The breaker's cool-down is over: work may come again."""
@@ -222,8 +222,9 @@ class Capacity:
             budget = self.budgets.budgets[workspace]
             message = f"spent ${self.budgets.spent[workspace]:.4f} of its ${budget:g} for today"
             log.warning(message, extra={"event": "budget_spent", "workspace": workspace})
-            self.audience.broadcast({"event": "budget", "workspace": workspace, "paused": True,
-                                     "reason": message})  # fmt: skip
+            self.audience.broadcast(
+                events.BudgetChanged(workspace=workspace, paused=True, reason=message)
+            )
             for agent in self.agents.values():
                 if agent.workspace == workspace:
                     self.index(agent)
@@ -234,8 +235,9 @@ class Capacity:
             return
         reopened = self.budgets.start_day(self.store, self.today())
         for workspace in reopened:
-            self.audience.broadcast({"event": "budget", "workspace": workspace,
-                                     "paused": False, "reason": "a new day"})  # fmt: skip
+            self.audience.broadcast(
+                events.BudgetChanged(workspace=workspace, paused=False, reason="a new day")
+            )
         for agent in self.agents.values():
             if agent.workspace in reopened:
                 self.index(agent)

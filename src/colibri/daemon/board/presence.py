@@ -194,10 +194,5 @@ class Presence:
         self.store.upsert_agent(agent.wire(), rfc3339(self.clock.time()))
         self.audience.broadcast(events.agent_changed(agent.wire()))
         if peer is not None:
-            self.batch.emit(
-                peer,
-                {
-                    "event": "expired",
-                    "reason": f"silent for more than {agent.ttl:g}s; register again",
-                },
-            )
+            reason = f"silent for more than {agent.ttl:g}s; register again"
+            self.batch.emit(peer, events.Expired(reason=reason))

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from colibri.core import events
 from colibri.core.claims import Claims
 from colibri.core.errors import (
     BadClaim,
@@ -207,9 +208,9 @@ class Reports:
         self.tasks[task_id] = waiting
         self.askers[task_id] = (peer, request_id)
         self.unasked.pop(task_id, None)
-        self.audience.broadcast({"event": "question", "task": task_id, "question": question})
+        self.audience.broadcast(events.QuestionAsked(task=task_id, question=question))
         if holder.peer is not None:  # the harness pauses the session's clocks meanwhile
-            self.batch.emit(holder.peer, {"event": "asking", "task": task_id})
+            self.batch.emit(holder.peer, events.AskingStarted(task=task_id))
 
     def answer(self, task_id: str, text: str) -> Task:
         task = self.tasks.get(task_id)
@@ -223,10 +224,10 @@ class Reports:
         asker = self.askers.pop(task_id, None)
         if asker is not None:
             self.batch.emit(asker[0], {"id": asker[1], "ok": True, "answer": text})
-        self.audience.broadcast({"event": "answered", "task": task_id})
+        self.audience.broadcast(events.Answered(task=task_id))
         holder = self.agents.get(task.agent or "")
         if holder is not None and holder.peer is not None:
-            self.batch.emit(holder.peer, {"event": "answered", "task": task_id})
+            self.batch.emit(holder.peer, events.Answered(task=task_id))
         return answered
 
     def session_ready(self, peer: Peer, task_id: str, epoch: int, claim: str | None) -> None:
@@ -234,7 +235,7 @@ class Reports:
         holder = self.reporter(peer, "ready", task_id, True, epoch, claim)
         task = self._held(holder, task_id, epoch)
         if holder.peer is not None:
-            self.batch.emit(holder.peer, {"event": "ready", "task": task.id, "epoch": task.epoch})
+            self.batch.emit(holder.peer, events.SessionReady(task=task.id, epoch=task.epoch))
 
     def requeue(self, agent: LiveAgent, task_id: str, epoch: int, reason: str) -> Task:
         """The session never became ready: back to pending, no attempt spent, a warning."""
@@ -276,7 +277,7 @@ class Reports:
             "question withdrawn: its asker is gone",
             extra={"event": "question_withdrawn", "task": task_id},
         )
-        self.audience.broadcast({"event": "question_withdrawn", "task": task_id})
+        self.audience.broadcast(events.QuestionWithdrawn(task=task_id))
         holder = self.agents.get(task.agent or "")
         if holder is not None and holder.peer is not None:
-            self.batch.emit(holder.peer, {"event": "question_withdrawn", "task": task_id})
+            self.batch.emit(holder.peer, events.QuestionWithdrawn(task=task_id))
