@@ -111,7 +111,7 @@ def test_a_refused_report_is_turned_into_a_failure_not_sent_again(daemon: Daemon
 
 
 def test_a_claude_result_with_numbers_out_of_range_keeps_the_rest_of_its_cost() -> None:
-    from colibri.agent.harness import claude_result
+    from colibri.agent.claude import claude_result
 
     output, cost = claude_result(
         json.dumps({"result": "ok", "total_cost_usd": 0.5,

@@ -12,28 +12,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import re
 import secrets
 import signal
 import time
-from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import msgspec
-
 from colibri.agent import tmux
+from colibri.agent.capture import STDERR_TAIL, Capture, ended_how
+from colibri.agent.claude import claude_result
 from colibri.client import AsyncClient, RemoteError
 from colibri.config import STATE_DIR
 from colibri.core.errors import ColibriError, DaemonNotRunning, RootError
 from colibri.core.lineage import Body, build_body
 from colibri.core.model import DEFAULT_MAX_LINE
-from colibri.core.protocol import ReportedCost, fit_report
+from colibri.core.protocol import fit_report
 from colibri.privatefiles import open_private, private_dir, write_private
 from colibri.processes import (
     alive,
@@ -48,7 +46,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 OUTPUT_LIMIT = 1 << 20
-STDERR_TAIL = 4096
 KILL_GRACE = 5.0
 #: A connection that lasted this long was a good one: the next reconnect starts fast again.
 STABLE_CONNECTION = 5.0
@@ -888,102 +885,9 @@ class Harness:
             await client.close()
 
 
-def ended_how(code: int | None) -> str:
-    """How a session ended, for its task's error: ``exit 3``, or ``killed by SIGKILL`` when a
-    signal ended it (asyncio gives those as negative codes, which read like exit codes)."""
-    if code is None or code >= 0:
-        return f"exit {code}"
-    try:
-        name = signal.Signals(-code).name
-    except ValueError:
-        name = f"signal {-code}"
-    return f"killed by {name}"
-
-
-def claude_result(stdout: str) -> tuple[str, dict[str, Any] | None]:
-    """Output and cost of a one-shot agent that ends with a JSON result object.
-
-    Claude Code's ``-p --output-format json`` prints one object with ``result``,
-    ``total_cost_usd`` and ``usage.input_tokens``/``output_tokens``: its ``result`` becomes the
-    output and the rest the session's cost. Anything else is returned as it is, without cost.
-    """
-    text = stdout.strip()
-    if not text.endswith("}"):
-        return stdout, None
-    start = text.rfind("\n{") + 1  # the last line that opens an object, or the whole output
-    try:
-        doc = json.loads(text[start:])
-    except ValueError:
-        try:
-            doc = json.loads(text)
-        except ValueError:
-            return stdout, None
-    if not isinstance(doc, dict) or ("total_cost_usd" not in doc and "usage" not in doc):
-        return stdout, None
-    usage: dict[str, Any] = doc["usage"] if isinstance(doc.get("usage"), dict) else {}
-    cost: dict[str, Any] = {}
-    for key, value in (
-        ("usd", doc.get("total_cost_usd")),
-        ("tokens_in", usage.get("input_tokens")),
-        ("tokens_out", usage.get("output_tokens")),
-        ("model", doc.get("model")),
-    ):
-        if value is None:
-            continue
-        try:  # what the daemon would take: a session's numbers must not get its report refused
-            msgspec.convert({key: value}, ReportedCost)
-        except msgspec.ValidationError as exc:
-            log.warning("cost %s=%r left out: %s", key, value, exc, extra={"event": "bad_cost"})
-            continue
-        cost[key] = value
-    output = doc["result"] if isinstance(doc.get("result"), str) else stdout
-    return output, cost or None
-
-
 def _process_name(pid: int) -> str:
     """``pid:start time``: one process, even once its pid is reused."""
     return f"{pid}:{start_time(pid)}"
-
-
-class Capture:
-    """What a pipe said, kept while it is read: its first ``head`` bytes and its last ``tail``
-    bytes, and how many there were in all — so a session printing a gigabyte costs the harness
-    ``head + tail`` of memory, not a gigabyte."""
-
-    def __init__(self, head: int, tail: int) -> None:
-        self.head_limit, self.tail_limit = head, tail
-        self.head = bytearray()
-        self.tail: deque[bytes] = deque()
-        self.tail_size = 0
-        self.total = 0
-
-    async def read(self, stream: asyncio.StreamReader) -> None:
-        while chunk := await stream.read(65536):
-            self.add(chunk)
-
-    def add(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = self.head_limit - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if not chunk or not self.tail_limit:
-            return
-        self.tail.append(chunk)
-        self.tail_size += len(chunk)
-        while self.tail_size - len(self.tail[0]) >= self.tail_limit:
-            self.tail_size -= len(self.tail.popleft())
-
-    def text(self) -> str:
-        """What was kept; when something was cut, a line between head and tail says so."""
-        tail = b"".join(self.tail)[-self.tail_limit :] if self.tail_limit else b""
-        kept = len(self.head) + len(tail)
-        if kept >= self.total:
-            return (bytes(self.head) + tail).decode(errors="replace")
-        cut = f"\n[output truncated: {self.total} bytes in all; the first {len(self.head)} and " \
-              f"the last {len(tail)} are kept]\n"  # fmt: skip
-        head_text = self.head.decode(errors="replace")
-        return (head_text + cut if self.head else "") + tail.decode(errors="replace")
 
 
 def run_agent(spec: AgentSpec, socket_path: Path, root: Path) -> int:
