@@ -11,7 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from colibri.agent.harness import AgentSpec, Harness, Session
+from colibri.agent.harness import Harness
+from colibri.agent.session import Session
+from colibri.agent.spec import AgentSpec
 from colibri.client import AsyncClient
 from tests.helpers import Daemon, wait_until
 from tests.sessions.support import PY, online, wait_closed
