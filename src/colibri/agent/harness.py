@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from colibri.agent.backends import backend_for
+from colibri.agent.backends.base import Report
 from colibri.agent.reaping import Reaper
 from colibri.agent.runner import Runner
 from colibri.agent.session import Session
@@ -39,6 +40,8 @@ RETRY_REGISTER = frozenset({"closed", "busy"})
 #: How long a stopping harness tries to deliver its sessions' last reports (after the kills,
 #: within the supervisor's 10 s before it SIGKILLs the harness).
 REPORT_TIMEOUT = 4.0
+#: What a session whose end says nothing, and that has not reported by itself, fails with.
+ENDED_WITHOUT_OUT: Report = ("fail", {"error": "session ended without out"})
 
 
 class Harness:
@@ -243,8 +246,9 @@ class Harness:
                 if exc.code == "bad_request":
                     await self._deliver(session)
                 return
-            if exc.code == "illegal_transition":
-                # The session reported by itself (``colibri out``); its end closes the task.
+            if exc.code == "illegal_transition" and cmd in ("out", "fail"):
+                # The session reported by itself (``colibri out`` in a one-shot command): its
+                # end closes the task.
                 with contextlib.suppress(RemoteError):
                     await self.client.call("reclaimed", task=session.task, epoch=session.epoch)
                 self.sessions.pop(session.task, None)
@@ -282,6 +286,8 @@ class Harness:
                 await client.connect()
                 for session in sessions:
                     report = session.report
+                    if report is not None and report[0] == "reclaimed":
+                        report = ENDED_WITHOUT_OUT  # ``reclaimed`` is for the agent's connection
                     cmd, fields = report if report and report[0] in ("out", "fail") else stopped
                     with contextlib.suppress(RemoteError):
                         await client.call(

@@ -112,10 +112,9 @@ class Runner:
             return ("fail", {"error": f"max_runtime: stopped after {limit:g}s"})
         if session.cancelled:
             return None
-        # Refused if the session reported by itself (colibri out): then it is just closed.
-        return (
-            report if report is not None else ("fail", {"error": "the session ended without out"})
-        )
+        # A session whose end says nothing (tmux) reported by itself, or not at all: the
+        # daemon closes its task, or fails it as ended without out (``Reports.reclaimed``).
+        return report if report is not None else ("reclaimed", {})
 
     async def _work(self, running: Running, text: str, warm: Running | None) -> Report | None:
         await self.backend.hand_over(running, text)

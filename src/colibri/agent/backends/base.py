@@ -82,10 +82,10 @@ class SessionBackend(Protocol):
 
     async def wait_end(self, running: Running) -> Report | None:
         """Until the session has ended, then its report: out or fail from what it said, or
-        None when its end says nothing (the session reports by itself, with ``colibri out``).
-        A backend whose session's output still flows once it has exited (pipes held by what
-        it left) sets ``running.ended`` and stops those meanwhile; ``Reaper.reclaim`` does the
-        rest for every backend."""
+        None when its end says nothing (the session reports by itself, with ``colibri out``;
+        the harness then says ``reclaimed``). A backend whose session's output still flows
+        once it has exited (pipes held by what it left) sets ``running.ended`` and stops those
+        meanwhile; ``Reaper.reclaim`` does the rest for every backend."""
         ...
 
     async def kill(self, running: Running, *, grace: float) -> None:

@@ -4,9 +4,9 @@ Each task runs as a tmux session (named by the task id) on the agent's own tmux 
 (``agent/tmux.py``: ``.colibri/tmux/<agent>.sock``); ``colibri attach-session TASK`` (or plain
 ``tmux -S … attach -t TASK``) shows it live. The agent's command starts first; the task is typed
 into it once it is ready — when the session runs ``colibri ready``, or when ``ready_pattern``
-appears on its screen. The session reports by itself with ``colibri out``; a session that ends
-without out fails its task. One not ready within ``ready_timeout`` is killed and its task goes
-back to pending.
+appears on its screen. The session reports by itself with ``colibri out``; its end says nothing,
+and the harness says ``reclaimed`` (a session that ended without out fails its task). One not
+ready within ``ready_timeout`` is killed and its task goes back to pending.
 """
 
 from __future__ import annotations
