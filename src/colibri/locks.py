@@ -14,10 +14,6 @@ from colibri.core.errors import LockHeld, RootError
 from colibri.privatefiles import open_private, private_dir
 
 
-def harness_lock(state_dir: Path, workspace: str) -> Path:
-    return state_dir / "harness" / f"{workspace}.lock"
-
-
 def store_lock(location: str) -> Path:
     """The lock beside an SQLite board, held by the daemon that has it open: two roots whose
     ``--store`` or ``store.path`` name one file never both serve it. Beside, not on, the board:

@@ -11,7 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from colibri.agent.harness import AgentSpec, Harness, Session
+from colibri.agent.harness import Harness
+from colibri.agent.session import Session
+from colibri.agent.spec import AgentSpec
 from colibri.client import AsyncClient
 from tests.helpers import Daemon, wait_until
 from tests.sessions.support import PY, online, wait_closed
@@ -111,7 +113,7 @@ def test_a_refused_report_is_turned_into_a_failure_not_sent_again(daemon: Daemon
 
 
 def test_a_claude_result_with_numbers_out_of_range_keeps_the_rest_of_its_cost() -> None:
-    from colibri.agent.harness import claude_result
+    from colibri.agent.claude import claude_result
 
     output, cost = claude_result(
         json.dumps({"result": "ok", "total_cost_usd": 0.5,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from colibri.agent.harness import claude_result
+from colibri.agent.claude import claude_result
 from colibri.core.errors import BadTaskBody
 from colibri.core.lineage import Body, build_body, parse_body
 from tests.helpers import Daemon, wait_until

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -233,4 +237,108 @@ def test_no_command_line_on_the_machine_shows_a_sessions_secrets(tmux_root: Path
         (tmux_root / "term" / "go").write_text("")
         assert wait_end(daemon, task["id"])["output"] == "done"
     finally:
+        daemon.stop()
+
+
+class RecordingProxy:
+    """A real socket in front of the daemon's: forwards every line both ways, and keeps what
+    each connection sent, so a test sees exactly which reports a harness made."""
+
+    def __init__(self, path: Path, upstream: Path) -> None:
+        self.path, self.upstream = path, upstream
+        self.sent: list[list[dict[str, Any]]] = []
+        self.sockets: list[socket.socket] = []
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(path))
+        self.listener.listen()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                down, _ = self.listener.accept()
+            except OSError:
+                return
+            up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sockets += [down, up]
+            up.connect(str(self.upstream))
+            lines: list[dict[str, Any]] = []
+            self.sent.append(lines)
+            threading.Thread(target=self._pipe, args=(down, up, lines), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(up, down, None), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket, lines: list[dict[str, Any]] | None) -> None:
+        pending = b""
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                if lines is not None:
+                    pending += data
+                    *whole, pending = pending.split(b"\n")
+                    lines.extend(json.loads(line) for line in whole if line.strip())
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def harness_reports(self, task_id: str) -> list[str]:
+        """The reports about ``task_id`` that the harness's own connection (the one that
+        registered) sent."""
+        return [
+            line["cmd"]
+            for lines in self.sent
+            if lines and lines[0].get("cmd") == "register-agent"
+            for line in lines
+            if line.get("task") == task_id and line.get("cmd") in ("out", "fail", "reclaimed")
+        ]
+
+    def close(self) -> None:
+        for sock in [self.listener, *self.sockets]:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
+#: A harness of the tmux backend, in its own process, reaching the daemon through the proxy.
+TMUX_HARNESS = (
+    "import asyncio, sys\n"
+    "from pathlib import Path\n"
+    "from colibri.agent.harness import Harness\n"
+    "from colibri.agent.spec import AgentSpec\n"
+    "spec = AgentSpec(name='term', command=[sys.executable, '-c', sys.argv[3]],\n"
+    "                 backend='tmux', ready_pattern='PROMPT>', ready_timeout=10.0)\n"
+    "asyncio.run(Harness(spec, Path(sys.argv[1]), Path(sys.argv[2])).run())\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("script", "outcome"),
+    [(PROMPTED, "done"), ("print('PROMPT>', flush=True); input()", "failed")],
+    ids=["reported-with-out", "ended-without-out"],
+)
+def test_a_session_that_ends_is_reported_once_as_reclaimed(
+    tmux_root: Path, script: str, outcome: str
+) -> None:
+    """The end of a tmux session says nothing of its task: the harness sends ``reclaimed``
+    once, and the daemon closes a task the session reported itself, or fails one it did not
+    (before: a ``fail`` first, refused when the session had reported, then ``reclaimed``)."""
+    daemon = start(tmux_root, {})
+    proxy = RecordingProxy(tmux_root / ".colibri" / "p.sock", daemon.socket)
+    agent = subprocess.Popen(
+        [sys.executable, "-c", TMUX_HARNESS, str(proxy.path), str(tmux_root), script],
+        cwd=tmux_root, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: any(a["online"] for a in daemon.call("agents")["agents"]))
+        task = daemon.call("submit", text="once", capabilities=[])["task"]
+        final = wait_end(daemon, task["id"])
+        assert final["outcome"] == outcome, final
+        if outcome == "failed":
+            assert final["error"] == "session ended without out"
+        wait_until(lambda: proxy.harness_reports(task["id"]))
+        time.sleep(0.3)  # anything more it would send has come by now
+        assert proxy.harness_reports(task["id"]) == ["reclaimed"]
+    finally:
+        os.killpg(agent.pid, signal.SIGTERM)
+        agent.wait(timeout=20)
+        proxy.close()
         daemon.stop()

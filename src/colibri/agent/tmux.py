@@ -1,12 +1,7 @@
-"""The tmux session backend: interactive agents an operator can attach to.
+"""The tmux commands of the tmux session backend (``backends/tmux.py``).
 
-Each task runs as a tmux session (named by the task id) on the workspace's own tmux server,
-whose socket is ``.colibri/tmux/<agent>.sock``; ``colibri attach-session TASK`` (or plain
-``tmux -S … attach -t TASK``) shows it live. The agent's command starts first; the task is typed
-into it once it is ready — when the session runs ``colibri ready``, or when ``ready_pattern``
-appears on its screen. The session reports with ``colibri out``; a session that ends without
-out fails its task. One that is not ready within ``ready_timeout`` is killed and its task goes
-back to pending.
+Every session of an agent is a tmux session on that agent's own tmux server, whose socket is
+``.colibri/tmux/<agent>.sock`` (``socket_for``, also what ``colibri attach-session`` uses).
 """
 
 from __future__ import annotations
@@ -18,39 +13,28 @@ import re
 import signal
 from pathlib import Path
 
+from colibri.agent.reaping import spawn
 from colibri.host import alive
 
 POLL = 0.1
-#: tmux commands running now (their pids), and how many are being started: the harness's
-#: reaper must never take them for a session's leftovers, nor reap them (asyncio does).
-CLIENTS: set[int] = set()
-SPAWNING = 0
 
 
 def socket_for(root: Path, agent: str) -> Path:
-    from colibri.layout import STATE_DIR
+    from colibri.layout import RootLayout
 
-    return root / STATE_DIR / "tmux" / f"{agent}.sock"
+    return RootLayout(root).tmux_socket(agent)
 
 
 async def tmux(socket: Path, *args: str, env: dict[str, str] | None = None) -> str:
     """Run one tmux command against the workspace's server (with ``env`` added to the
-    client's environment); raise RuntimeError on failure."""
-    global SPAWNING
-    SPAWNING += 1
-    try:
-        process = await asyncio.create_subprocess_exec(
-            "tmux", "-S", str(socket), *args,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            stdin=asyncio.subprocess.DEVNULL, env={**os.environ, **env} if env else None,
-        )  # fmt: skip
-    finally:
-        SPAWNING -= 1
-    CLIENTS.add(process.pid)
-    try:
-        out, err = await process.communicate()
-    finally:
-        CLIENTS.discard(process.pid)
+    client's environment); raise RuntimeError on failure. The client is the harness's
+    own (``spawn``): the reaper never takes it for a session's leftovers."""
+    process = await spawn(
+        "tmux", "-S", str(socket), *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL, env={**os.environ, **env} if env else None,
+    )  # fmt: skip
+    out, err = await process.communicate()
     if process.returncode != 0:
         raise RuntimeError(f"tmux {args[0]}: {err.decode(errors='replace').strip()}")
     return out.decode(errors="replace")
@@ -122,11 +106,12 @@ async def wait_exit(pid: int) -> None:
         await asyncio.sleep(POLL)
 
 
-async def kill(socket: Path, name: str, pid: int) -> None:
-    """Stop the session's whole process group, then its tmux session."""
+async def kill(socket: Path, name: str, pid: int, grace: float) -> None:
+    """Stop the session's whole process group (SIGKILL after ``grace``), then its tmux
+    session."""
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
-    for _ in range(50):
+        os.killpg(pid, signal.SIGTERM if grace > 0 else signal.SIGKILL)
+    for _ in range(round(grace / POLL)):
         if not alive(pid):
             break
         await asyncio.sleep(POLL)

@@ -6,7 +6,7 @@ import click
 
 from colibri.cli.main import Context, cli, json_option, pass_ctx
 from colibri.cli.output import print_json, print_line, print_table
-from colibri.core.errors import LockHeld, UnknownWorkspace
+from colibri.core.errors import UnknownWorkspace
 
 
 @cli.command()
@@ -154,10 +154,10 @@ def agent(
     A workspace of colibri.jsonc, as defined there:  colibri agent --workspace api
     """
     import os
-    from pathlib import Path
 
     from colibri import host
-    from colibri.agent.harness import AgentSpec, run_agent
+    from colibri.agent.harness import run_agent
+    from colibri.agent.spec import AgentSpec
     from colibri.client import socket_path
     from colibri.config import host_mode
     from colibri.daemon.logs import setup
@@ -168,6 +168,8 @@ def agent(
     if command:
         if name is None:
             raise click.UsageError("give the agent a --name")
+        from pathlib import Path
+
         spec = AgentSpec(
             name=name, command=list(command), capabilities=list(caps), slots=slots or 1,
             ttl=ttl, workspace=workspace, tenant=tenant, cwd=Path.cwd(),
@@ -181,24 +183,7 @@ def agent(
         defined = workspaces.get(workspace)
         if defined is None:
             raise UnknownWorkspace(workspace, list(workspaces))
-        from colibri.layout import STATE_DIR
-        from colibri.locks import harness_lock, hold_lock
-
-        try:
-            hold_lock(harness_lock(root / STATE_DIR, workspace))  # held until this process ends
-        except LockHeld as held:
-            raise LockHeld(
-                held.holder,
-                f"workspace {workspace}: another harness (pid {held.holder}) already serves it",
-            ) from None
-        Path(defined.path).mkdir(parents=True, exist_ok=True)
-        spec = AgentSpec(
-            name=name or workspace, command=defined.command,
-            capabilities=list(caps) or defined.capabilities, slots=slots or defined.slots,
-            ttl=ttl, workspace=workspace, tenant=tenant, cwd=Path(defined.path),
-            env=defined.env, output_limit=defined.output_limit, max_runtime=defined.max_runtime,
-            backend=defined.backend, ready_timeout=defined.ready_timeout,
-            ready_pattern=defined.ready_pattern, warm=defined.warm, idle=defined.idle,
-            reap_leftovers=True,
-        )  # fmt: skip
+        spec = AgentSpec.from_workspace(
+            defined, name=name, capabilities=list(caps), slots=slots, ttl=ttl, tenant=tenant
+        )
     run_agent(spec, socket_path(root), root)

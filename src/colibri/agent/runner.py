@@ -1,0 +1,138 @@
+"""One session, from its task's ``assign`` to its report: the part every backend shares.
+
+The runner writes the task body (``build_body``) to ``.colibri/sessions/TASK.task``, takes a
+warm session from the ready pool or starts one with the backend (its environment from
+``session.task_environment``), waits until it is ready (within ``ready_timeout``), hands the
+task over and waits for its end (within ``max_runtime``, paused while it waits for an answer),
+and returns the report; the harness delivers it. Then ``release`` kills what the session left
+(``Reaper.reclaim``) and removes its task files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+from colibri.agent.backends.base import Report, Running, SessionBackend, StartFailed
+from colibri.agent.pool import ReadyPool
+from colibri.agent.reaping import Reaper, sessions_dir
+from colibri.agent.session import Session, environment, task_environment, within_runtime
+from colibri.agent.spec import AgentSpec
+from colibri.core.errors import ColibriError
+from colibri.core.lineage import Body, build_body
+from colibri.layout import RootLayout
+from colibri.privatefiles import write_private
+
+log = logging.getLogger(__name__)
+
+#: How long a session stopped by the harness (cancel, max_runtime, stop) has after SIGTERM.
+KILL_GRACE = 5.0
+
+
+class Runner:
+    def __init__(
+        self,
+        spec: AgentSpec,
+        socket_path: Path,
+        root: Path,
+        backend: SessionBackend,
+        reaper: Reaper,
+    ) -> None:
+        self.spec = spec
+        self.socket_path = socket_path
+        self.root = root
+        self.backend = backend
+        self.reaper = reaper
+        self.pool = (
+            ReadyPool(spec, root, backend, reaper, self._warm_environment) if spec.warm else None
+        )
+
+    def _warm_environment(self) -> dict[str, str]:
+        return environment(self.spec, self.socket_path, self.root, self.spec.workspace)
+
+    def _task_file(self, session: Session) -> Path:
+        return RootLayout(self.root).task_file(session.task)
+
+    async def run(self, session: Session, task: dict[str, Any]) -> Report | None:
+        """Run ``task`` as ``session``: its report, or None if its task was cancelled. A
+        session that cannot even start fails its task, saying why (the harness, and the
+        other sessions, go on)."""
+        task_file = self._task_file(session)
+        try:
+            body = Body(
+                task=session.task, text=task["text"], parent=task.get("parent"),
+                sender=task.get("sender"), workspace=task.get("workspace"),
+                epoch=session.epoch, claim=session.claim,
+            )  # fmt: skip
+            write_private(sessions_dir(self.root) / task_file.name, build_body(body).encode())
+            warm = self.pool.take() if self.pool is not None else None
+            if warm is not None:
+                # A ready session takes the task at once: its header goes to its own file.
+                write_private(warm.task_file, task_file.read_bytes())
+                await self.backend.adopt(warm, session.task)
+                session.running = warm
+            else:
+                env = task_environment(
+                    self.spec, self.socket_path, self.root, session, task, task_file
+                )
+                session.running = await self.backend.start(session.task, env, task_file)
+            session.running.has_task = True
+            return await self._until_report(session, session.running, task["text"], warm)
+        except StartFailed as exc:
+            return ("fail", {"error": str(exc)})
+        except (OSError, ValueError, RuntimeError, ColibriError) as exc:
+            log.error("could not run a session: %s", exc, extra={"event": "session_failed"})
+            return ("fail", {"error": f"could not start the session: {exc}"})
+
+    async def _until_report(
+        self, session: Session, running: Running, text: str, warm: Running | None
+    ) -> Report | None:
+        if session.cancelled:  # stopped while it was starting
+            await self.kill(session)
+            return None
+        if warm is None:  # a warm session is ready already
+            timeout = self.spec.ready_timeout
+            try:
+                async with asyncio.timeout(timeout):
+                    ready = await self.backend.wait_ready(running, session.ready)
+            except TimeoutError:
+                await self.kill(session)
+                return ("requeue", {"reason": f"session not ready within {timeout:g}s"})
+            if session.cancelled:
+                return None
+            if not ready:
+                return ("fail", {"error": "the session ended before it was ready"})
+        limit = self.spec.max_runtime
+        try:
+            report = await within_runtime(session, limit, self._work(running, text, warm))
+        except TimeoutError:
+            await self.kill(session)
+            return ("fail", {"error": f"max_runtime: stopped after {limit:g}s"})
+        if session.cancelled:
+            return None
+        # A session whose end says nothing (tmux) reported by itself, or not at all: the
+        # daemon closes its task, or fails it as ended without out (``Reports.reclaimed``).
+        return report if report is not None else ("reclaimed", {})
+
+    async def _work(self, running: Running, text: str, warm: Running | None) -> Report | None:
+        await self.backend.hand_over(running, text)
+        if warm is not None and self.pool is not None:
+            # Only once the task is handed over: starting a process blocks the loop for a
+            # moment, and this session should not wait for it.
+            self.pool.refill()
+        return await self.backend.wait_end(running)
+
+    async def kill(self, session: Session) -> None:
+        if session.running is not None:
+            await self.backend.kill(session.running, grace=KILL_GRACE)
+
+    def release(self, session: Session) -> None:
+        """The session is over: what it left is killed, its task files are removed."""
+        task_file = self._task_file(session)
+        task_file.unlink(missing_ok=True)
+        if session.running is not None:
+            if session.running.task_file != task_file:  # a warm session's own
+                session.running.task_file.unlink(missing_ok=True)
+            self.reaper.reclaim(session.running)

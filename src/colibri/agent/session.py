@@ -1,0 +1,111 @@
+"""One session as the harness holds it: its task, its claim, its clock, its report.
+
+A ``Session`` lives from the ``assign`` until its report is delivered (or its task taken
+back); its processes are a ``Running`` of the backend (``backends/base.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from colibri.agent.backends.base import Report, Running
+from colibri.agent.spec import AgentSpec
+
+T = TypeVar("T")
+
+#: The variables the harness sets in a session's environment.
+SESSION_VARIABLES = (
+    "COLIBRI_TASK_ID", "COLIBRI_EPOCH", "COLIBRI_CLAIM", "COLIBRI_TASK_FILE", "COLIBRI_SOCKET",
+    "COLIBRI_ROOT", "COLIBRI_AGENT", "COLIBRI_WORKSPACE", "COLIBRI_PARENT", "COLIBRI_SESSION",
+    "COLIBRI_HARNESS",
+)  # fmt: skip
+
+
+@dataclass
+class Session:
+    task: str
+    epoch: int
+    #: The claim's secret, from the assign: the session's own reports carry it.
+    claim: str | None = None
+    #: Its processes, once started (or taken from the ready pool).
+    running: Running | None = None
+    runner: asyncio.Task[None] | None = None
+    #: The report still to deliver, once the session has ended.
+    report: Report | None = None
+    cancelled: bool = False
+    #: Set by a ``ready`` event: the session ran ``colibri ready``.
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Time spent waiting for an answer does not count against max_runtime.
+    paused_since: float | None = None
+    paused_total: float = 0.0
+
+    def resume_clock(self) -> None:
+        """The session no longer waits for an answer: max_runtime counts again."""
+        if self.paused_since is not None:
+            self.paused_total += time.monotonic() - self.paused_since
+            self.paused_since = None
+
+    def paused(self) -> float:
+        """Seconds spent waiting for answers so far."""
+        since = self.paused_since
+        return self.paused_total + (time.monotonic() - since if since is not None else 0.0)
+
+
+def environment(
+    spec: AgentSpec, socket_path: Path, root: Path, workspace: str | None
+) -> dict[str, str]:
+    """What every session of this agent is given, warm or not (``COLIBRI_SESSION`` is added
+    by its backend)."""
+    env = {
+        **os.environ,
+        **spec.env,
+        "COLIBRI_SOCKET": str(socket_path),
+        "COLIBRI_ROOT": str(root),
+        "COLIBRI_AGENT": spec.name,
+    }
+    if workspace:
+        env["COLIBRI_WORKSPACE"] = workspace
+    return env
+
+
+def task_environment(
+    spec: AgentSpec, socket_path: Path, root: Path, session: Session, task: dict[str, Any],
+    task_file: Path,
+) -> dict[str, str]:  # fmt: skip
+    """A session's environment for ``task``: the agent's, plus the task's own variables."""
+    env = environment(spec, socket_path, root, task.get("workspace"))
+    env["COLIBRI_TASK_ID"] = session.task
+    env["COLIBRI_EPOCH"] = str(session.epoch)
+    env["COLIBRI_CLAIM"] = session.claim or ""
+    env["COLIBRI_TASK_FILE"] = str(task_file)
+    if task.get("parent"):
+        env["COLIBRI_PARENT"] = task["parent"]
+    return env
+
+
+async def within_runtime(session: Session, limit: float | None, work: Awaitable[T]) -> T:
+    """Await ``work`` within ``limit`` seconds (max_runtime), not counting time spent waiting
+    for an answer (``colibri ask``); raise TimeoutError past it."""
+    job = asyncio.ensure_future(work)
+    if limit is None:
+        return await job
+    started = time.monotonic()
+    while True:
+        left = limit - (time.monotonic() - started - session.paused())
+        if session.paused_since is not None:
+            left = max(left, 0.0) + 0.5  # the clock stands still while it waits
+        if left <= 0:
+            job.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await job
+            raise TimeoutError
+        done, _ = await asyncio.wait({job}, timeout=min(left, 0.5))
+        if done:
+            return job.result()

@@ -1,0 +1,76 @@
+"""What one agent is: its name, capabilities and slots, and how its sessions run.
+
+``colibri agent --name …`` builds one from its options; a workspace's harness from the
+workspace of ``colibri.jsonc`` (``AgentSpec.from_workspace``), the only place a ``Workspace``
+becomes an ``AgentSpec``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from colibri.workspaces import Workspace
+
+#: stdout kept of a session (its head and tail), unless the workspace says otherwise.
+OUTPUT_LIMIT = 1 << 20
+
+
+@dataclass
+class AgentSpec:
+    name: str
+    command: list[str]
+    capabilities: list[str] = field(default_factory=list)
+    slots: int = 1
+    ttl: float | None = None
+    workspace: str | None = None
+    tenant: str | None = None
+    cwd: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    output_limit: int = OUTPUT_LIMIT
+    #: A session running longer than this is stopped and its task fails.
+    max_runtime: float | None = None
+    backend: str = "subprocess"
+    ready_timeout: float = 120.0
+    ready_pattern: str | None = None
+    #: Sessions started ahead of any task (the ready pool), and how long one may wait.
+    warm: int = 0
+    idle: float = 60.0
+    #: This harness is its workspace's one harness: it takes the workspace's harness lock,
+    #: and at start kills the sessions a killed predecessor left behind.
+    exclusive: bool = False
+
+    @classmethod
+    def from_workspace(
+        cls,
+        workspace: Workspace,
+        *,
+        name: str | None = None,
+        capabilities: list[str] | None = None,
+        slots: int | None = None,
+        ttl: float | None = None,
+        tenant: str | None = None,
+    ) -> AgentSpec:
+        """The agent of ``workspace`` as colibri.jsonc defines it; the options given (those
+        of ``colibri agent --workspace``) replace its name, capabilities and slots."""
+        return cls(
+            name=name or workspace.name,
+            command=workspace.command,
+            capabilities=capabilities or workspace.capabilities,
+            slots=slots or workspace.slots,
+            ttl=ttl,
+            workspace=workspace.name,
+            tenant=tenant,
+            cwd=Path(workspace.path),
+            env=workspace.env,
+            output_limit=workspace.output_limit,
+            max_runtime=workspace.max_runtime,
+            backend=workspace.backend,
+            ready_timeout=workspace.ready_timeout,
+            ready_pattern=workspace.ready_pattern,
+            warm=workspace.warm,
+            idle=workspace.idle,
+            exclusive=True,
+        )
