@@ -31,7 +31,7 @@ from colibri.config import (
 from colibri.core.durations import format_duration
 from colibri.core.errors import ConfigError, RootError
 from tests.configs import at, loaded, refused
-from tests.sessions.support import colibri
+from tests.helpers import colibri
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -11,7 +11,7 @@ import pytest
 from colibri.config import CONFIG_NAME, SupervisorSettings, load_config
 from colibri.workspaces import Workspace, deep_merge
 from tests.configs import at, loaded, refused
-from tests.sessions.support import colibri
+from tests.helpers import colibri
 
 
 def load(root: Path, text: str) -> dict[str, Workspace]:
