@@ -220,7 +220,7 @@ class RawConnection:
     def reply(self) -> dict[str, Any]:
         line = self.file.readline()
         assert line, "connection closed"
-        return json.loads(line)  # type: ignore[no-any-return]
+        return json.loads(line)
 
     def closed(self) -> bool:
         """True once the daemon has closed the connection (EOF)."""

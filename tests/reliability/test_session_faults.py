@@ -133,7 +133,7 @@ def started(root: Path, task: dict[str, Any], epoch: int) -> dict[str, Any]:
     """The start record of the task's session for ``epoch`` (waits for it)."""
     path = root / f"{task['id']}-{epoch}.started"
     wait_until(path.exists, timeout=30)
-    return json.loads(path.read_text())  # type: ignore[no-any-return]
+    return json.loads(path.read_text())
 
 
 def release(root: Path, task: dict[str, Any], epoch: int, what: str = "") -> None:
@@ -405,7 +405,7 @@ def test_connections_dropped_mid_line_store_nothing_and_the_rest_is_served(
 
     # Two agents, each holding a task, die in the middle of their report line. drop-1 will be
     # back within its TTL, drop-2 never.
-    held: dict[str, tuple[dict[str, Any], int]] = {}
+    held: dict[str, tuple[dict[str, Any], int, str]] = {}
     for name, part, ttl in (("drop-1", 0.5, 60), ("drop-2", 1.0, 3)):
         conn = RawConnection(daemon.socket)
         try:

@@ -34,7 +34,7 @@ def board(fleet: Fleet) -> Daemon:
 
 
 def submit(daemon: Daemon, text: str, workspace: str, parent: str | None = None) -> dict[str, Any]:
-    return daemon.call("submit", text=text, workspace=workspace, parent=parent)["task"]  # type: ignore[no-any-return]
+    return daemon.call("submit", text=text, workspace=workspace, parent=parent)["task"]
 
 
 def refusal(daemon: Daemon, **fields: Any) -> ColibriError:

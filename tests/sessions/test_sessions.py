@@ -66,7 +66,7 @@ def start(fleet: Fleet, command: list[str], **workspace: Any) -> Daemon:
 
 def submit(daemon: Daemon, text: str = "do it", **fields: Any) -> dict[str, Any]:
     fields.setdefault("workspace", "w")
-    return daemon.call("submit", text=text, **fields)["task"]  # type: ignore[no-any-return]
+    return daemon.call("submit", text=text, **fields)["task"]
 
 
 # -- the task body -----------------------------------------------------------------------------
