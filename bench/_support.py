@@ -2,8 +2,10 @@
 process statistics and the machine description.
 
 Every benchmark starts ``python -m colibri --root R run --log-level warning`` on a fresh root
-under /tmp (short, so the socket path fits), talks to it over its Unix socket, and removes the
-root afterwards, even on error or Ctrl+C (SIGTERM, then SIGKILL after a grace period).
+under /tmp (short, so the socket path fits) — the tests' ``Daemon`` of ``tests/helpers.py``,
+which the repository's root on ``sys.path`` makes importable — talks to it over its Unix
+socket, and removes the root afterwards, even on error or Ctrl+C (SIGTERM, then SIGKILL after
+a grace period).
 """
 
 from __future__ import annotations
@@ -19,17 +21,19 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from colibri.client import Client, socket_path
-
-PYTHON = sys.executable
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from tests.helpers import PYTHON as PYTHON  # noqa: E402  (the benchmarks import it from here)
+from tests.helpers import Daemon as TestDaemon  # noqa: E402
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -46,8 +50,12 @@ if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
 # -- the daemon --------------------------------------------------------------------------------
 
 
-class Daemon:
-    """A real ``colibri run`` process on a fresh temporary root; a context manager."""
+class Daemon(TestDaemon):
+    """The tests' daemon (``tests/helpers.py``) on a fresh temporary root, logging warnings only
+    and with no exit-code check; a context manager that removes the root when it ends."""
+
+    #: Benchmark requests (a status of 100,000 tasks) may take a while.
+    timeout = 60.0
 
     def __init__(
         self,
@@ -56,25 +64,15 @@ class Daemon:
         config: dict[str, Any] | None = None,
         cpu: int | None = None,
     ) -> None:
-        self.durability = durability
-        self.config = config
+        root = Path(tempfile.mkdtemp(prefix="cb", dir="/tmp"))
+        super().__init__(root, "--durability", durability, log_level="warning")
+        if config is not None:
+            (root / "colibri.jsonc").write_text(json.dumps(config))
         self.cpu = cpu
-        self.root: Path | None = None
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    @property
-    def socket(self) -> Path:
-        assert self.root is not None
-        return socket_path(self.root)
 
     def __enter__(self) -> Daemon:
         try:
-            self.start()
+            self.start(timeout=30.0)
         except BaseException:
             self.close()
             raise
@@ -83,53 +81,12 @@ class Daemon:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def start(self, timeout: float = 30.0) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="cb", dir="/tmp"))
-        if self.config is not None:
-            (self.root / "colibri.jsonc").write_text(json.dumps(self.config))
-        command = [
-            PYTHON,
-            "-m",
-            "colibri",
-            "--root",
-            str(self.root),
-            "run",
-            "--log-level",
-            "warning",
-        ]
-        command += ["--durability", self.durability]
-        if self.cpu is not None:
-            command = ["taskset", "-c", str(self.cpu), *command]
-        with open(self.root / "daemon.log", "ab") as log:
-            self.process = subprocess.Popen(
-                command, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
-            )
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"daemon exited with {self.process.returncode}:\n{self.log()}")
-            try:
-                with Client(self.socket, timeout=5) as client:
-                    client.call("ping")
-                return
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"daemon not ready after {timeout}s:\n{self.log()}"
-                    ) from None
-                time.sleep(0.02)
-
-    def log(self) -> str:
-        if self.root is None:
-            return ""
-        path = self.root / "daemon.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def call(self, cmd: str, **fields: Any) -> dict[str, Any]:
-        with Client(self.socket, timeout=60) as client:
-            return client.call(cmd, **fields)
+    def command(self) -> list[str]:
+        command = super().command()
+        return command if self.cpu is None else ["taskset", "-c", str(self.cpu), *command]
 
     def stop(self, grace: float = 15.0) -> None:
+        """SIGTERM to its process group, SIGKILL after ``grace``."""
         process = self.process
         if process is None or process.poll() is not None:
             return
@@ -146,9 +103,7 @@ class Daemon:
         try:
             self.stop()
         finally:
-            if self.root is not None:
-                shutil.rmtree(self.root, ignore_errors=True)
-                self.root = None
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 # -- /proc -------------------------------------------------------------------------------------

@@ -438,7 +438,7 @@ SAMPLES: dict[str, Any] = {
     "schedule": {"cron": "*/5 * * * *", "tz": "Europe/Berlin", "task": {"text": "nightly"}},
 }
 #: More schedules, one of each kind and with the optional fields.
-SCHEDULES = [
+SCHEDULES: list[dict[str, Any]] = [
     {"every": "15m", "task": {"text": "poll", "workspace": "api"}},
     {"at": "2999-01-01T00:00:00+00:00", "task": {"text": "once"}},
     {"cron": "30 2 * * *", "tz": "America/New_York", "catch_up": "all", "catch_up_max": 3,
@@ -463,7 +463,7 @@ def type_value(info: Any, name: str) -> Any:
     if isinstance(info, mi.FloatType):
         return 0.5
     if isinstance(info, mi.LiteralType):
-        return sorted(info.values)[0]
+        return sorted(info.values)[0]  # type: ignore[type-var]  # one Literal: one type
     if isinstance(info, mi.ListType):
         return [type_value(info.item_type, name)]
     if isinstance(info, mi.StructType):
@@ -488,6 +488,7 @@ def request_seeds() -> Iterator[tuple[str, bytes]]:
 
     for n, cls in enumerate(protocol.REQUESTS):
         info = mi.type_info(cls)
+        assert isinstance(info, mi.StructType)
         tag = cls.__struct_config__.tag
         obj: dict[str, Any] = {"cmd": tag, "id": n + 1}
         required = [f for f in info.fields if f.required]
@@ -521,6 +522,8 @@ def edge_values(info: Any) -> list[Any]:
 
     if isinstance(info, mi.UnionType):
         return [v for t in info.types for v in edge_values(t)]
+    found: list[float]
+    bound: float | None
     if isinstance(info, mi.IntType):
         found = [2**63 - 1, 2**63, -(2**63) - 1]
         for bound in (info.ge, info.le, info.gt, info.lt):
@@ -546,6 +549,7 @@ def edge_seeds() -> Iterator[tuple[str, bytes]]:
 
     for cls in protocol.REQUESTS:
         info = mi.type_info(cls)
+        assert isinstance(info, mi.StructType)
         tag = cls.__struct_config__.tag
         base: dict[str, Any] = {"cmd": tag, "id": 1}
         for f in info.fields:

@@ -438,7 +438,7 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     rng = random.Random(args.seed)
     write_config(root, agent_ttl=f"{args.agent_ttl:g}s", retry_backoff="1s")
     jumps = Jumps(root / "faketime") if "clock-jump" in args.faults else None
-    daemon = Daemon(root, "--log-level", "warning", env=jumps.env if jumps else None)
+    daemon = Daemon(root, env=jumps.env if jumps else None, log_level="warning")
     soak = Soak(args, root, rng, jumps, daemon)
     run_s = args.minutes * 60
     total = args.tasks

@@ -33,6 +33,48 @@ def write_config(
     (root / "colibri.jsonc").write_text(json.dumps({"scheduler": settings}, indent=2))
 
 
+def colibri(
+    root: Path | None,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 60.0,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m colibri`` as a subprocess (``--root`` given unless ``root`` is None), with
+    ``env`` added to our environment; what it printed is captured."""
+    prefix = ["--root", str(root)] if root is not None else []
+    return subprocess.run(
+        [PYTHON, "-m", "colibri", *prefix, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def run_refused(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``colibri run`` that is expected to refuse: it must exit by itself (no daemon)."""
+    return colibri(root, "run", *args)
+
+
+def one_line(stderr: str) -> str:
+    """The one line of a message (a refusal is one line on stderr, never a traceback)."""
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, f"expected a one-line message, got:\n{stderr}"
+    return lines[0]
+
+
+def error_code(call: Callable[[], Any]) -> str:
+    """The code of the error ``call`` raises (it must raise one of ours)."""
+    import pytest
+
+    from colibri.core.errors import ColibriError
+
+    with pytest.raises(ColibriError) as caught:
+        call()
+    return caught.value.code
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
     """Poll until ``predicate`` returns something truthy; fail the test on timeout."""
     deadline = time.monotonic() + timeout
@@ -48,11 +90,21 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: fl
 class Daemon:
     """``python -m colibri run`` on a root, as a real process."""
 
-    def __init__(self, root: Path, *extra_args: str, env: dict[str, str] | None = None) -> None:
+    #: How long a request through ``call`` (and ``task``, ``ledger``, ``submit``) may take.
+    timeout: float = 10.0
+
+    def __init__(
+        self,
+        root: Path,
+        *extra_args: str,
+        env: dict[str, str] | None = None,
+        log_level: str = "debug",
+    ) -> None:
         self.root = root
         self.extra_args = list(extra_args)
         #: Extra environment variables for the daemon process (e.g. COLIBRI_CRASHPOINT).
         self.env = dict(env or {})
+        self.log_level = log_level
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = root / "daemon.log"
 
@@ -60,15 +112,21 @@ class Daemon:
     def socket(self) -> Path:
         return socket_path(self.root)
 
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
     def command(self) -> list[str]:
         """How the daemon is started (a subclass may wrap it)."""
-        return [PYTHON, "-m", "colibri", "--root", str(self.root), "run", "--log-level", "debug",
-                *self.extra_args]  # fmt: skip
+        return [PYTHON, "-m", "colibri", "--root", str(self.root), "run",
+                "--log-level", self.log_level, *self.extra_args]  # fmt: skip
 
     def start(self, timeout: float = 15.0) -> None:
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             self.command(),
+            stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
             start_new_session=True,
@@ -98,8 +156,29 @@ class Daemon:
         return Client(self.socket, timeout=timeout)
 
     def call(self, cmd: str, **fields: Any) -> dict[str, Any]:
-        with self.client() as client:
+        with self.client(self.timeout) as client:
             return client.call(cmd, **fields)
+
+    def submit(self, text: str = "a task", **fields: Any) -> dict[str, Any]:
+        """Submit a task; the task as the daemon took it."""
+        return self.call("submit", text=text, **fields)["task"]
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        """The task ``task_id`` as the board has it now."""
+        return self.call("get", task=task_id)["task"]
+
+    def ledger(self, task_id: str | None = None) -> list[dict[str, Any]]:
+        """The ledger rows of ``task_id`` (of every task with None), oldest first."""
+        return self.call("ledger", task=task_id, limit=10_000)["entries"]
+
+    def wait_closed(self, task_id: str, timeout: float = 10.0) -> dict[str, Any]:
+        """Wait until the task is ``closed``; the task then."""
+
+        def closed() -> dict[str, Any] | None:
+            task = self.task(task_id)
+            return task if task["state"] == "closed" else None
+
+        return wait_until(closed, timeout=timeout)
 
     def stop(self) -> None:
         """SIGTERM; the daemon must exit 0 and leave no process of its group behind."""
@@ -120,6 +199,12 @@ class Daemon:
         self.start()
 
 
+def online(daemon: Daemon, *names: str) -> bool:
+    """Every agent of ``names`` is registered and online."""
+    agents = {a["name"]: a for a in daemon.call("agents")["agents"]}
+    return all(name in agents and agents[name]["online"] for name in names)
+
+
 class RawConnection:
     """A socket speaking raw bytes, for malformed input."""
 
@@ -135,7 +220,7 @@ class RawConnection:
     def reply(self) -> dict[str, Any]:
         line = self.file.readline()
         assert line, "connection closed"
-        return json.loads(line)  # type: ignore[no-any-return]
+        return json.loads(line)
 
     def closed(self) -> bool:
         """True once the daemon has closed the connection (EOF)."""
@@ -243,6 +328,27 @@ def stop_process(process: subprocess.Popen[bytes], timeout: float = 15.0) -> int
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)
     return process.wait(timeout=timeout)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes of the process group ``pgid``, read from /proc.
+
+    Zombies do not count: an orphan that died waits for init to reap it, and kill(2) would
+    still find it.
+    """
+    members: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        state, pgrp = fields[0], int(fields[2])
+        if pgrp == pgid and state not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
 
 
 def group_alive(pgid: int) -> bool:

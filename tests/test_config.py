@@ -29,7 +29,7 @@ from colibri.core.durations import format_duration
 from colibri.core.errors import ConfigError, RootError
 from colibri.layout import CONFIG_NAME, STATE_DIR
 from tests.configs import at, loaded, refused
-from tests.sessions.support import colibri
+from tests.helpers import colibri
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -137,12 +137,12 @@ def test_a_whole_number_is_accepted_at_its_bounds_and_nothing_else(root: Path, n
     # written with a point, a whole number is still that number
     settings = getattr(loaded(root, one_setting(name, f"{low}.0")), section)
     assert getattr(settings, key) == low and type(getattr(settings, key)) is int
-    for value in (low - 1, high + 1, f"{low}.5", "1.5", "true", "false", "null", f'"{low}"',
-                  "NaN", "Infinity", "[1]", "1e400", "9" * 30):  # fmt: skip
-        text = one_setting(name, str(value))
+    for bad in (low - 1, high + 1, f"{low}.5", "1.5", "true", "false", "null", f'"{low}"',
+                "NaN", "Infinity", "[1]", "1e400", "9" * 30):  # fmt: skip
+        text = one_setting(name, str(bad))
         message = refused(root, text)
-        assert message.startswith(at(root, text, key)), (value, message)
-        if value not in ("1e400",):  # too large for the parser, which says so itself
+        assert message.startswith(at(root, text, key)), (bad, message)
+        if bad != "1e400":  # too large for the parser, which says so itself
             assert f"{name} must be a whole number from {low:,} to {high:,}" in message, message
 
 

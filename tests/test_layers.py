@@ -1,4 +1,5 @@
-"""The layers import inward only: core is pure, store sits on core, the daemon stays a server."""
+"""The layers import inward only: core is pure, store sits on core, the daemon stays a server,
+and the client side meets the daemon on the socket only."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ class Import:
     file: str
     line: int
     top_level: bool  # a statement of the module body, not inside a function or class
+    function: str | None = None  # the def it is in (``Class.method``), None outside any
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line} imports {self.module}"
@@ -72,28 +74,54 @@ def _top_level_nodes(tree: ast.Module) -> set[int]:
     return found
 
 
+def _functions(tree: ast.Module) -> dict[int, str]:
+    """ids of the nodes inside a def, mapped to the def's name (``Class.method`` in a class)."""
+    found: dict[int, str] = {}
+
+    def visit(node: ast.AST, scope: list[str], function: str | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                visit(child, [*scope, child.name], ".".join([*scope, child.name]))
+            elif isinstance(child, ast.ClassDef):
+                visit(child, [*scope, child.name], function)
+            else:
+                if function is not None:
+                    found[id(child)] = function
+                visit(child, scope, function)
+
+    visit(tree, [], None)
+    return found
+
+
 def imports_of(package: str) -> list[Import]:
-    """Every import statement in every module of ``package`` (a colibri sub-package)."""
-    directory = PACKAGE.joinpath(*package.split(".")[1:])
-    assert directory.is_dir(), f"{package} not found at {directory}"
+    """Every import statement in every module of ``package`` (a colibri sub-package, or a
+    module such as ``colibri.client``)."""
+    path = PACKAGE.joinpath(*package.split(".")[1:])
+    if path.is_dir():
+        files = sorted(path.rglob("*.py"))
+    else:
+        assert path.with_suffix(".py").is_file(), f"{package} not found at {path}"
+        files = [path.with_suffix(".py")]
     result: list[Import] = []
-    for path in sorted(directory.rglob("*.py")):
+    for path in files:
         current = module_name(path)
         tree = ast.parse(path.read_text(), filename=str(path))
         top = _top_level_nodes(tree)
+        functions = _functions(tree)
         rel = str(path.relative_to(PACKAGE.parent))
         for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            at = (rel, node.lineno, id(node) in top, functions.get(id(node)))
             if isinstance(node, ast.Import):
                 for alias in node.names:
-                    result.append(Import(alias.name, rel, node.lineno, id(node) in top))
-            elif isinstance(node, ast.ImportFrom):
+                    result.append(Import(alias.name, *at))
+            else:
                 base = _resolve(node, current, path.name == "__init__.py")
-                result.append(Import(base, rel, node.lineno, id(node) in top))
+                result.append(Import(base, *at))
                 for alias in node.names:
                     if alias.name != "*" and base:
-                        result.append(
-                            Import(f"{base}.{alias.name}", rel, node.lineno, id(node) in top)
-                        )
+                        result.append(Import(f"{base}.{alias.name}", *at))
     return result
 
 
@@ -113,6 +141,9 @@ def test_the_scanner_sees_imports() -> None:
     assert any(top(i.module) == "asyncio" for i in daemon)
     cli = imports_of("colibri.cli")
     assert any(not i.top_level for i in cli)
+    run = [i for i in cli if i.file == "colibri/cli/daemon.py" and i.function == "run"]
+    assert any(i.module == "colibri.daemon.app" for i in run)
+    assert any(i.module == "colibri.layout" for i in imports_of("colibri.client"))
 
 
 def test_core_imports_nothing_of_colibri_outside_core() -> None:
@@ -167,3 +198,63 @@ def test_cli_does_not_import_the_daemon_internals_at_module_level() -> None:
         )
     ]
     assert bad == []
+
+
+#: The client side: what programs, the CLI and the harness use to reach the daemon.
+CLIENT_SIDE = ("colibri.client", "colibri.cli", "colibri.agent")
+
+#: The commands that start a daemon, and so may load it (inside the command only), and what
+#: they load: ``colibri run`` the daemon and its logging; ``colibri agent``, a harness, the
+#: daemon's logging setup alone.
+STARTS_THE_DAEMON = {
+    ("colibri/cli/daemon.py", "run"): ("colibri.daemon.app", "colibri.daemon.logs"),
+    ("colibri/cli/agents.py", "agent"): ("colibri.daemon.logs",),
+}
+
+
+def daemon_imports_of_the_client_side() -> list[Import]:
+    """The client side's imports of the daemon or the store, but those a command that starts
+    the daemon makes inside its function."""
+    return [
+        i
+        for package in CLIENT_SIDE
+        for i in imports_of(package)
+        if within(i.module, "colibri.daemon", "colibri.store")
+        and not (
+            not i.top_level
+            and within(i.module, *STARTS_THE_DAEMON.get((i.file, i.function or ""), ()))
+        )
+    ]
+
+
+def test_the_client_side_never_imports_the_daemon_or_the_store() -> None:
+    """client.py, cli/ and agent/ meet the daemon on the socket only; the commands that start
+    a daemon load it inside themselves."""
+    assert [str(i) for i in daemon_imports_of_the_client_side()] == []
+
+
+def test_the_client_side_rule_sees_a_bad_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule fails on the imports it forbids: at module level in the CLI, inside another
+    command, the store from a harness, and more of the daemon than a command may load."""
+    code = {
+        "colibri/cli/tasks.py": "from colibri.daemon import board\n",
+        "colibri/cli/agents.py": "def agents():\n    from colibri.daemon.server import Server\n",
+        "colibri/agent/tmux.py": "def f():\n    import colibri.store.sqlite\n",
+        "colibri/cli/daemon.py": "def run():\n    from colibri.daemon import board\n",
+        "colibri/client.py": "from colibri.daemon.logs import setup\n",
+    }
+    real = Path.read_text
+
+    def read_text(path: Path, encoding: str | None = None, errors: str | None = None) -> str:
+        rel = str(path.relative_to(PACKAGE.parent)) if path.is_relative_to(PACKAGE.parent) else ""
+        return code.get(rel) or real(path, encoding, errors)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    found = {(i.file, i.module) for i in daemon_imports_of_the_client_side()}
+    assert found >= {
+        ("colibri/cli/tasks.py", "colibri.daemon.board"),
+        ("colibri/cli/agents.py", "colibri.daemon.server.Server"),
+        ("colibri/agent/tmux.py", "colibri.store.sqlite"),
+        ("colibri/cli/daemon.py", "colibri.daemon.board"),
+        ("colibri/client.py", "colibri.daemon.logs"),
+    }

@@ -10,12 +10,11 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from colibri.client import socket_path
-from tests.helpers import Daemon, harness, stop_process, wait_until
+from tests.helpers import Daemon, colibri, group_members, harness, stop_process, wait_until
 
 UPPER = [sys.executable, "-c", "import sys; print(sys.stdin.read().upper())"]
 
@@ -68,15 +67,6 @@ GATED = [
 ]
 
 
-def colibri(root: Path, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "colibri", "--root", str(root), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 @pytest.fixture
 def agents(root: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
     """Harness processes a test starts; each is stopped afterwards, even when the test fails."""
@@ -115,33 +105,8 @@ def start_agent(
     return process
 
 
-def get(daemon: Daemon, task_id: str) -> dict[str, Any]:
-    return daemon.call("get", task=task_id)["task"]  # type: ignore[no-any-return]
-
-
 def agent_log(root: Path, name: str) -> str:
     return (root / f"agent-{name}.log").read_text(errors="replace")
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live processes in a process group, read from /proc.
-
-    Zombies do not count: an orphan that died waits for init to reap it, and kill(2) would
-    still find it.
-    """
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        state, pgrp = fields[0], int(fields[2])
-        if pgrp == pgid and state not in ("Z", "X"):
-            members.append(int(entry.name))
-    return members
 
 
 def process_alive(pid: int) -> bool:
@@ -224,7 +189,7 @@ def test_session_environment_and_process_group(
 ) -> None:
     agent = start_agent(agents, daemon.root, "inspector", INTROSPECT)
     task_id = colibri(daemon.root, "submit", "who am I").stdout.strip()
-    task = wait_until(lambda: (t := get(daemon, task_id))["state"] == "closed" and t)
+    task = daemon.wait_closed(task_id)
     assert task["outcome"] == "done", task
     seen = json.loads(task["output"])
     assert seen["env"] == {
@@ -253,11 +218,11 @@ def test_cancel_stops_the_whole_session_group(
     sessions.append(pgid)
     members = group_members(pgid)
     assert pgid in members and sleep_pid in members
-    assert get(daemon, task_id)["state"] == "running"
+    assert daemon.task(task_id)["state"] == "running"
 
     result = colibri(daemon.root, "cancel", task_id, "--reason", "no longer needed")
     assert result.returncode == 0, result.stderr
-    task = wait_until(lambda: (t := get(daemon, task_id))["state"] == "closed" and t)
+    task = daemon.wait_closed(task_id)
     assert task["outcome"] == "cancelled"
     wait_until(lambda: not group_members(pgid), timeout=10)
     wait_until(lambda: not process_alive(sleep_pid), timeout=10)
@@ -274,7 +239,7 @@ def test_harness_outlives_a_daemon_crash(
     started = daemon.root / f"started-{task_id}"
     wait_until(lambda: started.exists() and started.read_text())
     sessions.append(int(started.read_text()))
-    before = get(daemon, task_id)
+    before = daemon.task(task_id)
     assert (before["state"], before["attempts"], before["agent"]) == ("running", 1, "steady")
 
     daemon.kill()
@@ -288,10 +253,10 @@ def test_harness_outlives_a_daemon_crash(
 
     wait_until(adopted, timeout=15)
     assert agent.poll() is None
-    assert get(daemon, task_id)["state"] == "running"
+    assert daemon.task(task_id)["state"] == "running"
 
     (daemon.root / f"go-{task_id}").touch()
-    task = wait_until(lambda: (t := get(daemon, task_id))["state"] == "closed" and t)
+    task = daemon.wait_closed(task_id)
     assert task["outcome"] == "done", task
     assert task["output"] == f"released {task_id}\n"
     assert task["attempts"] == 1
@@ -314,7 +279,7 @@ def test_sigterm_stops_the_harness_and_fails_its_task(
 
     agent.send_signal(signal.SIGTERM)
     assert agent.wait(timeout=15) == 0, agent_log(daemon.root, "leaving")
-    task = wait_until(lambda: (t := get(daemon, task_id))["state"] == "closed" and t)
+    task = daemon.wait_closed(task_id)
     assert task["outcome"] == "failed"
     assert "leaving" in task["error"] and "stopped" in task["error"]
     assert not group_members(session_group)

@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import json5
 
-
-def colibri(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "colibri", "--root", str(root), *args],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+from tests.helpers import colibri
 
 
 def test_add_keeps_comments_and_list_and_show_see_it(root: Path) -> None:

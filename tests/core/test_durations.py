@@ -177,4 +177,4 @@ def test_minus_zero_is_zero() -> None:
 def test_the_bounds_are_keywords() -> None:
     assert parse_duration("1s", low=1.0, high=1.0) == 1.0
     with pytest.raises(TypeError):
-        parse_duration("1s", 0.0)  # type: ignore[misc]
+        parse_duration("1s", 0.0)  # type: ignore[call-arg]  # a bound given by position, on purpose

@@ -17,9 +17,10 @@ from colibri.core.errors import BY_CODE, ColibriError, UnexpectedReply, from_wir
 
 #: A line of the drawn tree: its depth is where the branch starts, then the name and the code.
 TREE_LINE = re.compile(r"^(?P<indent>(?:│   |    )*)[├└]── (?P<name>\w+)\s+(?P<code>\w+)")
-#: Exception classes of our own outside ``core/errors.py``: raised and caught inside the store
-#: and the board, never reported (the board turns a conflict into ``illegal_transition``).
-NOT_REPORTED = {"colibri.store.base.StoreConflict"}
+#: Exception classes of our own outside ``core/errors.py``, each raised and caught on one side
+#: and never reported as such: the board turns a store conflict into ``illegal_transition``;
+#: the harness turns a session that could not start into its task's ``fail``.
+NOT_REPORTED = {"colibri.store.base.StoreConflict", "colibri.agent.backends.base.StartFailed"}
 
 
 def modules() -> list[str]:

@@ -431,10 +431,11 @@ def test_rfc3339_round_trips_to_the_millisecond(ts: float) -> None:
 def test_a_submission_carries_every_field_of_a_task_spec_alike() -> None:
     """The wire's submission and the board's TaskSpec are declared apart (a request and a
     struct cannot share a base): the same names, types and defaults, or this fails."""
-    spec = mi.type_info(TaskSpec)
-    wire = {f.name: f for f in mi.type_info(p.TaskFields).fields}
-    pinned = {f.name: f for f in mi.type_info(p.CreateTask).fields}
+    spec, submit, create = (mi.type_info(t) for t in (TaskSpec, p.TaskFields, p.CreateTask))
     assert isinstance(spec, mi.StructType)
+    assert isinstance(submit, mi.StructType) and isinstance(create, mi.StructType)
+    wire = {f.name: f for f in submit.fields}
+    pinned = {f.name: f for f in create.fields}
     for field in spec.fields:
         theirs = pinned["agent"] if field.name == "agent" else wire.get(field.name)
         assert theirs is not None, f"submissions lack TaskSpec.{field.name}"

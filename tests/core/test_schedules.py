@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import msgspec
@@ -215,7 +216,7 @@ def test_day_of_week_star_means_and() -> None:
         {"cron": "* * * * *", "every": "1m", "at": "2030-01-01T00:00:00Z"},
     ],
 )
-def test_build_needs_exactly_one_kind(fields: dict[str, object]) -> None:
+def test_build_needs_exactly_one_kind(fields: dict[str, Any]) -> None:
     with pytest.raises(BadRequest, match="exactly one of cron, every or at"):
         make(**fields)
 
@@ -330,7 +331,7 @@ def test_a_once_time_just_before_the_last_instant_is_taken() -> None:
         ({"cron": "@hourly", "jitter": 1e300}, "jitter"),
     ],
 )
-def test_jitter_and_grace_out_of_range_are_refused(fields: dict[str, object], match: str) -> None:
+def test_jitter_and_grace_out_of_range_are_refused(fields: dict[str, Any], match: str) -> None:
     with pytest.raises(BadRequest, match=match):
         make(**fields)
 
@@ -655,7 +656,7 @@ def test_plan_beyond_the_scan_limit_counts_the_rest() -> None:
 
 
 @pytest.mark.parametrize("fields", [{"catch_up": "none"}, {"catch_up": "one", "grace": "5m"}])
-def test_plan_beyond_the_scan_limit_fires_the_current_time(fields: dict[str, object]) -> None:
+def test_plan_beyond_the_scan_limit_fires_the_current_time(fields: dict[str, Any]) -> None:
     s = make(now=T0 - 0.5, every="1s", **fields)
     first = ts(s.next_fire_at or "")
     now = first + SCAN_LIMIT + 5000.5

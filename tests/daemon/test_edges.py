@@ -15,8 +15,8 @@ import pytest
 from colibri.core.errors import ColibriError
 from colibri.core.model import MAX_TOKENS, MAX_USD
 from tests.daemon.conftest import Spawn
-from tests.helpers import Daemon, RawConnection, pong
-from tests.sessions.support import ECHO, colibri
+from tests.helpers import Daemon, RawConnection, colibri, pong
+from tests.sessions.support import ECHO
 
 INT64_MAX = 2**63 - 1
 

@@ -208,7 +208,7 @@ def test_long_pages_are_cut_by_bytes_and_go_on_where_they_stopped(start_daemon: 
 
 
 def test_the_cli_says_when_a_key_returned_an_existing_task(daemon: Daemon) -> None:
-    from tests.sessions.support import colibri
+    from tests.helpers import colibri
 
     first = colibri(daemon.root, "submit", "deploy 42", "--idempotency-key", "deploy-42")
     again = colibri(daemon.root, "submit", "deploy 42", "--idempotency-key", "deploy-42")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.helpers import Daemon, FakeAgent, wait_until, write_config
+from tests.helpers import Daemon, FakeAgent, write_config
 
 
 def test_a_poison_task_fails_after_its_attempts_and_does_not_block_others(root: Path) -> None:
@@ -25,9 +25,7 @@ def test_a_poison_task_fails_after_its_attempts_and_does_not_block_others(root: 
             else:
                 agent.out(assign)
                 done.add(assign["task"]["id"])
-        final = wait_until(
-            lambda: (t := daemon.call("get", task=poison["id"])["task"])["state"] == "closed" and t
-        )
+        final = daemon.wait_closed(poison["id"])
         assert (final["outcome"], final["attempts"]) == ("failed", 3)
         reasons = [
             r.get("reason") or "" for r in daemon.call("ledger", task=poison["id"])["entries"]

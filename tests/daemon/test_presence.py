@@ -5,33 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-
-from colibri.core.errors import ColibriError
 from tests.daemon.conftest import Spawn
-from tests.helpers import Daemon, wait_until
+from tests.helpers import Daemon, error_code, wait_until
 
 #: The TTL under test; agents that must outlive it register their own, longer one.
 TTL = "0.5s"
 LONG_TTL = 30.0
 
 
-def get(daemon: Daemon, task_id: str) -> dict[str, Any]:
-    return daemon.call("get", task=task_id)["task"]  # type: ignore[no-any-return]
-
-
-def ledger(daemon: Daemon, task_id: str) -> list[dict[str, Any]]:
-    return daemon.call("ledger", task=task_id)["entries"]  # type: ignore[no-any-return]
-
-
 def agent_entry(daemon: Daemon, name: str) -> dict[str, Any]:
     return next(a for a in daemon.call("agents")["agents"] if a["name"] == name)
-
-
-def error_code(call: Callable[[], Any]) -> str:
-    with pytest.raises(ColibriError) as caught:
-        call()
-    return caught.value.code
 
 
 def test_a_silent_agent_goes_offline_and_its_session_is_lost(
@@ -46,10 +29,10 @@ def test_a_silent_agent_goes_offline_and_its_session_is_lost(
     # It never heartbeats again: the daemon tells it it expired.
     expired = silent.next_event("expired", timeout=10)
     assert "register again" in expired["reason"]
-    final = wait_until(lambda: (t := get(daemon, task["id"]))["state"] == "closed" and t)
+    final = daemon.wait_closed(task["id"])
     assert final["outcome"] == "failed"
     assert "session lost" in final["error"]
-    rows = ledger(daemon, task["id"])
+    rows = daemon.ledger(task["id"])
     assert [(r.get("from_state"), r["to_state"]) for r in rows] == [
         (None, "pending"),
         ("pending", "running"),
@@ -75,7 +58,7 @@ def test_a_lost_session_with_attempts_left_goes_back_to_pending(
     silent.next_event("expired", timeout=10)
 
     def requeued() -> list[dict[str, Any]]:
-        return [r for r in ledger(daemon, task["id"]) if r.get("from_state") == "running"]
+        return [r for r in daemon.ledger(task["id"]) if r.get("from_state") == "running"]
 
     row = wait_until(requeued)[0]
     assert row["to_state"] == "pending"
@@ -108,8 +91,8 @@ def test_a_disconnected_agent_gets_no_work_and_adopts_its_task_on_reconnect(
     wait_until(disconnect_seen)
     # It has a free slot, but no connection: new work waits.
     second = daemon.call("submit", text="second")["task"]
-    assert get(daemon, second["id"])["state"] == "pending"
-    assert get(daemon, first["id"])["state"] == "running"
+    assert daemon.task(second["id"])["state"] == "pending"
+    assert daemon.task(first["id"])["state"] == "running"
 
     back = spawn(
         daemon,
@@ -122,7 +105,7 @@ def test_a_disconnected_agent_gets_no_work_and_adopts_its_task_on_reconnect(
     assert back.registration["adopted"] == [first["id"]]
     assert back.registration["rejected"] == []
     assert back.next_assign(timeout=5)["task"]["id"] == second["id"]
-    still = get(daemon, first["id"])
+    still = daemon.task(first["id"])
     assert (still["state"], still["agent"], still["epoch"], still["attempts"]) == (
         "running",
         "worker",
@@ -130,8 +113,8 @@ def test_a_disconnected_agent_gets_no_work_and_adopts_its_task_on_reconnect(
         1,
     )
     assert back.out(held, "survived the reconnect")["task"]["outcome"] == "done"
-    assert get(daemon, first["id"])["output"] == "survived the reconnect"
-    assert [r["to_state"] for r in ledger(daemon, first["id"])] == [
+    assert daemon.task(first["id"])["output"] == "survived the reconnect"
+    assert [r["to_state"] for r in daemon.ledger(first["id"])] == [
         "pending",
         "running",
         "done",
@@ -162,16 +145,16 @@ def test_fencing_a_stalled_agent_cannot_overwrite_the_retry(
     assert again["rejected"] == [{"task": task["id"], "epoch": 1}]
     assert error_code(lambda: stalled.out(old, "stale result")) == "stale_claim"
     assert error_code(lambda: stalled.fail(old, "stale failure")) == "stale_claim"
-    assert get(daemon, task["id"])["state"] == "running"
+    assert daemon.task(task["id"])["state"] == "running"
 
     assert taker.out(new, "the real result")["task"]["outcome"] == "done"
-    final = get(daemon, task["id"])
+    final = daemon.task(task["id"])
     assert (final["state"], final["outcome"], final["output"]) == (
         "closed",
         "done",
         "the real result",
     )
-    rows = ledger(daemon, task["id"])
+    rows = daemon.ledger(task["id"])
     outcomes = [r for r in rows if r["to_state"] in ("done", "failed", "cancelled")]
     assert [(r["to_state"], r["agent"], r["epoch"]) for r in outcomes] == [("done", "taker", 2)]
     assert [(r.get("from_state"), r["to_state"], r.get("agent")) for r in rows] == [
@@ -184,7 +167,7 @@ def test_fencing_a_stalled_agent_cannot_overwrite_the_retry(
     ]
     # Late reports after the end change nothing either.
     assert error_code(lambda: stalled.out(old, "stale result")) == "stale_claim"
-    assert get(daemon, task["id"])["output"] == "the real result"
+    assert daemon.task(task["id"])["output"] == "the real result"
 
 
 def test_a_task_that_ended_while_its_agent_was_away_is_closed_on_reregistration(
@@ -200,7 +183,7 @@ def test_a_task_that_ended_while_its_agent_was_away_is_closed_on_reregistration(
     task = daemon.call("submit", text="interactive")["task"]
     assign = first.next_assign()
     first.out(assign, "result", session_ended=False)
-    assert get(daemon, task["id"])["state"] == "done"
+    assert daemon.task(task["id"])["state"] == "done"
     first.close()
     again = spawn(
         daemon,
@@ -209,7 +192,7 @@ def test_a_task_that_ended_while_its_agent_was_away_is_closed_on_reregistration(
         running=[{"task": task["id"], "epoch": assign["epoch"], "claim": assign["claim"]}],
     )
     assert again.registration["rejected"] == [{"task": task["id"], "epoch": assign["epoch"]}]
-    final = get(daemon, task["id"])
+    final = daemon.task(task["id"])
     assert (final["state"], final["outcome"], final["output"]) == ("closed", "done", "result")
     follow_up = daemon.call("submit", text="next")["task"]
     assert again.next_assign()["task"]["id"] == follow_up["id"]

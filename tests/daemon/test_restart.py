@@ -15,21 +15,10 @@ import pytest
 
 from colibri.client import socket_path
 from tests.daemon.conftest import Spawn
-from tests.helpers import PYTHON, Daemon, FakeAgent, wait_until
+from tests.helpers import PYTHON, Daemon, FakeAgent
+from tests.reliability.crash_scenarios import mirror_path
 
 LONG_TTL = 30.0
-
-
-def get(daemon: Daemon, task_id: str) -> dict[str, Any]:
-    return daemon.call("get", task=task_id)["task"]  # type: ignore[no-any-return]
-
-
-def ledger(daemon: Daemon, task_id: str | None = None) -> list[dict[str, Any]]:
-    return daemon.call("ledger", task=task_id, limit=10_000)["entries"]  # type: ignore[no-any-return]
-
-
-def mirror_path(root: Path) -> Path:
-    return root / ".colibri" / "ledger.jsonl"
 
 
 def mirror_rows(root: Path) -> list[dict[str, Any]]:
@@ -45,7 +34,7 @@ def normalised(row: dict[str, Any]) -> dict[str, Any]:
 
 def assert_mirror_matches_store(daemon: Daemon) -> list[dict[str, Any]]:
     """ledger.jsonl holds exactly the store's rows: same seqs, in order, no gaps or doubles."""
-    stored = ledger(daemon)
+    stored = daemon.ledger()
     mirrored = mirror_rows(daemon.root)
     seqs = [row["seq"] for row in mirrored]
     assert seqs == list(range(1, len(stored) + 1))
@@ -76,7 +65,7 @@ def test_pending_tasks_survive_sigkill_and_are_then_assigned(daemon: Daemon, spa
     agent = spawn(daemon, "after", slots=3)
     got = [agent.next_assign(timeout=5)["task"]["id"] for _ in range(3)]
     assert got == list(reversed(ids))  # priority order holds after the restart too
-    assert all(get(daemon, task_id)["state"] == "running" for task_id in ids)
+    assert all(daemon.task(task_id)["state"] == "running" for task_id in ids)
 
 
 def test_a_running_task_claimed_back_after_restart_stays_running(
@@ -88,14 +77,14 @@ def test_a_running_task_claimed_back_after_restart_stays_running(
     daemon.kill()
     before.close()
     daemon.start()
-    assert get(daemon, task["id"])["state"] == "running"
+    assert daemon.task(task["id"])["state"] == "running"
     after = spawn(
         daemon,
         "keeper",
         running=[{"task": task["id"], "epoch": assign["epoch"], "claim": assign["claim"]}],
     )
     assert after.registration["adopted"] == [task["id"]]
-    kept = get(daemon, task["id"])
+    kept = daemon.task(task["id"])
     assert (kept["state"], kept["agent"], kept["epoch"], kept["attempts"]) == (
         "running",
         "keeper",
@@ -103,7 +92,7 @@ def test_a_running_task_claimed_back_after_restart_stays_running(
         1,
     )
     assert after.out(assign, "finished across a crash")["task"]["outcome"] == "done"
-    assert [r["to_state"] for r in ledger(daemon, task["id"])] == [
+    assert [r["to_state"] for r in daemon.ledger(task["id"])] == [
         "pending",
         "running",
         "done",
@@ -123,10 +112,10 @@ def test_a_running_task_nobody_claims_back_fails_as_session_lost(
     daemon.start()
     # A free agent that could run it is online, yet it is not replayed.
     spawn(daemon, "bystander", ttl=LONG_TTL)
-    final = wait_until(lambda: (t := get(daemon, task["id"]))["state"] == "closed" and t)
+    final = daemon.wait_closed(task["id"])
     assert final["outcome"] == "failed"
     assert final["attempts"] == 1
-    rows = ledger(daemon, task["id"])
+    rows = daemon.ledger(task["id"])
     assert [(r.get("from_state"), r["to_state"]) for r in rows] == [
         (None, "pending"),
         ("pending", "running"),
@@ -256,11 +245,11 @@ def test_a_daemon_of_another_root_on_the_same_board_exits_naming_the_first(
         assert f"pid {first.process.pid}" in lines[0] and str(board) in lines[0], lines
         assert "Traceback" not in refused.stderr
         assert not socket_path(other_root).exists()
-        assert get(first, task["id"])["state"] == "pending"  # the first serves on, untouched
+        assert first.task(task["id"])["state"] == "pending"  # the first serves on, untouched
         first.kill()
         second = Daemon(other_root, *args)
         second.start()
-        assert get(second, task["id"])["text"] == "on the shared board"
+        assert second.task(task["id"])["text"] == "on the shared board"
     finally:
         if second is not None:
             second.stop()
@@ -274,7 +263,7 @@ def test_a_stale_socket_and_lock_do_not_block_the_next_start(daemon: Daemon) -> 
     assert (daemon.root / ".colibri" / "daemon.lock").exists()
     daemon.start()
     assert daemon.call("ping")["pong"] is True
-    assert get(daemon, task["id"])["state"] == "pending"
+    assert daemon.task(task["id"])["state"] == "pending"
 
 
 def test_sigterm_exits_zero_and_removes_the_socket(daemon: Daemon, spawn: Spawn) -> None:

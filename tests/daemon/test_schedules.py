@@ -56,7 +56,8 @@ def test_add_show_list_pause_resume_remove(daemon: Daemon) -> None:
 def test_bad_definitions_are_refused_and_store_nothing(daemon: Daemon) -> None:
     before = daemon.call("status")["ledger_seq"]
     # A duration that is not one, or out of range, has its own code (a kind of bad_request).
-    for spec, words, *code in [
+    #: (the schedule, words of the message, its code when not bad_request)
+    cases: list[tuple[Any, ...]] = [
         ({"cron": "61 * * * *"}, "cron"),
         ({"cron": "* * *"}, "five fields"),
         ({"cron": "@daily", "tz": "Mars/Olympus"}, "time zone"),
@@ -71,7 +72,8 @@ def test_bad_definitions_are_refused_and_store_nothing(daemon: Daemon) -> None:
         ({"every": "100000w"}, "must be from 1s to 3650d", "bad_duration"),
         ({"at": "9999-12-31T23:59:59-12:00"}, "too far ahead"),
         ({"every": "2s", "jitter": "10s"}, "shorter than every"),
-    ]:
+    ]
+    for spec, words, *code in cases:
         with pytest.raises(ColibriError) as err:
             add(daemon, "bad", **spec)
         assert err.value.code == (code[0] if code else "bad_request")
@@ -330,10 +332,12 @@ def test_a_fire_that_meets_a_full_disk_fails_its_batch_and_records_nothing(
     from colibri.daemon.board import Board
     from colibri.daemon.schedules import ScheduleRunner
     from colibri.store import open_store
+    from colibri.store.sqlite import SqliteStore
     from tests.reliability.test_board_state_machine import ManualClock
 
     clock = ManualClock()
     store = open_store(str(tmp_path / "board.sqlite"), durability="relaxed")
+    assert isinstance(store, SqliteStore)  # its file is filled up below, through SQLite
     board = Board(store, SchedulerSettings(), clock)
     board.rebuild()
     runner = ScheduleRunner(board, board.batch, "UTC")
@@ -370,12 +374,14 @@ def test_a_fire_failing_on_a_full_disk_backs_off_instead_of_spinning(
     from colibri.daemon.clock import SystemClock
     from colibri.daemon.ledger import LedgerMirror
     from colibri.store import open_store
+    from colibri.store.sqlite import SqliteStore
 
     async def scenario() -> None:
         root = tmp_path / "root"
         init_root(root)
         config = load_config(root)
         store = open_store(str(root / "board.sqlite"), durability="relaxed")
+        assert isinstance(store, SqliteStore)  # its file is filled up below, through SQLite
         mirror = LedgerMirror(root / "ledger.jsonl")
         mirror.open(store)
         daemon = compose(config, store, mirror, SystemClock())

@@ -100,7 +100,7 @@ def submit_op(daemon: Daemon, key: str) -> dict[str, Any]:
 
 
 def all_tasks(daemon: Daemon) -> list[dict[str, Any]]:
-    return daemon.call("list", limit=10_000)["tasks"]  # type: ignore[no-any-return]
+    return daemon.call("list", limit=10_000)["tasks"]
 
 
 # -- K1: parsed and handled, not committed ---------------------------------------------------------

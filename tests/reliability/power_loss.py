@@ -53,7 +53,7 @@ class LazyDisk:
 
     def attach(self) -> None:
         log = open(self.mount.parent / "lazyfs.log", "ab")
-        self.process = subprocess.Popen(
+        self.process = process = subprocess.Popen(
             [PYTHON, "-m", "tests.reliability.lazyfs", str(self.backing), str(self.mount)],
             cwd=REPO,
             stdout=log,
@@ -61,8 +61,8 @@ class LazyDisk:
             start_new_session=True,
         )
         log.close()
-        wait_until(lambda: mounted(self.mount) or self.process.poll() is not None)
-        assert self.process.poll() is None, (self.mount.parent / "lazyfs.log").read_text()
+        wait_until(lambda: mounted(self.mount) or process.poll() is not None)
+        assert process.poll() is None, (self.mount.parent / "lazyfs.log").read_text()
 
     def cut(self) -> None:
         """Lose every unsynced write: the file system process dies, its memory with it."""

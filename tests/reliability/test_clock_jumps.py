@@ -140,10 +140,13 @@ def test_jumps_expire_no_agent_and_fire_no_schedule_twice(
             missed_before = {name: missed(root, name) for name in ("one", "none")}
             jumped = time.monotonic()
             jumps.set(offset)
+
             # The runner wakes at its next due time (≤ EVERY away on the monotonic clock), finds
             # the whole jumped stretch due, and applies the catch-up policy to it.
-            enough = before["one"] + 100
-            keep_alive(agent, 20, until=lambda enough=enough: len(fires(root, "one")) > enough)
+            def past_the_stretch(enough: int = before["one"] + 100) -> bool:
+                return len(fires(root, "one")) > enough
+
+            keep_alive(agent, 20, until=past_the_stretch)
             keep_alive(agent, 2 * EVERY)
             elapsed = time.monotonic() - jumped
             for name in ("one", "none"):
@@ -151,8 +154,8 @@ def test_jumps_expire_no_agent_and_fire_no_schedule_twice(
                 passes = Counter(at for _, outcome, at in fires(root, name) if outcome == "fired")
                 assert max(passes.values()) == 1, (name, offset, passes.most_common(3))
                 # … so the jump added no fires beyond the timetable's own pace …
-                added = len(fired(root, name)) - before[name]
-                assert 1 <= added <= elapsed / EVERY + 2, (name, offset, added, elapsed)
+                more = len(fired(root, name)) - before[name]
+                assert 1 <= more <= elapsed / EVERY + 2, (name, offset, more, elapsed)
                 # … and the stretch it skipped is recorded as missed, not fired.
                 newly_missed = missed(root, name) - missed_before[name]
                 assert newly_missed >= 100, (name, offset, newly_missed)

@@ -89,7 +89,7 @@ def burst(daemon: Daemon, prefix: str, n: int) -> list[dict[str, Any]]:
     until EOF if the daemon dies (a reply cut by its death is not an acknowledgement)."""
     keys = [f"{prefix}-{i}" for i in range(n)]
     conn = RawConnection(daemon.socket, timeout=60)
-    ops = []
+    ops: list[dict[str, Any]] = []
     try:
         conn.send(
             b"".join(

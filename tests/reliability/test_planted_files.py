@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import PYTHON, Daemon, wait_until
+from tests.helpers import Daemon, run_refused, wait_until
 from tests.reliability.test_storage_faults import chattr, require_chattr
 from tests.sessions.support import ECHO
 
@@ -32,11 +31,6 @@ def with_workspace(root: Path) -> None:
     (root / "colibri.jsonc").write_text(json.dumps(
         {"workspaces": {"w": {"session": {"command": ECHO}}}}
     ))  # fmt: skip
-
-
-def run_refused(root: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PYTHON, "-m", "colibri", "--root", str(root), "run"],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
 
 
 @pytest.fixture

@@ -35,18 +35,19 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import Daemon, FakeAgent, RawConnection, harness, stop_process, wait_until
+from tests.helpers import (
+    Daemon,
+    FakeAgent,
+    RawConnection,
+    group_members,
+    harness,
+    online,
+    stop_process,
+    wait_until,
+)
 from tests.reliability import history
 from tests.sessions.conftest import fleet  # noqa: F401  (a fixture, used by start)
-from tests.sessions.support import (
-    alive,
-    group_members,
-    harnesses,
-    mentioning,
-    one_each,
-    online,
-    wait_closed,
-)
+from tests.sessions.support import alive, harnesses, mentioning, one_each
 
 #: The session: records its start, starts a grandchild that would live 1000 s, then — for a
 #: task whose text says "wait" — waits for ROOT/go-TASK-EPOCH. A go file saying "self-out" makes
@@ -132,7 +133,7 @@ def started(root: Path, task: dict[str, Any], epoch: int) -> dict[str, Any]:
     """The start record of the task's session for ``epoch`` (waits for it)."""
     path = root / f"{task['id']}-{epoch}.started"
     wait_until(path.exists, timeout=30)
-    return json.loads(path.read_text())  # type: ignore[no-any-return]
+    return json.loads(path.read_text())
 
 
 def release(root: Path, task: dict[str, Any], epoch: int, what: str = "") -> None:
@@ -146,14 +147,6 @@ def gone(session: dict[str, Any]) -> bool:
         and not alive(session["child"])
         and not group_members(session["pgid"])
     )
-
-
-def submit(daemon: Daemon, text: str, **fields: Any) -> dict[str, Any]:
-    return daemon.call("submit", text=text, **fields)["task"]  # type: ignore[no-any-return]
-
-
-def get(daemon: Daemon, task: dict[str, Any]) -> dict[str, Any]:
-    return daemon.call("get", task=task["id"])["task"]  # type: ignore[no-any-return]
 
 
 def moves(daemon: Daemon, task: dict[str, Any]) -> list[tuple[str | None, str, str | None]]:
@@ -195,13 +188,13 @@ def test_a_killed_session_fails_or_retries_its_task_and_leaves_no_process(
     start: Start, root: Path
 ) -> None:
     daemon = start({"w": workspace(root, slots=2)}, retry_backoff="0.1s")
-    once = submit(daemon, "wait", workspace="w", max_attempts=1)
-    twice = submit(daemon, "wait", workspace="w", max_attempts=2)
+    once = daemon.submit("wait", workspace="w", max_attempts=1)
+    twice = daemon.submit("wait", workspace="w", max_attempts=2)
     first = [started(root, once, 1), started(root, twice, 1)]
     for session in first:
         os.kill(session["pid"], signal.SIGKILL)  # the session alone; its grandchild lives on
 
-    failed = wait_closed(daemon, once["id"], timeout=30)
+    failed = daemon.wait_closed(once["id"], timeout=30)
     assert (failed["outcome"], failed["attempts"], failed["error"]) == (
         "failed",
         1,
@@ -215,7 +208,7 @@ def test_a_killed_session_fails_or_retries_its_task_and_leaves_no_process(
     ]
     # the retry runs as a new session of the same harness, and finishes
     release(root, twice, started(root, twice, 2)["epoch"])
-    done = wait_closed(daemon, twice["id"], timeout=30)
+    done = daemon.wait_closed(twice["id"], timeout=30)
     assert (done["outcome"], done["attempts"], done["output"]) == ("done", 2, "w epoch 2\n")
     assert [m for m in moves(daemon, twice) if m[0] == "running"] == [
         ("running", "pending", "retry 2/2 in 0.1s after: killed by SIGKILL"),
@@ -234,14 +227,14 @@ def test_a_killed_session_fails_or_retries_its_task_and_leaves_no_process(
 def test_a_killed_harness_is_replaced_and_its_sessions_reaped(start: Start, root: Path) -> None:
     # A long TTL: the tasks end because the replacement registers without them, not by expiry.
     daemon = start({"w": workspace(root, slots=2)}, agent_ttl="60s", retry_backoff="0.1s")
-    once = submit(daemon, "wait", workspace="w", max_attempts=1)
-    twice = submit(daemon, "wait", workspace="w", max_attempts=2)
+    once = daemon.submit("wait", workspace="w", max_attempts=1)
+    twice = daemon.submit("wait", workspace="w", max_attempts=2)
     first = [started(root, once, 1), started(root, twice, 1)]
     old = harness_status(daemon, "w")["pid"]
     os.killpg(old, signal.SIGKILL)  # the harness's own group: its sessions have theirs
 
     lost = "session lost: agent w registered again without it"
-    failed = wait_closed(daemon, once["id"], timeout=30)
+    failed = daemon.wait_closed(once["id"], timeout=30)
     assert (failed["outcome"], failed["attempts"], failed["error"]) == ("failed", 1, lost)
     assert ("running", "failed", lost) in moves(daemon, once)
     # the replacement killed both sessions of the one it replaced, grandchildren included
@@ -251,7 +244,7 @@ def test_a_killed_harness_is_replaced_and_its_sessions_reaped(start: Start, root
     assert (status["pid"], status["restarts"], status["degraded"]) == (new, 1, False)
 
     release(root, twice, started(root, twice, 2)["epoch"])
-    done = wait_closed(daemon, twice["id"], timeout=30)
+    done = daemon.wait_closed(twice["id"], timeout=30)
     assert (done["outcome"], done["attempts"], done["output"]) == ("done", 2, "w epoch 2\n")
     assert ("running", "pending", f"retry 2/2 in 0.1s after: {lost}") in moves(daemon, twice)
     wait_until(lambda: leftovers(root) == [], timeout=15)
@@ -269,7 +262,7 @@ def test_a_stopped_agent_woken_after_the_ttl_is_fenced_off(start: Start, root: P
         agent_ttl="4s",
         retry_backoff="0.1s",
     )
-    task = submit(daemon, "wait", capabilities=["x"], max_attempts=2)
+    task = daemon.submit("wait", capabilities=["x"], max_attempts=2)
     stalled = started(root, task, 1)
     assert stalled["agent"] == "a"  # equal scores: the name that sorts first
     harness_a = harness_status(daemon, "a")["pid"]
@@ -298,11 +291,11 @@ def test_a_stopped_agent_woken_after_the_ttl_is_fenced_off(start: Start, root: P
     wait_until(lambda: online(daemon, "a"), timeout=30)
     agents = {a["name"]: a for a in daemon.call("agents")["agents"]}
     assert (agents["a"]["running"], agents["b"]["running"]) == ([], [task["id"]])
-    now = get(daemon, task)
+    now = daemon.task(task["id"])
     assert (now["state"], now["agent"], now["epoch"], now["output"]) == ("running", "b", 2, None)
 
     release(root, task, 2)
-    final = wait_closed(daemon, task["id"], timeout=30)
+    final = daemon.wait_closed(task["id"], timeout=30)
     assert (final["outcome"], final["agent"], final["epoch"], final["attempts"]) == (
         "done",
         "b",
@@ -321,8 +314,8 @@ def test_a_stopped_agent_woken_after_the_ttl_is_fenced_off(start: Start, root: P
     ]
     assert terminal_rows(daemon, task) == 1
     # the woken harness serves again
-    after = submit(daemon, "after the wake", workspace="a")
-    assert wait_closed(daemon, after["id"], timeout=30)["output"] == "a epoch 1\n"
+    after = daemon.submit("after the wake", workspace="a")
+    assert daemon.wait_closed(after["id"], timeout=30)["output"] == "a epoch 1\n"
     wait_until(lambda: gone(stalled) and leftovers(root) == [], timeout=15)
     store, report = checked(root)
     assert report.problems() == {}
@@ -334,7 +327,7 @@ def test_a_stopping_harness_takes_no_new_work(start: Start, root: Path) -> None:
     """SIGTERM stops a harness's sessions and fails their tasks; the slots that frees must not
     bring it new work (it would start it and never stop). The waiting task stays pending."""
     daemon = start({"w": workspace(root)})
-    running, waiting = (submit(daemon, "wait", workspace="w") for _ in range(2))
+    running, waiting = (daemon.submit("wait", workspace="w") for _ in range(2))
     session = started(root, running, 1)
     daemon.stop()  # SIGTERM: its harness stops too; asserts exit 0
     wait_until(lambda: gone(session) and leftovers(root) == mentioning(root) == [], timeout=15)
@@ -351,24 +344,24 @@ def test_a_stopping_harness_takes_no_new_work(start: Start, root: Path) -> None:
     command = workspace(root)["session"]["command"]
     solo = harness(root, "solo", ["s"], command)
     try:
-        first, second = (submit(daemon, "wait", capabilities=["s"]) for _ in range(2))
+        first, second = (daemon.submit("wait", capabilities=["s"]) for _ in range(2))
         session = started(root, first, 1)
         os.killpg(solo.pid, signal.SIGTERM)
         assert solo.wait(timeout=30) == 0
     finally:
         stop_process(solo)
-    assert wait_closed(daemon, first["id"], timeout=30)["error"] == "agent solo stopped"
-    assert get(daemon, second)["state"] == "pending"
+    assert daemon.wait_closed(first["id"], timeout=30)["error"] == "agent solo stopped"
+    assert daemon.task(second["id"])["state"] == "pending"
     wait_until(lambda: gone(session), timeout=15)
     # what waited for w runs on w since the restart: its session is the only one left
     resumed = started(root, waiting, 1)
     assert sorted(leftovers(root)) == sorted([resumed["pid"], resumed["child"]])
     release(root, waiting, 1)
-    assert wait_closed(daemon, waiting["id"], timeout=30)["output"] == "w epoch 1\n"
+    assert daemon.wait_closed(waiting["id"], timeout=30)["output"] == "w epoch 1\n"
     again = harness(root, "solo-2", ["s"], command)  # and second on another agent
     try:
         release(root, second, started(root, second, 1)["epoch"])
-        assert wait_closed(daemon, second["id"], timeout=30)["output"] == "solo-2 epoch 1\n"
+        assert daemon.wait_closed(second["id"], timeout=30)["output"] == "solo-2 epoch 1\n"
     finally:
         stop_process(again)
     wait_until(lambda: leftovers(root) == [], timeout=15)
@@ -406,13 +399,13 @@ def test_connections_dropped_mid_line_store_nothing_and_the_rest_is_served(
     for data in (half_submit, half_register):
         for cut in cuts(data):
             drop_after(daemon, data[:cut])
-            served.append(submit(daemon, "between the drops", workspace="w"))
+            served.append(daemon.submit("between the drops", workspace="w"))
     for task in served:
-        assert wait_closed(daemon, task["id"], timeout=30)["outcome"] == "done"
+        assert daemon.wait_closed(task["id"], timeout=30)["outcome"] == "done"
 
     # Two agents, each holding a task, die in the middle of their report line. drop-1 will be
     # back within its TTL, drop-2 never.
-    held: dict[str, tuple[dict[str, Any], int]] = {}
+    held: dict[str, tuple[dict[str, Any], int, str]] = {}
     for name, part, ttl in (("drop-1", 0.5, 60), ("drop-2", 1.0, 3)):
         conn = RawConnection(daemon.socket)
         try:
@@ -428,7 +421,7 @@ def test_connections_dropped_mid_line_store_nothing_and_the_rest_is_served(
             conn.close()
         held[name] = (task, assign["epoch"], assign["claim"])
     for task, _, _ in held.values():  # the half reports did nothing
-        now = get(daemon, task)
+        now = daemon.task(task["id"])
         assert now["output"] is None and now["outcome"] != "done", now
 
     # drop-1 comes back and reports in full; drop-2 stays away past the TTL
@@ -442,12 +435,12 @@ def test_connections_dropped_mid_line_store_nothing_and_the_rest_is_served(
         assert reply["task"]["outcome"] == "done"
     finally:
         back.close()
-    ended = wait_closed(daemon, held["drop-2"][0]["id"], timeout=30)
+    ended = daemon.wait_closed(held["drop-2"][0]["id"], timeout=30)
     assert (ended["outcome"], ended["error"]) == (
         "failed",
         "session lost: agent drop-2 silent for more than 3s",
     )
-    assert get(daemon, task)["output"] == "whole, after the reconnect"
+    assert daemon.task(task["id"])["output"] == "whole, after the reconnect"
 
     store, report = checked(root)
     assert report.problems() == {}
@@ -468,14 +461,14 @@ def test_every_fault_at_once_through_two_daemon_kills(start: Start, root: Path) 
         retry_backoff="0.1s",
         max_sessions=5,  # the default, twice the CPUs, may be fewer
     )
-    kept = [submit(daemon, "wait", workspace="a") for _ in range(2)]
-    killed = submit(daemon, "wait", workspace="a")
-    lost = submit(daemon, "wait", workspace="b")
-    retried = submit(daemon, "wait", workspace="b", max_attempts=2)
+    kept = [daemon.submit("wait", workspace="a") for _ in range(2)]
+    killed = daemon.submit("wait", workspace="a")
+    lost = daemon.submit("wait", workspace="b")
+    retried = daemon.submit("wait", workspace="b", max_attempts=2)
     first = {t["id"]: started(root, t, 1) for t in [*kept, killed, lost, retried]}
 
     os.kill(first[killed["id"]]["pid"], signal.SIGKILL)
-    assert wait_closed(daemon, killed["id"], timeout=30)["error"] == "killed by SIGKILL"
+    assert daemon.wait_closed(killed["id"], timeout=30)["error"] == "killed by SIGKILL"
     drop_after(daemon, line({"cmd": "submit", "id": 1, "text": "never whole"})[:20])
 
     # The daemon dies; harness b dies while it is down. Harness a and its sessions live on.
@@ -487,15 +480,15 @@ def test_every_fault_at_once_through_two_daemon_kills(start: Start, root: Path) 
     wait_until(lambda: online(daemon, "a", "b"), timeout=30)
     # a's sessions were claimed back; b's were killed by b's replacement and are lost
     wait_until(lambda: gone(first[lost["id"]]) and gone(first[retried["id"]]), timeout=15)
-    assert all(get(daemon, t)["state"] == "running" for t in kept)
+    assert all(daemon.task(t["id"])["state"] == "running" for t in kept)
     assert all(alive(first[t["id"]]["pid"]) for t in kept)
     orphaned = "session lost: not claimed back after the daemon restarted"
-    assert wait_closed(daemon, lost["id"], timeout=30)["error"] == orphaned
+    assert daemon.wait_closed(lost["id"], timeout=30)["error"] == orphaned
     started(root, retried, 2)
     assert ("running", "pending", f"retry 2/2 in 0.1s after: {orphaned}") in moves(daemon, retried)
-    quick = [submit(daemon, "quick") for _ in range(6)]
+    quick = [daemon.submit("quick") for _ in range(6)]
     for task in quick:
-        assert wait_closed(daemon, task["id"], timeout=30)["outcome"] == "done"
+        assert daemon.wait_closed(task["id"], timeout=30)["outcome"] == "done"
 
     # Sessions end and report while the daemon is down again: delivered after the restart.
     for task in kept:
@@ -504,9 +497,9 @@ def test_every_fault_at_once_through_two_daemon_kills(start: Start, root: Path) 
     daemon.kill()
     daemon.start()
     for task in [*kept, retried]:
-        final = wait_closed(daemon, task["id"], timeout=30)
+        final = daemon.wait_closed(task["id"], timeout=30)
         assert final["outcome"] == "done", final
-    assert [get(daemon, t)["attempts"] for t in [*kept, retried]] == [1, 1, 2]
+    assert [daemon.task(t["id"])["attempts"] for t in [*kept, retried]] == [1, 1, 2]
     assert harness_status(daemon, "a")["pid"] == harness_a  # adopted twice, never restarted
     wait_until(lambda: leftovers(root) == [], timeout=15)
 
@@ -547,7 +540,7 @@ def test_sessions_that_ignore_sigterm_are_stopped_together_and_all_reported(
         "session": {"command": [sys.executable, str(root / "stubborn.py"), str(root)]},
     }
     daemon = start({"w": stubborn})
-    tasks = [submit(daemon, f"stubborn {n}", workspace="w") for n in range(3)]
+    tasks = [daemon.submit(f"stubborn {n}", workspace="w") for n in range(3)]
     wait_until(lambda: all((root / f"{t['id']}.pid").exists() for t in tasks), timeout=30)
     daemon.stop()  # SIGTERM: the supervisor stops the harness; asserts exit 0
     store = history.read_store(root / ".colibri" / "colibri.sqlite")

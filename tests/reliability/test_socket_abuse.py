@@ -29,7 +29,16 @@ from hypothesis import strategies as st
 from msgspec.structs import fields as struct_fields
 
 from colibri.core import errors, protocol
-from tests.helpers import PYTHON, Daemon, RawConnection, pong, run_as_nobody, wait_until
+from tests.helpers import (
+    PYTHON,
+    Daemon,
+    RawConnection,
+    one_line,
+    pong,
+    run_as_nobody,
+    run_refused,
+    wait_until,
+)
 
 
 def write_settings(root: Path, **server: Any) -> None:
@@ -276,7 +285,7 @@ def test_a_peer_that_keeps_completing_lines_is_never_timed_out(root: Path, peers
 
 def test_line_timeout_must_be_a_duration(root: Path) -> None:
     write_settings(root, line_timeout="soon")
-    done = run_once(root)
+    done = run_refused(root)
     assert done.returncode == 1
     assert "server.line_timeout" in done.stderr
 
@@ -619,27 +628,10 @@ def test_fuzzed_requests_get_ok_or_a_known_error_and_never_kill_the_daemon(
 # -- S2: unsafe socket paths ---------------------------------------------------------------------
 
 
-def run_once(root: Path) -> subprocess.CompletedProcess[str]:
-    """``colibri run`` expected to refuse: it must exit by itself."""
-    return subprocess.run(
-        [PYTHON, "-m", "colibri", "--root", str(root), "run"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-def one_line(stderr: str) -> str:
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1, f"expected a one-line message, got:\n{stderr}"
-    return lines[0]
-
-
 def test_a_regular_file_at_the_socket_path_is_refused_and_kept(root: Path) -> None:
     path = root / ".colibri" / "colibri.sock"
     path.write_text("not yours to delete\n")
-    done = run_once(root)
+    done = run_refused(root)
     assert done.returncode == 1
     message = one_line(done.stderr)
     assert str(path) in message and "not a socket" in message
@@ -652,7 +644,7 @@ def test_a_symlinked_state_folder_is_refused(root: Path) -> None:
     state.rename(elsewhere)
     state.symlink_to(elsewhere)
     before = sorted(os.listdir(elsewhere))
-    done = run_once(root)
+    done = run_refused(root)
     assert done.returncode == 1
     message = one_line(done.stderr)
     assert str(state) in message and "symlink" in message
@@ -663,7 +655,7 @@ def test_a_symlinked_state_folder_is_refused(root: Path) -> None:
 def test_a_state_folder_of_another_uid_is_refused(root: Path) -> None:
     state = root / ".colibri"
     os.chown(state, 65534, 65534)
-    done = run_once(root)
+    done = run_refused(root)
     assert done.returncode == 1
     assert "belongs to uid 65534" in one_line(done.stderr)
     assert not (state / "colibri.sock").exists()
@@ -730,7 +722,7 @@ def test_another_uid_never_connects_through_restarts_from_a_loose_folder(root: P
 
 
 def test_a_second_daemon_says_already_running_and_leaves_the_first_alone(daemon: Daemon) -> None:
-    done = run_once(daemon.root)
+    done = run_refused(daemon.root)
     assert done.returncode == 1
     message = one_line(done.stderr)
     assert "already running" in message

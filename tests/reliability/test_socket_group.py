@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import NOBODY, Daemon, connect_as_nobody, run_as_nobody
-from tests.reliability.test_socket_abuse import one_line, run_once
+from tests.helpers import NOBODY, Daemon, connect_as_nobody, one_line, run_as_nobody, run_refused
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="peers of another uid need root")
 
@@ -109,7 +108,7 @@ def test_a_member_cannot_read_the_board_or_list_the_folder(shared: Daemon) -> No
 
 def test_an_unknown_group_is_a_one_line_error(root: Path) -> None:
     config(root, "no-such-group-here")
-    done = run_once(root)
+    done = run_refused(root)
     assert done.returncode != 0
     line = one_line(done.stderr)
     assert "colibri.jsonc:" in line and "no-such-group-here" in line, line

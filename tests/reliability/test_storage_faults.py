@@ -30,7 +30,7 @@ import pytest
 
 from colibri.core.errors import ConnectionClosed
 from colibri.store.sqlite_schema import WAL_SIZE_LIMIT
-from tests.helpers import PYTHON, Daemon, wait_until
+from tests.helpers import PYTHON, Daemon, one_line, run_refused, wait_until
 
 DB_NAME = "colibri.sqlite"
 
@@ -74,23 +74,6 @@ def task_ids(daemon: Daemon) -> list[str]:
 
 def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def run_refused(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``colibri run`` that is expected to refuse: it must exit by itself (no daemon)."""
-    return subprocess.run(
-        [PYTHON, "-m", "colibri", "--root", str(root), "run", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-def one_line(stderr: str) -> str:
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1, f"expected a one-line message, got:\n{stderr}"
-    return lines[0]
 
 
 @contextmanager

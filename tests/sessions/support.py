@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import Daemon, wait_until
+from tests.helpers import Daemon
 
 PY = sys.executable
 
@@ -59,23 +59,6 @@ def write_workspaces(
     if supervisor is not None:
         config["supervisor"] = supervisor
     (root / "colibri.jsonc").write_text(json.dumps(config, indent=2))
-
-
-def colibri(
-    root: Path | None,
-    *args: str,
-    env: dict[str, str] | None = None,
-    timeout: float = 30.0,
-) -> subprocess.CompletedProcess[str]:
-    """``python -m colibri`` as a subprocess (``--root`` given unless ``root`` is None)."""
-    prefix = ["--root", str(root)] if root is not None else []
-    return subprocess.run(
-        [PY, "-m", "colibri", *prefix, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -127,37 +110,12 @@ def harnesses(root: Path) -> dict[str, list[int]]:
     return found
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live processes of the process group ``pgid``."""
-    members: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            stat = _stat(int(entry.name))
-            if stat is not None and stat[0] != "Z" and stat[1] == pgid:
-                members.append(int(entry.name))
-    return members
-
-
 def one_each(root: Path, workspaces: list[str]) -> dict[str, int] | None:
     """The harness pid per workspace once there is exactly one per workspace, else None."""
     found = harnesses(root)
     if sorted(found) != sorted(workspaces) or any(len(p) != 1 for p in found.values()):
         return None
     return {name: pids[0] for name, pids in found.items()}
-
-
-def online(daemon: Daemon, *names: str) -> bool:
-    agents = {a["name"]: a for a in daemon.call("agents")["agents"]}
-    return all(name in agents and agents[name]["online"] for name in names)
-
-
-def closed(daemon: Daemon, task_id: str) -> dict[str, Any] | None:
-    task: dict[str, Any] = daemon.call("get", task=task_id)["task"]
-    return task if task["state"] == "closed" else None
-
-
-def wait_closed(daemon: Daemon, task_id: str, timeout: float = 10.0) -> dict[str, Any]:
-    return wait_until(lambda: closed(daemon, task_id), timeout=timeout)  # type: ignore[no-any-return]
 
 
 def sweep(root: Path, daemon: Daemon | None = None) -> None:

@@ -48,9 +48,7 @@ def test_ask_waits_for_answer_and_the_task_shows_the_question(root: Path) -> Non
         listed = daemon.call("list", state="running")["tasks"]
         assert [t["question"] for t in listed] == ["which database?"]
         daemon.call("answer", task=task["id"], text="postgres")
-        final = wait_until(
-            lambda: (t := daemon.call("get", task=task["id"])["task"])["state"] == "closed" and t
-        )
+        final = daemon.wait_closed(task["id"])
         assert (final["outcome"], final["output"].strip()) == ("done", "using postgres")
         assert final["question"] is None
     finally:
@@ -78,9 +76,7 @@ def test_max_runtime_does_not_count_the_wait_for_an_answer(root: Path) -> None:
         time.sleep(2.5)  # longer than max_runtime, all of it waiting for the answer
         assert daemon.call("get", task=task["id"])["task"]["state"] == "running"
         daemon.call("answer", task=task["id"], text="sqlite")
-        final = wait_until(
-            lambda: (t := daemon.call("get", task=task["id"])["task"])["state"] == "closed" and t
-        )
+        final = daemon.wait_closed(task["id"])
         assert final["outcome"] == "done" and "sqlite" in final["output"]
     finally:
         daemon.stop()
@@ -113,10 +109,7 @@ def test_an_abandoned_question_is_withdrawn_and_max_runtime_counts_again(root: P
         with pytest.raises(ColibriError) as err:
             daemon.call("answer", task=task["id"], text="too late")
         assert err.value.code == "bad_request" and "not waiting" in err.value.message
-        final = wait_until(
-            lambda: (t := daemon.call("get", task=task["id"])["task"])["state"] == "closed" and t,
-            timeout=ASK_GRACE + 15,
-        )
+        final = daemon.wait_closed(task["id"], timeout=ASK_GRACE + 15)
         assert final["outcome"] == "failed" and "max_runtime" in final["error"], final
     finally:
         daemon.stop()
@@ -136,9 +129,7 @@ def test_a_question_survives_a_daemon_crash_because_its_session_asks_again(root:
         time.sleep(ASK_GRACE + 1.5)
         assert daemon.call("get", task=task["id"])["task"]["question"] == "which database?"
         daemon.call("answer", task=task["id"], text="postgres")
-        final = wait_until(
-            lambda: (t := daemon.call("get", task=task["id"])["task"])["state"] == "closed" and t
-        )
+        final = daemon.wait_closed(task["id"])
         assert (final["outcome"], final["output"].strip()) == ("done", "using postgres")
     finally:
         daemon.stop()

@@ -58,7 +58,7 @@ def test_a_workspace_that_spent_its_daily_budget_gets_no_more_work(root: Path) -
     try:
         for n in range(2):
             task = daemon.call("submit", text=f"job {n}", workspace="ai")["task"]
-            wait_until(lambda t=task: daemon.call("get", task=t["id"])["task"]["state"] == "closed")
+            daemon.wait_closed(task["id"])
         spent = daemon.call("cost", by="workspace")["totals"]
         assert spent == [{"key": "ai", "sessions": 2, "usd": pytest.approx(0.6),
                           "tokens_in": 20, "tokens_out": 10}]  # fmt: skip

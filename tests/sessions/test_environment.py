@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from tests.helpers import Daemon, wait_until
+from tests.helpers import Daemon
 
 PRINTS_ENV = "import json, os; print(json.dumps(dict(os.environ)))"
 
@@ -23,9 +23,7 @@ def test_a_session_sees_only_the_allowed_environment(root: Path) -> None:
     daemon.start()
     try:
         task = daemon.call("submit", text="show me", workspace="w")["task"]
-        final = wait_until(
-            lambda: (t := daemon.call("get", task=task["id"])["task"])["state"] == "closed" and t
-        )
+        final = daemon.wait_closed(task["id"])
         seen = json.loads(final["output"])
         assert "DAEMON_SECRET_TOKEN" not in seen
         assert "s3cret" not in final["output"]

@@ -77,10 +77,7 @@ def test_a_lost_session_frees_its_place_under_max_sessions(root: Path) -> None:
         harness_a = next(h["pid"] for h in daemon.call("status")["harnesses"]
                          if h["workspace"] == "a")  # fmt: skip
         os.kill(harness_a, signal.SIGKILL)  # the supervisor starts a new one, which registers
-        lost = wait_until(
-            lambda: (t := daemon.call("get", task=first)["task"])["state"] == "closed" and t,
-            timeout=20,
-        )
+        lost = daemon.wait_closed(first, timeout=20)
         assert lost["outcome"] == "failed" and "session lost" in lost["error"]
         wait_until(lambda: daemon.call("get", task=waiting)["task"]["state"] == "running")
         (root / "b" / f"{waiting}.go").write_text("")

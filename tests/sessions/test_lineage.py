@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from colibri.core.errors import ColibriError
-from tests.helpers import Daemon, wait_until
-from tests.sessions.support import ECHO, PY, colibri, online, wait_closed
+from tests.helpers import Daemon, colibri, online, wait_until
+from tests.sessions.support import ECHO, PY
 
 Fleet = Callable[..., Daemon]
 
@@ -34,7 +34,7 @@ def board(fleet: Fleet) -> Daemon:
 
 
 def submit(daemon: Daemon, text: str, workspace: str, parent: str | None = None) -> dict[str, Any]:
-    return daemon.call("submit", text=text, workspace=workspace, parent=parent)["task"]  # type: ignore[no-any-return]
+    return daemon.call("submit", text=text, workspace=workspace, parent=parent)["task"]
 
 
 def refusal(daemon: Daemon, **fields: Any) -> ColibriError:
@@ -154,7 +154,7 @@ def test_submit_inside_a_session_is_a_hand_off_along_send_to_only(
     })  # fmt: skip
     wait_until(lambda: online(daemon, "api", "web", "docs"))
     top = submit(daemon, "hand the client work on", "api")
-    wait_closed(daemon, top["id"])
+    daemon.wait_closed(top["id"])
     got = json.loads((root / f"handoffs-{top['id']}").read_text())
     code, child_id, err = got["along"]
     assert code == 0, err
@@ -253,10 +253,10 @@ def test_a_hand_off_end_to_end(fleet: Fleet, root: Path) -> None:
     assert submitted.returncode == 0, submitted.stderr
     top_id = submitted.stdout.strip()
 
-    top = wait_closed(daemon, top_id, timeout=20)
+    top = daemon.wait_closed(top_id, timeout=20)
     family = daemon.call("family", task=top_id)["tasks"]
     assert len(family) == 2
-    child = wait_closed(daemon, family[1]["id"], timeout=20)
+    child = daemon.wait_closed(family[1]["id"], timeout=20)
     assert top["outcome"] == "done" and child["outcome"] == "done"
     assert top["output"] == f"api done, handed on {child['id']}"
     assert (child["parent"], child["sender"], child["workspace"]) == (top_id, "api", "web")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from colibri.host import alive
-from tests.helpers import Daemon, wait_until
+from tests.helpers import Daemon, group_members, wait_until
 
 #: Starts a grandchild that would live 1000 s, records its pid and group, then waits or exits.
 SPAWNS = (
@@ -22,19 +22,6 @@ SPAWNS = (
     "    time.sleep(1000)\n"
     "print('leaving my child behind')\n"
 )
-
-
-def group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except (FileNotFoundError, IndexError):
-                continue
-            if fields[0] != "Z" and int(fields[2]) == pgid:
-                members.append(int(entry))
-    return members
 
 
 #: How the daemon and its harnesses ask about processes: natively (/proc), or the portable
@@ -81,10 +68,7 @@ def test_sessions_of_a_killed_harness_are_gone_within_10s(root: Path, host: str)
         harness = next(h["pid"] for h in daemon.call("status")["harnesses"])
         os.killpg(harness, signal.SIGKILL)  # the harness dies; the supervisor starts another
         wait_until(lambda: not alive(child) and not group_members(pgid), timeout=10)
-        final = wait_until(
-            lambda: (t := daemon.call("get", task=task["id"])["task"])["state"] == "closed" and t,
-            timeout=40,
-        )
+        final = daemon.wait_closed(task["id"], timeout=40)
         assert final["outcome"] == "failed" and "session lost" in (final["error"] or "")
     finally:
         daemon.stop()
@@ -153,10 +137,7 @@ def test_a_cancelled_sessions_detached_grandchild_dies(root: Path) -> None:
         grandchild = detached(root, task["id"])
         daemon.call("cancel", task=task["id"])
         wait_until(lambda: not alive(grandchild), timeout=10)
-        final = wait_until(
-            lambda: (t := daemon.call("get", task=task["id"])["task"])["state"] == "closed" and t,
-            timeout=15,
-        )
+        final = daemon.wait_closed(task["id"], timeout=15)
         assert final["outcome"] == "cancelled"
     finally:
         daemon.stop()

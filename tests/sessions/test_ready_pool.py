@@ -42,10 +42,7 @@ def test_a_warm_session_takes_the_task_and_the_pool_refills(root: Path) -> None:
     try:
         warm = wait_until(lambda: len(s := started(root)) == 2 and s, timeout=30)
         task = daemon.call("submit", text="hello", workspace="hot")["task"]
-        final = wait_until(
-            lambda: (t := daemon.call("get", task=task["id"])["task"])["state"] == "closed" and t,
-            timeout=30,
-        )
+        final = daemon.wait_closed(task["id"], timeout=30)
         pid = int(final["output"].split(":")[0])
         assert pid in warm, "the task ran in a session started before it"
         assert final["outcome"] == "done" and final["output"].endswith(": hello")
@@ -64,9 +61,7 @@ def test_idle_sessions_are_reclaimed_and_work_still_gets_done(root: Path) -> Non
         time.sleep(1.0)
         assert started(root) == first, "an emptied pool is not refilled before work comes"
         task = daemon.call("submit", text="later", workspace="hot")["task"]
-        final = wait_until(
-            lambda: (t := daemon.call("get", task=task["id"])["task"])["state"] == "closed" and t
-        )
+        final = daemon.wait_closed(task["id"])
         assert final["outcome"] == "done"
     finally:
         daemon.stop()

@@ -15,8 +15,8 @@ from colibri.agent.harness import Harness
 from colibri.agent.session import Session
 from colibri.agent.spec import AgentSpec
 from colibri.client import AsyncClient
-from tests.helpers import Daemon, wait_until
-from tests.sessions.support import PY, online, wait_closed
+from tests.helpers import Daemon, online, wait_until
+from tests.sessions.support import PY
 
 
 def prints(size: int, byte: str) -> list[str]:
@@ -40,7 +40,7 @@ def test_an_output_of_control_bytes_past_the_line_limit_is_reported_cut(
     daemon = fleet({"w": {"session": {"command": prints(3 << 20, "\x01")}}})
     wait_until(lambda: online(daemon, "w"))
     task = daemon.call("submit", text="print a lot", workspace="w")["task"]
-    final = wait_closed(daemon, task["id"], timeout=20)
+    final = daemon.wait_closed(task["id"], timeout=20)
     assert final["outcome"] == "done", final
     output = final["output"]
     assert "characters cut here to fit one report" in output
@@ -58,7 +58,7 @@ def test_a_huge_output_is_capped_while_read(fleet: Callable[..., Daemon], root: 
     wait_until(lambda: online(daemon, "w"))
     harness = next(h["pid"] for h in daemon.call("status")["harnesses"])
     task = daemon.call("submit", text="print a gigabyte's worth", workspace="w")["task"]
-    final = wait_closed(daemon, task["id"], timeout=60)
+    final = daemon.wait_closed(task["id"], timeout=60)
     assert final["outcome"] == "done"
     assert "[output truncated: 300000000 bytes in all" in final["output"]
     assert final["output"].startswith("y" * 32768) and final["output"].endswith("y" * 32768)
@@ -75,7 +75,7 @@ def test_a_small_line_limit_still_gets_every_report(
     daemon.restart()
     wait_until(lambda: online(daemon, "w"), timeout=20)
     task = daemon.call("submit", text="more than a line", workspace="w")["task"]
-    final = wait_closed(daemon, task["id"], timeout=20)
+    final = daemon.wait_closed(task["id"], timeout=20)
     assert final["outcome"] == "done" and "cut here to fit" in final["output"]
     assert len(final["output"]) < 2048
 
@@ -162,7 +162,7 @@ def test_a_failure_reported_after_a_restart_fits_a_small_line(
     go.write_text("")
     time.sleep(1.0)  # the session fails while no daemon listens
     daemon.start()
-    final = wait_closed(daemon, task_id, timeout=40)
+    final = daemon.wait_closed(task_id, timeout=40)
     assert final["outcome"] == "failed" and final["error"].startswith("exit 3: eee"), final
     assert next(h["pid"] for h in daemon.call("status")["harnesses"]) == harness
     assert "Traceback" not in (root / ".colibri" / "harness" / "w.log").read_text()

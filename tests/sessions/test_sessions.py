@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from colibri.agent.claude import claude_result
 from colibri.core.errors import BadTaskBody
 from colibri.core.lineage import Body, build_body, parse_body
-from tests.helpers import Daemon, wait_until
-from tests.sessions.support import ECHO, PY, gated, group_members, online, wait_closed
+from tests.helpers import Daemon, group_members, online, wait_until
+from tests.sessions.support import ECHO, PY, gated
 
 Fleet = Callable[..., Daemon]
 
@@ -66,11 +66,7 @@ def start(fleet: Fleet, command: list[str], **workspace: Any) -> Daemon:
 
 def submit(daemon: Daemon, text: str = "do it", **fields: Any) -> dict[str, Any]:
     fields.setdefault("workspace", "w")
-    return daemon.call("submit", text=text, **fields)["task"]  # type: ignore[no-any-return]
-
-
-def get(daemon: Daemon, task_id: str) -> dict[str, Any]:
-    return daemon.call("get", task=task_id)["task"]  # type: ignore[no-any-return]
+    return daemon.call("submit", text=text, **fields)["task"]
 
 
 # -- the task body -----------------------------------------------------------------------------
@@ -89,7 +85,7 @@ def test_the_task_file_holds_the_body_and_is_removed_after(fleet: Fleet, root: P
     child = submit(daemon, text, workspace="web", parent=parent["id"])
     lone = submit(daemon, "no family", workspace="web")
     for task in (parent, child, lone):
-        assert wait_closed(daemon, task["id"])["outcome"] == "done"
+        assert daemon.wait_closed(task["id"])["outcome"] == "done"
 
     seen = json.loads((root / f"seen-{child['id']}").read_text())
     body = parse_body(seen["body"])
@@ -103,7 +99,7 @@ def test_the_task_file_holds_the_body_and_is_removed_after(fleet: Fleet, root: P
     assert seen["parent"] == parent["id"] and seen["workspace"] == "web"
     # Removed once the session has ended (the report may reach the daemon just before).
     wait_until(lambda: not Path(seen["file"]).exists())
-    assert get(daemon, child["id"])["output"] == text
+    assert daemon.task(child["id"])["output"] == text
 
     seen = json.loads((root / f"seen-{lone['id']}").read_text())
     assert parse_body(seen["body"]) == Body(
@@ -177,11 +173,11 @@ def test_out_from_the_session_is_the_output_and_closes_when_it_exits(
     task = submit(daemon)
     wait_until(lambda: (root / f"reported-{task['id']}").exists())
     # reported, the session still running: done, not closed
-    now = get(daemon, task["id"])
+    now = daemon.task(task["id"])
     assert (now["state"], now["output"]) == ("done", "the summary")
 
     (root / f"go-{task['id']}").touch()
-    ended = wait_closed(daemon, task["id"])
+    ended = daemon.wait_closed(task["id"])
     assert ended["outcome"] == "done"
     assert ended["output"] == "the summary"
     assert ended["cost"] == {"usd": 0.5, "tokens_in": 10}
@@ -197,9 +193,9 @@ def test_fail_from_the_session_fails_the_task(fleet: Fleet, root: Path) -> None:
     daemon = start(fleet, reporting("fail", "the build is broken upstream"))
     task = submit(daemon)
     wait_until(lambda: (root / f"reported-{task['id']}").exists())
-    assert get(daemon, task["id"])["state"] == "failed"
+    assert daemon.task(task["id"])["state"] == "failed"
     (root / f"go-{task['id']}").touch()
-    ended = wait_closed(daemon, task["id"])
+    ended = daemon.wait_closed(task["id"])
     assert ended["outcome"] == "failed"
     assert ended["error"] == "the build is broken upstream"
     assert not ended.get("output")
@@ -208,7 +204,7 @@ def test_fail_from_the_session_fails_the_task(fleet: Fleet, root: Path) -> None:
 def test_a_session_exiting_without_out_fails_with_its_exit_code(fleet: Fleet) -> None:
     command = [PY, "-c", "import sys; sys.stderr.write('went wrong\\n'); sys.exit(3)"]
     daemon = start(fleet, command)
-    ended = wait_closed(daemon, submit(daemon)["id"])
+    ended = daemon.wait_closed(submit(daemon)["id"])
     assert ended["outcome"] == "failed"
     assert ended["error"].startswith("exit 3")
     assert "went wrong" in ended["error"]
@@ -233,7 +229,7 @@ def test_max_runtime_stops_the_session_and_its_group(fleet: Fleet, root: Path) -
     wait_until(group.exists)
     pgid, sleeper = map(int, group.read_text().split())
     assert sleeper in group_members(pgid)
-    ended = wait_closed(daemon, task["id"], timeout=15)
+    ended = daemon.wait_closed(task["id"], timeout=15)
     assert ended["outcome"] == "failed"
     assert ended["error"].startswith("max_runtime")
     wait_until(lambda: not group_members(pgid), timeout=5)
@@ -325,9 +321,9 @@ def test_a_session_cannot_report_for_another_sessions_task(fleet: Fleet, root: P
     victim = submit(daemon, "the real work", workspace="victim")
     wait_until(lambda: (root / f"started-{victim['id']}").exists())
     forger = submit(daemon, f"{victim['id']} 1", workspace="other")
-    code, stderr = json.loads(wait_closed(daemon, forger["id"])["output"])
+    code, stderr = json.loads(daemon.wait_closed(forger["id"])["output"])
     assert code == 1 and "does not carry the claim" in stderr, stderr
-    assert get(daemon, victim["id"])["state"] == "running"
+    assert daemon.task(victim["id"])["state"] == "running"
     (root / f"go-{victim['id']}").write_text("")
-    final = wait_closed(daemon, victim["id"])
+    final = daemon.wait_closed(victim["id"])
     assert final["outcome"] == "done" and final["output"].startswith("released")

@@ -9,18 +9,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import Daemon, wait_until
+from tests.helpers import Daemon, colibri, online, wait_until
 from tests.sessions.support import (
     ECHO,
     alive,
-    colibri,
     gated,
     harnesses,
     mentioning,
     one_each,
-    online,
     pgid_of,
-    wait_closed,
 )
 
 Fleet = Callable[..., Daemon]
@@ -72,7 +69,7 @@ def test_a_killed_harness_is_started_again(fleet: Fleet, root: Path) -> None:
     # the new harness serves its workspace
     wait_until(lambda: online(daemon, "web"))
     task = daemon.call("submit", text="after the restart", workspace="web")["task"]
-    assert wait_closed(daemon, task["id"])["output"] == "after the restart\n"
+    assert daemon.wait_closed(task["id"])["output"] == "after the restart\n"
     assert one_each(root, ["api", "web"]) == now
 
 
@@ -106,11 +103,11 @@ def test_harnesses_outlive_a_daemon_crash_and_are_adopted(fleet: Fleet, root: Pa
 
     # a task submitted now still runs, on the adopted harness
     fresh = daemon.call("submit", text="after the crash", workspace="web")["task"]
-    assert wait_closed(daemon, fresh["id"])["output"] == "after the crash\n"
+    assert daemon.wait_closed(fresh["id"])["output"] == "after the crash\n"
 
     # the session that ran across the crash finishes, on its first attempt
     (root / f"go-{running['id']}").touch()
-    ended = wait_closed(daemon, running["id"])
+    ended = daemon.wait_closed(running["id"])
     assert ended["outcome"] == "done"
     assert ended["output"] == f"released {running['id']}\n"
     assert ended["attempts"] == 1

@@ -56,13 +56,6 @@ def start(root: Path, workspaces: dict[str, Any]) -> Daemon:
     return daemon
 
 
-def wait_end(daemon: Daemon, task_id: str, timeout: float = 20) -> dict[str, Any]:
-    return wait_until(  # type: ignore[no-any-return]
-        lambda: (t := daemon.call("get", task=task_id)["task"])["state"] == "closed" and t,
-        timeout=timeout,
-    )
-
-
 def test_task_is_typed_in_after_the_ready_pattern_and_reported_with_out(tmux_root: Path) -> None:
     daemon = start(tmux_root, {"term": {"capabilities": ["tty"], "session": {
         "backend": "tmux", "ready_pattern": "PROMPT>", "ready_timeout": "10s",
@@ -70,7 +63,7 @@ def test_task_is_typed_in_after_the_ready_pattern_and_reported_with_out(tmux_roo
     try:
         text = 'hello $(touch pwned) `touch pwned2` "quoted" ; echo no'
         task = daemon.call("submit", text=text, capabilities=["tty"])["task"]
-        final = wait_end(daemon, task["id"])
+        final = daemon.wait_closed(task["id"], timeout=20)
         assert (final["outcome"], final["output"]) == ("done", "got " + text)
         assert final["cost"] == {"usd": 0.1}
         assert not list(tmux_root.rglob("pwned*"))
@@ -86,7 +79,7 @@ def test_colibri_ready_and_attach_to_the_live_session(tmux_root: Path) -> None:
     }}})  # fmt: skip
     try:
         task = daemon.call("submit", text="go", workspace="term")["task"]
-        final = wait_end(daemon, task["id"])
+        final = daemon.wait_closed(task["id"], timeout=20)
         assert final["output"] == "ready then go"
     finally:
         daemon.stop()
@@ -117,7 +110,7 @@ def test_an_operator_can_see_the_session_while_it_runs(tmux_root: Path) -> None:
                                  "#{session_name}"], capture_output=True, text=True)  # fmt: skip
         assert task["id"] in listed.stdout.split()
         daemon.call("cancel", task=task["id"])
-        final = wait_end(daemon, task["id"])
+        final = daemon.wait_closed(task["id"], timeout=20)
         assert final["outcome"] == "cancelled"
         wait_until(lambda: task["id"] not in subprocess.run(
             ["tmux", "-S", str(sock), "list-sessions", "-F", "#{session_name}"],
@@ -133,7 +126,7 @@ def test_a_window_that_closes_without_out_fails_its_task(tmux_root: Path) -> Non
     }}})  # fmt: skip
     try:
         task = daemon.call("submit", text="vanish", workspace="term")["task"]
-        final = wait_end(daemon, task["id"])
+        final = daemon.wait_closed(task["id"], timeout=20)
         assert final["outcome"] == "failed"
         assert "without out" in final["error"]
     finally:
@@ -196,7 +189,7 @@ def test_a_warm_tmux_session_takes_the_task_and_is_renamed_after_it(tmux_root: P
         pid = int(started[0].name.split("-")[1])
         time.sleep(0.5)  # its prompt shows: it is ready in the pool
         task = daemon.call("submit", text="warm hello", workspace="term")["task"]
-        final = wait_end(daemon, task["id"])
+        final = daemon.wait_closed(task["id"], timeout=20)
         assert final["output"] == f"{pid} got warm hello", "the warm session took the task"
         wait_until(lambda: len(list(folder.glob("warm-*"))) == 2)  # the pool refilled
     finally:
@@ -235,7 +228,7 @@ def test_no_command_line_on_the_machine_shows_a_sessions_secrets(tmux_root: Path
                 continue
             assert secret.encode() not in cmdline and claim.encode() not in cmdline, pid
         (tmux_root / "term" / "go").write_text("")
-        assert wait_end(daemon, task["id"])["output"] == "done"
+        assert daemon.wait_closed(task["id"], timeout=20)["output"] == "done"
     finally:
         daemon.stop()
 
@@ -330,7 +323,7 @@ def test_a_session_that_ends_is_reported_once_as_reclaimed(
     try:
         wait_until(lambda: any(a["online"] for a in daemon.call("agents")["agents"]))
         task = daemon.call("submit", text="once", capabilities=[])["task"]
-        final = wait_end(daemon, task["id"])
+        final = daemon.wait_closed(task["id"], timeout=20)
         assert final["outcome"] == outcome, final
         if outcome == "failed":
             assert final["error"] == "session ended without out"

@@ -12,7 +12,7 @@ from colibri.config import SupervisorSettings, load_config
 from colibri.layout import CONFIG_NAME
 from colibri.workspaces import Workspace, deep_merge
 from tests.configs import at, loaded, refused
-from tests.sessions.support import colibri
+from tests.helpers import colibri
 
 
 def load(root: Path, text: str) -> dict[str, Workspace]:

@@ -717,9 +717,9 @@ def _costs(store: Store) -> None:
     for task in (make_task("t1", workspace="api"), make_task("t2"), make_task("t3")):
         add(store, task)  # their submissions carry no cost
     store.upsert_agent(Agent(name="a2", capabilities=[], workspace="ws-a2"), AT)
-    for at, task, agent, tenant, cost in _COST_ROWS:
+    for at, task_id, agent, tenant, cost in _COST_ROWS:
         store.append_ledger(
-            LedgerEntry(at=at, task=task, agent=agent, tenant=tenant, to_state="done", cost=cost)
+            LedgerEntry(at=at, task=task_id, agent=agent, tenant=tenant, to_state="done", cost=cost)
         )
     store.commit()
 
