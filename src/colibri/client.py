@@ -24,12 +24,13 @@ import itertools
 import os
 import select
 import socket
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from colibri.core import events
 from colibri.core.errors import (
     ColibriError,
     ConnectionClosed,
@@ -37,6 +38,8 @@ from colibri.core.errors import (
     UnexpectedReply,
     from_wire,
 )
+from colibri.core.events import AnyEvent
+from colibri.core.model import Task
 from colibri.layout import RootLayout
 
 if TYPE_CHECKING:
@@ -160,10 +163,25 @@ class Client:
             return _closed(why)
 
     def events(self) -> Iterator[dict[str, Any]]:
+        """Pushed events as plain objects (after ``subscribe``, or as an agent)."""
         while True:
             message = self.read()
             if "event" in message:
                 yield message
+
+    # -- typed: the values the daemon sends, as the classes both sides share ----------------
+
+    def submit(self, text: str, **fields: Any) -> Task:
+        """Submit a task (``fields``: those of ``TaskSpec``, ``idempotency_key``); the task."""
+        return msgspec.convert(self.call("submit", text=text, **fields)["task"], Task)
+
+    def get(self, task_id: str) -> Task:
+        return msgspec.convert(self.call("get", task=task_id)["task"], Task)
+
+    def typed_events(self) -> Iterator[AnyEvent]:
+        """Pushed events, each as its class of ``colibri.core.events``."""
+        for message in self.events():
+            yield events.convert(message)
 
 
 def _strip(fields: dict[str, Any]) -> dict[str, Any]:
@@ -175,7 +193,8 @@ EventHandler = Callable[[dict[str, Any]], Awaitable[None] | None]
 
 
 class AsyncClient:
-    """An asyncio client: many requests in flight; pushed events go to ``on_event``."""
+    """An asyncio client: many requests in flight; pushed events go to ``on_event``, or,
+    without one, to ``events()``, typed."""
 
     def __init__(self, path: Path | str, on_event: EventHandler | None = None) -> None:
         import asyncio  # here, not at the top: the blocking client (the CLI) needs none of it
@@ -189,6 +208,8 @@ class AsyncClient:
         #: The error line the daemon sent for the whole connection (busy, line_too_long …).
         self._refusal: dict[str, Any] | None = None
         self.closed = asyncio.Event()
+        #: Events for ``events()`` (when there is no ``on_event``); None once the connection ends.
+        self._events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
 
     async def connect(self) -> AsyncClient:
         import asyncio
@@ -220,6 +241,8 @@ class AsyncClient:
                         result = self.on_event(message)
                         if result is not None:
                             await result
+                    else:
+                        self._events.put_nowait(message)
                     continue
                 future = self._pending.pop(message.get("id"), None)  # type: ignore[arg-type]
                 if future is not None and not future.done():
@@ -228,6 +251,7 @@ class AsyncClient:
             pass
         finally:
             self.closed.set()
+            self._events.put_nowait(None)
             for future in self._pending.values():
                 if not future.done():
                     future.set_exception(self._connection_error("the daemon closed the connection"))
@@ -243,6 +267,12 @@ class AsyncClient:
         self._pending[request_id] = future
         self._writer.write(_encode({"cmd": cmd, "id": request_id, **_strip(fields)}) + b"\n")
         return _raise_for(await future)
+
+    async def events(self) -> AsyncIterator[AnyEvent]:
+        """Pushed events, each as its class of ``colibri.core.events``, until the connection
+        ends (after ``subscribe``, or as an agent; only without ``on_event``)."""
+        while (message := await self._events.get()) is not None:
+            yield events.convert(message)
 
     def _connection_error(self, otherwise: str) -> ColibriError:
         """The daemon's refusal of this connection, or ``closed`` if it gave none."""

@@ -68,3 +68,40 @@ def test_the_protocol_document_names_every_event() -> None:
     missing = [name for name in events.NAMES if f'"event":"{name}"' not in text.replace(" ", "")
                and f"`{name}`" not in text]  # fmt: skip
     assert not missing, f"docs/PROTOCOL.md does not describe: {missing}"
+
+
+def test_the_typed_client_gives_tasks_and_events_as_their_classes(
+    daemon: Daemon, spawn: Spawn
+) -> None:
+    import asyncio
+
+    from colibri.client import AsyncClient, Client
+    from colibri.core.model import Task
+
+    with Client.for_root(daemon.root, timeout=10) as board:
+        task = board.submit("typed", capabilities=["y"], priority=3)
+        assert isinstance(task, Task) and task.priority == 3 and task.state == "pending"
+        assert board.get(task.id) == task
+        board.call("subscribe")
+        board.call("cancel", task=task.id)
+        changed = next(e for e in board.typed_events() if isinstance(e, events.TaskChanged))
+        assert (changed.from_state, changed.to_state, changed.task.id) == (
+            "pending", "cancelled", task.id)  # fmt: skip
+
+    async def watch() -> list[events.AnyEvent]:
+        client = await AsyncClient(daemon.socket).connect()
+        try:
+            await client.call("subscribe")
+            await asyncio.to_thread(daemon.call, "toggle-swarm", paused=True)
+            seen = []
+            async for event in client.events():
+                seen.append(event)
+                if isinstance(event, events.SwarmToggled):
+                    return seen
+            return seen
+        finally:
+            await client.close()
+
+    seen = asyncio.run(asyncio.wait_for(watch(), 10))
+    assert isinstance(seen[-1], events.SwarmToggled) and seen[-1].paused is True
+    assert all(event.seq > 0 for event in seen)
