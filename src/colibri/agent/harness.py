@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from colibri.agent.backends import backend_for
 from colibri.agent.backends.base import Report
 from colibri.agent.reaping import Reaper
@@ -26,8 +28,9 @@ from colibri.agent.runner import Runner
 from colibri.agent.session import Session
 from colibri.agent.spec import AgentSpec
 from colibri.client import AsyncClient
+from colibri.core import events
 from colibri.core.errors import ColibriError, DaemonNotRunning, LockHeld
-from colibri.core.model import DEFAULT_MAX_LINE
+from colibri.core.model import DEFAULT_MAX_LINE, Task
 from colibri.core.sizes import fit_report
 from colibri.layout import RootLayout
 
@@ -165,37 +168,42 @@ class Harness:
                 backoff = min(backoff * 2, 5.0)
 
     def _on_event(self, message: dict[str, Any]) -> None:
-        kind = message["event"]
+        try:
+            event = events.convert(message)
+        except msgspec.ValidationError as exc:  # a newer daemon's event: not ours to act on
+            log.debug("event not understood: %s", exc, extra={"event": "unknown_event"})
+            return
         assert self._group is not None
-        if kind == "assign":
-            task = message["task"]
-            session = Session(task["id"], message["epoch"], message.get("claim"))
-            self.sessions[session.task] = session
-            if self.stopping.is_set():
-                return  # never started: reported failed with the others by _stop_sessions
-            session.runner = self._group.create_task(
-                self._run_session(session, task), name=f"session-{session.task}"
-            )
-        elif kind == "cancel":
-            held = self.sessions.get(message["task"])
-            if held is not None:
-                held.cancelled = True
-                self._group.create_task(self._cancel(held), name=f"cancel-{held.task}")
-        elif kind in ("asking", "answered", "question_withdrawn"):
-            held = self.sessions.get(message["task"])
-            if held is not None:
-                if kind == "asking" and held.paused_since is None:
+        match event:
+            case events.Assign(task=task, epoch=epoch, claim=claim):
+                session = Session(task.id, epoch, claim)
+                self.sessions[session.task] = session
+                if self.stopping.is_set():
+                    return  # never started: reported failed with the others by _stop_sessions
+                session.runner = self._group.create_task(
+                    self._run_session(session, task), name=f"session-{session.task}"
+                )
+            case events.Cancel(task=task_id):
+                held = self.sessions.get(task_id)
+                if held is not None:
+                    held.cancelled = True
+                    self._group.create_task(self._cancel(held), name=f"cancel-{held.task}")
+            case events.AskingStarted(task=task_id):
+                held = self.sessions.get(task_id)
+                if held is not None and held.paused_since is None:
                     held.paused_since = time.monotonic()
-                elif kind != "asking":
+            case events.Answered(task=task_id) | events.QuestionWithdrawn(task=task_id):
+                held = self.sessions.get(task_id)
+                if held is not None:
                     held.resume_clock()
-        elif kind == "ready":
-            waiting = self.sessions.get(message["task"])
-            if waiting is not None:
-                waiting.ready.set()
-        elif kind == "expired":
-            self._reregister.set()
+            case events.SessionReady(task=task_id):
+                waiting = self.sessions.get(task_id)
+                if waiting is not None:
+                    waiting.ready.set()
+            case events.Expired():
+                self._reregister.set()
 
-    async def _run_session(self, session: Session, task: dict[str, Any]) -> None:
+    async def _run_session(self, session: Session, task: Task) -> None:
         """Run the task as a session; deliver its report (none if its task was cancelled)."""
         try:
             report = await self.runner.run(session, task)

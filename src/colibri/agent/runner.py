@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
 
 from colibri.agent.backends.base import Report, Running, SessionBackend, StartFailed
 from colibri.agent.pool import ReadyPool
@@ -22,6 +21,7 @@ from colibri.agent.session import Session, environment, task_environment, within
 from colibri.agent.spec import AgentSpec
 from colibri.core.errors import ColibriError
 from colibri.core.lineage import Body, build_body
+from colibri.core.model import Task
 from colibri.layout import RootLayout
 from colibri.privatefiles import write_private
 
@@ -55,15 +55,15 @@ class Runner:
     def _task_file(self, session: Session) -> Path:
         return RootLayout(self.root).task_file(session.task)
 
-    async def run(self, session: Session, task: dict[str, Any]) -> Report | None:
+    async def run(self, session: Session, task: Task) -> Report | None:
         """Run ``task`` as ``session``: its report, or None if its task was cancelled. A
         session that cannot even start fails its task, saying why (the harness, and the
         other sessions, go on)."""
         task_file = self._task_file(session)
         try:
             body = Body(
-                task=session.task, text=task["text"], parent=task.get("parent"),
-                sender=task.get("sender"), workspace=task.get("workspace"),
+                task=session.task, text=task.text, parent=task.parent,
+                sender=task.sender, workspace=task.workspace,
                 epoch=session.epoch, claim=session.claim,
             )  # fmt: skip
             write_private(sessions_dir(self.root) / task_file.name, build_body(body).encode())
@@ -79,7 +79,7 @@ class Runner:
                 )
                 session.running = await self.backend.start(session.task, env, task_file)
             session.running.has_task = True
-            return await self._until_report(session, session.running, task["text"], warm)
+            return await self._until_report(session, session.running, task.text, warm)
         except StartFailed as exc:
             return ("fail", {"error": str(exc)})
         except (OSError, ValueError, RuntimeError, ColibriError) as exc:

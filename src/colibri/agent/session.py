@@ -13,10 +13,11 @@ import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from colibri.agent.backends.base import Report, Running
 from colibri.agent.spec import AgentSpec
+from colibri.core.model import Task
 
 T = TypeVar("T")
 
@@ -76,17 +77,17 @@ def environment(
 
 
 def task_environment(
-    spec: AgentSpec, socket_path: Path, root: Path, session: Session, task: dict[str, Any],
+    spec: AgentSpec, socket_path: Path, root: Path, session: Session, task: Task,
     task_file: Path,
 ) -> dict[str, str]:  # fmt: skip
     """A session's environment for ``task``: the agent's, plus the task's own variables."""
-    env = environment(spec, socket_path, root, task.get("workspace"))
+    env = environment(spec, socket_path, root, task.workspace)
     env["COLIBRI_TASK_ID"] = session.task
     env["COLIBRI_EPOCH"] = str(session.epoch)
     env["COLIBRI_CLAIM"] = session.claim or ""
     env["COLIBRI_TASK_FILE"] = str(task_file)
-    if task.get("parent"):
-        env["COLIBRI_PARENT"] = task["parent"]
+    if task.parent:
+        env["COLIBRI_PARENT"] = task.parent
     return env
 
 
