@@ -203,12 +203,9 @@ def test_cli_does_not_import_the_daemon_internals_at_module_level() -> None:
 #: The client side: what programs, the CLI and the harness use to reach the daemon.
 CLIENT_SIDE = ("colibri.client", "colibri.cli", "colibri.agent")
 
-#: The commands that start a daemon, and so may load it (inside the command only), and what
-#: they load: ``colibri run`` the daemon and its logging; ``colibri agent``, a harness, the
-#: daemon's logging setup alone.
+#: The one command that starts a daemon, and so may load it (inside the command only).
 STARTS_THE_DAEMON = {
-    ("colibri/cli/daemon.py", "run"): ("colibri.daemon.app", "colibri.daemon.logs"),
-    ("colibri/cli/agents.py", "agent"): ("colibri.daemon.logs",),
+    ("colibri/cli/daemon.py", "run"): ("colibri.daemon.app",),
 }
 
 
@@ -241,7 +238,7 @@ def test_the_client_side_rule_sees_a_bad_import(monkeypatch: pytest.MonkeyPatch)
         "colibri/cli/agents.py": "def agents():\n    from colibri.daemon.server import Server\n",
         "colibri/agent/tmux.py": "def f():\n    import colibri.store.sqlite\n",
         "colibri/cli/daemon.py": "def run():\n    from colibri.daemon import board\n",
-        "colibri/client.py": "from colibri.daemon.logs import setup\n",
+        "colibri/client.py": "from colibri.daemon.app import serve\n",
     }
     real = Path.read_text
 
@@ -256,5 +253,5 @@ def test_the_client_side_rule_sees_a_bad_import(monkeypatch: pytest.MonkeyPatch)
         ("colibri/cli/agents.py", "colibri.daemon.server.Server"),
         ("colibri/agent/tmux.py", "colibri.store.sqlite"),
         ("colibri/cli/daemon.py", "colibri.daemon.board"),
-        ("colibri/client.py", "colibri.daemon.logs"),
+        ("colibri/client.py", "colibri.daemon.app"),
     }

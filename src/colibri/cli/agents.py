@@ -160,7 +160,7 @@ def agent(
     from colibri.agent.spec import AgentSpec
     from colibri.client import socket_path
     from colibri.config import host_mode
-    from colibri.daemon.logs import setup
+    from colibri.logs import setup
 
     setup(log_level, "text")
     host.select(host_mode(os.environ))

@@ -67,7 +67,7 @@ def run(
     """
     from colibri.config import init_root, load_config
     from colibri.daemon.app import run_loop, serve
-    from colibri.daemon.logs import setup
+    from colibri.logs import setup
 
     root = Path(ctx.root_option or os.getcwd()).expanduser().resolve()
     if init_root(root, force=force):
