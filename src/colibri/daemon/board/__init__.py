@@ -25,7 +25,7 @@ schedules and tests use:
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
 
 from colibri.config import SchedulerSettings
 from colibri.core.claims import Claims
@@ -190,7 +190,7 @@ class Board:
         self.reports.forget(peer)
         self.presence.disconnect(peer)
 
-    def set_wake(self, wake: Any) -> None:
+    def set_wake(self, wake: Callable[[], None]) -> None:
         """``wake()`` is called when a new deadline may be earlier than the sweep's next."""
         self.batch.wake_sweep = wake
 

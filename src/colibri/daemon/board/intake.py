@@ -230,7 +230,7 @@ class Intake:
     def cancel_one(self, task: Task, reason: str) -> Task:
         self.queue.pending.discard(task.id)
         self.capacity.drop_orphan(task.id)
-        holder = self.capacity.agents.get(task.agent or "") if task.state == State.RUNNING else None
+        holder = self.capacity.holder(task) if task.state == State.RUNNING else None
         if (
             holder is not None
             and holder.online

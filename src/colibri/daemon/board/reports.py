@@ -104,7 +104,7 @@ class Reports:
         if not from_session:
             return self.presence.agent_of(peer, cmd)
         task = self.tasks.get(task_id)
-        holder = self.agents.get(task.agent or "") if task is not None else None
+        holder = self.capacity.holder(task) if task is not None else None
         if task is None or holder is None or task_id not in holder.holding:
             stored = task or self.store.get_task(task_id)
             if stored is None:
@@ -225,7 +225,7 @@ class Reports:
         if asker is not None:
             self.batch.emit(asker[0], {"id": asker[1], "ok": True, "answer": text})
         self.audience.broadcast(events.Answered(task=task_id))
-        holder = self.agents.get(task.agent or "")
+        holder = self.capacity.holder(task)
         if holder is not None and holder.peer is not None:
             self.batch.emit(holder.peer, events.Answered(task=task_id))
         return answered
@@ -278,6 +278,6 @@ class Reports:
             extra={"event": "question_withdrawn", "task": task_id},
         )
         self.audience.broadcast(events.QuestionWithdrawn(task=task_id))
-        holder = self.agents.get(task.agent or "")
+        holder = self.capacity.holder(task)
         if holder is not None and holder.peer is not None:
             self.batch.emit(holder.peer, events.QuestionWithdrawn(task=task_id))
