@@ -4,6 +4,14 @@
     with Client.for_root("/srv/build") as board:
         task = board.call("submit", text="upgrade zfs", capabilities=["freebsd", "zfs"])["task"]
 
+On another machine, give the daemon's TCP address, a token and the CA that signed its
+certificate (``colibri tls init`` makes a test one):
+
+    from colibri.client import Client, Remote
+    remote = Remote.parse("tcp://board.example:7433", token=TOKEN, ca="ca.pem")
+    with Client.remote(remote) as board:
+        ...
+
 ``call`` returns the reply object, or raises the error the daemon answered, as its class of
 ``colibri.core.errors`` (``UnknownTask`` for ``unknown_task`` …: ``errors.from_wire``); every
 one is a ``ColibriError`` with the daemon's ``code`` and ``message``. ``AsyncClient`` is the
@@ -25,6 +33,7 @@ import os
 import select
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,21 +42,70 @@ import msgspec
 from colibri.core import events
 from colibri.core.errors import (
     ColibriError,
+    ConfigError,
     ConnectionClosed,
     DaemonNotRunning,
+    TlsFailed,
     UnexpectedReply,
     from_wire,
 )
 from colibri.core.events import AnyEvent
 from colibri.core.model import Task
+from colibri.endpoints import TcpAddress, parse_connect
 from colibri.layout import RootLayout
 
 if TYPE_CHECKING:
     import asyncio
+    import ssl
 
 _encode = msgspec.json.Encoder().encode
 _decoder = msgspec.json.Decoder(dict[str, Any])
 STREAM_LIMIT = 64 * 1024 * 1024
+#: How long one TCP address is given to accept and finish the TLS handshake.
+CONNECT_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Remote:
+    """A daemon over TCP: its addresses (tried in turn), the token to act with, and the CA
+    that signed its certificate (None: the system's trust store)."""
+
+    addresses: tuple[TcpAddress, ...]
+    token: str
+    ca: str | None = None
+    #: Plain TCP, without TLS: only to a loopback daemon run with ``--insecure-loopback``.
+    insecure_loopback: bool = False
+
+    @classmethod
+    def parse(
+        cls, connect: str, *, token: str, ca: str | None = None, insecure_loopback: bool = False
+    ) -> Remote:
+        addresses = tuple(parse_connect(connect))
+        if insecure_loopback:
+            exposed = [str(a) for a in addresses if not a.loopback]
+            if exposed:
+                raise ConfigError(
+                    f"--insecure-loopback is for loopback addresses only, not {', '.join(exposed)}"
+                )
+        return cls(addresses, token, ca, insecure_loopback)
+
+    def __str__(self) -> str:
+        return ",".join(str(a) for a in self.addresses)
+
+    def context(self) -> ssl.SSLContext | None:
+        if self.insecure_loopback:
+            return None
+        from colibri.endpoints import client_context
+
+        return client_context(self.ca)
+
+
+def _tls_failed(address: TcpAddress, exc: Exception) -> TlsFailed:
+    return TlsFailed(
+        f"TLS with {address} failed: {getattr(exc, 'verify_message', None) or exc}; check "
+        "--tls-ca (the CA that signed the daemon's certificate) and that the host name is one "
+        "the certificate names"
+    )
 
 
 def socket_path(root: Path) -> Path:
@@ -88,21 +146,58 @@ class Client:
         self, path: Path | str, *, root: Path | None = None, timeout: float | None = None
     ) -> None:
         self.path = str(path)
-        self._ids = itertools.count(1)
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.settimeout(timeout)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
         try:
-            self._sock.connect(self.path)
+            sock.connect(self.path)
         except (FileNotFoundError, ConnectionRefusedError):
-            self._sock.close()
+            sock.close()
             raise DaemonNotRunning(str(root or Path(self.path).parent.parent)) from None
-        self._file = self._sock.makefile("rb")
+        self._open(sock)
+
+    def _open(self, sock: socket.socket) -> None:
+        self._ids = itertools.count(1)
+        self._sock = sock
+        self._file = sock.makefile("rb")
         self._used = False
 
     @classmethod
     def for_root(cls, root: Path | str, timeout: float | None = None) -> Client:
         root = Path(root)
         return cls(socket_path(root), root=root, timeout=timeout)
+
+    @classmethod
+    def remote(cls, remote: Remote, timeout: float | None = None) -> Client:
+        """Connected to the first of ``remote``'s addresses that answers, and authenticated
+        with its token (``unauthorized``, ``forbidden``, ``throttled`` if the daemon says no)."""
+        context = remote.context()
+        failures = []
+        for address in remote.addresses:
+            try:
+                sock = socket.create_connection(
+                    (address.host, address.port), timeout=min(timeout or CONNECT_TIMEOUT,
+                                                              CONNECT_TIMEOUT)
+                )  # fmt: skip
+            except OSError as exc:
+                failures.append(f"{address}: {exc.strerror or exc}")
+                continue
+            if context is not None:
+                try:
+                    sock = context.wrap_socket(sock, server_hostname=address.host)
+                except OSError as exc:  # ssl.SSLError and its kin are OSErrors
+                    sock.close()
+                    raise _tls_failed(address, exc) from None
+            sock.settimeout(timeout)
+            client = cls.__new__(cls)
+            client.path = str(address)
+            client._open(sock)
+            try:
+                client.call("auth", token=remote.token)
+            except BaseException:
+                client.close()
+                raise
+            return client
+        raise DaemonNotRunning.at(str(remote), "; ".join(failures))
 
     def __enter__(self) -> Client:
         return self
@@ -122,9 +217,12 @@ class Client:
     def read(self) -> dict[str, Any]:
         try:
             line = self._file.readline()
-        except ConnectionResetError:
+        except TimeoutError:
+            raise
+        except OSError:
             # Linux reports a close with our bytes still unread as a reset, once everything
-            # the daemon wrote before it has been read: there is nothing more to come.
+            # the daemon wrote before it has been read: there is nothing more to come. (Over
+            # TLS an abrupt close is an ``ssl.SSLError``, an OSError too.)
             raise _closed() from None
         if not line.endswith(b"\n"):
             raise _closed(" in the middle of a reply" if line else "")
@@ -136,11 +234,14 @@ class Client:
             # The daemon refuses a connection (busy, forbidden) as soon as it accepts it. A
             # refusal already here is read before anything is sent into the closing socket, so
             # it does not depend on what the kernel does with bytes sent to a closed peer.
-            if select.select([self._sock], [], [], 0)[0]:
+            pending = getattr(self._sock, "pending", None)  # TLS bytes already decrypted
+            if (pending is not None and pending()) or select.select([self._sock], [], [], 0)[0]:
                 raise self._ending("")
         try:
             request_id = self.send(cmd, **fields)
-        except (BrokenPipeError, ConnectionResetError):
+        except TimeoutError:
+            raise
+        except OSError:
             # Refused or cut off before the request went out. What the daemon wrote before it
             # closed is still there to read (Linux keeps it, and reports the reset after it).
             raise self._ending(" before the request was sent") from None
@@ -196,9 +297,11 @@ class AsyncClient:
     """An asyncio client: many requests in flight; pushed events go to ``on_event``, or,
     without one, to ``events()``, typed."""
 
-    def __init__(self, path: Path | str, on_event: EventHandler | None = None) -> None:
+    def __init__(self, path: Path | str | Remote, on_event: EventHandler | None = None) -> None:
         import asyncio  # here, not at the top: the blocking client (the CLI) needs none of it
 
+        #: A Unix socket's path, or a daemon over TCP (connected to and authenticated with).
+        self.target = path
         self.path = str(path)
         self.on_event = on_event
         self._ids = itertools.count(1)
@@ -210,6 +313,8 @@ class AsyncClient:
         self.closed = asyncio.Event()
         #: Events for ``events()`` (when there is no ``on_event``); None once the connection ends.
         self._events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        #: Over TCP: who the daemon took us for (the ``auth`` reply: role, tenant, agent).
+        self.principal: dict[str, Any] | None = None
 
     async def connect(self) -> AsyncClient:
         import asyncio
@@ -217,13 +322,60 @@ class AsyncClient:
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=STREAM_LIMIT, loop=loop)
         protocol = _keeping_last_words()(reader, loop=loop)
-        try:
-            transport, _ = await loop.create_unix_connection(lambda: protocol, self.path)
-        except (FileNotFoundError, ConnectionRefusedError):
-            raise DaemonNotRunning(str(Path(self.path).parent.parent)) from None
+        if isinstance(self.target, Remote):
+            transport = await self._connect_tcp(self.target, protocol)
+        else:
+            try:
+                transport, _ = await loop.create_unix_connection(lambda: protocol, self.path)
+            except (FileNotFoundError, ConnectionRefusedError):
+                raise DaemonNotRunning(str(Path(self.path).parent.parent)) from None
         self._writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         self._reader_task = asyncio.create_task(self._read(reader), name="client-reader")
+        if isinstance(self.target, Remote):
+            try:
+                self.principal = await self.call("auth", token=self.target.token)
+            except BaseException:
+                await self.close()
+                raise
         return self
+
+    async def _connect_tcp(
+        self, remote: Remote, protocol: asyncio.BaseProtocol
+    ) -> asyncio.Transport:
+        import asyncio
+        import ssl
+
+        loop = asyncio.get_running_loop()
+        context = remote.context()
+        failures = []
+        for address in remote.addresses:
+            try:
+                async with asyncio.timeout(CONNECT_TIMEOUT):
+                    transport, _ = await loop.create_connection(
+                        lambda: protocol, address.host, address.port, ssl=context,
+                        server_hostname=address.host if context is not None else None,
+                    )  # fmt: skip
+            except ssl.SSLError as exc:
+                raise _tls_failed(address, exc) from None
+            except (OSError, TimeoutError) as exc:
+                failures.append(f"{address}: {getattr(exc, 'strerror', None) or exc or 'timeout'}")
+                continue
+            self.path = str(address)
+            return transport
+        raise DaemonNotRunning.at(str(remote), "; ".join(failures))
+
+    async def relay(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send one request object as it is (a new ``id`` replaces its own) and return the
+        reply object as it came, ``ok`` or not — for a proxy that passes replies on."""
+        if self._writer is None or self.closed.is_set():
+            raise self._connection_error("not connected to the daemon")
+        import asyncio
+
+        request_id = next(self._ids)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        self._writer.write(_encode({**message, "id": request_id}) + b"\n")
+        return await future
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         import asyncio
@@ -318,7 +470,8 @@ def _keeping_last_words() -> type[asyncio.StreamReaderProtocol]:
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             sock = transport.get_extra_info("socket")
-            if sock is not None:
+            # Only a plain Unix socket: under TLS the raw bytes are not the daemon's words.
+            if sock is not None and sock.family == socket.AF_UNIX:
                 self._sock = _identity(sock.fileno())
             super().connection_made(transport)
 

@@ -14,6 +14,7 @@ import msgspec
 import pytest
 
 from colibri.core.model import Agent, Cost, LedgerEntry, Task
+from colibri.core.tokens import Token
 from colibri.store import Store, StoreConflict, TaskFilter
 from tests.store.conftest import Backend
 from tests.store.values import (
@@ -761,6 +762,17 @@ def test_cost_totals_count_from_since_on(store: Store) -> None:
     assert store.cost_totals("day", "2026-01-03T00:00:00.001Z") == []
 
 
+def test_cost_totals_of_one_tenant_count_its_rows_only(store: Store) -> None:
+    _costs(store)
+    assert _totals(store.cost_totals("agent", "", "acme")) == [
+        ("a2", 1, 0.25, 1, 2), ("ghost", 1, 1.0, 0, 0),
+    ]  # fmt: skip
+    assert _totals(store.cost_totals("day", "2026-01-02T00:00:00.000Z", "default")) == [
+        ("2026-01-02", 1, 0.0, 5, 0)
+    ]
+    assert store.cost_totals("agent", "", "nobody") == []
+
+
 def test_cost_totals_by_an_unknown_key_is_a_value_error(store: Store) -> None:
     with pytest.raises(ValueError, match="week"):
         store.cost_totals("week", "")
@@ -930,3 +942,68 @@ def test_fires_are_the_latest_nominal_times_first_of_one_schedule(store: Store) 
     assert {f["schedule"] for f in store.fires("nightly", 100)} == {"nightly"}
     assert {f["outcome"] for f in store.fires("hourly", 100)} == {"skipped"}
     assert store.fires("no-such-schedule", 10) == []
+
+
+# -- tokens ------------------------------------------------------------------------------------
+
+FULL_TOKEN = Token(
+    id="0123456789ab", tenant="acme", role="agent", agent="build-1", capabilities=["zfs", "py"],
+    created_at=AT, expires_at=LATER, revoked_at=LATER, last_used_at=LATER,
+)  # fmt: skip
+
+
+def test_a_token_round_trips_every_field_with_its_hash(backend: Backend, store: Store) -> None:
+    assert _unset_fields(FULL_TOKEN) == []
+    store.insert_token(FULL_TOKEN, "ab" * 32)
+    store.commit()
+    assert backend.open().token(FULL_TOKEN.id) == (FULL_TOKEN, "ab" * 32)
+    assert store.token("ffffffffffff") is None
+
+
+def test_a_taken_token_id_is_a_conflict_that_spares_the_batch(backend: Backend, store: Store) -> None:
+    plain = Token(id="aaaaaaaaaaaa", tenant="default", role="operator", created_at=AT)
+    store.insert_token(plain, "00" * 32)
+    with pytest.raises(StoreConflict):
+        store.insert_token(msgspec.structs.replace(plain, tenant="other"), "11" * 32)
+    store.commit()
+    assert backend.open().token(plain.id) == (plain, "00" * 32)
+
+
+def test_tokens_are_listed_oldest_first_revoked_ones_too(store: Store) -> None:
+    made = [
+        Token(id=f"{n:012x}", tenant="default", role="operator", created_at=at)
+        for n, at in ((3, AT), (1, LATER), (2, AT))
+    ]
+    for token in made:
+        store.insert_token(token, "00" * 32)
+    assert store.revoke_token(made[0].id, LATER) is True
+    assert [t.id for t in store.tokens()] == [made[2].id, made[0].id, made[1].id]
+    assert store.tokens()[1].revoked_at == LATER
+
+
+def test_revoking_keeps_the_first_time_and_says_whether_it_changed(
+    backend: Backend, store: Store
+) -> None:
+    token = Token(id="bbbbbbbbbbbb", tenant="default", role="operator", created_at=AT)
+    store.insert_token(token, "00" * 32)
+    assert store.revoke_token(token.id, AT) is True
+    assert store.revoke_token(token.id, LATER) is False
+    assert store.revoke_token("cccccccccccc", AT) is False
+    store.commit()
+    found = backend.open().token(token.id)
+    assert found is not None and found[0].revoked_at == AT
+
+
+def test_touching_a_token_sets_when_it_was_last_used(backend: Backend, store: Store) -> None:
+    token = Token(id="dddddddddddd", tenant="default", role="operator", created_at=AT)
+    store.insert_token(token, "00" * 32)
+    store.commit()
+    store.touch_token(token.id, LATER)
+    store.touch_token("eeeeeeeeeeee", LATER)  # unknown: nothing
+    store.rollback()
+    assert backend.open().token(token.id) == (token, "00" * 32)
+    store.touch_token(token.id, LATER)
+    store.commit()
+    found = backend.open().token(token.id)
+    assert found is not None and found[0].last_used_at == LATER
+    assert [t.id for t in store.tokens()] == [token.id]

@@ -7,6 +7,10 @@ task; the runner returns its report, and ``_deliver`` here is the one place repo
 The harness outlives the daemon: when the connection drops it keeps its sessions running,
 reconnects with backoff, registers again listing what it still holds, and delivers the reports
 that were made meanwhile.
+
+On another machine (``colibri agent --connect``) the daemon is a ``Remote``: the harness
+connects over TLS with its agent token, trying the addresses in turn, and its sessions reach the
+daemon through the relay (``relay.py``) at its state folder's socket.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from colibri.agent.reaping import Reaper
 from colibri.agent.runner import Runner
 from colibri.agent.session import Session
 from colibri.agent.spec import AgentSpec
-from colibri.client import AsyncClient
+from colibri.client import AsyncClient, Remote
 from colibri.core import events
 from colibri.core.errors import ColibriError, DaemonNotRunning, LockHeld
 from colibri.core.model import DEFAULT_MAX_LINE, Task
@@ -39,7 +43,7 @@ log = logging.getLogger(__name__)
 #: A connection that lasted this long was a good one: the next reconnect starts fast again.
 STABLE_CONNECTION = 5.0
 #: Refusals of a registration worth waiting out; any other stops the harness.
-RETRY_REGISTER = frozenset({"closed", "busy", "no_daemon"})
+RETRY_REGISTER = frozenset({"closed", "busy", "no_daemon", "throttled"})
 #: How long a stopping harness tries to deliver its sessions' last reports (after the kills,
 #: within the supervisor's 10 s before it SIGKILLs the harness).
 REPORT_TIMEOUT = 4.0
@@ -48,9 +52,10 @@ ENDED_WITHOUT_OUT: Report = ("fail", {"error": "session ended without out"})
 
 
 class Harness:
-    def __init__(self, spec: AgentSpec, socket_path: Path, root: Path) -> None:
+    def __init__(self, spec: AgentSpec, daemon: Path | Remote, root: Path) -> None:
         self.spec = spec
-        self.socket_path = socket_path
+        #: This root's socket, or a daemon on another machine.
+        self.daemon = daemon
         self.root = root
         self.sessions: dict[str, Session] = {}
         self.client: AsyncClient | None = None
@@ -61,7 +66,8 @@ class Harness:
         self.max_line = DEFAULT_MAX_LINE
         self.reaper = Reaper(root, spec.name)
         self.backend = backend_for(spec, root, self.reaper)
-        self.runner = Runner(spec, socket_path, root, self.backend, self.reaper)
+        # Sessions reach the daemon through the root's socket: the daemon's own, or the relay.
+        self.runner = Runner(spec, RootLayout(root).socket, root, self.backend, self.reaper)
         self.pool = self.runner.pool
 
     async def run(self) -> None:
@@ -76,6 +82,12 @@ class Harness:
             connection = group.create_task(self._stay_connected(), name="connection")
             pool = group.create_task(self.pool.run(), name="pool") if self.pool else None
             reaper = group.create_task(self.reaper.keep_reaping(), name="reaper")
+            relay = None
+            if isinstance(self.daemon, Remote):
+                from colibri.agent.relay import Relay
+
+                serving = Relay(self.daemon, RootLayout(self.root).socket).serve()
+                relay = group.create_task(serving, name="relay")
             await self.stopping.wait()
             # Leave first: while its sessions stop, the agent must not be given the tasks their
             # reports free slots for (it would start them, and not stop).
@@ -85,6 +97,8 @@ class Harness:
                 pool.cancel()
                 await self.pool.drain()
             await self._stop_sessions()
+            if relay is not None:
+                relay.cancel()
             reaper.cancel()
             self.reaper.reap_inherited(everything=True)
 
@@ -92,7 +106,7 @@ class Harness:
         backoff = 0.05
         waiting_logged = False
         while True:
-            client = AsyncClient(self.socket_path, on_event=self._on_event)
+            client = AsyncClient(self.daemon, on_event=self._on_event)
             try:
                 await client.connect()
                 reply = await client.call(
@@ -288,7 +302,7 @@ class Harness:
         # All at once: each may take its grace period, and whoever stops this harness (the
         # supervisor) waits only so long before it SIGKILLs it.
         await asyncio.gather(*(self.runner.kill(session) for session in sessions))
-        client = AsyncClient(self.socket_path)
+        client = AsyncClient(self.daemon)
         try:
             async with asyncio.timeout(REPORT_TIMEOUT):
                 await client.connect()
@@ -309,9 +323,21 @@ class Harness:
             await client.close()
 
 
-def run_agent(spec: AgentSpec, socket_path: Path, root: Path) -> int:
+def run_agent(spec: AgentSpec, daemon: Path | Remote, root: Path) -> int:
     """Run the harness until SIGINT/SIGTERM. A workspace's harness (``spec.exclusive``) first
-    takes the workspace's harness lock, held until this process ends, and makes its folder."""
+    takes the workspace's harness lock, held until this process ends, and makes its folder;
+    one on another machine takes its agent's lock in its state folder (the relay's socket and
+    its sessions' files are its alone)."""
+    if isinstance(daemon, Remote):
+        from colibri.locks import hold_lock
+
+        try:
+            hold_lock(RootLayout(root).harness_lock(spec.name))
+        except LockHeld as held:
+            raise LockHeld(
+                held.holder, f"agent {spec.name}: another harness (pid {held.holder}) runs it "
+                f"from {root}"
+            ) from None  # fmt: skip
     if spec.exclusive:
         from colibri.locks import hold_lock
 
@@ -324,7 +350,7 @@ def run_agent(spec: AgentSpec, socket_path: Path, root: Path) -> int:
         if spec.cwd is not None:
             spec.cwd.mkdir(parents=True, exist_ok=True)
     try:
-        asyncio.run(Harness(spec, socket_path, root).run())
+        asyncio.run(Harness(spec, daemon, root).run())
     except BaseExceptionGroup as group:
         refused = group.subgroup(ColibriError)
         if refused is None:

@@ -28,6 +28,13 @@ SESSION_VARIABLES = (
     "COLIBRI_HARNESS",
 )  # fmt: skip
 
+#: The harness's own way to the daemon (its token above all): never a session's. A session
+#: reaches the daemon through ``COLIBRI_ROOT``'s socket — on another machine, its harness's
+#: relay — and proves its reports with its claim.
+HARNESS_ONLY = frozenset(
+    {"COLIBRI_CONNECT", "COLIBRI_TOKEN", "COLIBRI_TLS_CA", "COLIBRI_INSECURE_LOOPBACK"}
+)
+
 
 @dataclass
 class Session:
@@ -64,8 +71,9 @@ def environment(
 ) -> dict[str, str]:
     """What every session of this agent is given, warm or not (``COLIBRI_SESSION`` is added
     by its backend)."""
+    inherited = {k: v for k, v in os.environ.items() if k not in HARNESS_ONLY}
     env = {
-        **os.environ,
+        **inherited,
         **spec.env,
         "COLIBRI_SOCKET": str(socket_path),
         "COLIBRI_ROOT": str(root),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from colibri.cli.main import Context, cli, json_option, pass_ctx
@@ -75,6 +77,13 @@ def status(ctx: Context, as_json: bool) -> None:
         print_json(reply)
         return
     d = reply["daemon"]
+    if "you" in reply:  # over --connect: a token sees who it is, not the whole board
+        you = reply["you"]
+        agent = f" as agent {you['agent']}" if you.get("agent") else ""
+        print_line(f"daemon   colibri {d['version']} at {ctx.connect}")
+        print_line(f"you      {you['role']} token {you['token']} in tenant {you['tenant']}{agent}")
+        print(f"dispatch {'PAUSED' if reply['paused'] else 'running'}")
+        return
     print_line(f"daemon   pid {d['pid']}, up {d['uptime']:.0f}s, root {d['root']}")
     print_line(f"store    {d['store']} (durability {d['durability']})")
     print(f"dispatch {'PAUSED (resume with: colibri resume)' if reply['paused'] else 'running'}")
@@ -128,7 +137,14 @@ def resume(ctx: Context, as_json: bool) -> None:
     "--workspace",
     help="The workspace this agent serves; without COMMAND, run it as colibri.jsonc defines it.",
 )
-@click.option("--tenant", help="Tenant (default: default).")
+@click.option("--tenant", help="Tenant (default: default; with --connect: the token's).")
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="With --connect: where this agent keeps its sessions' files and their socket "
+    "[default: $XDG_STATE_HOME/colibri/agents/NAME].",
+)
 @click.option(
     "--log-level", default="info", show_default=True,
     type=click.Choice(["debug", "info", "warning", "error"]),
@@ -143,6 +159,7 @@ def agent(
     ttl: float | None,
     workspace: str | None,
     tenant: str | None,
+    state_dir: Path | None,
     log_level: str,
     command: tuple[str, ...],
 ) -> None:
@@ -152,6 +169,8 @@ def agent(
     Exit 0 reports the task done with stdout as its output; any other exit fails it.
     Example:  colibri agent --name build-7 --cap freebsd --cap zfs -- ./run-task.sh
     A workspace of colibri.jsonc, as defined there:  colibri agent --workspace api
+    On another machine:  colibri --connect tcp://board:7433 --token … --tls-ca ca.pem \\
+                         agent --name build-7 --cap zfs -- ./run-task.sh
     """
     import os
 
@@ -164,11 +183,19 @@ def agent(
 
     setup(log_level, "text")
     host.select(host_mode(os.environ))
-    root = ctx.root()
+    remote = ctx.remote()
+    if remote is not None:
+        if not command or name is None:
+            raise click.UsageError(
+                "an agent on another machine needs a --name (its token's) and a COMMAND to run "
+                "per task (colibri.jsonc workspaces are the daemon host's)"
+            )
+        root = _agent_state(state_dir, name)
+    else:
+        root = ctx.root()
     if command:
         if name is None:
             raise click.UsageError("give the agent a --name")
-        from pathlib import Path
 
         spec = AgentSpec(
             name=name, command=list(command), capabilities=list(caps), slots=slots or 1,
@@ -186,4 +213,30 @@ def agent(
         spec = AgentSpec.from_workspace(
             defined, name=name, capabilities=list(caps), slots=slots, ttl=ttl, tenant=tenant
         )
-    run_agent(spec, socket_path(root), root)
+    run_agent(spec, remote if remote is not None else socket_path(root), root)
+
+
+def _agent_state(state_dir: Path | None, name: str) -> Path:
+    """The folder an agent on another machine works from: a root of its own (``.colibri/``
+    inside, 0700), holding its sessions' files and the relay's socket, no colibri.jsonc."""
+    import os
+
+    from colibri.config import MAX_SOCKET_PATH
+    from colibri.core.model import check_name
+    from colibri.layout import RootLayout
+    from colibri.privatefiles import private_dir
+
+    check_name(name, "agent name")
+    if state_dir is None:
+        base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+        state_dir = Path(base) / "colibri" / "agents" / name
+    root = state_dir.expanduser().resolve()
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    layout = RootLayout(root)
+    private_dir(layout.state)
+    if len(os.fsencode(layout.socket)) > MAX_SOCKET_PATH:
+        raise click.UsageError(
+            f"{layout.socket} is longer than Unix sockets allow ({MAX_SOCKET_PATH} bytes); "
+            "give a shorter --state-dir"
+        )
+    return root

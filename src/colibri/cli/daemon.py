@@ -51,6 +51,20 @@ def init(directory: Path | None, force: bool) -> None:
     type=click.Choice(["auto", "uvloop", "asyncio"]),
     help="Event loop: uvloop when it is installed (auto), or force one.",
 )
+@click.option(
+    "--listen",
+    multiple=True,
+    metavar="tcp://HOST:PORT",
+    help="Listen on TCP too, for agents and operators on other machines (repeatable; "
+    "TLS: give --tls-cert and --tls-key).",
+)
+@click.option("--tls-cert", metavar="PEM", help="The TLS certificate (chain) to present.")
+@click.option("--tls-key", metavar="PEM", help="The TLS certificate's private key.")
+@click.option(
+    "--insecure-loopback",
+    is_flag=True,
+    help="Allow plain TCP without TLS on loopback addresses (for tests on one machine).",
+)
 @pass_ctx
 def run(
     ctx: Context,
@@ -60,6 +74,10 @@ def run(
     log_level: str,
     log_format: str,
     loop: str,
+    listen: tuple[str, ...],
+    tls_cert: str | None,
+    tls_key: str | None,
+    insecure_loopback: bool,
 ) -> None:
     """Run the daemon in the foreground (creating the root here if there is none).
 
@@ -72,7 +90,10 @@ def run(
     root = Path(ctx.root_option or os.getcwd()).expanduser().resolve()
     if init_root(root, force=force):
         click.echo(f"colibri: initialised a new root at {root}", err=True)
-    config = load_config(root, store=store, durability=durability)
+    config = load_config(
+        root, store=store, durability=durability, listen=listen, tls_cert=tls_cert,
+        tls_key=tls_key, insecure_loopback=insecure_loopback,
+    )  # fmt: skip
     setup(log_level, log_format)
     raise SystemExit(run_loop(serve(config), loop))
 

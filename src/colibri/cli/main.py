@@ -34,17 +34,47 @@ BUSY_PATIENCE = 60.0
 
 
 class Context:
-    def __init__(self, root: str | None) -> None:
+    def __init__(
+        self,
+        root: str | None,
+        connect: str | None = None,
+        token: str | None = None,
+        tls_ca: str | None = None,
+        insecure_loopback: bool = False,
+    ) -> None:
         self.root_option = root
+        self.connect = connect
+        self.token = token
+        self.tls_ca = tls_ca
+        self.insecure_loopback = insecure_loopback
 
     def root(self) -> Path:
         from colibri.config import resolve_root
 
         return resolve_root(self.root_option, Path.cwd())
 
+    def remote(self) -> Any:
+        """The daemon over TCP that ``--connect`` names, or None: this root's, on its socket."""
+        if not self.connect:
+            return None
+        from colibri.client import Remote
+
+        if not self.token:
+            raise click.UsageError(
+                "--connect needs a token: give --token, or set COLIBRI_TOKEN "
+                "(create one on the daemon's host with: colibri token create)"
+            )
+        return Remote.parse(
+            self.connect, token=self.token, ca=self.tls_ca,
+            insecure_loopback=self.insecure_loopback,
+        )  # fmt: skip
+
     def client(self) -> Any:
         from colibri.client import Client
 
+        remote = self.remote()
+        if remote is not None:
+            return Client.remote(remote)
         return Client.for_root(self.root())
 
     def call(self, cmd: str, *, patient: bool = False, **fields: Any) -> dict[str, Any]:
@@ -192,9 +222,43 @@ def _stdout_closed() -> bool:
     help="The Colibri root to use. Default: the nearest directory at or above the working "
     "directory that has .colibri/ [env: COLIBRI_ROOT]",
 )
+@click.option(
+    "--connect",
+    envvar="COLIBRI_CONNECT",
+    metavar="tcp://HOST:PORT[,…]",
+    help="Reach a daemon on another machine over TLS instead of this root's socket; several "
+    "addresses are tried in turn [env: COLIBRI_CONNECT]",
+)
+@click.option(
+    "--token",
+    envvar="COLIBRI_TOKEN",
+    metavar="TOKEN",
+    help="The token to act with over --connect [env: COLIBRI_TOKEN; safer than the option, "
+    "which other users can see in ps]",
+)
+@click.option(
+    "--tls-ca",
+    envvar="COLIBRI_TLS_CA",
+    metavar="PEM",
+    help="The CA that signed the daemon's certificate (default: the system's) "
+    "[env: COLIBRI_TLS_CA]",
+)
+@click.option(
+    "--insecure-loopback",
+    is_flag=True,
+    envvar="COLIBRI_INSECURE_LOOPBACK",
+    help="Plain TCP without TLS, to a loopback daemon run with --insecure-loopback (tests).",
+)
 @click.version_option(__version__, prog_name="colibri")
 @click.pass_context
-def cli(ctx: click.Context, root: str | None) -> None:
+def cli(
+    ctx: click.Context,
+    root: str | None,
+    connect: str | None,
+    token: str | None,
+    tls_ca: str | None,
+    insecure_loopback: bool,
+) -> None:
     """Colibri: a task board and scheduler for fleets of agents.
 
     \b
@@ -203,10 +267,18 @@ def cli(ctx: click.Context, root: str | None) -> None:
     Work:    colibri submit "upgrade zfs" --cap freebsd --cap zfs --wait
     Watch:   colibri list, colibri agents, colibri ledger --follow
     """
-    ctx.obj = Context(root)
+    ctx.obj = Context(root, connect, token, tls_ca, insecure_loopback)
 
 
 def main() -> None:
-    from colibri.cli import agents, daemon, schedules, session, tasks, workspaces  # noqa: F401
+    from colibri.cli import (  # noqa: F401
+        agents,
+        daemon,
+        schedules,
+        session,
+        tasks,
+        tokens,
+        workspaces,
+    )
 
     cli(prog_name="colibri")

@@ -84,7 +84,18 @@ _KNOWN: dict[str, set[str]] = {
         "max_children",
         "max_depth",
     },  # fmt: skip
-    "server": {"max_line", "max_connections", "line_timeout", "idle_timeout", "socket_group"},
+    "server": {
+        "max_line",
+        "max_connections",
+        "line_timeout",
+        "idle_timeout",
+        "socket_group",
+        "listen",
+        "tls_cert",
+        "tls_key",
+        "handshake_timeout",
+        "auth_failures",
+    },  # fmt: skip
     "store": {"durability", "path"},
     "supervisor": {"crash_loop", "crash_window", "cool_down", "max_backoff"},
     "ledger": {"rotate_mib", "keep"},
@@ -113,7 +124,16 @@ def host_mode(environ: Mapping[str, str]) -> str:
     return mode
 
 
-def load_config(root: Path, *, store: str | None = None, durability: str | None = None) -> Config:
+def load_config(
+    root: Path,
+    *,
+    store: str | None = None,
+    durability: str | None = None,
+    listen: tuple[str, ...] = (),
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    insecure_loopback: bool = False,
+) -> Config:
     """Read and validate ``root/colibri.jsonc``; errors say ``file:line: what is wrong``."""
     path = root / CONFIG_NAME
     raw: dict[str, Any] = {}
@@ -222,6 +242,21 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
                 f"{shown(group_name)} on this host (create it with groupadd, or see getent group)"
             ) from None
     sv = ServerSettings()
+    at_listen, configured_listen = setting("server.listen")
+    if configured_listen is _ABSENT:
+        configured_listen = []
+    if isinstance(configured_listen, str):
+        configured_listen = [configured_listen]
+    if not isinstance(configured_listen, list) or not all(
+        isinstance(a, str) for a in configured_listen
+    ):
+        raise ConfigError(f'{at_listen()} must be a list of addresses like "tcp://0.0.0.0:7433"')
+    addresses = tuple(dict.fromkeys([*configured_listen, *listen]))
+    cert = tls_cert or _path_setting(raw, "tls_cert", where, root)
+    key = tls_key or _path_setting(raw, "tls_key", where, root)
+    from colibri.endpoints import check_listeners
+
+    check_listeners(addresses, cert, key, insecure_loopback)
     server = ServerSettings(
         max_line=whole("server.max_line", sv.max_line),
         max_connections=whole("server.max_connections", sv.max_connections),
@@ -229,6 +264,12 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
         idle_timeout=duration("server.idle_timeout", sv.idle_timeout),
         socket_group=group_id,
         socket_group_name=group_name,
+        listen=addresses,
+        tls_cert=cert,
+        tls_key=key,
+        insecure_loopback=insecure_loopback,
+        handshake_timeout=duration("server.handshake_timeout", sv.handshake_timeout),
+        auth_failures=whole("server.auth_failures", sv.auth_failures),
     )
     su = SupervisorSettings()
     supervisor = SupervisorSettings(
@@ -290,6 +331,18 @@ def load_config(root: Path, *, store: str | None = None, durability: str | None 
             f"({MAX_SOCKET_PATH} bytes); use a root with a shorter path"
         )
     return config
+
+
+def _path_setting(
+    raw: dict[str, Any], key: str, where: Callable[[str, str], str], root: Path
+) -> str | None:
+    value = raw.get("server", {}).get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise ConfigError(f"{where(key, 'server')}: server.{key} must be the path of a file")
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() else root / path)
 
 
 def _figure(value: float) -> str:

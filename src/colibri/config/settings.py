@@ -27,6 +27,7 @@ DURATION_RANGES: dict[str, tuple[float, float]] = {
     "scheduler.retry_backoff": (0.001, DAY),
     "server.line_timeout": (0.1, DAY),
     "server.idle_timeout": (1.0, DAY),
+    "server.handshake_timeout": (0.1, 3600.0),
     "supervisor.crash_window": (1.0, DAY),
     "supervisor.cool_down": (1.0, DAY),
     "supervisor.max_backoff": (1.0, DAY),
@@ -39,6 +40,7 @@ WHOLE_RANGES: dict[str, tuple[int, int]] = {
     "scheduler.max_depth": (1, 1000),
     "server.max_line": (1024, 1 << 30),
     "server.max_connections": (1, 100_000),
+    "server.auth_failures": (1, 1_000_000),
     "supervisor.crash_loop": (1, 1000),
     "ledger.keep": (1, 10_000),
 }
@@ -83,6 +85,18 @@ class ServerSettings:
     #: A Unix group whose members may use the socket too (its gid); None: the owner only.
     socket_group: int | None = None
     socket_group_name: str | None = None
+    #: TCP addresses to listen on too (``tcp://HOST:PORT``), with TLS and tokens.
+    listen: tuple[str, ...] = ()
+    #: The certificate chain and private key the TLS listener presents (PEM files).
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    #: Plain TCP on a loopback address, for tests; never on any other address.
+    insecure_loopback: bool = False
+    #: A TCP peer that has not finished its TLS handshake and ``auth`` by then is dropped.
+    handshake_timeout: float = 10.0
+    #: Failed logins from one address within a minute before its new connections are refused
+    #: (``throttled``) until the minute has passed.
+    auth_failures: int = 20
 
 
 @dataclass(frozen=True, slots=True)

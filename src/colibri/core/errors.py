@@ -29,7 +29,11 @@ the client (``closed``, ``unexpected_reply``) and by the CLI (``os_error``, ``in
     ├── BudgetExceeded       budget_exceeded     a hand-off asking more than its parent has left
     ├── QuotaExceeded        quota_exceeded      too many pending tasks, or children of one task
     ├── IdempotencyConflict  idempotency_conflict  a key reused with other fields
-    ├── Forbidden            forbidden           peer uid not allowed
+    ├── Forbidden            forbidden           peer uid not allowed; a token used outside its role
+    ├── Unauthorized         unauthorized        no token, or an unknown, revoked or expired one
+    ├── Throttled            throttled           too many failed logins from this address
+    ├── TlsRequired          tls_required        plain text on the TLS port
+    ├── UnknownToken         unknown_token
     ├── Busy                 busy                too many connections
     ├── StorageUnavailable   storage_unavailable the store could not commit (disk full, read-only)
     ├── Internal             internal            a bug: logged with its traceback
@@ -42,6 +46,7 @@ the client (``closed``, ``unexpected_reply``) and by the CLI (``os_error``, ``in
     ├── NoSession            no_session          attach-session: no tmux session runs the task
     ├── BadTaskBody          bad_task_body       a task file that is not a task body
     ├── DaemonNotRunning     no_daemon
+    ├── TlsFailed            tls_failed          the daemon's certificate is not trusted, or no TLS
     ├── ConnectionClosed     closed              the daemon closed the connection, or it broke
     ├── UnexpectedReply      unexpected_reply    a reply this client cannot read
     └── OsFailure            os_error            a file or system call failed (the CLI)
@@ -226,6 +231,28 @@ class Forbidden(ColibriError):
     code = "forbidden"
 
 
+class Unauthorized(ColibriError):
+    """The connection did not prove who it is: no ``auth``, or a token the daemon does not
+    take. The message never holds the token: it may be someone's real secret."""
+
+    code = "unauthorized"
+
+
+class Throttled(ColibriError):
+    code = "throttled"
+
+
+class TlsRequired(ColibriError):
+    code = "tls_required"
+
+
+class UnknownToken(ColibriError):
+    code = "unknown_token"
+
+    def __init__(self, token_id: str) -> None:
+        super().__init__(f"no token with id {token_id} (list them with: colibri token list)")
+
+
 class Busy(ColibriError):
     code = "busy"
 
@@ -290,6 +317,19 @@ class DaemonNotRunning(ColibriError):
 
     def __init__(self, root: str) -> None:
         super().__init__(f"no daemon is running for {root} (start one with: colibri run)")
+
+    @classmethod
+    def at(cls, addresses: str, why: str) -> DaemonNotRunning:
+        made = cls.__new__(cls)
+        ColibriError.__init__(made, f"no daemon answers at {addresses}: {why}")
+        return made
+
+
+class TlsFailed(ColibriError):
+    """The TLS handshake with the daemon failed: its certificate is not trusted (wrong
+    ``--tls-ca``), is not for the host name connected to, or the peer does not speak TLS."""
+
+    code = "tls_failed"
 
 
 class ConnectionClosed(ColibriError):

@@ -283,6 +283,29 @@ class Consumed(Request, tag="consumed"):
     consumed: bool = True
 
 
+class Auth(Request, tag="auth"):
+    """The first request on a TCP connection: the token it acts with."""
+
+    token: Annotated[str, msgspec.Meta(max_length=200)]
+
+
+class TokenCreate(Request, tag="token-create"):
+    tenant: ShortStr
+    role: Literal["agent", "operator"]
+    agent: ShortStr | None = None
+    capabilities: Names = []
+    #: Seconds from now until it expires (None: never).
+    expires_in: Annotated[float, msgspec.Meta(gt=0, le=3650 * 86400)] | None = None
+
+
+class TokenList(Request, tag="token-list"):
+    pass
+
+
+class TokenRevoke(Request, tag="token-revoke"):
+    id: ShortStr
+
+
 class ScheduleAdd(Request, tag="schedule-add"):
     name: ShortStr
     schedule: ScheduleSpec
@@ -324,12 +347,12 @@ REQUESTS: tuple[type[Request], ...] = (
     ToggleSwarm, Agents, Skills, DescribeSkill, Ledger, RegisterAgent, Heartbeat, Out, Fail,
     Reclaimed, Ready, Requeue, Ask, Answer,
     Subscribe, Send, Consumed, ScheduleAdd, ScheduleList, ScheduleGet, ScheduleRun, ScheduleRemove,
-    SchedulePause, ScheduleResume,
+    SchedulePause, ScheduleResume, Auth, TokenCreate, TokenList, TokenRevoke,
 )  # fmt: skip
 #: Requests that change nothing stored: one that fails never rolls back the batch it is in.
 READS: tuple[type[Request], ...] = (
     Ping, Status, Get, ListTasks, Family, CostTotals, Why, Wait, Agents, Skills, Ledger,
-    ScheduleList, ScheduleGet,
+    ScheduleList, ScheduleGet, TokenList,
 )  # fmt: skip
 AnyRequest = Union[REQUESTS]  # type: ignore[valid-type]  # noqa: UP007
 COMMANDS = sorted(str(cls.__struct_config__.tag) for cls in REQUESTS)

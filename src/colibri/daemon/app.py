@@ -27,10 +27,12 @@ from colibri.daemon.bus import Bus
 from colibri.daemon.clock import Clock, SystemClock
 from colibri.daemon.commands import Commands
 from colibri.daemon.connection import Connection
+from colibri.daemon.gateway import Gateway
 from colibri.daemon.ledger import LedgerMirror
 from colibri.daemon.schedules import ScheduleRunner
 from colibri.daemon.server import Server
 from colibri.daemon.supervisor import Supervisor
+from colibri.daemon.tokens import TokenAuthority
 from colibri.locks import hold_lock, store_lock
 from colibri.store import Store, open_store
 
@@ -147,7 +149,7 @@ def compose(config: Config, store: Store, mirror: LedgerMirror, clock: Clock) ->
     bus = Bus(board.audience, server.loop, server.schedule_flush)
     schedules = ScheduleRunner(board, board.batch, config.default_tz)
     supervisor = Supervisor(config, clock)
-    commands = Commands(board, server, bus, schedules, supervisor)
+    commands = Commands(board, server, bus, schedules, supervisor, TokenAuthority(store, clock))
     server.attach(commands.handle, bus, schedules.reload)
     return Daemon(config, board, server, bus, schedules, supervisor, commands)
 
@@ -204,11 +206,19 @@ async def serve(config: Config) -> int:
         finally:
             os.umask(old_umask)
         open_to_group(config)
+        gateway = Gateway(server, config.server)
+        gateway.start()
+        for address in gateway.bound:
+            log.info(
+                f"listening on {address}" + (" (TLS)" if gateway.context else " (plain TCP)"),
+                extra={"event": "listening", "address": str(address)},
+            )
         log.info(
             "daemon ready",
             extra={
                 "event": "ready",
                 "socket": str(config.layout.socket),
+                "listen": [str(a) for a in gateway.bound],
                 "pid": os.getpid(),
                 "store": config.store,
                 "open_tasks": len(board.tasks),
@@ -216,6 +226,7 @@ async def serve(config: Config) -> int:
         )
         await _run_until_stopped(daemon)
         unix_server.close()
+        gateway.close()
         if server.fatal_error is not None:
             return 1  # as after a crash: harnesses and their sessions keep running
         server.close_all()

@@ -2,21 +2,30 @@
 
 A handler returns the reply's fields (``ok`` and ``id`` are added by the server) or ``None``
 when the reply comes later (``wait``). Errors are raised as ``ColibriError``s.
+
+The server has already checked that the connection's principal may send the command at all
+(``core/access.py``); here each handler keeps a token to its tenant: it acts in that tenant
+only, and another tenant's tasks, agents, ledger rows, costs and schedules do not exist for it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from colibri import __version__
 from colibri.core import protocol as p
 from colibri.core import sizes
-from colibri.core.errors import BadRequest
-from colibri.core.model import LedgerEntry, Task
+from colibri.core.access import OWNER, Principal
+from colibri.core.errors import BadRequest, NotYourTask, Unauthorized, UnknownParent, UnknownTask
+from colibri.core.model import DEFAULT_TENANT, LedgerEntry, Task, normalize_names
 from colibri.daemon.board import Board
+from colibri.daemon.tokens import TokenAuthority
 from colibri.store import TaskFilter
 
 if TYPE_CHECKING:
@@ -25,6 +34,8 @@ if TYPE_CHECKING:
     from colibri.daemon.schedules import ScheduleRunner
     from colibri.daemon.server import Server
     from colibri.daemon.supervisor import Supervisor
+
+log = logging.getLogger(__name__)
 
 Reply = dict[str, Any] | None
 #: Tasks and ledger rows read from the store at a time for one reply.
@@ -40,8 +51,10 @@ class Commands:
         bus: Bus,
         schedules: ScheduleRunner,
         supervisor: Supervisor,
+        tokens: TokenAuthority,
     ) -> None:
         self.board = board
+        self.tokens = tokens
         #: For the connection-level commands: its settings, counts, and ledger followers.
         self.server = server
         self.bus = bus
@@ -86,10 +99,70 @@ class Commands:
             p.ScheduleRemove: self.schedule_rm,
             p.SchedulePause: self.schedule_pause,
             p.ScheduleResume: self.schedule_resume,
+            p.Auth: self.auth,
+            p.TokenCreate: self.token_create,
+            p.TokenList: self.token_list,
+            p.TokenRevoke: self.token_revoke,
         }
 
     def handle(self, req: p.Request, conn: Connection) -> Reply:
         return self.table[type(req)](req, conn)
+
+    # -- tenants -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _principal(conn: Connection) -> Principal:
+        return conn.principal or OWNER  # the server lets nothing but auth through without one
+
+    def _task(self, conn: Connection, task_id: str) -> Task:
+        """The task, if the connection may see it: to a token another tenant's is unknown."""
+        task = self.board.get(task_id)
+        self._principal(conn).visible(task_id, task.tenant)
+        return task
+
+    def _holder_is_mine(self, conn: Connection, agent_name: str, task_id: str) -> None:
+        principal = self._principal(conn)
+        if principal.kind == "agent" and agent_name != principal.agent:
+            raise NotYourTask(task_id, principal.agent or "")
+
+    # -- commands ----------------------------------------------------------------------------
+
+    def auth(self, req: p.Auth, conn: Connection) -> Reply:
+        if conn.remote is None:
+            return {"role": "owner", "tenant": None}  # the kernel said who it is already
+        if conn.principal is not None:
+            raise BadRequest("this connection has authenticated already")
+        try:
+            principal = self.tokens.authenticate(req.token)
+        except Unauthorized as exc:
+            log.warning(
+                "failed login: %s",
+                exc.message,
+                extra={"event": "login_failed", "peer": conn.remote},
+            )
+            self.server.login_failed(conn.remote)
+            raise
+        conn.principal = principal
+        log.info(
+            "authenticated",
+            extra={"event": "login", "peer": conn.remote, "token": principal.token,
+                   "role": principal.kind, "tenant": principal.tenant},
+        )  # fmt: skip
+        return {"role": principal.kind, "tenant": principal.tenant, "agent": principal.agent}
+
+    def token_create(self, req: p.TokenCreate, conn: Connection) -> Reply:
+        issued = self.tokens.create(
+            req.tenant, req.role, req.agent, req.capabilities, req.expires_in
+        )
+        # (Not "id": the reply's own is the request's.)
+        return {"token": issued.token, "secret": issued.text}
+
+    def token_list(self, req: p.TokenList, conn: Connection) -> Reply:
+        return {"tokens": self.tokens.list()}
+
+    def token_revoke(self, req: p.TokenRevoke, conn: Connection) -> Reply:
+        token = self.tokens.revoke(req.id)
+        return {"token": token, "closed": self.server.close_token(req.id)}
 
     def ping(self, req: p.Ping, conn: Connection) -> Reply:
         # The line limit, so that a client can cut a long report to fit (``fit_report``).
@@ -97,6 +170,15 @@ class Commands:
 
     def status(self, req: p.Status, conn: Connection) -> Reply:
         config = self.server.config
+        principal = self._principal(conn)
+        if not principal.is_owner:
+            # The board's counts are every tenant's: a token is told who it is, not those.
+            return {
+                "daemon": {"version": __version__},
+                "paused": self.board.paused,
+                "you": {"role": principal.kind, "tenant": principal.tenant,
+                        "agent": principal.agent, "token": principal.token},
+            }  # fmt: skip
         return {
             "daemon": {
                 "pid": os.getpid(),
@@ -113,24 +195,34 @@ class Commands:
 
     def intake_task(self, req: p.TaskFields, conn: Connection) -> Reply:
         # create-task too: its spec carries the agent it is pinned to.
+        spec = req.spec()
+        principal = self._principal(conn)
+        if not principal.is_owner:
+            spec = msgspec.structs.replace(spec, tenant=principal.tenant_for(spec.tenant))
+            if spec.parent is not None:
+                try:
+                    self._task(conn, spec.parent)
+                except UnknownTask:
+                    raise UnknownParent(spec.parent) from None
         task, created = self.board.submit(
-            req.spec(), idempotency_key=req.idempotency_key, claim=req.claim
+            spec, idempotency_key=req.idempotency_key, claim=req.claim
         )
         return {"task": task, "created": created}
 
     def get(self, req: p.Get, conn: Connection) -> Reply:
-        return {"task": self.board.get(req.task)}
+        return {"task": self._task(conn, req.task)}
 
     def list_tasks(self, req: p.ListTasks, conn: Connection) -> Reply:
         """Up to ``limit`` tasks, and fewer when they would pass REPLY_BUDGET bytes: read
         from the store a page at a time, so a long page is never built whole."""
         tasks: list[Task] = []
         used, after = 0, req.after
+        tenant = self._principal(conn).tenant_for(req.tenant)
         while len(tasks) < req.limit:
             want = min(LIST_PAGE, req.limit - len(tasks))
             page = self.board.list_tasks(
                 TaskFilter(state=req.state, agent=req.agent, workspace=req.workspace,
-                           parent=req.parent, tenant=req.tenant, after=after, limit=want)
+                           parent=req.parent, tenant=tenant, after=after, limit=want)
             )  # fmt: skip
             for task in page:
                 used += sizes.task_size(task)
@@ -143,6 +235,7 @@ class Commands:
         return {"tasks": tasks, "next": tasks[-1].id}
 
     def cancel(self, req: p.Cancel, conn: Connection) -> Reply:
+        self._task(conn, req.task)
         cancelled = self.board.cancel(req.task, req.reason)
         return {"cancelled": [t.id for t in cancelled]}
 
@@ -157,20 +250,24 @@ class Commands:
                 raise BadRequest(
                     f"since {req.since!r} is not a time: write 2026-11-30 or 2026-11-30T08:00:00Z"
                 ) from None
-        rows = self.board.store.cost_totals(req.by, since)
+        rows = self.board.store.cost_totals(req.by, since, self._principal(conn).tenant)
         return {"by": req.by, "since": since or None, "totals": rows}
 
     def family(self, req: p.Family, conn: Connection) -> Reply:
+        self._task(conn, req.task)
         top, members, complete = self.board.family(req.task)
         return {"root": top, "tasks": members, "complete": complete}
 
     def retry(self, req: p.Retry, conn: Connection) -> Reply:
+        self._task(conn, req.task)
         return {"task": self.board.retry(req.task)}
 
     def why(self, req: p.Why, conn: Connection) -> Reply:
+        self._task(conn, req.task)
         return self.board.why(req.task)
 
     def wait(self, req: p.Wait, conn: Connection) -> Reply:
+        self._task(conn, req.task)
         task = self.board.wait(conn, req.id, req.task)
         return None if task is None else {"task": task}
 
@@ -178,7 +275,8 @@ class Commands:
         return {"paused": self.board.toggle(req.paused)}
 
     def agents(self, req: p.Agents, conn: Connection) -> Reply:
-        return {"agents": self.board.agent_list()}
+        principal = self._principal(conn)
+        return {"agents": [a for a in self.board.agent_list() if principal.sees(a.tenant)]}
 
     def skills(self, req: p.Skills, conn: Connection) -> Reply:
         return {
@@ -200,25 +298,37 @@ class Commands:
         rows: list[LedgerEntry] = []
         used, after = 0, req.after
         full = False
+        principal = self._principal(conn)
+        if req.task is not None and not principal.is_owner:
+            self._task(conn, req.task)
+        scanned = req.after
         while len(rows) < req.limit and not full:
             want = min(LEDGER_PAGE, req.limit - len(rows))
             page = self.board.store.ledger(after, want, req.task)
             for row in page:
+                if not principal.sees(row.tenant):
+                    scanned = row.seq
+                    continue
                 used += sizes.ledger_size(row)
                 full = bool(rows) and used > sizes.REPLY_BUDGET
                 if full:
                     break
                 rows.append(row)
+                scanned = row.seq
             if len(page) < want:
                 break
             after = page[-1].seq
         if req.follow:
             self.server.follow_ledger(conn, req.task)
-        last = rows[-1].seq if rows else req.after
+        last = scanned if not full else rows[-1].seq
         more = full or (len(rows) == req.limit and bool(self.board.store.ledger(last, 1, req.task)))
         return {"entries": rows, "next": last, "more": more}
 
     def register_agent(self, req: p.RegisterAgent, conn: Connection) -> Reply:
+        principal = self._principal(conn)
+        if not principal.is_owner:
+            principal.check_registration(req.name, normalize_names(req.capabilities, "capability"))
+            req = msgspec.structs.replace(req, tenant=principal.tenant_for(req.tenant))
         agent, adopted, rejected = self.board.register(req, conn)
         return {
             "agent": agent.wire(),
@@ -234,11 +344,13 @@ class Commands:
 
     def out(self, req: p.Out, conn: Connection) -> Reply:
         agent = self.board.reporter(conn, "out", req.task, req.from_session, req.epoch, req.claim)
+        self._holder_is_mine(conn, agent.name, req.task)
         task = self.board.out(agent, req.task, req.epoch, req.output, req.cost, req.session_ended)
         return {"task": task}
 
     def fail(self, req: p.Fail, conn: Connection) -> Reply:
         agent = self.board.reporter(conn, "fail", req.task, req.from_session, req.epoch, req.claim)
+        self._holder_is_mine(conn, agent.name, req.task)
         task = self.board.fail(agent, req.task, req.epoch, req.error, req.session_ended)
         return {"task": task}
 
@@ -251,6 +363,7 @@ class Commands:
         return None  # answered later, by `answer`
 
     def answer(self, req: p.Answer, conn: Connection) -> Reply:
+        self._task(conn, req.task)
         return {"task": self.board.answer(req.task, req.text)}
 
     def ready(self, req: p.Ready, conn: Connection) -> Reply:
@@ -280,10 +393,20 @@ class Commands:
         return {"schedule": schedule, "next": self.schedules.upcoming(req.name, 1)}
 
     def schedule_list(self, req: p.ScheduleList, conn: Connection) -> Reply:
-        return {"schedules": sorted(self.schedules.schedules.values(), key=lambda s: s.name)}
+        principal = self._principal(conn)
+        shown = [
+            s
+            for s in self.schedules.schedules.values()
+            if principal.sees(s.task.tenant or DEFAULT_TENANT)
+        ]
+        return {"schedules": sorted(shown, key=lambda s: s.name)}
 
     def schedule_get(self, req: p.ScheduleGet, conn: Connection) -> Reply:
         runner = self.schedules
+        if not self._principal(conn).sees(runner.get(req.name).task.tenant or DEFAULT_TENANT):
+            from colibri.core.errors import UnknownSchedule
+
+            raise UnknownSchedule(req.name)
         reply: dict[str, Any] = {
             "schedule": runner.get(req.name),
             "next": runner.upcoming(req.name, req.next),

@@ -1,4 +1,8 @@
-"""One connection to the daemon's socket: who is at the other end, framing, and output.
+"""One connection to the daemon: who is at the other end, framing, and output.
+
+On the Unix socket the kernel says who the peer is (its uid, checked against the owner and
+``server.socket_group``); it acts as the owner. A TCP connection (``remote``: the peer's
+address; TLS already done by ``gateway.py``) is nobody until its ``auth``.
 
 Lines are split off as they arrive and handed to the server one at a time (at most
 ``LINES_PER_TURN`` per connection per loop turn, so one peer's flood does not hold up the
@@ -16,7 +20,8 @@ import msgspec
 
 from colibri import host
 from colibri.core import events
-from colibri.core.errors import Busy, ColibriError, Forbidden, LineTooLong
+from colibri.core.access import OWNER, Principal
+from colibri.core.errors import Busy, ColibriError, Forbidden, LineTooLong, Throttled
 
 if TYPE_CHECKING:
     from colibri.daemon.board.batch import Message
@@ -32,8 +37,12 @@ LINES_PER_TURN = 64
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Server, remote: str | None = None) -> None:
         self.server = server
+        #: A TCP peer's address; None on the Unix socket.
+        self.remote = remote
+        #: Who it acts as: the owner on the Unix socket; over TCP, None until ``auth``.
+        self.principal: Principal | None = None
         self.transport: asyncio.Transport | None = None
         self.agent_name: str | None = None
         self.subscriber = False
@@ -46,6 +55,9 @@ class Connection(asyncio.Protocol):
         #: When it last sent anything (the loop's clock): anonymous connections silent for
         #: ``server.idle_timeout`` are closed, and may be evicted at the connection cap.
         self.last_active = server.loop.time()
+        #: When it was accepted: a TCP peer that has not authenticated by
+        #: ``server.handshake_timeout`` after it is dropped.
+        self.opened = self.last_active
         #: (uid, pid) of the process at the other end; every ledger row it causes names them.
         self.peer: tuple[int, int] | None = None
         self._deferred = False  # lines left for the next loop iteration (LINES_PER_TURN)
@@ -55,6 +67,17 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        if self.remote is not None:
+            wait = self.server.throttle.blocked(self.remote)
+            if wait is not None:
+                self._refuse(
+                    Throttled(
+                        f"too many failed logins from {self.remote}; try again in {wait:.0f}s"
+                    )
+                )
+                return
+            self._admit()
+            return
         sock = transport.get_extra_info("socket")
         try:
             uid, gid, pid = host.peer_credentials(sock)
@@ -66,6 +89,10 @@ class Connection(asyncio.Protocol):
         if not self.server.may_connect(uid, gid):
             self._refuse(Forbidden(f"uid {uid} may not use this daemon; {self.server.who_may}"))
             return
+        self.principal = OWNER
+        self._admit()
+
+    def _admit(self) -> None:
         if self.server.connection_count >= self.server.config.server.max_connections:
             if not self.server.evict_idle():
                 self._refuse(Busy("too many connections; try again later"))

@@ -24,15 +24,18 @@ from colibri.config import Config
 from colibri.core import protocol
 from colibri.core.errors import (
     ColibriError,
+    Forbidden,
     Internal,
     StorageUnavailable,
+    Unauthorized,
 )
 from colibri.core.events import LedgerAppended
-from colibri.core.model import LedgerEntry
+from colibri.core.model import LedgerEntry, rfc3339
 from colibri.daemon import crashpoints
 from colibri.daemon.board import Board
 from colibri.daemon.bus import Bus
 from colibri.daemon.connection import Connection
+from colibri.daemon.gateway import Throttle
 from colibri.daemon.ledger import LedgerMirror
 
 log = logging.getLogger(__name__)
@@ -100,6 +103,8 @@ class Server:
         #: agree); set by ``fatal``, which also calls ``on_fatal``.
         self.fatal_error: str | None = None
         self.on_fatal: Callable[[], None] = lambda: None
+        #: Failed logins over TCP, per address (``gateway.py``).
+        self.throttle = Throttle(config.server.auth_failures)
 
     def attach(
         self,
@@ -136,12 +141,39 @@ class Server:
             self._membership[(uid, gid)] = known
         return known[1]
 
+    def connection_for(self, remote: str) -> Connection:
+        """A connection for a TCP peer at ``remote`` (its TLS is done by then)."""
+        return Connection(self, remote)
+
+    def login_failed(self, remote: str) -> None:
+        if self.throttle.failed(remote):
+            log.warning(
+                f"{remote}: {self.throttle.limit} failed logins within a minute; its new "
+                "connections are refused (throttled) until the minute is over",
+                extra={"event": "login_throttled", "peer": remote},
+            )
+
     def handle_line(self, conn: Connection, line: bytes) -> None:
         try:
             req = protocol.decode_request(line)
         except ColibriError as exc:
             self.reply_error(conn, protocol.request_id(line), exc)
+            if conn.principal is None:  # nobody yet: one answer, then the door
+                self.close_after_flush(conn)
             return
+        principal = conn.principal
+        if principal is None and not isinstance(req, protocol.Auth):
+            self._refuse(conn, req.id, Unauthorized(
+                'authenticate first: the first request on TCP is {"cmd": "auth", "token": …} '
+                "(colibri --token TOKEN, or COLIBRI_TOKEN)"
+            ))  # fmt: skip
+            return
+        if principal is not None and not principal.is_owner:
+            try:
+                principal.check(req)
+            except Forbidden as exc:
+                self._refuse(conn, req.id, exc)
+                return
         batch = self.board.batch
         batch.actor = conn.peer
         try:
@@ -149,6 +181,12 @@ class Server:
         except StorageUnavailable as exc:
             self._batch_error = exc
             self.reply_error(conn, req.id, exc)
+            return
+        except (Forbidden, Unauthorized) as exc:
+            if conn.remote is None:
+                self.reply_error(conn, req.id, exc)
+            else:
+                self._refuse(conn, req.id, exc)
             return
         except ColibriError as exc:
             self.reply_error(conn, req.id, exc)
@@ -171,6 +209,33 @@ class Server:
         crashpoints.hit("before-commit")
         if reply is not None:
             self._reply(conn, {"id": req.id, "ok": True, **reply})
+
+    def _refuse(self, conn: Connection, request_id: Any, error: ColibriError) -> None:
+        """A TCP peer asked what its token does not allow: one error line, then closed."""
+        log.warning(
+            "refused a TCP peer: %s",
+            error.message,
+            extra={
+                "event": "remote_refused",
+                "peer": conn.remote,
+                "token": conn.principal.token if conn.principal else None,
+                "code": error.code,
+            },
+        )
+        self.reply_error(conn, request_id, error)
+        conn.closing = True
+        self.close_after_flush(conn)
+
+    def close_token(self, token_id: str) -> int:
+        """Close every connection that authenticated with this token (it was revoked); how
+        many there were."""
+        closing = [
+            c for c in self.connections if c.principal is not None and c.principal.token == token_id
+        ]
+        for conn in closing:
+            conn.closing = True
+            self.close_after_flush(conn)
+        return len(closing)
 
     def _reply(self, conn: Connection, message: dict[str, Any]) -> None:
         self._replies.append((conn, message))
@@ -329,8 +394,11 @@ class Server:
 
     def _push_ledger(self, rows: list[LedgerEntry]) -> None:
         for conn in self._ledger_followers:
+            principal = conn.principal
             for row in rows:
-                if conn.ledger_task is None or conn.ledger_task == row.task:
+                if (conn.ledger_task is None or conn.ledger_task == row.task) and (
+                    principal is None or principal.sees(row.tenant)
+                ):
                     conn.queue(LedgerAppended(entry=row))
 
     # -- housekeeping ------------------------------------------------------------------------
@@ -341,7 +409,24 @@ class Server:
         now = self.loop.time()
         cutoff = now - self.config.server.line_timeout
         idle_cutoff = now - self.config.server.idle_timeout
+        auth_cutoff = now - self.config.server.handshake_timeout
+        expired = rfc3339(self.board.clock.time())
         for conn in list(self.connections):
+            principal = conn.principal
+            if conn.remote is not None and not conn.closing and (
+                (principal is None and conn.opened < auth_cutoff)
+                or (principal is not None and principal.expires_at is not None
+                    and principal.expires_at <= expired)
+            ):  # fmt: skip
+                why = "did not authenticate in time" if principal is None else "its token expired"
+                log.info(
+                    f"closed a TCP connection: {why}",
+                    extra={"event": "remote_closed", "peer": conn.remote},
+                )
+                conn.closing = True
+                if conn.transport is not None:
+                    conn.transport.close()
+                continue
             stalled = conn.partial_since is not None and conn.partial_since < cutoff
             idle = conn.last_active < idle_cutoff and self._evictable(conn)
             if (stalled or idle) and conn.transport:
@@ -352,6 +437,12 @@ class Server:
                     )
                 conn.closing = True
                 conn.transport.close()
+
+        for address, count in self.throttle.take_refused().items():
+            log.warning(
+                f"{address}: {count} connections refused as throttled",
+                extra={"event": "login_throttled_refused", "peer": address, "count": count},
+            )
 
     def _evictable(self, conn: Connection) -> bool:
         """Anonymous and owed nothing: not an agent, a subscriber or a ledger follower, and

@@ -49,6 +49,7 @@ from typing import Any, Protocol
 
 from colibri.core.model import Agent, LedgerEntry, Task
 from colibri.core.schedules import Schedule
+from colibri.core.tokens import Token
 
 
 class StoreConflict(Exception):
@@ -219,9 +220,10 @@ class Store(Protocol):
     def max_ledger_seq(self) -> int:
         """The highest ``seq`` written, 0 on a board with no ledger rows."""
 
-    def cost_totals(self, by: str, since: str) -> list[dict[str, Any]]:
+    def cost_totals(self, by: str, since: str, tenant: str | None = None) -> list[dict[str, Any]]:
         """What sessions cost, summed from the ledger rows that carry a ``cost`` and whose
-        ``at`` is ``since`` or later (``""``: all of them).
+        ``at`` is ``since`` or later (``""``: all of them) — of one ``tenant``'s rows only,
+        when it is given.
 
         ``by`` is ``agent`` (the row's agent), ``tenant`` (the row's tenant), ``day`` (the UTC
         date of ``at``: ``2026-01-02``) or ``workspace`` (the task's workspace; for a task with
@@ -302,3 +304,26 @@ class Store(Protocol):
         """The schedule's latest ``limit`` fire records, the latest nominal time first, each a
         dict of exactly ``schedule``, ``nominal``, ``outcome``, ``task``, ``at`` and
         ``reason`` as recorded."""
+
+    # -- tokens ----------------------------------------------------------------------------------
+
+    def insert_token(self, token: Token, secret_hash: str) -> None:
+        """Store a new token with the hash of its secret (never the secret).
+
+        :raises StoreConflict: a token with this id exists; nothing was written.
+        """
+
+    def token(self, token_id: str) -> tuple[Token, str] | None:
+        """The token with this id and its secret's hash, as stored (revoked ones too); None if
+        there is none."""
+
+    def tokens(self) -> list[Token]:
+        """Every stored token, revoked and expired ones too, oldest first (by ``created_at``,
+        then id)."""
+
+    def revoke_token(self, token_id: str, at: str) -> bool:
+        """Mark the token revoked ``at``; True if it was known and not yet revoked (a second
+        revocation keeps the first time and returns False)."""
+
+    def touch_token(self, token_id: str, at: str) -> None:
+        """Set the token's ``last_used_at``; an unknown id changes nothing."""

@@ -1,4 +1,4 @@
-"""Tasks, ledger entries and agents as the rows of ``sql/sqlite.sql``, and back.
+"""Tasks, ledger entries, agents and tokens as the rows of ``sql/sqlite.sql``, and back.
 
 Lists and costs are JSON text, booleans 0 or 1; every other field is its own column. A row is
 read by column name, so any driver's mapping-like row will do.
@@ -11,6 +11,7 @@ from typing import Any, Protocol
 import msgspec
 
 from colibri.core.model import Agent, Cost, LedgerEntry, Task
+from colibri.core.tokens import Token
 
 _json = msgspec.json.Encoder()
 _list_decoder = msgspec.json.Decoder(list[str])
@@ -158,4 +159,25 @@ def agent_from_row(row: Row) -> Agent:
         ttl=row["ttl"],
         workspace=row["workspace"],
         last_seen=row["last_seen"],
+    )
+
+
+def token_row(token: Token, secret_hash: str) -> tuple[Any, ...]:
+    return (
+        token.id, token.tenant, token.role, token.agent, _json.encode(token.capabilities),
+        secret_hash, token.created_at, token.expires_at, token.revoked_at, token.last_used_at,
+    )  # fmt: skip
+
+
+def token_from_row(row: Row) -> Token:
+    return Token(
+        id=row["id"],
+        tenant=row["tenant"],
+        role=row["role"],
+        agent=row["agent"],
+        capabilities=_list_decoder.decode(row["capabilities"]),
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
+        revoked_at=row["revoked_at"],
+        last_used_at=row["last_used_at"],
     )

@@ -20,6 +20,7 @@ import msgspec
 from colibri.core.errors import StorageUnavailable
 from colibri.core.model import Agent, LedgerEntry, Task
 from colibri.core.schedules import Schedule
+from colibri.core.tokens import Token
 from colibri.store import sql
 from colibri.store.base import StoreConflict, TaskFilter
 from colibri.store.rows import (
@@ -30,6 +31,8 @@ from colibri.store.rows import (
     task_change_row,
     task_from_row,
     task_row,
+    token_from_row,
+    token_row,
 )
 from colibri.store.sqlite_schema import open_board
 
@@ -335,7 +338,7 @@ class SqliteStore:
         "day": "substr(l.at, 1, 10)",
     }
 
-    def cost_totals(self, by: str, since: str) -> list[dict[str, Any]]:
+    def cost_totals(self, by: str, since: str, tenant: str | None = None) -> list[dict[str, Any]]:
         key = self.COST_KEYS.get(by)
         if key is None:
             raise ValueError(f"cost totals by {by!r}: by agent, workspace, tenant or day")
@@ -348,7 +351,7 @@ class SqliteStore:
                 "tokens_in": int(r["tokens_in"]),
                 "tokens_out": int(r["tokens_out"]),
             }
-            for r in self._conn.execute(query, (since,))
+            for r in self._conn.execute(query, (since, tenant, tenant))
         ]
 
     def set_question(self, task_id: str, question: str | None) -> None:
@@ -358,3 +361,27 @@ class SqliteStore:
     def append_ledger(self, entry: LedgerEntry) -> LedgerEntry:
         with self._writing() as conn:
             return self._ledger(conn, entry)
+
+    # -- tokens ------------------------------------------------------------------------------
+
+    def insert_token(self, token: Token, secret_hash: str) -> None:
+        with self._writing() as conn:
+            try:
+                conn.execute(_Q["insert_token"], token_row(token, secret_hash))
+            except sqlite3.IntegrityError as exc:
+                raise StoreConflict(f"token id {token.id} is taken; nothing was written") from exc
+
+    def token(self, token_id: str) -> tuple[Token, str] | None:
+        row = self._conn.execute(_Q["get_token"], (token_id,)).fetchone()
+        return None if row is None else (token_from_row(row), row["secret_hash"])
+
+    def tokens(self) -> list[Token]:
+        return [token_from_row(r) for r in self._conn.execute(_Q["all_tokens"])]
+
+    def revoke_token(self, token_id: str, at: str) -> bool:
+        with self._writing() as conn:
+            return conn.execute(_Q["revoke_token"], (at, token_id)).rowcount == 1
+
+    def touch_token(self, token_id: str, at: str) -> None:
+        with self._writing() as conn:
+            conn.execute(_Q["touch_token"], (at, token_id))

@@ -99,6 +99,22 @@ CREATE TABLE meta (
     value BLOB NOT NULL
 );
 
+-- name: migration_4
+-- Tokens of agents and operators on other machines: the SHA-256 of each secret, never the
+-- secret itself.
+CREATE TABLE tokens (
+    id           TEXT PRIMARY KEY,
+    tenant       TEXT NOT NULL,
+    role         TEXT NOT NULL,
+    agent        TEXT,
+    capabilities TEXT NOT NULL,             -- JSON array
+    secret_hash  TEXT NOT NULL,
+    created_at   TEXT NOT NULL,
+    expires_at   TEXT,
+    revoked_at   TEXT,
+    last_used_at TEXT
+) WITHOUT ROWID;
+
 -- name: insert_task
 INSERT INTO tasks (id, tenant, text, capabilities, workspace, agent, pinned, parent, sender, priority,
                    min_score, state, outcome, output, error, cost, attempts, max_attempts, epoch,
@@ -228,7 +244,7 @@ SELECT {key} AS key, COUNT(*) AS sessions,
        TOTAL(json_extract(l.cost, '$.tokens_in')) AS tokens_in,
        TOTAL(json_extract(l.cost, '$.tokens_out')) AS tokens_out
   FROM ledger l LEFT JOIN tasks t ON t.id = l.task
- WHERE l.cost IS NOT NULL AND l.at >= ?
+ WHERE l.cost IS NOT NULL AND l.at >= ? AND (? IS NULL OR l.tenant = ?)
  GROUP BY key ORDER BY key;
 
 -- name: set_question
@@ -236,3 +252,20 @@ UPDATE tasks SET question = ? WHERE id = ?;
 
 -- name: count_children
 SELECT COUNT(*) FROM tasks WHERE parent = ?;
+
+-- name: insert_token
+INSERT INTO tokens (id, tenant, role, agent, capabilities, secret_hash, created_at, expires_at,
+                    revoked_at, last_used_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: get_token
+SELECT * FROM tokens WHERE id = ?;
+
+-- name: all_tokens
+SELECT * FROM tokens ORDER BY created_at, id;
+
+-- name: revoke_token
+UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL;
+
+-- name: touch_token
+UPDATE tokens SET last_used_at = ? WHERE id = ?;

@@ -1,0 +1,118 @@
+"""The relay: how the sessions of an agent on another machine reach its daemon.
+
+A session talks to the daemon through ``COLIBRI_ROOT``'s socket, as on the daemon's host. For an
+agent on another machine that root is the harness's own state folder, and the socket there is
+this relay (0600, in a 0700 folder): it takes each request line of a session, sends it on over
+TLS with the agent's token — which sessions never see — and passes the reply back under the
+session's own id. So ``colibri out``, ``ask``, ``ready``, hand-offs (``submit`` inside a
+session) and ``wait`` work unchanged, and each report still proves itself with its claim.
+
+The relay's connection is the agent's second one, not the one its tasks come on: a session
+that asks for what the token does not allow gets the daemon's refusal, and the connection
+closed for it is the relay's (opened again on the next request), never the harness's. A request
+that finds no daemon is answered ``no_daemon`` or ``closed``, which a session's own commands
+wait out (``cli.main.wait_out_busy``).
+
+Only what a session may send is passed on; the agent's own requests (register, heartbeat …),
+and those whose replies never end (``subscribe``, a ledger that follows), are refused here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from colibri.client import STREAM_LIMIT, AsyncClient, Remote
+from colibri.core.access import ALLOWED
+from colibri.core.errors import BadJson, BadRequest, ColibriError, Forbidden
+
+log = logging.getLogger(__name__)
+
+#: The harness's own requests: a session has no business sending them.
+_HARNESS = {"auth", "register-agent", "heartbeat", "reclaimed", "requeue"}
+PASSED = frozenset(str(c.__struct_config__.tag) for c in ALLOWED["agent"]) - _HARNESS
+_decode = msgspec.json.Decoder(dict[str, Any]).decode
+_encode = msgspec.json.Encoder().encode
+
+
+class Relay:
+    def __init__(self, remote: Remote, path: Path) -> None:
+        self.remote = remote
+        self.path = path
+        self._upstream: AsyncClient | None = None
+        self._connecting = asyncio.Lock()
+
+    async def serve(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()  # a killed predecessor's (the harness lock says none runs)
+        old = os.umask(0o177)
+        try:
+            server = await asyncio.start_unix_server(
+                self._session, path=str(self.path), limit=STREAM_LIMIT
+            )
+        finally:
+            os.umask(old)
+        try:
+            async with server:
+                await server.serve_forever()
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+            if self._upstream is not None:
+                await self._upstream.close()
+
+    async def _connection(self) -> AsyncClient:
+        async with self._connecting:
+            if self._upstream is None or self._upstream.closed.is_set():
+                if self._upstream is not None:
+                    await self._upstream.close()
+                self._upstream = None
+                client = AsyncClient(self.remote)
+                await client.connect()
+                self._upstream = client
+            return self._upstream
+
+    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while (line := await reader.readline()).endswith(b"\n"):
+                if line.strip():
+                    writer.write(_encode(await self._pass_on(line)) + b"\n")
+                    await writer.drain()
+        except (ConnectionError, ValueError):  # ValueError: a line past STREAM_LIMIT
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    async def _pass_on(self, line: bytes) -> dict[str, Any]:
+        request_id: Any = None
+        try:
+            try:
+                message = _decode(line)
+            except msgspec.DecodeError as exc:
+                raise BadJson(f"not valid JSON: {exc}") from None
+            request_id = message.pop("id", None)
+            cmd = message.get("cmd")
+            if not isinstance(cmd, str):
+                raise BadRequest('every request needs a "cmd"')
+            if cmd not in PASSED or (cmd == "ledger" and message.get("follow")):
+                raise Forbidden(
+                    f"{cmd}: not available inside a session of an agent on another machine"
+                )
+            reply = await (await self._connection()).relay(message)
+        except ColibriError as exc:
+            return {"id": request_id, "ok": False, "error": exc.to_wire()}
+        except OSError as exc:  # the daemon is away: as a session would see it locally
+            return {
+                "id": request_id, "ok": False,
+                "error": {"code": "no_daemon", "message": f"the daemon is unreachable: {exc}"},
+            }  # fmt: skip
+        reply["id"] = request_id
+        return reply

@@ -1,0 +1,117 @@
+"""Who may do what: the principal behind a connection, and the rules for each role.
+
+On the Unix socket the peer is the daemon's owner (or a member of ``server.socket_group``),
+checked by the kernel: it may do everything, in every tenant. Over TCP a connection is anonymous
+until its ``auth`` request names a token; the token's role then decides which requests it may
+send, and its tenant is the only one it sees — another tenant's task is as unknown to it as a
+task that does not exist, so ids cannot be probed across tenants.
+
+- ``agent``: what a harness and the sessions it runs need — register (under the token's name,
+  within its capabilities), heartbeat, report, ask, and submit children, read and wait on its
+  tenant's tasks.
+- ``operator``: submit, read, wait, cancel, retry, answer within its tenant; never register.
+- Anything that changes the whole daemon — pausing dispatch, schedules, skills' descriptions,
+  tokens, the message bus — is the owner's, on the Unix socket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from colibri.core import protocol as p
+from colibri.core.errors import Forbidden, UnknownTask
+from colibri.core.tokens import Token
+
+Kind = Literal["owner", "agent", "operator"]
+
+#: What a token of either role may send.
+_SHARED: frozenset[type[p.Request]] = frozenset({
+    p.Ping, p.Auth, p.Status, p.Submit, p.IntakeTask, p.CreateTask, p.Get, p.ListTasks,
+    p.Family, p.CostTotals, p.Why, p.Wait, p.Agents, p.Skills, p.Ledger, p.ScheduleList,
+    p.ScheduleGet,
+})  # fmt: skip
+ALLOWED: dict[Kind, frozenset[type[p.Request]]] = {
+    "agent": _SHARED
+    | {p.RegisterAgent, p.Heartbeat, p.Out, p.Fail, p.Reclaimed, p.Ready, p.Ask, p.Requeue},
+    "operator": _SHARED | {p.Cancel, p.Retry, p.Answer},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    kind: Kind
+    #: The one tenant it acts in; None for the owner, who acts in all.
+    tenant: str | None = None
+    #: An agent token's: the name it registers under, what it may offer (empty: anything).
+    agent: str | None = None
+    capabilities: frozenset[str] = field(default_factory=frozenset)
+    #: The token's id (what revoking it finds its connections by) and expiry.
+    token: str | None = None
+    expires_at: str | None = None
+
+    @classmethod
+    def of(cls, token: Token) -> Principal:
+        return cls(
+            kind=token.role,
+            tenant=token.tenant,
+            agent=token.agent,
+            capabilities=frozenset(token.capabilities),
+            token=token.id,
+            expires_at=token.expires_at,
+        )
+
+    @property
+    def is_owner(self) -> bool:
+        return self.kind == "owner"
+
+    def check(self, req: p.Request) -> None:
+        """Raise ``Forbidden`` unless this principal may send ``req`` at all."""
+        if self.kind == "owner" or type(req) in ALLOWED[self.kind]:
+            return
+        cmd = req.__struct_config__.tag
+        if self.kind == "operator" and type(req) in ALLOWED["agent"]:
+            why = "agents' requests need an agent token (colibri token create --role agent)"
+        elif type(req) in ALLOWED["operator"]:
+            why = "it needs an operator token (colibri token create --role operator)"
+        else:
+            why = "only the daemon's owner may, on its Unix socket"
+        raise Forbidden(f"{cmd}: not allowed with a{'n' * (self.kind == 'agent')} "
+                        f"{self.kind} token; {why}")  # fmt: skip
+
+    def tenant_for(self, requested: str | None) -> str | None:
+        """The tenant a request acts in: the token's own (a request naming another is refused),
+        or, for the owner, whatever it asked (None: the default)."""
+        if self.tenant is None or requested is None or requested == self.tenant:
+            return self.tenant if self.tenant is not None else requested
+        raise Forbidden(
+            f"this token acts in tenant {self.tenant!r} only, not {requested!r}; "
+            "leave --tenant out or use a token of that tenant"
+        )
+
+    def sees(self, tenant: str) -> bool:
+        return self.tenant is None or self.tenant == tenant
+
+    def visible(self, task_id: str, tenant: str) -> None:
+        """Raise ``UnknownTask`` for a task of another tenant: to a token it does not exist."""
+        if not self.sees(tenant):
+            raise UnknownTask(task_id)
+
+    def check_registration(self, name: str, capabilities: list[str]) -> None:
+        if self.kind == "owner":
+            return
+        if name != self.agent:
+            raise Forbidden(
+                f"this token registers agent {self.agent!r} only, not {name!r}; "
+                "give --name as the token says, or create a token for that name"
+            )
+        if self.capabilities:
+            extra = sorted(set(capabilities) - self.capabilities)
+            if extra:
+                raise Forbidden(
+                    f"this token does not allow the capabilities {', '.join(extra)} (it allows "
+                    f"{', '.join(sorted(self.capabilities))}); create a token that does"
+                )
+
+
+OWNER = Principal(kind="owner")

@@ -1,0 +1,127 @@
+"""Where a daemon listens and a client connects: ``tcp://HOST:PORT`` addresses, and the TLS
+contexts both sides use on them.
+
+TCP is TLS, always, except on a loopback address with ``--insecure-loopback`` (for tests on one
+machine: nothing leaves it). The server presents ``--tls-cert``/``--tls-key``; a client checks
+it against ``--tls-ca`` (or the system's trust store without one) and the address's host name.
+TLS 1.2 is the oldest accepted.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from colibri.core.errors import ConfigError, shown
+
+if TYPE_CHECKING:
+    import ssl
+
+SCHEME = "tcp://"
+#: The port the docs use; nothing listens on it unless told to.
+DEFAULT_PORT = 7433
+
+
+@dataclass(frozen=True, slots=True)
+class TcpAddress:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{SCHEME}{host}:{self.port}"
+
+    @property
+    def loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+
+def parse_address(text: str) -> TcpAddress:
+    """``tcp://HOST:PORT`` (an IPv6 host in brackets: ``tcp://[::1]:7433``)."""
+    if not isinstance(text, str) or not text.startswith(SCHEME):
+        raise ConfigError(f"{shown(text)} is not an address: write tcp://HOST:PORT")
+    rest = text[len(SCHEME) :]
+    if rest.startswith("["):
+        host, close, tail = rest[1:].partition("]")
+        if not close or not tail.startswith(":"):
+            raise ConfigError(f"{shown(text)}: write an IPv6 address as tcp://[::1]:{DEFAULT_PORT}")
+        port_text = tail[1:]
+    else:
+        host, colon, port_text = rest.rpartition(":")
+        if not colon or ":" in host:
+            raise ConfigError(
+                f"{shown(text)}: give the port too, as tcp://{rest or 'HOST'}:{DEFAULT_PORT}"
+            )
+    if not host or any(c.isspace() or c in "/?#@" for c in host):
+        raise ConfigError(f"{shown(text)}: the host is missing or not a host name")
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ConfigError(f"{shown(text)}: the port must be a number from 1 to 65535")
+    return TcpAddress(host, int(port_text))
+
+
+def parse_connect(text: str) -> list[TcpAddress]:
+    """``--connect``'s value: one address, or several separated by commas (tried in turn)."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise ConfigError("--connect: give an address, as tcp://HOST:PORT")
+    return [parse_address(p) for p in parts]
+
+
+def check_listeners(
+    addresses: tuple[str, ...], cert: str | None, key: str | None, insecure_loopback: bool
+) -> None:
+    """Refuse listeners that would speak plain text off this machine, or TLS without its
+    files; each address must parse."""
+    parsed = [parse_address(a) for a in addresses]
+    if (cert is None) != (key is None):
+        raise ConfigError("give --tls-cert and --tls-key together (the certificate and its key)")
+    if cert is None:
+        exposed = [str(a) for a in parsed if not (insecure_loopback and a.loopback)]
+        if exposed:
+            hint = (
+                " (--insecure-loopback allows plain TCP on loopback addresses only)"
+                if insecure_loopback
+                else ""
+            )
+            raise ConfigError(
+                f"listening on {', '.join(exposed)} needs TLS: give --tls-cert and --tls-key "
+                f"(make a test pair with: colibri tls init DIR){hint}"
+            )
+        return
+    assert key is not None
+    for what, path in (("certificate", cert), ("key", key)):
+        if not Path(path).is_file():
+            raise ConfigError(f"the TLS {what} {path} is not a readable file")
+
+
+def server_context(cert: str, key: str) -> ssl.SSLContext:
+    import ssl
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            f"cannot use the TLS certificate {cert} with key {key}: {exc}; "
+            "check that they are PEM files of one pair"
+        ) from None
+    return context
+
+
+def client_context(ca: str | None) -> ssl.SSLContext:
+    import ssl
+
+    try:
+        context = ssl.create_default_context(cafile=ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"cannot use {ca} as the TLS CA: {exc}") from None
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
