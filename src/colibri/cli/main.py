@@ -207,6 +207,6 @@ def cli(ctx: click.Context, root: str | None) -> None:
 
 
 def main() -> None:
-    from colibri.cli import agents, daemon, schedules, session, tasks, workspaces  # noqa: F401
+    from colibri.cli import agents, daemon, schedules, session, tasks, tls, workspaces  # noqa: F401
 
     cli(prog_name="colibri")
