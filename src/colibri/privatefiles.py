@@ -71,14 +71,18 @@ def open_private(path: Path, flags: int) -> int:
     return fd
 
 
-def write_private(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes, *, mode: int = 0o600) -> None:
     """Write ``path`` whole, 0600: into a new file beside it, then renamed over it, so a link
-    planted at ``path`` is replaced, never followed, and a reader never sees half of it."""
+    planted at ``path`` is replaced, never followed, and a reader never sees half of it.
+    ``mode`` is for a file that others may read (a certificate), set before the rename."""
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(partial)  # left by a writer of ours that died
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
     try:
+        if mode != 0o600:
+            # Not os.open's mode, which the umask cuts; the descriptor, which no link replaces.
+            os.fchmod(fd, mode)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]

@@ -39,6 +39,7 @@ COMMANDS = [
     "pause",
     "resume",
     "agent",
+    "tls",
 ]
 
 

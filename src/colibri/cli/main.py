@@ -277,6 +277,7 @@ def main() -> None:
         schedules,
         session,
         tasks,
+        tls,
         tokens,
         workspaces,
     )
