@@ -86,6 +86,8 @@ def make_pki(directory: Path, names: list[str], *, days: int = 365, force: bool 
     Nothing is written if one of the four is there already, unless ``force``; then each is
     replaced by a rename. A link or other non-file at one of the paths is refused even with
     ``force``, and never written through."""
+    # Normalised (``..`` folded), not resolved: a link the user named stays as named.
+    directory = Path(os.path.abspath(directory.expanduser()))
     if not 1 <= days <= MAX_DAYS:
         raise BadRequest(
             f"the certificates' validity must be from 1 to {MAX_DAYS} days, not {days}"
@@ -99,7 +101,6 @@ def make_pki(directory: Path, names: list[str], *, days: int = 365, force: bool 
                 f"{shown(name)} is neither a host name nor an IP address "
                 "(a name in another script goes in its xn-- form)"
             )
-    directory = directory.absolute()
     pki = Pki(
         ca_cert=directory / "ca.pem",
         ca_key=directory / "ca.key",

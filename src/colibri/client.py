@@ -159,7 +159,10 @@ class Client:
         self._ids = itertools.count(1)
         self._sock = sock
         self._file = sock.makefile("rb")
-        self._used = False
+        # Over TLS the first look for a refusal is skipped: the session tickets a server sends
+        # after the handshake make the socket readable with no line to read. A refusal still
+        # arrives, as the answer to ``auth``.
+        self._used = hasattr(sock, "pending")
 
     @classmethod
     def for_root(cls, root: Path | str, timeout: float | None = None) -> Client:
@@ -234,8 +237,7 @@ class Client:
             # The daemon refuses a connection (busy, forbidden) as soon as it accepts it. A
             # refusal already here is read before anything is sent into the closing socket, so
             # it does not depend on what the kernel does with bytes sent to a closed peer.
-            pending = getattr(self._sock, "pending", None)  # TLS bytes already decrypted
-            if (pending is not None and pending()) or select.select([self._sock], [], [], 0)[0]:
+            if select.select([self._sock], [], [], 0)[0]:
                 raise self._ending("")
         try:
             request_id = self.send(cmd, **fields)

@@ -43,8 +43,9 @@ class TcpAddress:
             return False
 
 
-def parse_address(text: str) -> TcpAddress:
-    """``tcp://HOST:PORT`` (an IPv6 host in brackets: ``tcp://[::1]:7433``)."""
+def parse_address(text: str, *, listening: bool = False) -> TcpAddress:
+    """``tcp://HOST:PORT`` (an IPv6 host in brackets: ``tcp://[::1]:7433``); to listen on,
+    port 0 too (any free port: ``status`` says which)."""
     if not isinstance(text, str) or not text.startswith(SCHEME):
         raise ConfigError(f"{shown(text)} is not an address: write tcp://HOST:PORT")
     rest = text[len(SCHEME) :]
@@ -61,8 +62,9 @@ def parse_address(text: str) -> TcpAddress:
             )
     if not host or any(c.isspace() or c in "/?#@" for c in host):
         raise ConfigError(f"{shown(text)}: the host is missing or not a host name")
-    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-        raise ConfigError(f"{shown(text)}: the port must be a number from 1 to 65535")
+    lowest = 0 if listening else 1
+    if not port_text.isdigit() or not lowest <= int(port_text) <= 65535:
+        raise ConfigError(f"{shown(text)}: the port must be a number from {lowest} to 65535")
     return TcpAddress(host, int(port_text))
 
 
@@ -79,7 +81,7 @@ def check_listeners(
 ) -> None:
     """Refuse listeners that would speak plain text off this machine, or TLS without its
     files; each address must parse."""
-    parsed = [parse_address(a) for a in addresses]
+    parsed = [parse_address(a, listening=True) for a in addresses]
     if (cert is None) != (key is None):
         raise ConfigError("give --tls-cert and --tls-key together (the certificate and its key)")
     if cert is None:

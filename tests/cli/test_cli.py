@@ -40,6 +40,7 @@ COMMANDS = [
     "resume",
     "agent",
     "tls",
+    "token",
 ]
 
 

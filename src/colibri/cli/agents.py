@@ -235,7 +235,9 @@ def _agent_state(state_dir: Path | None, name: str) -> Path:
     layout = RootLayout(root)
     private_dir(layout.state)
     if len(os.fsencode(layout.socket)) > MAX_SOCKET_PATH:
-        raise click.UsageError(
+        from colibri.core.errors import ConfigError
+
+        raise ConfigError(
             f"{layout.socket} is longer than Unix sockets allow ({MAX_SOCKET_PATH} bytes); "
             "give a shorter --state-dir"
         )

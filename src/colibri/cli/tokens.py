@@ -108,7 +108,7 @@ def list_tokens(ctx: Context, as_json: bool) -> None:
 @pass_ctx
 def revoke(ctx: Context, token_id: str, as_json: bool) -> None:
     """Revoke a token for good; connections that use it are closed at once."""
-    reply = ctx.call("token-revoke", id=token_id)
+    reply = ctx.call("token-revoke", token=token_id)
     if as_json:
         print_json(reply)
         return

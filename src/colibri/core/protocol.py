@@ -303,7 +303,8 @@ class TokenList(Request, tag="token-list"):
 
 
 class TokenRevoke(Request, tag="token-revoke"):
-    id: ShortStr
+    #: The token's public id (not ``id``: that is the request's own).
+    token: ShortStr
 
 
 class ScheduleAdd(Request, tag="schedule-add"):

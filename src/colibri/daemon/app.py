@@ -208,6 +208,7 @@ async def serve(config: Config) -> int:
         open_to_group(config)
         gateway = Gateway(server, config.server)
         gateway.start()
+        server.listening = [str(a) for a in gateway.bound]
         for address in gateway.bound:
             log.info(
                 f"listening on {address}" + (" (TLS)" if gateway.context else " (plain TCP)"),

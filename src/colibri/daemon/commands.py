@@ -161,8 +161,8 @@ class Commands:
         return {"tokens": self.tokens.list()}
 
     def token_revoke(self, req: p.TokenRevoke, conn: Connection) -> Reply:
-        token = self.tokens.revoke(req.id)
-        return {"token": token, "closed": self.server.close_token(req.id)}
+        token = self.tokens.revoke(req.token)
+        return {"token": token, "closed": self.server.close_token(req.token)}
 
     def ping(self, req: p.Ping, conn: Connection) -> Reply:
         # The line limit, so that a client can cut a long report to fit (``fit_report``).
@@ -188,6 +188,7 @@ class Commands:
                 "durability": config.durability,
                 "uptime": round(time.time() - self.started, 3),
                 "connections": self.server.connection_count,
+                "listen": self.server.listening,
             },
             **self.board.status(),
             "harnesses": self.supervisor.status(),

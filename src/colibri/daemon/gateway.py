@@ -125,7 +125,7 @@ class Gateway:
 
     def start(self) -> None:
         for text in self.settings.listen:
-            address = parse_address(text)
+            address = parse_address(text, listening=True)
             family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
             try:
                 sock = socket.create_server(

@@ -103,6 +103,8 @@ class Server:
         #: agree); set by ``fatal``, which also calls ``on_fatal``.
         self.fatal_error: str | None = None
         self.on_fatal: Callable[[], None] = lambda: None
+        #: The TCP addresses listened on, as bound (``gateway.py``).
+        self.listening: list[str] = []
         #: Failed logins over TCP, per address (``gateway.py``).
         self.throttle = Throttle(config.server.auth_failures)
 
