@@ -960,7 +960,9 @@ def test_a_token_round_trips_every_field_with_its_hash(backend: Backend, store: 
     assert store.token("ffffffffffff") is None
 
 
-def test_a_taken_token_id_is_a_conflict_that_spares_the_batch(backend: Backend, store: Store) -> None:
+def test_a_taken_token_id_is_a_conflict_that_spares_the_batch(
+    backend: Backend, store: Store
+) -> None:
     plain = Token(id="aaaaaaaaaaaa", tenant="default", role="operator", created_at=AT)
     store.insert_token(plain, "00" * 32)
     with pytest.raises(StoreConflict):

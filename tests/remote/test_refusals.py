@@ -1,0 +1,275 @@
+"""Every way in that is not allowed: one error line, no secret repeated, the connection closed.
+
+Real TLS on loopback; the attacker speaks raw bytes where a client would not.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from colibri.client import Client, Remote
+from colibri.core.errors import ColibriError
+from tests.helpers import Daemon, colibri, one_line, wait_until
+from tests.remote.conftest import TlsDaemon
+
+
+def tls_socket(daemon: TlsDaemon, source: str = "127.0.0.1") -> ssl.SSLSocket:
+    raw = socket.create_connection(("127.0.0.1", daemon.port), timeout=10,
+                                   source_address=(source, 0))  # fmt: skip
+    context = ssl.create_default_context(cafile=str(daemon.pki.ca_cert))
+    return context.wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+def exchange(sock: ssl.SSLSocket | socket.socket, *requests: dict[str, Any]) -> list[Any]:
+    """Send the requests; every line the daemon writes until it closes the connection."""
+    for request in requests:
+        sock.sendall(json.dumps(request).encode() + b"\n")
+    lines, buffer = [], b""
+    try:
+        while chunk := sock.recv(65536):
+            buffer += chunk
+    except (ConnectionResetError, ssl.SSLError):
+        pass
+    for line in buffer.splitlines():
+        lines.append(json.loads(line))
+    sock.close()
+    return lines
+
+
+def refused(daemon: TlsDaemon, token: str, request: dict[str, Any]) -> dict[str, Any]:
+    """Authenticate with ``token``, send ``request``: the one error, after which it closed."""
+    replies = exchange(tls_socket(daemon), {"cmd": "auth", "id": 1, "token": token},
+                       {"id": 2, **request})  # fmt: skip
+    errors = [r for r in replies if not r.get("ok")]
+    assert len(errors) == 1, replies
+    return errors[0]["error"]
+
+
+SECRET_FREE = "colibri_0123456789ab_" + "x" * 43
+
+
+@pytest.mark.parametrize(
+    ("token", "says"),
+    [
+        (SECRET_FREE, "not known here, or its secret is wrong"),
+        ("hunter2-not-a-token", "not a Colibri token"),
+        ("", "not a Colibri token"),
+    ],
+)
+def test_a_bad_token_is_unauthorized_and_not_repeated(
+    tls_daemon: TlsDaemon, token: str, says: str
+) -> None:
+    replies = exchange(tls_socket(tls_daemon), {"cmd": "auth", "id": 1, "token": token},
+                       {"cmd": "ping", "id": 2})  # fmt: skip
+    assert len(replies) == 1  # the ping never got an answer: the connection was closed
+    error = replies[0]["error"]
+    assert error["code"] == "unauthorized" and says in error["message"]
+    if token:
+        assert token not in error["message"] and token not in tls_daemon.log()
+
+
+def test_a_real_tokens_wrong_secret_is_unauthorized(tls_daemon: TlsDaemon) -> None:
+    real = tls_daemon.token()
+    forged = real[:-5] + ("AAAAA" if not real.endswith("AAAAA") else "BBBBB")
+    with pytest.raises(ColibriError) as caught:
+        tls_daemon.connect(forged)
+    assert caught.value.code == "unauthorized"
+    assert forged.split("_", 2)[2] not in caught.value.message + tls_daemon.log()
+
+
+def test_a_revoked_token_is_refused(tls_daemon: TlsDaemon) -> None:
+    token = tls_daemon.token()
+    with tls_daemon.connect(token) as client:
+        assert client.call("ping")["pong"]
+    tls_daemon.call("token-revoke", token=token.split("_")[1])
+    with pytest.raises(ColibriError, match="was revoked at") as caught:
+        tls_daemon.connect(token)
+    assert caught.value.code == "unauthorized"
+
+
+def test_an_expired_token_is_refused_and_its_live_connection_closed(tls_daemon: TlsDaemon) -> None:
+    token = str(tls_daemon.call("token-create", role="operator", tenant="default",
+                                expires_in=2)["secret"])  # fmt: skip
+    client = tls_daemon.connect(token, timeout=15)
+    started = time.monotonic()
+    with pytest.raises(ColibriError) as caught:
+        client.read()  # nothing comes: the sweep closes it once the token has expired
+    assert caught.value.code == "closed" and time.monotonic() - started < 10
+    client.close()
+    with pytest.raises(ColibriError, match="expired at"):
+        tls_daemon.connect(token)
+
+
+def test_nothing_but_auth_comes_first(tls_daemon: TlsDaemon) -> None:
+    replies = exchange(tls_socket(tls_daemon), {"cmd": "list", "id": 1}, {"cmd": "ping", "id": 2})
+    assert [r["error"]["code"] for r in replies] == ["unauthorized"]
+    assert "authenticate first" in replies[0]["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("role", "fields", "request_", "says"),
+    [
+        ("operator", {}, {"cmd": "register-agent", "name": "sneaky"}, "agent token"),
+        ("agent", {"agent": "a1"}, {"cmd": "register-agent", "name": "a2"}, "'a1' only"),
+        ("agent", {"agent": "a1", "capabilities": ["zfs"]},
+         {"cmd": "register-agent", "name": "a1", "capabilities": ["zfs", "gpu"]}, "gpu"),
+        ("agent", {"agent": "a1"},
+         {"cmd": "register-agent", "name": "a1", "tenant": "other"}, "tenant 'default' only"),
+        ("agent", {"agent": "a1"}, {"cmd": "cancel", "task": "t1"}, "operator token"),
+        ("operator", {}, {"cmd": "submit", "text": "x", "tenant": "other"}, "'default' only"),
+        ("operator", {}, {"cmd": "token-list"}, "daemon's owner"),
+        ("operator", {}, {"cmd": "toggle-swarm", "paused": True}, "daemon's owner"),
+        ("operator", {}, {"cmd": "subscribe"}, "daemon's owner"),
+        ("operator", {}, {"cmd": "schedule-rm", "name": "x"}, "daemon's owner"),
+    ],
+)  # fmt: skip
+def test_a_token_used_outside_its_role_tenant_name_or_capabilities_is_forbidden(
+    tls_daemon: TlsDaemon, role: str, fields: dict[str, Any], request_: dict[str, Any], says: str
+) -> None:
+    token = tls_daemon.token(role, "default", **fields)
+    error = refused(tls_daemon, token, request_)
+    assert error["code"] == "forbidden" and says in error["message"], error
+    assert token.split("_", 2)[2] not in json.dumps(error)
+    assert not tls_daemon.call("status")["paused"]
+
+
+def test_plain_text_on_the_tls_port_gets_one_line_in_plain_text(tls_daemon: TlsDaemon) -> None:
+    raw = socket.create_connection(("127.0.0.1", tls_daemon.port), timeout=10)
+    replies = exchange(raw, {"cmd": "ping", "id": 1})
+    assert len(replies) == 1 and replies[0]["error"]["code"] == "tls_required"
+    assert "speaks TLS" in replies[0]["error"]["message"]
+    wait_until(lambda: "plain text on the TLS port refused" in tls_daemon.log())
+
+
+@pytest.mark.parametrize("stage", ["before TLS", "after TLS, before auth"])
+def test_a_peer_that_says_nothing_is_dropped_after_the_handshake_timeout(
+    tls_daemon: TlsDaemon, stage: str
+) -> None:
+    if stage == "before TLS":
+        sock: socket.socket = socket.create_connection(("127.0.0.1", tls_daemon.port), timeout=10)
+    else:
+        sock = tls_socket(tls_daemon)
+    started = time.monotonic()
+    try:
+        assert sock.recv(1) == b""  # closed by the daemon: end of stream
+    except (ConnectionResetError, ssl.SSLError):
+        pass
+    waited = time.monotonic() - started
+    sock.close()
+    assert 1.0 < waited < 9.0  # handshake_timeout is 2s here, the sweep runs every second
+    with tls_daemon.connect(tls_daemon.token()) as client:  # and others still get in
+        assert client.call("ping")["pong"]
+
+
+def test_a_thousand_bad_tokens_from_one_address_are_throttled_and_logged(
+    tls_daemon: TlsDaemon,
+) -> None:
+    good = tls_daemon.token()
+    codes: dict[str, int] = {}
+    for n in range(1000):
+        bad = f"colibri_{n:012x}_{'y' * 43}"
+        replies = exchange(tls_socket(tls_daemon, "127.0.0.2"),
+                           {"cmd": "auth", "id": 1, "token": bad})  # fmt: skip
+        code = replies[0]["error"]["code"]
+        codes[code] = codes.get(code, 0) + 1
+    # The limit is 20 a minute (the fixture's server.auth_failures): the rest never reach the
+    # token check.
+    assert codes == {"unauthorized": 20, "throttled": 980}
+    # Another address is not held up by it.
+    with tls_daemon.connect(good) as client:
+        assert client.call("ping")["pong"]
+    log = tls_daemon.log()
+    assert log.count("event=login_failed peer=127.0.0.2") == 20
+    assert "127.0.0.2: 20 failed logins within a minute" in log
+    wait_until(lambda: "connections refused as throttled" in tls_daemon.log())
+    # Even the right token is refused from there until the minute is over.
+    attacker = tls_socket(tls_daemon, "127.0.0.2")
+    (reply,) = exchange(attacker, {"cmd": "auth", "id": 1, "token": good})
+    assert reply["error"]["code"] == "throttled" and "try again in" in reply["error"]["message"]
+
+
+def test_no_secret_is_kept_in_the_store(tls_daemon: TlsDaemon) -> None:
+    made = [tls_daemon.token("operator", "default") for _ in range(3)]
+    made += [tls_daemon.token("agent", "acme", agent=f"a{n}") for n in range(3)]
+    for token in made:
+        with tls_daemon.connect(token) as client:
+            client.call("ping")
+    board = tls_daemon.root / ".colibri"
+    stored = b"".join(p.read_bytes() for p in board.glob("colibri.sqlite*"))
+    stored += b"".join(p.read_bytes() for p in board.glob("ledger.jsonl*"))
+    for token in made:
+        secret = token.split("_", 2)[2]
+        assert secret.encode() not in stored
+        assert token.encode() not in stored
+    listed = json.dumps(tls_daemon.call("token-list")["tokens"])
+    assert all(t.split("_", 2)[2] not in listed for t in made)
+    assert "last_used_at" in listed
+
+
+def test_the_cli_makes_lists_and_revokes_tokens(tls_daemon: TlsDaemon) -> None:
+    made = colibri(tls_daemon.root, "token", "create", "--tenant", "acme", "--role", "agent",
+                   "--agent", "b7", "--cap", "ZFS", "--expires", "30d", "--json")  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    created = json.loads(made.stdout)
+    assert set(created) == {"id", "token"} and created["token"].startswith(
+        f"colibri_{created['id']}_"
+    )
+    listed = colibri(tls_daemon.root, "token", "list", "--json")
+    (row,) = json.loads(listed.stdout)
+    assert (row["id"], row["tenant"], row["role"], row["agent"], row["capabilities"]) == (
+        created["id"], "acme", "agent", "b7", ["zfs"],
+    )  # fmt: skip
+    assert row["expires_at"] > row["created_at"] and "secret" not in json.dumps(row)
+    assert created["token"].split("_", 2)[2] not in listed.stdout
+    revoked = colibri(tls_daemon.root, "token", "revoke", created["id"])
+    assert revoked.returncode == 0 and "revoked" in revoked.stdout
+    again = colibri(tls_daemon.root, "token", "revoke", "ffffffffffff")
+    assert again.returncode == 1 and "no token with id ffffffffffff" in one_line(again.stderr)
+    wrong = colibri(tls_daemon.root, "token", "create", "--role", "operator", "--agent", "x")
+    assert wrong.returncode == 1 and "registers no agent" in one_line(wrong.stderr)
+    bad = colibri(tls_daemon.root, "token", "create", "--role", "operator", "--expires", "0s")
+    assert bad.returncode == 1 and "duration" in one_line(bad.stderr)
+
+
+def test_an_operator_cli_afar_with_a_bad_token_gets_one_line(tls_daemon: TlsDaemon) -> None:
+    env = tls_daemon.client_env(SECRET_FREE)
+    done = colibri(None, "list", env=env)
+    assert done.returncode == 1
+    assert "not known here" in one_line(done.stderr)
+    no_token = colibri(None, "list", env={**env, "COLIBRI_TOKEN": ""})
+    assert no_token.returncode == 2 and "needs a token" in no_token.stderr
+    wrong_ca = str(tls_daemon.pki.server_cert)
+    untrusted = colibri(None, "list", env={**env, "COLIBRI_TLS_CA": wrong_ca})
+    assert untrusted.returncode == 1 and "TLS with" in one_line(untrusted.stderr)
+
+
+def test_tcp_without_tls_only_on_loopback_and_only_when_asked(tmp_path: Path) -> None:
+    root = tmp_path / "plain"
+    assert colibri(None, "init", str(root)).returncode == 0
+    exposed = colibri(root, "run", "--listen", "tcp://0.0.0.0:0", "--insecure-loopback")
+    assert exposed.returncode == 1 and "needs TLS" in one_line(exposed.stderr)
+    unasked = colibri(root, "run", "--listen", "tcp://127.0.0.1:0")
+    assert unasked.returncode == 1 and "--tls-cert" in one_line(unasked.stderr)
+    half = colibri(root, "run", "--listen", "tcp://127.0.0.1:0", "--tls-cert", "x.pem")
+    assert half.returncode == 1 and "together" in one_line(half.stderr)
+    bad = colibri(root, "run", "--listen", "127.0.0.1:7433")
+    assert bad.returncode == 1 and "tcp://HOST:PORT" in one_line(bad.stderr)
+    daemon = Daemon(root, "--listen", "tcp://127.0.0.1:0", "--insecure-loopback")
+    daemon.start()
+    try:
+        address = daemon.call("status")["daemon"]["listen"][0]
+        token = str(daemon.call("token-create", role="operator", tenant="default")["secret"])
+        remote = Remote.parse(address, token=token, insecure_loopback=True)
+        with Client.remote(remote) as client:
+            assert client.call("ping")["pong"]
+        with pytest.raises(ColibriError, match="loopback addresses only"):
+            Remote.parse("tcp://10.0.0.1:7433", token=token, insecure_loopback=True)
+    finally:
+        daemon.stop()

@@ -1,0 +1,107 @@
+"""An operator token sees its own tenant only: another tenant's tasks do not exist for it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from colibri.core.errors import ColibriError, UnknownTask
+from tests.remote.conftest import TlsDaemon
+
+
+@pytest.fixture
+def two_tenants(tls_daemon: TlsDaemon) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A task of tenant acme (a parent with a question-free child) and one of beta."""
+    acme = tls_daemon.submit("acme's secret plans", tenant="acme", capabilities=["x"])
+    beta = tls_daemon.submit("beta's task", tenant="beta", capabilities=["x"])
+    tls_daemon.call("schedule-add", name="acme-nightly",
+                    schedule={"every": 3600, "task": {"text": "a",
+                              "tenant": "acme"}})  # fmt: skip
+    tls_daemon.call("schedule-add", name="beta-nightly",
+                    schedule={"every": 3600, "task": {"text": "b",
+                              "tenant": "beta"}})  # fmt: skip
+    return acme, beta
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        {"cmd": "get"}, {"cmd": "why"}, {"cmd": "family"}, {"cmd": "wait"},
+        {"cmd": "cancel"}, {"cmd": "retry"}, {"cmd": "answer", "text": "hi"},
+        {"cmd": "ledger"},
+    ],
+)  # fmt: skip
+def test_another_tenants_task_is_unknown_task(
+    tls_daemon: TlsDaemon, two_tenants: tuple[dict[str, Any], dict[str, Any]],
+    request_: dict[str, Any],
+) -> None:  # fmt: skip
+    acme, _ = two_tenants
+    with tls_daemon.connect(tls_daemon.token("operator", "beta")) as client:
+        cmd = request_.pop("cmd")
+        with pytest.raises(ColibriError) as caught:
+            client.call(cmd, task=acme["id"], **request_)
+        assert caught.value.code == "unknown_task"
+        # Word for word what a task that does not exist gets: nothing to probe with.
+        assert caught.value.message == UnknownTask(acme["id"]).message
+        assert client.call("ping")["pong"]  # a miss is not a refusal: the connection stays
+    assert tls_daemon.task(acme["id"])["state"] == "pending"  # nothing was cancelled
+
+
+def test_a_token_lists_counts_and_follows_its_own_tenant_only(
+    tls_daemon: TlsDaemon, two_tenants: tuple[dict[str, Any], dict[str, Any]]
+) -> None:
+    acme, beta = two_tenants
+    with tls_daemon.connect(tls_daemon.token("operator", "beta")) as client:
+        assert [t["id"] for t in client.call("list")["tasks"]] == [beta["id"]]
+        with tls_daemon.connect(tls_daemon.token("operator", "beta")) as other:
+            with pytest.raises(ColibriError, match="'beta' only"):
+                other.call("list", tenant="acme")
+        entries = client.call("ledger", limit=1000)["entries"]
+        assert entries and {e["tenant"] for e in entries} == {"beta"}
+        assert [s["name"] for s in client.call("schedule-list")["schedules"]] == ["beta-nightly"]
+        with pytest.raises(ColibriError) as caught:
+            client.call("schedule-get", name="acme-nightly")
+        assert caught.value.code == "unknown_schedule"
+        status = client.call("status")
+        assert "tasks" not in status and status["you"]["tenant"] == "beta"
+        mine = client.call("submit", text="no tenant given")["task"]
+        assert mine["tenant"] == "beta"
+        with pytest.raises(ColibriError) as caught:
+            client.call("submit", text="adopt", parent=acme["id"])
+        assert caught.value.code == "unknown_parent"
+
+
+def test_a_ledger_follower_hears_only_its_tenants_rows(
+    tls_daemon: TlsDaemon, two_tenants: tuple[dict[str, Any], dict[str, Any]]
+) -> None:
+    acme, beta = two_tenants
+    follower = tls_daemon.connect(tls_daemon.token("operator", "beta"), timeout=10)
+    try:
+        start = follower.call("ledger", follow=True, after=tls_daemon.call("status")["ledger_seq"])
+        assert start["entries"] == []
+        tls_daemon.call("cancel", task=acme["id"])
+        tls_daemon.call("cancel", task=beta["id"])
+        pushed = next(follower.events())
+        assert pushed["entry"]["task"] == beta["id"] and pushed["entry"]["tenant"] == "beta"
+    finally:
+        follower.close()
+
+
+def test_agents_and_costs_of_other_tenants_are_not_shown(tls_daemon: TlsDaemon) -> None:
+    from tests.helpers import FakeAgent
+
+    acme_agent = FakeAgent(tls_daemon, "acme-worker", ["x"], tenant="acme")
+    task = tls_daemon.submit("paid work", tenant="acme", capabilities=["x"])
+    assign = acme_agent.next_event("assign")
+    acme_agent.client.call("out", task=task["id"], epoch=assign["epoch"], output="ok",
+                           cost={"usd": 1.5})  # fmt: skip
+    tls_daemon.wait_closed(task["id"])
+    with tls_daemon.connect(tls_daemon.token("operator", "beta")) as beta:
+        assert beta.call("agents")["agents"] == []
+        assert beta.call("cost", by="tenant")["totals"] == []
+    with tls_daemon.connect(tls_daemon.token("operator", "acme")) as acme:
+        assert [a["name"] for a in acme.call("agents")["agents"]] == ["acme-worker"]
+        (row,) = acme.call("cost", by="agent")["totals"]
+        assert (row["key"], row["usd"]) == ("acme-worker", 1.5)
+    acme_agent.client.close()
