@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -67,6 +68,7 @@ DURATIONS = {
     "scheduler.retry_backoff": ("1ms", "1d"),
     "server.line_timeout": ("100ms", "1d"),
     "server.idle_timeout": ("1s", "1d"),
+    "server.handshake_timeout": ("100ms", "1h"),
     "supervisor.crash_window": ("1s", "1d"),
     "supervisor.cool_down": ("1s", "1d"),
     "supervisor.max_backoff": ("1s", "1d"),
@@ -120,6 +122,7 @@ WHOLE = {
     "scheduler.max_depth": (1, 1000),
     "server.max_line": (1024, 1 << 30),
     "server.max_connections": (1, 100_000),
+    "server.auth_failures": (1, 1_000_000),
     "supervisor.crash_loop": (1, 1000),
     "ledger.keep": (1, 10_000),
 }
@@ -475,3 +478,23 @@ def test_the_readme_table_says_the_defaults_and_ranges_the_code_has() -> None:
     unstated = {"scheduler.ageing", "scheduler.max_sessions"}  # off; twice the CPUs
     ranged = {*DURATION_RANGES, *WHOLE_RANGES, *NUMBER_RANGES} - unstated
     assert checked == len(ranged) and ranged <= set(rows)
+
+
+def test_the_tcp_listener_settings_are_read_and_checked(root: Path, tmp_path: Path) -> None:
+    cert, key = tmp_path / "s.pem", tmp_path / "s.key"
+    cert.write_text("x")
+    key.write_text("x")
+    text = json.dumps({"server": {"listen": ["tcp://0.0.0.0:7433", "tcp://[::1]:7433"],
+                                  "tls_cert": str(cert), "tls_key": str(key)}})  # fmt: skip
+    server = loaded(root, text).server
+    assert server.listen == ("tcp://0.0.0.0:7433", "tcp://[::1]:7433")
+    assert (server.tls_cert, server.tls_key) == (str(cert), str(key))
+    for bad, says in (
+        ({"listen": "0.0.0.0:7433"}, "tcp://HOST:PORT"),
+        ({"listen": [7433]}, "server.listen must be a list"),
+        ({"listen": ["tcp://0.0.0.0:7433"]}, "needs TLS"),
+        ({"listen": ["tcp://0.0.0.0:7433"], "tls_cert": str(cert)}, "together"),
+        ({"tls_cert": "", "tls_key": str(key)}, "server.tls_cert must be the path of a file"),
+    ):
+        message = refused(root, json.dumps({"server": bad}))
+        assert says in message, message

@@ -99,6 +99,14 @@ def test_a_principal_keeps_to_its_tenant_name_and_capabilities() -> None:
         agent.check_registration("a2", ["zfs"])
     with pytest.raises(Forbidden, match="gpu"):
         agent.check_registration("a1", ["zfs", "gpu"])
+    with pytest.raises(Forbidden, match="serves no workspace, not 'api'"):
+        agent.check_registration("a1", ["zfs"], "api")
+    serving = Principal.of(_token(id="0123456789ab", workspace="api"))
+    serving.check_registration("a1", [], "api")
+    with pytest.raises(Forbidden, match="workspace 'api' only, not 'web'"):
+        serving.check_registration("a1", [], "web")
+    with pytest.raises(Forbidden, match="not None"):
+        serving.check_registration("a1", [])
     anything = Principal.of(_token(id="0123456789ab"))
     anything.check_registration("a1", ["gpu", "zfs"])
     with pytest.raises(Forbidden, match="operator token"):

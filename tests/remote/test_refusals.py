@@ -122,6 +122,8 @@ def test_nothing_but_auth_comes_first(tls_daemon: TlsDaemon) -> None:
          {"cmd": "register-agent", "name": "a1", "capabilities": ["zfs", "gpu"]}, "gpu"),
         ("agent", {"agent": "a1"},
          {"cmd": "register-agent", "name": "a1", "tenant": "other"}, "tenant 'default' only"),
+        ("agent", {"agent": "a1"},
+         {"cmd": "register-agent", "name": "a1", "workspace": "api"}, "serves no workspace"),
         ("agent", {"agent": "a1"}, {"cmd": "cancel", "task": "t1"}, "operator token"),
         ("operator", {}, {"cmd": "submit", "text": "x", "tenant": "other"}, "'default' only"),
         ("operator", {}, {"cmd": "token-list"}, "daemon's owner"),

@@ -948,6 +948,7 @@ def test_fires_are_the_latest_nominal_times_first_of_one_schedule(store: Store) 
 
 FULL_TOKEN = Token(
     id="0123456789ab", tenant="acme", role="agent", agent="build-1", capabilities=["zfs", "py"],
+    workspace="api",
     created_at=AT, expires_at=LATER, revoked_at=LATER, last_used_at=LATER,
 )  # fmt: skip
 

@@ -35,6 +35,10 @@ def token() -> None:
     "--cap", "caps", multiple=True, metavar="CAP",
     help="A capability the agent may offer (repeatable; none given: any).",
 )  # fmt: skip
+@click.option(
+    "--workspace", metavar="NAME",
+    help="The workspace the agent serves (without it, the agent may register with none).",
+)  # fmt: skip
 @click.option("--expires", metavar="DURATION", help="It stops working after this: 30d, 12h …")
 @json_option
 @pass_ctx
@@ -44,6 +48,7 @@ def create(
     role: str,
     agent_name: str | None,
     caps: tuple[str, ...],
+    workspace: str | None,
     expires: str | None,
     as_json: bool,
 ) -> None:
@@ -57,7 +62,7 @@ def create(
         raise click.UsageError("an agent token is for one agent: give --agent NAME")
     reply = ctx.call(
         "token-create", tenant=tenant, role=role, agent=agent_name, capabilities=list(caps),
-        expires_in=expires_in,
+        workspace=workspace, expires_in=expires_in,
     )  # fmt: skip
     info = reply["token"]
     if as_json:
@@ -83,7 +88,18 @@ def list_tokens(ctx: Context, as_json: bool) -> None:
         print_json(rows)
         return
     print_table(
-        ["ID", "TENANT", "ROLE", "AGENT", "CAPS", "CREATED", "EXPIRES", "LAST USED", "REVOKED"],
+        [
+            "ID",
+            "TENANT",
+            "ROLE",
+            "AGENT",
+            "CAPS",
+            "WORKSPACE",
+            "CREATED",
+            "EXPIRES",
+            "LAST USED",
+            "REVOKED",
+        ],  # fmt: skip
         [
             [
                 r["id"],
@@ -91,6 +107,7 @@ def list_tokens(ctx: Context, as_json: bool) -> None:
                 r["role"],
                 r.get("agent") or "-",
                 ",".join(r.get("capabilities") or []) or "-",
+                r.get("workspace") or "-",
                 r["created_at"],
                 r.get("expires_at") or "never",
                 r.get("last_used_at") or "never",

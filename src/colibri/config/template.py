@@ -52,6 +52,15 @@ _TEMPLATE = string.Template("""\
     // A Unix group whose members may use the daemon too (socket 0660, state folder 0710);
     // unset, only the user running the daemon may.
     // "socket_group": "colibri",
+    // Listen on TCP too, for agents and operators on other machines (docs/REMOTE.md): TLS
+    // with this certificate and key, each connection showing a token (colibri token create).
+    // "listen": ["tcp://0.0.0.0:7433"],
+    // "tls_cert": "/etc/colibri/server.pem",
+    // "tls_key": "/etc/colibri/server.key",
+    // A TCP peer that has not finished TLS and shown its token by then is dropped; an address
+    // with this many failed logins in a minute is refused (throttled) for the rest of it.
+    // "handshake_timeout": "$handshake_timeout",
+    // "auth_failures": $auth_failures,
   },
   "store": {
     // "full": an acknowledged task survives power loss (fsync per commit).
@@ -86,6 +95,7 @@ def _template() -> str:
         max_line=sv.max_line, max_connections=sv.max_connections,
         line_timeout=format_duration(sv.line_timeout),
         idle_timeout=format_duration(sv.idle_timeout),
+        handshake_timeout=format_duration(sv.handshake_timeout), auth_failures=sv.auth_failures,
         rotate_mib=f"{ld.rotate_mib:g}", keep=ld.keep,
         max_backoff=format_duration(su.max_backoff), crash_loop=su.crash_loop,
         crash_window=format_duration(su.crash_window), cool_down=format_duration(su.cool_down),

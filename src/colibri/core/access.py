@@ -46,6 +46,8 @@ class Principal:
     #: An agent token's: the name it registers under, what it may offer (empty: anything).
     agent: str | None = None
     capabilities: frozenset[str] = field(default_factory=frozenset)
+    #: An agent token's one workspace (None: none).
+    workspace: str | None = None
     #: The token's id (what revoking it finds its connections by) and expiry.
     token: str | None = None
     expires_at: str | None = None
@@ -57,6 +59,7 @@ class Principal:
             tenant=token.tenant,
             agent=token.agent,
             capabilities=frozenset(token.capabilities),
+            workspace=token.workspace,
             token=token.id,
             expires_at=token.expires_at,
         )
@@ -97,9 +100,17 @@ class Principal:
         if not self.sees(tenant):
             raise UnknownTask(task_id)
 
-    def check_registration(self, name: str, capabilities: list[str]) -> None:
+    def check_registration(
+        self, name: str, capabilities: list[str], workspace: str | None = None
+    ) -> None:
         if self.kind == "owner":
             return
+        if workspace != self.workspace:
+            allowed = f"workspace {self.workspace!r} only" if self.workspace else "no workspace"
+            raise Forbidden(
+                f"this token serves {allowed}, not {workspace!r}; create a token with "
+                "--workspace for the one this agent serves"
+            )
         if name != self.agent:
             raise Forbidden(
                 f"this token registers agent {self.agent!r} only, not {name!r}; "

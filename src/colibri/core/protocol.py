@@ -294,6 +294,7 @@ class TokenCreate(Request, tag="token-create"):
     role: Literal["agent", "operator"]
     agent: ShortStr | None = None
     capabilities: Names = []
+    workspace: ShortStr | None = None
     #: Seconds from now until it expires (None: never).
     expires_in: Annotated[float, msgspec.Meta(gt=0, le=3650 * 86400)] | None = None
 

@@ -36,6 +36,8 @@ class Token(msgspec.Struct, kw_only=True, omit_defaults=True):
     agent: str | None = None
     #: An agent token's capabilities: what it may register with (empty: any).
     capabilities: list[str] = []
+    #: An agent token's workspace: the one it may serve (None: it registers with none).
+    workspace: str | None = None
     created_at: str
     expires_at: str | None = None
     revoked_at: str | None = None

@@ -152,7 +152,7 @@ class Commands:
 
     def token_create(self, req: p.TokenCreate, conn: Connection) -> Reply:
         issued = self.tokens.create(
-            req.tenant, req.role, req.agent, req.capabilities, req.expires_in
+            req.tenant, req.role, req.agent, req.capabilities, req.expires_in, req.workspace
         )
         # (Not "id": the reply's own is the request's.)
         return {"token": issued.token, "secret": issued.text}
@@ -328,7 +328,9 @@ class Commands:
     def register_agent(self, req: p.RegisterAgent, conn: Connection) -> Reply:
         principal = self._principal(conn)
         if not principal.is_owner:
-            principal.check_registration(req.name, normalize_names(req.capabilities, "capability"))
+            principal.check_registration(
+                req.name, normalize_names(req.capabilities, "capability"), req.workspace
+            )
             req = msgspec.structs.replace(req, tenant=principal.tenant_for(req.tenant))
         agent, adopted, rejected = self.board.register(req, conn)
         return {

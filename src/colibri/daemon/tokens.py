@@ -32,16 +32,19 @@ class TokenAuthority:
         agent: str | None,
         capabilities: list[str],
         expires_in: float | None,
+        workspace: str | None = None,
     ) -> Issued:
         tenant = check_name(tenant, "tenant") if tenant else DEFAULT_TENANT
         if role == "agent":
             if agent is None:
                 raise BadRequest("an agent token is for one agent: give --agent NAME")
             check_name(agent, "agent name")
-        elif agent is not None or capabilities:
+            if workspace is not None:
+                check_name(workspace, "workspace")
+        elif agent is not None or capabilities or workspace is not None:
             raise BadRequest(
-                "an operator token registers no agent: leave out --agent and --cap "
-                "(or create it with --role agent)"
+                "an operator token registers no agent: leave out --agent, --cap and "
+                "--workspace (or create it with --role agent)"
             )
         now = self.clock.time()
         issued = tokens.issue(
@@ -51,6 +54,7 @@ class TokenAuthority:
                 role=role,
                 agent=agent,
                 capabilities=normalize_names(capabilities, "capability"),
+                workspace=workspace,
                 created_at=rfc3339(now),
                 expires_at=rfc3339(now + expires_in) if expires_in is not None else None,
             )

@@ -165,7 +165,8 @@ def agent_from_row(row: Row) -> Agent:
 def token_row(token: Token, secret_hash: str) -> tuple[Any, ...]:
     return (
         token.id, token.tenant, token.role, token.agent, _json.encode(token.capabilities),
-        secret_hash, token.created_at, token.expires_at, token.revoked_at, token.last_used_at,
+        token.workspace, secret_hash, token.created_at, token.expires_at, token.revoked_at,
+        token.last_used_at,
     )  # fmt: skip
 
 
@@ -176,6 +177,7 @@ def token_from_row(row: Row) -> Token:
         role=row["role"],
         agent=row["agent"],
         capabilities=_list_decoder.decode(row["capabilities"]),
+        workspace=row["workspace"],
         created_at=row["created_at"],
         expires_at=row["expires_at"],
         revoked_at=row["revoked_at"],

@@ -108,6 +108,7 @@ CREATE TABLE tokens (
     role         TEXT NOT NULL,
     agent        TEXT,
     capabilities TEXT NOT NULL,             -- JSON array
+    workspace    TEXT,
     secret_hash  TEXT NOT NULL,
     created_at   TEXT NOT NULL,
     expires_at   TEXT,
@@ -254,9 +255,9 @@ UPDATE tasks SET question = ? WHERE id = ?;
 SELECT COUNT(*) FROM tasks WHERE parent = ?;
 
 -- name: insert_token
-INSERT INTO tokens (id, tenant, role, agent, capabilities, secret_hash, created_at, expires_at,
-                    revoked_at, last_used_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+INSERT INTO tokens (id, tenant, role, agent, capabilities, workspace, secret_hash, created_at,
+                    expires_at, revoked_at, last_used_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: get_token
 SELECT * FROM tokens WHERE id = ?;
