@@ -22,13 +22,20 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 class TlsDaemon(Daemon):
     """A daemon with a TLS listener on an ephemeral loopback port."""
 
-    def __init__(self, root: Path, pki: Pki, *extra: str, server: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        root: Path,
+        pki: Pki,
+        *extra: str,
+        server: dict[str, Any] | None = None,
+        listen: str = "tcp://127.0.0.1:0",
+    ) -> None:
         settings = {"handshake_timeout": "2s", "auth_failures": 20, **(server or {})}
         (root / "colibri.jsonc").write_text(
             json.dumps({"scheduler": {"tick": "1s", "agent_ttl": "5s"}, "server": settings})
         )
         super().__init__(
-            root, "--listen", "tcp://127.0.0.1:0", "--tls-cert", str(pki.server_cert),
+            root, "--listen", listen, "--tls-cert", str(pki.server_cert),
             "--tls-key", str(pki.server_key), *extra,
         )  # fmt: skip
         self.pki = pki

@@ -275,3 +275,17 @@ def test_tcp_without_tls_only_on_loopback_and_only_when_asked(tmp_path: Path) ->
             Remote.parse("tcp://10.0.0.1:7433", token=token, insecure_loopback=True)
     finally:
         daemon.stop()
+
+
+def test_the_remote_options_go_before_or_after_the_command(tls_daemon: TlsDaemon) -> None:
+    token = tls_daemon.token("operator", "default")
+    options = ["--connect", tls_daemon.address, "--token", token,
+               "--tls-ca", str(tls_daemon.pki.ca_cert)]  # fmt: skip
+    before = colibri(None, *options, "submit", "before", "--json")
+    after = colibri(None, "submit", "after", *options, "--json")
+    nested = colibri(None, "schedule", "list", *options, "--json")
+    assert (before.returncode, after.returncode, nested.returncode) == (0, 0, 0), after.stderr
+    listed = colibri(None, "list", "--json", env=tls_daemon.client_env(token))
+    texts = [t["text"] for t in json.loads(listed.stdout)]
+    assert texts == ["before", "after"]
+    assert json.loads(nested.stdout) == []

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from colibri.certs import Pki
 from tests.helpers import PYTHON, colibri, wait_until
 from tests.remote.conftest import TlsDaemon
 
@@ -167,3 +168,30 @@ def test_a_remote_agent_tries_its_addresses_in_turn(tls_daemon: TlsDaemon, tmp_p
         agent.send_signal(signal.SIGTERM)
         agent.wait(timeout=20)
         shutil.rmtree(state, ignore_errors=True)
+
+
+def test_a_remote_agent_comes_back_after_the_daemon_restarts(tmp_path: Path, pki: Pki) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a fixed port, so the restarted daemon is where it was
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    root = tmp_path / "board"
+    root.mkdir()
+    daemon = TlsDaemon(root, pki, listen=f"tcp://127.0.0.1:{port}")
+    daemon.start()
+    agent = None
+    try:
+        token = daemon.token("agent", "default", agent="steady")
+        agent = RemoteAgent(daemon, tmp_path / "steady", token, "--name", "steady")
+        first = daemon.call("create-task", text="before", agent="steady")["task"]
+        assert daemon.wait_closed(first["id"], timeout=20)["output"] == "ran: before\n"
+        daemon.restart()
+        second = daemon.call("create-task", text="after", agent="steady")["task"]
+        assert daemon.wait_closed(second["id"], timeout=30)["output"] == "ran: after\n"
+        assert agent.process.poll() is None
+        assert "lost the daemon; reconnecting" in agent.output()
+    finally:
+        if agent is not None:
+            agent.stop()
+        daemon.stop()

@@ -169,8 +169,8 @@ def agent(
     Exit 0 reports the task done with stdout as its output; any other exit fails it.
     Example:  colibri agent --name build-7 --cap freebsd --cap zfs -- ./run-task.sh
     A workspace of colibri.jsonc, as defined there:  colibri agent --workspace api
-    On another machine:  colibri --connect tcp://board:7433 --token … --tls-ca ca.pem \\
-                         agent --name build-7 --cap zfs -- ./run-task.sh
+    On another machine:  colibri agent --connect tcp://board:7433 --tls-ca ca.pem \\
+                         --name build-7 --cap zfs -- ./run-task.sh   (COLIBRI_TOKEN set)
     """
     import os
 

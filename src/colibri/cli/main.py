@@ -270,6 +270,41 @@ def cli(
     ctx.obj = Context(root, connect, token, tls_ca, insecure_loopback)
 
 
+#: Commands that never reach a daemon over TCP: they act on this host's root.
+LOCAL_ONLY = frozenset({"init", "run", "demo", "tls"})
+
+
+def _remote_option(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    def keep(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value:  # given after the command: it wins over the one before it and the variable
+            setattr(ctx.ensure_object(Context), name, value)
+
+    return keep
+
+
+def _take_remote_options(group: click.Group) -> None:
+    """Let every client command take ``--connect``, ``--token``, ``--tls-ca`` and
+    ``--insecure-loopback`` after its name too (``colibri agent --connect …``), as well as
+    before it."""
+    for name, command in group.commands.items():
+        if name in LOCAL_ONLY:
+            continue
+        if isinstance(command, click.Group):
+            _take_remote_options(command)
+            continue
+        command.params += [
+            click.Option(["--connect"], metavar="tcp://HOST:PORT[,…]", expose_value=False,
+                         callback=_remote_option("connect"), help="As colibri --connect."),
+            click.Option(["--token"], metavar="TOKEN", expose_value=False,
+                         callback=_remote_option("token"), help="As colibri --token."),
+            click.Option(["--tls-ca"], metavar="PEM", expose_value=False,
+                         callback=_remote_option("tls_ca"), help="As colibri --tls-ca."),
+            click.Option(["--insecure-loopback"], is_flag=True, expose_value=False,
+                         callback=_remote_option("insecure_loopback"),
+                         help="As colibri --insecure-loopback."),
+        ]  # fmt: skip
+
+
 def main() -> None:
     from colibri.cli import (  # noqa: F401
         agents,
@@ -282,4 +317,5 @@ def main() -> None:
         workspaces,
     )
 
+    _take_remote_options(cli)
     cli(prog_name="colibri")
