@@ -289,3 +289,33 @@ def test_the_remote_options_go_before_or_after_the_command(tls_daemon: TlsDaemon
     texts = [t["text"] for t in json.loads(listed.stdout)]
     assert texts == ["before", "after"]
     assert json.loads(nested.stdout) == []
+
+
+def test_before_auth_a_line_may_be_4_kib_after_it_the_servers_limit(tls_daemon: TlsDaemon) -> None:
+    replies = exchange(tls_socket(tls_daemon), {"cmd": "auth", "id": 1, "token": "x" * 5000})
+    assert [r["error"]["code"] for r in replies] == ["line_too_long"]
+    with tls_daemon.connect(tls_daemon.token()) as client:
+        task = client.call("submit", text="y" * 200_000)["task"]
+        assert len(task["text"]) == 200_000
+
+
+def test_one_address_cannot_hold_more_than_32_handshakes_open(tls_daemon: TlsDaemon) -> None:
+    silent = []
+    try:
+        for _ in range(40):
+            silent.append(socket.create_connection(("127.0.0.1", tls_daemon.port), timeout=10,
+                                                   source_address=("127.0.0.3", 0)))  # fmt: skip
+        turned_away = 0
+        for sock in silent[32:]:  # past the cap: closed at once, before any handshake
+            sock.settimeout(1.5)
+            try:
+                turned_away += sock.recv(1) == b""
+            except (ConnectionResetError, TimeoutError):
+                pass
+        assert turned_away == 8
+        with tls_daemon.connect(tls_daemon.token()) as client:  # another address gets in
+            assert client.call("ping")["pong"]
+        assert "too many TCP peers still in their handshake" in tls_daemon.log()
+    finally:
+        for sock in silent:
+            sock.close()

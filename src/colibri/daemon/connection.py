@@ -34,6 +34,8 @@ _encoder = msgspec.json.Encoder()
 SUBSCRIBER_BUFFER_LIMIT = 8 * 1024 * 1024
 #: Lines of one connection handled per loop iteration; the rest wait for the next one.
 LINES_PER_TURN = 64
+#: The longest line a TCP peer may send before it has authenticated (an ``auth`` is ~120).
+AUTH_LINE_LIMIT = 4096
 
 
 class Connection(asyncio.Protocol):
@@ -118,7 +120,8 @@ class Connection(asyncio.Protocol):
         buf = self._buf
         start = 0
         handled = 0
-        limit = self.server.config.server.max_line
+        # Before its ``auth`` a TCP peer is nobody: it may not make the daemon hold a megabyte.
+        limit = self.server.config.server.max_line if self.principal else AUTH_LINE_LIMIT
         while not self.closing:
             nl = buf.find(b"\n", start)
             if nl < 0:

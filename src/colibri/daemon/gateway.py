@@ -44,6 +44,9 @@ TLS_HANDSHAKE = 0x16
 #: Addresses whose failures are remembered at once; the oldest is forgotten past it, so a
 #: flood from many addresses cannot grow memory without end.
 TRACKED_ADDRESSES = 65_536
+#: TCP peers of one address still in their handshake; more are closed at once, so one host
+#: opening sockets and saying nothing cannot take the daemon's file descriptors.
+PENDING_PER_ADDRESS = 32
 WINDOW = 60.0
 
 
@@ -119,6 +122,10 @@ class Gateway:
         if settings.tls_cert is not None and settings.tls_key is not None:
             self.context = server_context(settings.tls_cert, settings.tls_key)
         self._sockets: list[socket.socket] = []
+        #: Peers accepted and not yet a connection (before or in their handshake), by address.
+        self._pending: dict[str, int] = {}
+        self._pending_total = 0
+        self._turned_away = 0
         self._tasks: set[asyncio.Task[None]] = set()
         #: The addresses listened on, as bound (a port 0 replaced by the one given).
         self.bound: list[TcpAddress] = []
@@ -164,10 +171,36 @@ class Gateway:
                 log.warning("accept failed: %s", exc, extra={"event": "accept_failed"})
                 await asyncio.sleep(0.1)
                 continue
+            address = str(peer[0])
+            key = Throttle.key(address)
+            if (
+                self._pending.get(key, 0) >= PENDING_PER_ADDRESS
+                or self._pending_total >= self.settings.max_connections
+            ):
+                sock.close()
+                self._turned_away += 1
+                if self._turned_away in (1, 10, 100) or self._turned_away % 1000 == 0:
+                    log.warning(
+                        f"{address}: too many TCP peers still in their handshake; closed "
+                        f"({self._turned_away} so far)",
+                        extra={"event": "handshakes_full", "peer": address},
+                    )
+                continue
+            self._pending[key] = self._pending.get(key, 0) + 1
+            self._pending_total += 1
             sock.setblocking(False)
-            self._spawn(self._admit(sock, str(peer[0])))
+            self._spawn(self._admit(sock, address, key))
 
-    async def _admit(self, sock: socket.socket, peer: str) -> None:
+    async def _admit(self, sock: socket.socket, peer: str, key: str) -> None:
+        try:
+            await self._handshake(sock, peer)
+        finally:
+            self._pending_total -= 1
+            left = self._pending.pop(key, 1) - 1
+            if left:
+                self._pending[key] = left
+
+    async def _handshake(self, sock: socket.socket, peer: str) -> None:
         loop = self.server.loop
         timeout = self.settings.handshake_timeout
         started = loop.time()
