@@ -52,7 +52,8 @@ if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
 
 class Daemon(TestDaemon):
     """The tests' daemon (``tests/helpers.py``) on a fresh temporary root, logging warnings only
-    and with no exit-code check; a context manager that removes the root when it ends."""
+    and with no exit-code check; a context manager that removes the root when it ends.
+    ``extra_args`` go to ``colibri run`` after the durability (``--listen`` and the like)."""
 
     #: Benchmark requests (a status of 100,000 tasks) may take a while.
     timeout = 60.0
@@ -63,9 +64,10 @@ class Daemon(TestDaemon):
         durability: str = "full",
         config: dict[str, Any] | None = None,
         cpu: int | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         root = Path(tempfile.mkdtemp(prefix="cb", dir="/tmp"))
-        super().__init__(root, "--durability", durability, log_level="warning")
+        super().__init__(root, "--durability", durability, *extra_args, log_level="warning")
         if config is not None:
             (root / "colibri.jsonc").write_text(json.dumps(config))
         self.cpu = cpu
