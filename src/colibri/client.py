@@ -100,7 +100,23 @@ class Remote:
         return client_context(self.ca)
 
 
+def _closed_early(exc: BaseException) -> bool:
+    """Whether the daemon closed the connection before the TLS handshake was done (it turns
+    away a throttled address so, and peers past its limit of handshakes)."""
+    import ssl
+
+    return isinstance(exc, (ssl.SSLEOFError, ssl.SSLZeroReturnError, ConnectionResetError)) or (
+        isinstance(exc, ssl.SSLError) and "EOF" in str(exc)
+    )
+
+
 def _tls_failed(address: TcpAddress, exc: Exception) -> TlsFailed:
+    if _closed_early(exc):
+        return TlsFailed(
+            f"the daemon at {address} closed the connection before TLS was set up: it refuses "
+            "this address for now (too many failed logins: wait a minute and check the token), "
+            "or too many peers are connecting"
+        )
     return TlsFailed(
         f"TLS with {address} failed: {getattr(exc, 'verify_message', None) or exc}; check "
         "--tls-ca (the CA that signed the daemon's certificate) and that the host name is one "
@@ -358,7 +374,11 @@ class AsyncClient:
                         server_hostname=address.host if context is not None else None,
                     )  # fmt: skip
             except ssl.SSLError as exc:
-                raise _tls_failed(address, exc) from None
+                if not _closed_early(exc):
+                    raise _tls_failed(address, exc) from None
+                # Turned away for now: like an address that does not answer, tried again later.
+                failures.append(f"{address}: {_tls_failed(address, exc).message}")
+                continue
             except (OSError, TimeoutError) as exc:
                 failures.append(f"{address}: {getattr(exc, 'strerror', None) or exc or 'timeout'}")
                 continue

@@ -55,6 +55,19 @@ def refused(daemon: TlsDaemon, token: str, request: dict[str, Any]) -> dict[str,
 SECRET_FREE = "colibri_0123456789ab_" + "x" * 43
 
 
+def _connect_from(monkeypatch: pytest.MonkeyPatch, remote: Remote, source: str) -> Client:
+    """``Client.remote`` from another loopback address: the client binds none of its own, so
+    the standard library's ``create_connection`` is given one."""
+    real = socket.create_connection
+
+    def bound(address: Any, *args: Any, **kwargs: Any) -> socket.socket:
+        return real(address, *args, **{**kwargs, "source_address": (source, 0)})
+
+    with monkeypatch.context() as patch:
+        patch.setattr(socket, "create_connection", bound)
+        return Client.remote(remote)
+
+
 @pytest.mark.parametrize(
     ("token", "says"),
     [
@@ -171,19 +184,23 @@ def test_a_peer_that_says_nothing_is_dropped_after_the_handshake_timeout(
 
 
 def test_a_thousand_bad_tokens_from_one_address_are_throttled_and_logged(
-    tls_daemon: TlsDaemon,
+    tls_daemon: TlsDaemon, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     good = tls_daemon.token()
     codes: dict[str, int] = {}
     for n in range(1000):
         bad = f"colibri_{n:012x}_{'y' * 43}"
-        replies = exchange(tls_socket(tls_daemon, "127.0.0.2"),
-                           {"cmd": "auth", "id": 1, "token": bad})  # fmt: skip
-        code = replies[0]["error"]["code"]
+        try:
+            attacker = tls_socket(tls_daemon, "127.0.0.2")
+        except (ssl.SSLError, ConnectionResetError):
+            code = "closed before TLS"
+        else:
+            (reply,) = exchange(attacker, {"cmd": "auth", "id": 1, "token": bad})
+            code = reply["error"]["code"]
         codes[code] = codes.get(code, 0) + 1
-    # The limit is 20 a minute (the fixture's server.auth_failures): the rest never reach the
-    # token check.
-    assert codes == {"unauthorized": 20, "throttled": 980}
+    # The limit is 20 a minute (the fixture's server.auth_failures): the rest are turned away
+    # as they are accepted, before a TLS handshake or a token check costs the daemon anything.
+    assert codes == {"unauthorized": 20, "closed before TLS": 980}
     # Another address is not held up by it.
     with tls_daemon.connect(good) as client:
         assert client.call("ping")["pong"]
@@ -191,10 +208,13 @@ def test_a_thousand_bad_tokens_from_one_address_are_throttled_and_logged(
     assert log.count("event=login_failed peer=127.0.0.2") == 20
     assert "127.0.0.2: 20 failed logins within a minute" in log
     wait_until(lambda: "connections refused as throttled" in tls_daemon.log())
-    # Even the right token is refused from there until the minute is over.
-    attacker = tls_socket(tls_daemon, "127.0.0.2")
-    (reply,) = exchange(attacker, {"cmd": "auth", "id": 1, "token": good})
-    assert reply["error"]["code"] == "throttled" and "try again in" in reply["error"]["message"]
+    # Even the right token is refused from there until the minute is over, and the client
+    # says why.
+    remote = Remote.parse(f"tcp://127.0.0.1:{tls_daemon.port}", token=good,
+                          ca=str(tls_daemon.pki.ca_cert))  # fmt: skip
+    with pytest.raises(ColibriError) as caught:
+        _connect_from(monkeypatch, remote, "127.0.0.2")
+    assert caught.value.code == "tls_failed" and "too many failed logins" in caught.value.message
 
 
 def test_no_secret_is_kept_in_the_store(tls_daemon: TlsDaemon) -> None:
@@ -273,6 +293,14 @@ def test_tcp_without_tls_only_on_loopback_and_only_when_asked(tmp_path: Path) ->
             assert client.call("ping")["pong"]
         with pytest.raises(ColibriError, match="loopback addresses only"):
             Remote.parse("tcp://10.0.0.1:7433", token=token, insecure_loopback=True)
+        port = int(address.rsplit(":", 1)[1])
+        answers = []
+        for _ in range(21):  # without TLS a throttled address is told so in one line
+            raw = socket.create_connection(("127.0.0.1", port), timeout=10,
+                                           source_address=("127.0.0.2", 0))  # fmt: skip
+            replies = exchange(raw, {"cmd": "auth", "id": 1, "token": SECRET_FREE})
+            answers.append(replies[0]["error"]["code"])
+        assert answers == ["unauthorized"] * 20 + ["throttled"]
     finally:
         daemon.stop()
 
