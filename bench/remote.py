@@ -19,7 +19,8 @@ that the machine's noise falls on both alike:
   (``--pings``), then for as long as another process, from 127.0.0.2, opens ``--attempts`` TLS
   connections one after another, each sending ``auth`` with a bad token and reading until the
   daemon closes. The daemon's ``server.auth_failures`` (default 20 a minute) throttles that
-  address: its first attempts get ``unauthorized``, the rest ``throttled``.
+  address: its first attempts get ``unauthorized``; the rest are throttled, closed as they are
+  accepted, before the TLS handshake (counted ``throttled`` here).
 
 Ratios are TLS / Unix (flood / quiet for the flood), taken within each repetition and reported
 as their median; the figures are medians over the repetitions. A table goes to stderr at the
@@ -318,8 +319,8 @@ def bad_login(port: int, context: ssl.SSLContext, line: bytes) -> str:
             with contextlib.suppress(OSError):  # the daemon's close, with or without notify
                 while chunk := sock.recv(65536):
                     buffer += chunk
-    except OSError:
-        return "no handshake"
+    except OSError:  # how a throttled address is turned away: closed before TLS
+        return "throttled"
     first = buffer.split(b"\n", 1)[0]
     if not first:
         return "closed"
