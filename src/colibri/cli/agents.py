@@ -86,6 +86,8 @@ def status(ctx: Context, as_json: bool) -> None:
         return
     print_line(f"daemon   pid {d['pid']}, up {d['uptime']:.0f}s, root {d['root']}")
     print_line(f"store    {d['store']} (durability {d['durability']})")
+    if d.get("listen"):
+        print_line(f"listen   {', '.join(d['listen'])}")
     print(f"dispatch {'PAUSED (resume with: colibri resume)' if reply['paused'] else 'running'}")
     print_line("tasks    " + ", ".join(f"{n} {s}" for s, n in reply["tasks"].items()))
     print_line(
