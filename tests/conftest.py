@@ -13,6 +13,16 @@ import pytest
 from tests.helpers import Daemon, write_config
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _drop_postgresql_boards() -> Iterator[None]:
+    """The PostgreSQL boards of ``COLIBRI_TEST_STORE=postgresql`` go with the session."""
+    from tests.helpers import PG_BOARDS_TO_DROP
+
+    yield
+    while PG_BOARDS_TO_DROP:
+        PG_BOARDS_TO_DROP.pop()()
+
+
 @pytest.fixture(autouse=True)
 def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests never see the developer's COLIBRI_* settings."""

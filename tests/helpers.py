@@ -18,6 +18,12 @@ from colibri.client import Client, socket_path
 from colibri.core.model import DEFAULT_MAX_LINE
 
 PYTHON = sys.executable
+#: ``COLIBRI_TEST_STORE=postgresql`` runs every test daemon on a PostgreSQL board (a schema of
+#: its own on ``COLIBRI_TEST_PG``'s server) instead of its root's SQLite file. Read here, at
+#: import: each test's environment is cleared of COLIBRI_* variables.
+STORE_BACKEND = os.environ.get("COLIBRI_TEST_STORE", "sqlite")
+#: How to drop the PostgreSQL boards the test daemons made (at the end of the session).
+PG_BOARDS_TO_DROP: list[Callable[[], None]] = []
 
 
 def pong(request_id: Any) -> dict[str, Any]:
@@ -107,6 +113,7 @@ class Daemon:
         self.log_level = log_level
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = root / "daemon.log"
+        self._pg_board: str | None = None
 
     @property
     def socket(self) -> Path:
@@ -119,8 +126,21 @@ class Daemon:
 
     def command(self) -> list[str]:
         """How the daemon is started (a subclass may wrap it)."""
+        store: list[str] = []
+        if STORE_BACKEND == "postgresql" and "--store" not in self.extra_args:
+            store = ["--store", self.pg_board()]
         return [PYTHON, "-m", "colibri", "--root", str(self.root), "run",
-                "--log-level", self.log_level, *self.extra_args]  # fmt: skip
+                "--log-level", self.log_level, *store, *self.extra_args]  # fmt: skip
+
+    def pg_board(self) -> str:
+        """This daemon's PostgreSQL board, made on first use and kept across restarts (its
+        schema is dropped with the test server's other test schemas, by name ``t_…``)."""
+        if self._pg_board is None:
+            from tests.store.conftest import pg_schema
+
+            self._pg_board, drop = pg_schema()
+            PG_BOARDS_TO_DROP.append(drop)
+        return self._pg_board
 
     def start(self, timeout: float = 15.0) -> None:
         log = open(self.log_path, "ab")

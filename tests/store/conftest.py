@@ -133,6 +133,66 @@ def sqlite(tmp_path: Path) -> Iterator[Backend]:
     backend.close_all()
 
 
+#: The PostgreSQL server the suite uses: ``COLIBRI_TEST_PG``, else this machine's default.
+PG_DSN = os.environ.get("COLIBRI_TEST_PG") or "postgresql://postgres@127.0.0.1:5432/test"
+#: Read here, at collection: every test's environment is cleared of COLIBRI_* variables.
+PG_REQUIRED = bool(os.environ.get("COLIBRI_TEST_PG_REQUIRED"))
+
+
+def pg_schema(dsn: str = PG_DSN) -> tuple[str, Callable[[], None]]:
+    """A fresh schema on the test server: the DSN that puts a board there, and its removal.
+
+    Skips (one line: how to enable) when no server answers — unless
+    ``COLIBRI_TEST_PG_REQUIRED`` is set (``.ci/run`` sets it), where they must run and fail."""
+    import uuid
+
+    try:
+        import psycopg
+    except ImportError:
+        pytest.skip("psycopg is not installed: pip install 'colibri[postgresql]'")
+    try:
+        admin = psycopg.connect(dsn, autocommit=True, connect_timeout=3)
+        admin.close()
+    except psycopg.Error as exc:
+        if PG_REQUIRED:
+            raise
+        pytest.skip(f"no PostgreSQL at {dsn} ({str(exc).strip().splitlines()[0]}); set "
+                    "COLIBRI_TEST_PG=postgresql://… to run these tests")  # fmt: skip
+    name = "t_" + uuid.uuid4().hex[:16]
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {name}")
+    separator = "&" if "?" in dsn else "?"
+
+    def drop() -> None:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+    return f"{dsn}{separator}options=-csearch_path%3D{name}", drop
+
+
+@backend_fixture
+def postgresql() -> Iterator[Backend]:
+    from colibri.store.postgres import PostgresStore, shown_location
+
+    dsn, drop = pg_schema()
+
+    def query(text: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        import psycopg
+
+        with psycopg.connect(dsn) as conn:
+            return [tuple(row) for row in conn.execute(text.replace("?", "%s"), args)]
+
+    backend = Backend(
+        "postgresql", shown_location(dsn),
+        lambda durability: PostgresStore(dsn, durability=durability), query,
+    )  # fmt: skip
+    try:
+        yield backend
+    finally:
+        backend.close_all()
+        drop()
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> Backend:
     return cast(Backend, request.getfixturevalue(request.param))

@@ -300,9 +300,10 @@ def load_config(
             f"{shown(configured_path)}"
         )
     store_path = store or configured_path or str(RootLayout(root).store)
-    store_path = os.path.expanduser(store_path)
-    if not os.path.isabs(store_path):
-        store_path = str(root / store_path)
+    if not store_path.startswith(("postgresql://", "postgres://")):
+        store_path = os.path.expanduser(store_path)
+        if not os.path.isabs(store_path):
+            store_path = str(root / store_path)
     from colibri.workspaces import resolve as resolve_workspaces
 
     workspaces = resolve_workspaces(

@@ -50,10 +50,29 @@ def acquire_lock(path: Path) -> int:
         ) from None
 
 
-def acquire_store_lock(store: str) -> int:
+class _BoardHold:
+    """What holds a board for this daemon: ``<store>.lock`` of an SQLite file, or the board's
+    advisory lock on a connection of its own for PostgreSQL."""
+
+    def __init__(self, fd: int | None = None, connection: Any = None) -> None:
+        self.fd = fd
+        self.connection = connection
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+        if self.connection is not None:
+            self.connection.close()
+
+
+def acquire_store_lock(store: str) -> _BoardHold:
     """Hold ``<store>.lock`` too: another root's daemon may have been pointed at this board."""
+    if store.startswith(("postgresql://", "postgres://")):
+        from colibri.store.postgres import board_lock
+
+        return _BoardHold(connection=board_lock(store))
     try:
-        return hold_lock(store_lock(store), own_folder=False)
+        return _BoardHold(fd=hold_lock(store_lock(store), own_folder=False))
     except LockHeld as held:
         raise LockHeld(
             held.holder,
@@ -169,11 +188,11 @@ async def serve(config: Config) -> int:
     check_state_dir(config.layout.state, config.server.socket_group)
     lock_fd = acquire_lock(config.layout.daemon_lock)
     store = None
-    store_lock_fd: int | None = None
+    board_hold: _BoardHold | None = None
     bound = False  # the socket path is ours to remove only once we created it
     mirror = LedgerMirror(config.layout.ledger, config.ledger.rotate_bytes, config.ledger.keep)
     try:
-        store_lock_fd = acquire_store_lock(config.store)
+        board_hold = acquire_store_lock(config.store)
         store = open_store(config.store, durability=config.durability)
         caught_up = mirror.open(store)
         if caught_up:
@@ -191,7 +210,7 @@ async def serve(config: Config) -> int:
         except Exception as exc:
             log.debug("loading the board failed", exc_info=True)
             raise StorageUnavailable(
-                f"the board in {config.store} could not be loaded ({exc!r}); nothing was changed"
+                f"the board in {store.location} could not be loaded ({exc!r}); nothing was changed"
             ) from None
         server.flush()  # commit what loading the schedules changed
         if server.fatal_error is not None:
@@ -221,7 +240,7 @@ async def serve(config: Config) -> int:
                 "socket": str(config.layout.socket),
                 "listen": [str(a) for a in gateway.bound],
                 "pid": os.getpid(),
-                "store": config.store,
+                "store": store.location,
                 "open_tasks": len(board.tasks),
             },
         )
@@ -247,8 +266,8 @@ async def serve(config: Config) -> int:
         mirror.close()
         if store is not None:
             store.close()
-        if store_lock_fd is not None:
-            os.close(store_lock_fd)
+        if board_hold is not None:
+            board_hold.release()
         os.close(lock_fd)
 
 

@@ -184,7 +184,7 @@ class Commands:
                 "pid": os.getpid(),
                 "version": __version__,
                 "root": str(config.root),
-                "store": config.store,
+                "store": self.board.store.location,
                 "durability": config.durability,
                 "uptime": round(time.time() - self.started, 3),
                 "connections": self.server.connection_count,

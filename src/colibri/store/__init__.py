@@ -1,4 +1,4 @@
-"""The board's durable storage: one ``Store`` protocol, an SQLite implementation."""
+"""The board's durable storage: one ``Store`` protocol; SQLite and PostgreSQL implementations."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ __all__ = ["Store", "StoreConflict", "TaskFilter", "open_store"]
 
 
 def open_store(location: str, *, durability: str = "full") -> Store:
-    """Open (creating and migrating if needed) the store at a file path."""
+    """Open (creating and migrating if needed) the store at a file path, or on the PostgreSQL
+    database a ``postgresql://`` connection string names."""
+    if location.startswith(("postgresql://", "postgres://")):
+        from colibri.store.postgres import PostgresStore
+
+        return PostgresStore(location, durability=durability)
     from colibri.store.sqlite import SqliteStore
 
     return SqliteStore(location, durability=durability)

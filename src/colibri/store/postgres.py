@@ -1,0 +1,582 @@
+"""The PostgreSQL store: the same ``Store`` contract as SQLite, on a database server.
+
+``--store postgresql://user@host/db`` (any libpq connection string; ``options=-csearch_path=S``
+puts the board in schema ``S``). One connection in autocommit mode, used by one thread: a batch
+is an explicit ``BEGIN`` … ``COMMIT``, as on SQLite, so reads outside a batch hold no snapshot.
+The first write of a batch takes a transaction-level advisory lock of the board (its schema),
+so two writers queue rather than interleave, and the ledger's ``seq`` — numbered by the store,
+not by a sequence, which would leave gaps on a rollback — is one more than the highest
+committed. A statement that fails aborts the whole transaction in PostgreSQL, so each write
+that may be refused (a taken id, a fire recorded twice) runs under a savepoint: the batch's
+earlier writes stand, as the contract says.
+
+A lost connection, a server shut down, a read-only or full database are ``StorageUnavailable``;
+the next ``rollback`` connects again (or keeps saying so). ``durability="relaxed"`` turns
+``synchronous_commit`` off: a crash of the server may lose the last commits, never corrupt.
+
+Not yet here: several daemons on one board (the hive's leases and fencing), row-level security
+and tenants kept apart by the database. Until then one daemon holds the board
+(``board_lock``).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from colibri.core.errors import ConfigError, StorageUnavailable
+from colibri.core.model import Agent, LedgerEntry, Task
+from colibri.core.schedules import Schedule
+from colibri.core.tokens import Token
+from colibri.store import sql
+from colibri.store.base import StoreConflict, TaskFilter
+from colibri.store.rows import (
+    agent_from_row,
+    agent_row,
+    ledger_from_row,
+    ledger_row,
+    task_change_row,
+    task_from_row,
+    task_row,
+    token_from_row,
+    token_row,
+)
+
+if TYPE_CHECKING:
+    import psycopg
+
+_Q = sql.load("postgresql")
+_MIGRATIONS = {
+    int(name.split("_")[1]): body
+    for name, body in sql.load("postgresql").items()
+    if name.startswith("migration_")
+}
+SCHEMA_VERSION = max(_MIGRATIONS)
+_json = msgspec.json.Encoder()
+_schedule_decoder = msgspec.json.Decoder(Schedule)
+SCHEMES = ("postgresql://", "postgres://")
+#: The unique indexes of ``tasks`` and what a violation of each means.
+_TAKEN = {
+    "tasks_pkey": "task id {task.id} is taken; the task was not written",
+    "tasks_idempotency": (
+        "tenant {task.tenant} has a task with idempotency key {task.idempotency_key!r}; "
+        "task {task.id} was not written"
+    ),
+}
+#: The advisory lock of a board's writers: one key per schema (a board), held per batch.
+_BOARD_KEY = "SELECT hashtextextended('colibri board ' || current_schema(), 0)"
+#: The daemon's hold on a board, for its life: another key, or it would wait for itself.
+_DAEMON_KEY = "SELECT hashtextextended('colibri daemon ' || current_schema(), 0)"
+
+
+def is_postgres(location: str) -> bool:
+    return location.startswith(SCHEMES)
+
+
+def shown_location(dsn: str) -> str:
+    """The connection string without its password, for status and messages."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        parts = conninfo_to_dict(dsn)
+    except Exception:  # a malformed string: say nothing of it
+        return "postgresql://(unreadable connection string)"
+    host = parts.get("host") or "localhost"
+    port = f":{parts['port']}" if parts.get("port") else ""
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    database = parts.get("dbname") or ""
+    return f"postgresql://{user}{host}{port}/{database}"
+
+
+def _text(row: dict[str, Any]) -> dict[str, Any]:
+    """``rows.py`` writes JSON as bytes (SQLite's BLOB-or-TEXT); PostgreSQL's columns are text."""
+    return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in row.items()}
+
+
+def _connect(dsn: str) -> psycopg.Connection[dict[str, Any]]:
+    try:
+        import psycopg
+        from psycopg.rows import dict_row
+    except ImportError:
+        raise ConfigError(
+            "the PostgreSQL store needs psycopg: pip install 'colibri[postgresql]'"
+        ) from None
+    try:
+        return psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=10)
+    except psycopg.Error as exc:
+        raise StorageUnavailable(
+            f"cannot reach the PostgreSQL board at {shown_location(dsn)}: "
+            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
+        ) from None
+
+
+class PostgresStore:
+    """The ``Store`` on a PostgreSQL database; each method keeps the contract of ``base``."""
+
+    def __init__(self, dsn: str, *, durability: str = "full") -> None:
+        if durability not in ("full", "relaxed"):
+            raise ConfigError(f"unknown durability {durability!r}: use full or relaxed")
+        self._dsn = dsn
+        self._durability = durability
+        self.location = shown_location(dsn)
+        self._conn = _connect(dsn)
+        self._setup(self._conn)
+        self._migrate()
+        self._dirty = False
+        self._lost = ""
+        #: The next ledger seq of the open batch (known once the batch has written a row).
+        self._next_seq: int | None = None
+
+    def _setup(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
+        if self._durability == "relaxed":
+            conn.execute("SET synchronous_commit TO off")
+
+    def _version(self) -> int | None:
+        """The board's schema version; None when the schema holds no board yet."""
+        conn = self._conn
+        if conn.execute("SELECT to_regclass('colibri_schema') AS ours").fetchone() == {
+            "ours": None
+        }:
+            return None
+        row = conn.execute("SELECT version FROM colibri_schema").fetchone()
+        return int(row["version"]) if row else 0
+
+    def _migrate(self) -> None:
+        import psycopg
+
+        if self._version() == SCHEMA_VERSION:
+            return  # the common case: no lock, so opening never waits for a writer's batch
+        conn = self._conn
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock((" + _BOARD_KEY + "))")
+            found = conn.execute(
+                "SELECT to_regclass('colibri_schema') AS ours, "
+                "(SELECT COUNT(*) FROM pg_tables WHERE schemaname = current_schema()) AS n"
+            ).fetchone()
+            assert found is not None
+            if found["ours"] is None and found["n"]:
+                raise ConfigError(
+                    f"the schema of {self.location} holds another program's tables, not a "
+                    "Colibri board; it was left untouched (give another schema with "
+                    "options=-csearch_path=…)"
+                )
+            version = 0
+            if found["ours"] is not None:
+                row = conn.execute("SELECT version FROM colibri_schema").fetchone()
+                version = int(row["version"]) if row else 0
+            if version > SCHEMA_VERSION:
+                raise ConfigError(
+                    f"{self.location} has schema version {version}, newer than this Colibri "
+                    f"understands ({SCHEMA_VERSION}); upgrade colibri"
+                )
+            try:
+                for n in range(version + 1, SCHEMA_VERSION + 1):
+                    conn.execute(_MIGRATIONS[n].encode())
+                    conn.execute("UPDATE colibri_schema SET version = %s", (n,))
+            except psycopg.errors.InsufficientPrivilege as exc:
+                raise ConfigError(
+                    f"cannot create the board's tables in {self.location}: {exc}".strip()
+                ) from None
+
+    # -- unit of work ------------------------------------------------------------------------
+
+    @contextmanager
+    def _writing(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        import psycopg
+
+        if self._lost:
+            raise StorageUnavailable(self._lost)
+        conn = self._conn
+        try:
+            if not self._dirty:
+                conn.execute("BEGIN")
+                self._dirty = True
+                conn.execute("SELECT pg_advisory_xact_lock((" + _BOARD_KEY + "))")
+            yield conn
+        except (psycopg.OperationalError, psycopg.errors.InternalError) as exc:
+            self._lose(exc)
+        except psycopg.errors.InFailedSqlTransaction as exc:
+            self._lose(exc)
+
+    def _lose(self, exc: Exception) -> None:
+        error = StorageUnavailable(
+            f"the PostgreSQL board could not write ({_first_line(exc)}); nothing was changed"
+        )
+        self._lost = error.message
+        raise error from None
+
+    def commit(self) -> None:
+        import psycopg
+
+        if self._lost:
+            raise StorageUnavailable(self._lost)
+        if not self._dirty:
+            return
+        try:
+            self._conn.execute("COMMIT")
+        except psycopg.Error as exc:
+            self._dirty = False
+            self._next_seq = None
+            self._reset()
+            raise StorageUnavailable(
+                f"the PostgreSQL board could not commit ({_first_line(exc)}); nothing was changed"
+            ) from None
+        self._dirty = False
+        self._next_seq = None
+
+    def rollback(self) -> None:
+        self._dirty = False
+        self._lost = ""
+        self._next_seq = None
+        self._reset()
+
+    def _reset(self) -> None:
+        """End whatever transaction is open; connect again if the connection is gone."""
+        import psycopg
+
+        if self._conn.closed or self._conn.broken:
+            try:
+                self._conn = _connect(self._dsn)
+                self._setup(self._conn)
+            except StorageUnavailable as exc:
+                self._lost = exc.message
+            return
+        try:
+            if self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                self._conn.execute("ROLLBACK")
+        except psycopg.Error:
+            pass
+
+    def close(self) -> None:
+        if self._conn.closed:
+            return
+        self.rollback()
+        self._conn.close()
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def _rows(self, query: str, args: Any = ()) -> list[dict[str, Any]]:
+        import psycopg
+
+        try:
+            return self._conn.execute(query.encode(), args).fetchall()
+        except psycopg.OperationalError as exc:
+            raise StorageUnavailable(
+                f"the PostgreSQL board could not be read ({_first_line(exc)})"
+            ) from None
+
+    def _one(self, query: str, args: Any = ()) -> dict[str, Any] | None:
+        rows = self._rows(query, args)
+        return rows[0] if rows else None
+
+    # -- tasks -------------------------------------------------------------------------------
+
+    def _ledger(self, conn: psycopg.Connection[dict[str, Any]], entry: LedgerEntry) -> LedgerEntry:
+        if self._next_seq is None:
+            found = conn.execute(_Q["max_ledger_seq"].encode()).fetchone()
+            self._next_seq = int(found["seq"] if found else 0) + 1
+        row = _text(ledger_row(entry))
+        row["seq"] = self._next_seq
+        conn.execute(_Q["insert_ledger"].encode(), row)
+        entry.seq = self._next_seq
+        self._next_seq += 1
+        return entry
+
+    @contextmanager
+    def _refusable(self, conn: psycopg.Connection[dict[str, Any]]) -> Iterator[None]:
+        """A statement that may be refused, under a savepoint: a refusal spares the batch."""
+        conn.execute("SAVEPOINT refusable")
+        try:
+            yield
+        except BaseException:
+            conn.execute("ROLLBACK TO SAVEPOINT refusable")
+            raise
+        finally:
+            conn.execute("RELEASE SAVEPOINT refusable")
+
+    def insert_task(
+        self, task: Task, entry: LedgerEntry, fingerprint: str | None = None
+    ) -> LedgerEntry:
+        import psycopg
+
+        row = _text(task_row(task))
+        row["fingerprint"] = fingerprint
+        with self._writing() as conn:
+            try:
+                with self._refusable(conn):
+                    conn.execute(_Q["insert_task"].encode(), row)
+            except psycopg.errors.UniqueViolation as exc:
+                taken = _TAKEN.get(exc.diag.constraint_name or "")
+                if taken is None:
+                    raise
+                raise StoreConflict(taken.format(task=task)) from exc
+            return self._ledger(conn, entry)
+
+    def update_task(
+        self,
+        task: Task,
+        expected_state: str,
+        expected_epoch: int,
+        entry: LedgerEntry,
+        *more: LedgerEntry,
+    ) -> LedgerEntry:
+        row = _text(task_change_row(task))
+        row["expected_state"] = expected_state
+        row["expected_epoch"] = expected_epoch
+        with self._writing() as conn:
+            if conn.execute(_Q["update_task"].encode(), row).rowcount != 1:
+                raise StoreConflict(
+                    f"task {task.id} is not {expected_state} at epoch {expected_epoch} "
+                    "(or does not exist); it was not written"
+                )
+            first = self._ledger(conn, entry)
+            for extra in more:
+                self._ledger(conn, extra)
+            return first
+
+    def get_task(self, task_id: str) -> Task | None:
+        row = self._one(_Q["get_task"], (task_id,))
+        return None if row is None else task_from_row(row)
+
+    def find_idempotent(self, tenant: str, key: str) -> Task | None:
+        row = self._one(_Q["find_idempotent"], (tenant, key))
+        return None if row is None else task_from_row(row)
+
+    def fingerprint(self, task_id: str) -> str | None:
+        row = self._one(_Q["fingerprint"], (task_id,))
+        return None if row is None else row["fingerprint"]
+
+    def claim_key(self) -> bytes:
+        row = self._one(_Q["get_meta"], ("claim_key",))
+        if row is not None:
+            return bytes(row["value"])
+        with self._writing() as conn:
+            conn.execute(_Q["put_meta"].encode(), ("claim_key", secrets.token_bytes(32)))
+        self.commit()
+        row = self._one(_Q["get_meta"], ("claim_key",))
+        assert row is not None
+        return bytes(row["value"])
+
+    def list_tasks(self, query: TaskFilter) -> list[Task]:
+        where: list[str] = []
+        args: list[Any] = []
+        for column in ("state", "agent", "workspace", "parent", "tenant"):
+            value = getattr(query, column)
+            if value is not None:
+                where.append(f"{column} = %s")
+                args.append(value)
+        if query.after is not None:
+            where.append("id > %s")
+            args.append(query.after)
+        text = "SELECT * FROM tasks"
+        if where:
+            text += " WHERE " + " AND ".join(where)
+        text += " ORDER BY id LIMIT %s"
+        args.append(query.limit)
+        return [task_from_row(r) for r in self._rows(text, args)]
+
+    def children(self, task_id: str) -> list[Task]:
+        return [task_from_row(r) for r in self._rows(_Q["children"], (task_id,))]
+
+    def count_children(self, task_id: str) -> int:
+        row = self._one(_Q["count_children"], (task_id,))
+        return int(row["n"]) if row else 0
+
+    def open_family(self, task_id: str) -> list[Task]:
+        return [task_from_row(r) for r in self._rows(_Q["open_family"], (task_id,))]
+
+    def open_tasks(self) -> list[Task]:
+        return [task_from_row(r) for r in self._rows(_Q["open_tasks"])]
+
+    def count_by_state(self) -> dict[str, int]:
+        return {r["state"]: int(r["n"]) for r in self._rows(_Q["count_by_state"])}
+
+    def set_question(self, task_id: str, question: str | None) -> None:
+        with self._writing() as conn:
+            conn.execute(_Q["set_question"].encode(), (question, task_id))
+
+    # -- ledger ------------------------------------------------------------------------------
+
+    def append_ledger(self, entry: LedgerEntry) -> LedgerEntry:
+        with self._writing() as conn:
+            return self._ledger(conn, entry)
+
+    def ledger(self, after: int, limit: int, task: str | None = None) -> list[LedgerEntry]:
+        if task is None:
+            rows = self._rows(_Q["ledger_after"], (after, limit))
+        else:
+            rows = self._rows(_Q["ledger_of_task"], (task, after, limit))
+        return [ledger_from_row(r) for r in rows]
+
+    def max_ledger_seq(self) -> int:
+        row = self._one(_Q["max_ledger_seq"])
+        return int(row["seq"]) if row else 0
+
+    COST_KEYS = {
+        "agent": "l.agent",
+        "workspace": (
+            "COALESCE(t.workspace, (SELECT a.workspace FROM agents a WHERE a.name = l.agent))"
+        ),
+        "tenant": "l.tenant",
+        "day": "substr(l.at, 1, 10)",
+    }
+
+    def cost_totals(self, by: str, since: str, tenant: str | None = None) -> list[dict[str, Any]]:
+        key = self.COST_KEYS.get(by)
+        if key is None:
+            raise ValueError(f"cost totals by {by!r}: by agent, workspace, tenant or day")
+        query = _Q["cost_totals"].replace("{key}", key)
+        return [
+            {
+                "key": r["key"],
+                "sessions": int(r["sessions"]),
+                "usd": float(r["usd"]),
+                "tokens_in": int(r["tokens_in"]),
+                "tokens_out": int(r["tokens_out"]),
+            }
+            for r in self._rows(query, (since, tenant, tenant))
+        ]
+
+    # -- agents, tenants, skills -------------------------------------------------------------
+
+    def upsert_agent(self, agent: Agent, registered_at: str) -> None:
+        with self._writing() as conn:
+            conn.execute(_Q["upsert_agent"].encode(), _text(agent_row(agent, registered_at)))
+
+    def agents(self) -> list[Agent]:
+        return [agent_from_row(r) for r in self._rows(_Q["all_agents"])]
+
+    def ensure_tenant(self, name: str, at: str) -> None:
+        with self._writing() as conn:
+            conn.execute(_Q["ensure_tenant"].encode(), (name, at))
+
+    def ensure_skills(self, names: list[str]) -> None:
+        if not names:
+            return
+        with self._writing() as conn:
+            conn.cursor().executemany(_Q["ensure_skill"].encode(), [(n,) for n in names])
+
+    def describe_skill(self, name: str, description: str) -> None:
+        with self._writing() as conn:
+            conn.execute(_Q["describe_skill"].encode(), (name, description))
+
+    def skills(self) -> list[tuple[str, str, int]]:
+        return [
+            (r["name"], r["description"], int(r["agents"])) for r in self._rows(_Q["all_skills"])
+        ]
+
+    # -- schedules ---------------------------------------------------------------------------
+
+    def upsert_schedule(self, schedule: Schedule) -> None:
+        with self._writing() as conn:
+            conn.execute(
+                _Q["upsert_schedule"].encode(),
+                (schedule.name, schedule.next_fire_at, _json.encode(schedule).decode()),
+            )
+
+    def get_schedule(self, name: str) -> Schedule | None:
+        row = self._one(_Q["get_schedule"], (name,))
+        return None if row is None else _schedule_decoder.decode(row["doc"])
+
+    def schedules(self) -> list[Schedule]:
+        return [_schedule_decoder.decode(r["doc"]) for r in self._rows(_Q["all_schedules"])]
+
+    def delete_schedule(self, name: str) -> bool:
+        with self._writing() as conn:
+            return conn.execute(_Q["delete_schedule"].encode(), (name,)).rowcount == 1
+
+    def record_fire(
+        self,
+        schedule: str,
+        nominal: str,
+        outcome: str,
+        task: str | None,
+        at: str,
+        reason: str | None = None,
+    ) -> bool:
+        import psycopg
+
+        with self._writing() as conn:
+            try:
+                with self._refusable(conn):
+                    conn.execute(
+                        _Q["insert_fire"].encode(), (schedule, nominal, outcome, task, at, reason)
+                    )
+            except psycopg.errors.UniqueViolation:
+                return False
+            return True
+
+    def fire_recorded(self, schedule: str, nominal: str) -> bool:
+        return self._one(_Q["fire_recorded"], (schedule, nominal)) is not None
+
+    def fires(self, schedule: str, limit: int) -> list[dict[str, Any]]:
+        return [dict(r) for r in self._rows(_Q["fires_of"], (schedule, limit))]
+
+    # -- tokens ------------------------------------------------------------------------------
+
+    def insert_token(self, token: Token, secret_hash: str) -> None:
+        import psycopg
+
+        with self._writing() as conn:
+            try:
+                with self._refusable(conn):
+                    conn.execute(
+                        _Q["insert_token"].encode(),
+                        tuple(
+                            v.decode() if isinstance(v, bytes) else v
+                            for v in token_row(token, secret_hash)
+                        ),
+                    )
+            except psycopg.errors.UniqueViolation as exc:
+                raise StoreConflict(f"token id {token.id} is taken; nothing was written") from exc
+
+    def token(self, token_id: str) -> tuple[Token, str] | None:
+        row = self._one(_Q["get_token"], (token_id,))
+        return None if row is None else (token_from_row(row), row["secret_hash"])
+
+    def tokens(self) -> list[Token]:
+        return [token_from_row(r) for r in self._rows(_Q["all_tokens"])]
+
+    def revoke_token(self, token_id: str, at: str) -> bool:
+        with self._writing() as conn:
+            return conn.execute(_Q["revoke_token"].encode(), (at, token_id)).rowcount == 1
+
+    def touch_token(self, token_id: str, at: str) -> None:
+        with self._writing() as conn:
+            conn.execute(_Q["touch_token"].encode(), (at, token_id))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def board_lock(dsn: str) -> psycopg.Connection[dict[str, Any]]:
+    """Hold the board for this daemon: a connection of its own with the board's session
+    advisory lock, kept until it closes (the process ends). A second daemon on the same board
+    gets ``LockHeld``-like refusal: ``ConfigError``, naming the holder's backend pid."""
+    conn = _connect(dsn)
+    key = conn.execute(_DAEMON_KEY + " AS key").fetchone()
+    assert key is not None
+    got = conn.execute("SELECT pg_try_advisory_lock(%s) AS ok", (key["key"],)).fetchone()
+    if not got or not got["ok"]:
+        holder = conn.execute(
+            "SELECT pid, client_addr, backend_start FROM pg_locks JOIN pg_stat_activity "
+            "USING (pid) WHERE locktype = 'advisory' AND objid = (%s::bigint & 4294967295)::oid",
+            (key["key"],),
+        ).fetchone()
+        conn.close()
+        who = (
+            f" (backend pid {holder['pid']}, from {holder['client_addr'] or 'a local socket'})"
+            if holder is not None
+            else ""
+        )
+        raise ConfigError(
+            f"another daemon holds the board at {shown_location(dsn)}{who}; one daemon per "
+            "board until the hive"
+        )
+    return conn

@@ -1,0 +1,263 @@
+-- Named blocks: "-- name: NAME" starts a block; colibri.store.sql loads them by name.
+-- Migrations are the blocks named migration_N, applied in order; colibri_schema.version = N
+-- after. Placeholders are psycopg's (%s, %(name)s). Text that is compared or ordered (ids,
+-- names, times) is COLLATE "C": byte order, as SQLite compares.
+
+-- name: migration_1
+CREATE TABLE colibri_schema (
+    version     INTEGER NOT NULL
+);
+INSERT INTO colibri_schema (version) VALUES (0);
+CREATE TABLE tenants (
+    name        TEXT COLLATE "C" PRIMARY KEY,
+    created_at  TEXT COLLATE "C" NOT NULL
+);
+CREATE TABLE tasks (
+    id              TEXT COLLATE "C" PRIMARY KEY,
+    tenant          TEXT COLLATE "C" NOT NULL,
+    text            TEXT NOT NULL,
+    capabilities    TEXT NOT NULL,          -- JSON array
+    workspace       TEXT COLLATE "C",
+    agent           TEXT COLLATE "C",
+    pinned          INTEGER NOT NULL DEFAULT 0,
+    parent          TEXT COLLATE "C",
+    sender          TEXT COLLATE "C",
+    priority        BIGINT NOT NULL DEFAULT 0,
+    min_score       DOUBLE PRECISION,
+    state           TEXT COLLATE "C" NOT NULL,
+    outcome         TEXT COLLATE "C",
+    output          TEXT,
+    error           TEXT,
+    cost            TEXT,                   -- JSON object
+    attempts        BIGINT NOT NULL DEFAULT 0,
+    max_attempts    BIGINT NOT NULL DEFAULT 1,
+    epoch           BIGINT NOT NULL DEFAULT 0,
+    labels          TEXT NOT NULL,          -- JSON array
+    idempotency_key TEXT COLLATE "C",
+    not_before      TEXT COLLATE "C",
+    schedule        TEXT COLLATE "C",
+    question        TEXT,
+    budget_usd      DOUBLE PRECISION,
+    created_at      TEXT COLLATE "C" NOT NULL,
+    updated_at      TEXT COLLATE "C" NOT NULL,
+    fingerprint     TEXT
+);
+CREATE UNIQUE INDEX tasks_idempotency ON tasks (tenant, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+CREATE INDEX tasks_open ON tasks (state) WHERE state <> 'closed';
+CREATE INDEX tasks_parent ON tasks (parent) WHERE parent IS NOT NULL;
+CREATE INDEX tasks_agent ON tasks (agent) WHERE agent IS NOT NULL;
+CREATE TABLE agents (
+    name          TEXT COLLATE "C" PRIMARY KEY,
+    tenant        TEXT COLLATE "C" NOT NULL,
+    capabilities  TEXT NOT NULL,            -- JSON array
+    slots         BIGINT NOT NULL,
+    ttl           DOUBLE PRECISION NOT NULL,
+    workspace     TEXT COLLATE "C",
+    registered_at TEXT COLLATE "C" NOT NULL,
+    last_seen     TEXT COLLATE "C"
+);
+CREATE TABLE skills (
+    name        TEXT COLLATE "C" PRIMARY KEY,
+    description TEXT NOT NULL DEFAULT ''
+);
+-- seq is assigned by the store, not by a sequence: a rolled-back row gives its number back.
+CREATE TABLE ledger (
+    seq        BIGINT PRIMARY KEY,
+    at         TEXT COLLATE "C" NOT NULL,
+    task       TEXT COLLATE "C",
+    schedule   TEXT COLLATE "C",
+    tenant     TEXT COLLATE "C" NOT NULL,
+    from_state TEXT COLLATE "C",
+    to_state   TEXT COLLATE "C" NOT NULL,
+    agent      TEXT COLLATE "C",
+    epoch      BIGINT NOT NULL,
+    reason     TEXT,
+    cost       TEXT,                        -- JSON object
+    uid        BIGINT,
+    pid        BIGINT
+);
+CREATE INDEX ledger_task ON ledger (task);
+CREATE TABLE schedules (
+    name         TEXT COLLATE "C" PRIMARY KEY,
+    next_fire_at TEXT COLLATE "C",
+    doc          TEXT NOT NULL
+);
+CREATE TABLE schedule_fires (
+    schedule TEXT COLLATE "C" NOT NULL,
+    nominal  TEXT COLLATE "C" NOT NULL,
+    outcome  TEXT COLLATE "C" NOT NULL,
+    task     TEXT COLLATE "C",
+    at       TEXT COLLATE "C" NOT NULL,
+    reason   TEXT,
+    PRIMARY KEY (schedule, nominal)
+);
+CREATE TABLE meta (
+    name  TEXT COLLATE "C" PRIMARY KEY,
+    value BYTEA NOT NULL
+);
+CREATE TABLE tokens (
+    id           TEXT COLLATE "C" PRIMARY KEY,
+    tenant       TEXT COLLATE "C" NOT NULL,
+    role         TEXT COLLATE "C" NOT NULL,
+    agent        TEXT COLLATE "C",
+    capabilities TEXT NOT NULL,             -- JSON array
+    workspace    TEXT COLLATE "C",
+    secret_hash  TEXT NOT NULL,
+    created_at   TEXT COLLATE "C" NOT NULL,
+    expires_at   TEXT COLLATE "C",
+    revoked_at   TEXT COLLATE "C",
+    last_used_at TEXT COLLATE "C"
+);
+
+-- name: insert_task
+INSERT INTO tasks (id, tenant, text, capabilities, workspace, agent, pinned, parent, sender, priority,
+                   min_score, state, outcome, output, error, cost, attempts, max_attempts, epoch,
+                   labels, idempotency_key, not_before, schedule, question, budget_usd, created_at,
+                   updated_at, fingerprint)
+VALUES (%(id)s, %(tenant)s, %(text)s, %(capabilities)s, %(workspace)s, %(agent)s, %(pinned)s,
+        %(parent)s, %(sender)s, %(priority)s, %(min_score)s, %(state)s, %(outcome)s, %(output)s,
+        %(error)s, %(cost)s, %(attempts)s, %(max_attempts)s, %(epoch)s, %(labels)s,
+        %(idempotency_key)s, %(not_before)s, %(schedule)s, %(question)s, %(budget_usd)s,
+        %(created_at)s, %(updated_at)s, %(fingerprint)s);
+
+-- name: update_task
+UPDATE tasks
+   SET state = %(state)s, outcome = %(outcome)s, agent = %(agent)s, output = %(output)s,
+       error = %(error)s, cost = %(cost)s, attempts = %(attempts)s, epoch = %(epoch)s,
+       not_before = %(not_before)s, question = %(question)s, updated_at = %(updated_at)s
+ WHERE id = %(id)s AND state = %(expected_state)s AND epoch = %(expected_epoch)s;
+
+-- name: insert_ledger
+INSERT INTO ledger (seq, at, task, schedule, tenant, from_state, to_state, agent, epoch, reason,
+                    cost, uid, pid)
+VALUES (%(seq)s, %(at)s, %(task)s, %(schedule)s, %(tenant)s, %(from_state)s, %(to_state)s,
+        %(agent)s, %(epoch)s, %(reason)s, %(cost)s, %(uid)s, %(pid)s);
+
+-- name: get_task
+SELECT * FROM tasks WHERE id = %s;
+
+-- name: find_idempotent
+SELECT * FROM tasks WHERE tenant = %s AND idempotency_key = %s;
+
+-- name: get_meta
+SELECT value FROM meta WHERE name = %s;
+
+-- name: put_meta
+INSERT INTO meta (name, value) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING;
+
+-- name: fingerprint
+SELECT fingerprint FROM tasks WHERE id = %s;
+
+-- name: open_tasks
+SELECT * FROM tasks WHERE state <> 'closed' ORDER BY id;
+
+-- name: children
+SELECT * FROM tasks WHERE parent = %s ORDER BY id;
+
+-- name: open_family
+WITH RECURSIVE family (id, depth) AS (
+    SELECT id, 0 FROM tasks WHERE id = %s
+    UNION ALL
+    SELECT tasks.id, family.depth + 1 FROM tasks JOIN family ON tasks.parent = family.id
+)
+SELECT tasks.* FROM family JOIN tasks ON tasks.id = family.id
+ WHERE tasks.state IN ('pending', 'running')
+ ORDER BY family.depth, tasks.id;
+
+-- name: ledger_after
+SELECT * FROM ledger WHERE seq > %s ORDER BY seq LIMIT %s;
+
+-- name: ledger_of_task
+SELECT * FROM ledger WHERE task = %s AND seq > %s ORDER BY seq LIMIT %s;
+
+-- name: max_ledger_seq
+SELECT COALESCE(MAX(seq), 0) AS seq FROM ledger;
+
+-- name: count_by_state
+SELECT state, COUNT(*) AS n FROM tasks GROUP BY state;
+
+-- name: upsert_agent
+INSERT INTO agents (name, tenant, capabilities, slots, ttl, workspace, registered_at, last_seen)
+VALUES (%(name)s, %(tenant)s, %(capabilities)s, %(slots)s, %(ttl)s, %(workspace)s,
+        %(registered_at)s, %(last_seen)s)
+ON CONFLICT (name) DO UPDATE
+   SET tenant = excluded.tenant, capabilities = excluded.capabilities, slots = excluded.slots,
+       ttl = excluded.ttl, workspace = excluded.workspace,
+       registered_at = excluded.registered_at, last_seen = excluded.last_seen;
+
+-- name: all_agents
+SELECT * FROM agents ORDER BY name;
+
+-- name: ensure_tenant
+INSERT INTO tenants (name, created_at) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING;
+
+-- name: ensure_skill
+INSERT INTO skills (name) VALUES (%s) ON CONFLICT (name) DO NOTHING;
+
+-- name: describe_skill
+INSERT INTO skills (name, description) VALUES (%s, %s)
+ON CONFLICT (name) DO UPDATE SET description = excluded.description;
+
+-- name: all_skills
+SELECT s.name, s.description,
+       (SELECT COUNT(*) FROM agents a WHERE a.capabilities::jsonb ? s.name) AS agents
+  FROM skills s ORDER BY s.name;
+
+-- name: upsert_schedule
+INSERT INTO schedules (name, next_fire_at, doc) VALUES (%s, %s, %s)
+ON CONFLICT (name) DO UPDATE SET next_fire_at = excluded.next_fire_at, doc = excluded.doc;
+
+-- name: all_schedules
+SELECT doc FROM schedules ORDER BY name;
+
+-- name: get_schedule
+SELECT doc FROM schedules WHERE name = %s;
+
+-- name: delete_schedule
+DELETE FROM schedules WHERE name = %s;
+
+-- name: insert_fire
+INSERT INTO schedule_fires (schedule, nominal, outcome, task, at, reason)
+VALUES (%s, %s, %s, %s, %s, %s);
+
+-- name: fire_recorded
+SELECT 1 FROM schedule_fires WHERE schedule = %s AND nominal = %s;
+
+-- name: fires_of
+SELECT schedule, nominal, outcome, task, at, reason FROM schedule_fires
+ WHERE schedule = %s ORDER BY nominal DESC LIMIT %s;
+
+-- name: cost_totals
+-- {key} is one of the expressions in PostgresStore.COST_KEYS, never user text. Sums are taken
+-- as double precision, so they never overflow, as SQLite's TOTAL.
+SELECT {key} AS key, COUNT(*) AS sessions,
+       COALESCE(SUM((l.cost::jsonb ->> 'usd')::double precision), 0) AS usd,
+       COALESCE(SUM((l.cost::jsonb ->> 'tokens_in')::double precision), 0) AS tokens_in,
+       COALESCE(SUM((l.cost::jsonb ->> 'tokens_out')::double precision), 0) AS tokens_out
+  FROM ledger l LEFT JOIN tasks t ON t.id = l.task
+ WHERE l.cost IS NOT NULL AND l.at >= %s AND (%s::text IS NULL OR l.tenant = %s)
+ GROUP BY 1 ORDER BY 1 NULLS FIRST;
+
+-- name: set_question
+UPDATE tasks SET question = %s WHERE id = %s;
+
+-- name: count_children
+SELECT COUNT(*) AS n FROM tasks WHERE parent = %s;
+
+-- name: insert_token
+INSERT INTO tokens (id, tenant, role, agent, capabilities, workspace, secret_hash, created_at,
+                    expires_at, revoked_at, last_used_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s);
+
+-- name: get_token
+SELECT * FROM tokens WHERE id = %s;
+
+-- name: all_tokens
+SELECT * FROM tokens ORDER BY created_at, id;
+
+-- name: revoke_token
+UPDATE tokens SET revoked_at = %s WHERE id = %s AND revoked_at IS NULL;
+
+-- name: touch_token
+UPDATE tokens SET last_used_at = %s WHERE id = %s;

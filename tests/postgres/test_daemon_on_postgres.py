@@ -1,0 +1,67 @@
+"""The daemon on a PostgreSQL board: the same board, acknowledged work survives a crash."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import Daemon, FakeAgent, colibri, one_line, write_config
+from tests.store.conftest import pg_schema
+
+
+@pytest.fixture
+def board() -> Iterator[str]:
+    dsn, drop = pg_schema()
+    try:
+        yield dsn
+    finally:
+        drop()
+
+
+def test_a_daemon_runs_on_postgresql_and_keeps_acknowledged_work_through_a_crash(
+    tmp_path: Path, board: str
+) -> None:
+    root = tmp_path / "pg"
+    root.mkdir()
+    write_config(root, tick="1s")
+    daemon = Daemon(root, "--store", board)
+    daemon.start()
+    try:
+        status = daemon.call("status")["daemon"]
+        assert status["store"].startswith("postgresql://postgres@127.0.0.1")
+        assert "search_path" not in status["store"]  # the shown location is the server's
+        agent = FakeAgent(daemon, "pg-1", ["py"])
+        done = daemon.submit("run me", capabilities=["py"])
+        assign = agent.next_event("assign")
+        agent.client.call("out", task=done["id"], epoch=assign["epoch"], output="ok",
+                          cost={"usd": 0.25})  # fmt: skip
+        daemon.wait_closed(done["id"])
+        waiting = [daemon.submit(f"later {n}", capabilities=["gpu"]) for n in range(20)]
+        agent.client.close()
+        daemon.kill()  # SIGKILL: nothing but what was committed survives
+        daemon.start()
+        assert daemon.task(done["id"])["output"] == "ok"
+        assert [daemon.task(t["id"])["state"] for t in waiting] == ["pending"] * 20
+        seqs = [row["seq"] for row in daemon.ledger()]
+        assert seqs == list(range(1, len(seqs) + 1))  # gap-free across the crash
+        assert daemon.call("cost", by="agent")["totals"][0]["usd"] == 0.25
+        # One daemon per board: another root pointed at it is refused in one line.
+        other = tmp_path / "other"
+        assert colibri(None, "init", str(other)).returncode == 0
+        refused = colibri(other, "run", "--store", board)
+        assert refused.returncode == 1
+        assert "another daemon holds the board" in one_line(refused.stderr)
+    finally:
+        daemon.stop()
+
+
+def test_an_unreachable_postgresql_is_one_line(tmp_path: Path) -> None:
+    root = tmp_path / "nowhere"
+    assert colibri(None, "init", str(root)).returncode == 0
+    done = colibri(root, "run", "--store", "postgresql://nobody:hunter2@127.0.0.1:1/none")
+    assert done.returncode == 1
+    line = one_line(done.stderr)
+    assert "cannot reach the PostgreSQL board at postgresql://nobody@127.0.0.1:1/none" in line
+    assert "hunter2" not in done.stderr
