@@ -22,6 +22,15 @@ PYTHON = sys.executable
 #: its own on ``COLIBRI_TEST_PG``'s server) instead of its root's SQLite file. Read here, at
 #: import: each test's environment is cleared of COLIBRI_* variables.
 STORE_BACKEND = os.environ.get("COLIBRI_TEST_STORE", "sqlite")
+#: A test that reads or plants rows in the board's SQLite file itself.
+def sqlite_only(test: Callable[..., Any]) -> Callable[..., Any]:
+    import pytest
+
+    return pytest.mark.skipif(
+        STORE_BACKEND != "sqlite", reason="reads or writes the SQLite file itself"
+    )(test)
+
+
 #: How to drop the PostgreSQL boards the test daemons made (at the end of the session).
 PG_BOARDS_TO_DROP: list[Callable[[], None]] = []
 

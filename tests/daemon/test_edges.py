@@ -15,7 +15,7 @@ import pytest
 from colibri.core.errors import ColibriError
 from colibri.core.model import MAX_TOKENS, MAX_USD
 from tests.daemon.conftest import Spawn
-from tests.helpers import Daemon, RawConnection, colibri, pong
+from tests.helpers import Daemon, RawConnection, colibri, pong, sqlite_only
 from tests.sessions.support import ECHO
 
 INT64_MAX = 2**63 - 1
@@ -85,6 +85,7 @@ def test_costs_at_their_bounds_sum_without_overflow_in_every_view(
     assert table.returncode == 0 and "3000000.0000" in table.stdout, table.stdout + table.stderr
 
 
+@sqlite_only
 def test_stored_costs_that_would_overflow_a_sum_do_not_stop_the_daemon(root: Path) -> None:
     """Costs written before the bounds existed (or by another program): integers at 2**63 - 1
     and dollars at 1e308. The daily budgets read them at every start; the daemon starts, and
@@ -148,6 +149,7 @@ def test_the_largest_ledger_position_is_an_empty_page(daemon: Daemon) -> None:
     assert reply["entries"] == [] and reply["next"] == INT64_MAX
 
 
+@sqlite_only
 def test_a_read_that_fails_does_not_roll_back_the_write_pipelined_before_it(
     daemon: Daemon,
 ) -> None:

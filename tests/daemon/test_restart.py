@@ -15,7 +15,7 @@ import pytest
 
 from colibri.client import socket_path
 from tests.daemon.conftest import Spawn
-from tests.helpers import PYTHON, Daemon, FakeAgent
+from tests.helpers import PYTHON, Daemon, FakeAgent, sqlite_only
 from tests.reliability.crash_scenarios import mirror_path
 
 LONG_TTL = 30.0
@@ -216,6 +216,7 @@ def other_root() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@sqlite_only
 @pytest.mark.parametrize("how", ["--store", "store.path"])
 def test_a_daemon_of_another_root_on_the_same_board_exits_naming_the_first(
     root: Path, other_root: Path, how: str

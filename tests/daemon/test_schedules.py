@@ -13,7 +13,7 @@ import pytest
 
 from colibri.core.errors import ColibriError
 from colibri.core.model import parse_rfc3339, rfc3339
-from tests.helpers import Daemon, FakeAgent, wait_until
+from tests.helpers import Daemon, FakeAgent, sqlite_only, wait_until
 
 
 def add(daemon: Daemon, name: str, **spec: Any) -> dict[str, Any]:
@@ -209,6 +209,7 @@ def test_kill_at_fires_never_fires_a_time_twice_nor_loses_one(root: Path) -> Non
     json.dumps(records)  # the records are plain JSON (what `schedule show --json` prints)
 
 
+@sqlite_only
 def test_three_days_down_gives_one_catch_up_task_and_loud_missed_fires(root: Path) -> None:
     """E3: an every-minute schedule and a daemon down for three days: one task, not 4,320."""
     import sqlite3
