@@ -321,6 +321,8 @@ async def _run_until_stopped(daemon: Daemon) -> None:
                 continue
             except TimeoutError:
                 pass
+            if server.unavailable is not None and not server.recover():
+                continue  # nothing is judged, expired or fired while the store is away
             board.sweep()
             server.close_stalled()
             server.schedule_flush()

@@ -103,6 +103,10 @@ class Server:
         #: agree); set by ``fatal``, which also calls ``on_fatal``.
         self.fatal_error: str | None = None
         self.on_fatal: Callable[[], None] = lambda: None
+        #: Why the board cannot be served now: a batch failed on the store and the board could
+        #: not be reloaded from it (the store is unreachable). Until ``recover`` reloads it,
+        #: every request but ``ping`` is answered ``storage_unavailable`` and nothing runs.
+        self.unavailable: str | None = None
         #: The TCP addresses listened on, as bound (``gateway.py``).
         self.listening: list[str] = []
         #: Failed logins over TCP, per address (``gateway.py``).
@@ -162,6 +166,12 @@ class Server:
             self.reply_error(conn, protocol.request_id(line), exc)
             if conn.principal is None:  # nobody yet: one answer, then the door
                 self.close_after_flush(conn)
+            return
+        if self.unavailable is not None and not isinstance(req, protocol.Ping):
+            self.reply_error(conn, req.id, StorageUnavailable(
+                f"{self.unavailable}; the daemon retries every second and serves again once "
+                "the store answers"
+            ))  # fmt: skip
             return
         principal = conn.principal
         if principal is None and not isinstance(req, protocol.Auth):
@@ -309,6 +319,9 @@ class Server:
         self.on_fatal()
 
     def _flush(self) -> None:
+        if self.unavailable is not None:
+            self._flush_unavailable()
+            return
         board = self.board
         placed = 0
         rows: list[LedgerEntry] = []
@@ -364,6 +377,42 @@ class Server:
         if self.on_flushed is not None:
             self.on_flushed()
 
+    def _flush_unavailable(self) -> None:
+        """While the store is away: only refusals go out; nothing is dispatched or committed."""
+        replies, self._replies = self._replies, []
+        self._batch_error = None
+        for conn, message in replies:
+            conn.queue(message)
+        for conn in self.dirty:
+            conn.write_out()
+        self.dirty.clear()
+        for conn in self._to_close:
+            if conn.transport is not None:
+                conn.transport.close()
+        self._to_close.clear()
+
+    def recover(self) -> bool:
+        """Try to reload the board from a store that was away (``unavailable``); True once it
+        serves again. Called by the sweep, every second at most."""
+        if self.unavailable is None:
+            return True
+        try:
+            self.board.store.rollback()  # and connect again, for a database server
+            self.board.rebuild()
+            self._reload()
+        except StorageUnavailable as exc:
+            self.unavailable = exc.message
+            return False
+        except Exception as exc:
+            log.debug("rebuild failed", exc_info=True)
+            self.fatal(f"the board could not be reloaded from the store ({exc!r})")
+            return False
+        self.unavailable = None
+        self.board.restart_clocks()
+        log.warning("the store answers again: serving", extra={"event": "storage_back"})
+        self.schedule_flush()
+        return True
+
     def _fail_batch(
         self, replies: list[tuple[Connection, dict[str, Any]]], error: ColibriError
     ) -> None:
@@ -373,6 +422,14 @@ class Server:
             self.board.store.rollback()
             self.board.rebuild()
             self._reload()
+        except StorageUnavailable as exc:
+            # The store itself is away (a database server down): memory cannot be made to
+            # agree with it now. Serve nothing but refusals, and reload once it is back.
+            self.unavailable = exc.message
+            log.error(
+                "the store is unavailable; refusing every request until it is back",
+                extra={"event": "storage_unavailable", "error": exc.message},
+            )
         except Exception as exc:  # a recovery that fails must not leave a daemon answering nothing
             log.debug("rebuild failed", exc_info=True)
             self.fatal(f"the board could not be reloaded from the store after a failed batch "

@@ -196,6 +196,10 @@ class Board:
 
     # -- time --------------------------------------------------------------------------------
 
+    def restart_clocks(self) -> None:
+        """The agents' silence so far does not count (the daemon refused their heartbeats)."""
+        self.presence.restart_clocks(self.clock.monotonic())
+
     def sweep(self) -> None:
         """Expire silent agents, fail sessions nobody claimed back, release due retries."""
         now = self.clock.monotonic()

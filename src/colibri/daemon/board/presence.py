@@ -154,6 +154,13 @@ class Presence:
             agent.peer = None
             self.capacity.index(agent)
 
+    def restart_clocks(self, now: float) -> None:
+        """Count every online agent as heard from at ``now``: after a time in which the daemon
+        could not take their heartbeats (its store was down), none is expired for it."""
+        for agent in self.agents.values():
+            if agent.online:
+                agent.last_seen = now
+
     def sweep(self, now: float) -> None:
         """At monotonic ``now``: expire silent agents, close breakers whose cool-down is over,
         and lose the sessions nobody claimed back after a restart."""
