@@ -137,7 +137,8 @@ class Daemon:
         """How the daemon is started (a subclass may wrap it)."""
         store: list[str] = []
         if STORE_BACKEND == "postgresql" and "--store" not in self.extra_args:
-            store = ["--store", self.pg_board()]
+            # A short lease: a daemon started again after a kill waits it out.
+            store = ["--store", self.pg_board(), "--lease-ttl", "2s"]
         return [PYTHON, "-m", "colibri", "--root", str(self.root), "run",
                 "--log-level", self.log_level, *store, *self.extra_args]  # fmt: skip
 

@@ -26,7 +26,7 @@ def test_a_daemon_runs_on_postgresql_and_keeps_acknowledged_work_through_a_crash
     root = tmp_path / "pg"
     root.mkdir()
     write_config(root, tick="1s")
-    daemon = Daemon(root, "--store", board)
+    daemon = Daemon(root, "--store", board, "--lease-ttl", "2s")
     daemon.start()
     try:
         status = daemon.call("status")["daemon"]
@@ -47,12 +47,6 @@ def test_a_daemon_runs_on_postgresql_and_keeps_acknowledged_work_through_a_crash
         seqs = [row["seq"] for row in daemon.ledger()]
         assert seqs == list(range(1, len(seqs) + 1))  # gap-free across the crash
         assert daemon.call("cost", by="agent")["totals"][0]["usd"] == 0.25
-        # One daemon per board: another root pointed at it is refused in one line.
-        other = tmp_path / "other"
-        assert colibri(None, "init", str(other)).returncode == 0
-        refused = colibri(other, "run", "--store", board)
-        assert refused.returncode == 1
-        assert "another daemon holds the board" in one_line(refused.stderr)
     finally:
         daemon.stop()
 

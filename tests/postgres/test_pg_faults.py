@@ -82,7 +82,7 @@ def relayed_board() -> Iterator[tuple[Relay, str]]:
 
     dsn, drop = pg_schema()
     parts = conninfo_to_dict(PG_DSN)
-    relay = Relay((parts.get("host") or "127.0.0.1", int(parts.get("port") or 5432)))
+    relay = Relay((str(parts.get("host") or "127.0.0.1"), int(parts.get("port") or 5432)))
     relayed = dsn.replace(f":{parts.get('port') or 5432}/", f":{relay.port}/", 1)
     assert relayed != dsn
     try:
@@ -99,7 +99,7 @@ def test_postgresql_away_for_a_while_loses_nothing_and_the_daemon_comes_back_by_
     root = tmp_path / "pgfault"
     root.mkdir()
     write_config(root, tick="1s", agent_ttl="2s")
-    daemon = Daemon(root, "--store", dsn)
+    daemon = Daemon(root, "--store", dsn, "--lease-ttl", "5s")
     daemon.start()
     try:
         agent = FakeAgent(daemon, "steady", ["py"])
@@ -155,7 +155,7 @@ def test_connections_killed_and_cut_during_a_submit_storm_lose_and_double_nothin
     root = tmp_path / "a7"
     root.mkdir()
     write_config(root, tick="1s")
-    daemon = Daemon(root, "--store", dsn, log_level="info")
+    daemon = Daemon(root, "--store", dsn, "--lease-ttl", "5s", log_level="info")
     daemon.start()
     acknowledged: dict[str, str] = {}
     refusals = 0

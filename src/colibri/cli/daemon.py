@@ -61,6 +61,12 @@ def init(directory: Path | None, force: bool) -> None:
 @click.option("--tls-cert", metavar="PEM", help="The TLS certificate (chain) to present.")
 @click.option("--tls-key", metavar="PEM", help="The TLS certificate's private key.")
 @click.option(
+    "--lease-ttl",
+    metavar="DURATION",
+    help="On a PostgreSQL board: how long this daemon's lease lasts unrenewed (store.lease_ttl; "
+    "10s by default); a standby takes over that long after a crash.",
+)
+@click.option(
     "--insecure-loopback",
     is_flag=True,
     help="Allow plain TCP without TLS on loopback addresses (for tests on one machine).",
@@ -77,6 +83,7 @@ def run(
     listen: tuple[str, ...],
     tls_cert: str | None,
     tls_key: str | None,
+    lease_ttl: str | None,
     insecure_loopback: bool,
 ) -> None:
     """Run the daemon in the foreground (creating the root here if there is none).
@@ -92,7 +99,7 @@ def run(
         click.echo(f"colibri: initialised a new root at {root}", err=True)
     config = load_config(
         root, store=store, durability=durability, listen=listen, tls_cert=tls_cert,
-        tls_key=tls_key, insecure_loopback=insecure_loopback,
+        tls_key=tls_key, insecure_loopback=insecure_loopback, lease_ttl=lease_ttl,
     )  # fmt: skip
     setup(log_level, log_format)
     raise SystemExit(run_loop(serve(config), loop))

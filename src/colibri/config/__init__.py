@@ -96,7 +96,7 @@ _KNOWN: dict[str, set[str]] = {
         "handshake_timeout",
         "auth_failures",
     },  # fmt: skip
-    "store": {"durability", "path"},
+    "store": {"durability", "path", "lease_ttl"},
     "supervisor": {"crash_loop", "crash_window", "cool_down", "max_backoff"},
     "ledger": {"rotate_mib", "keep"},
     # names are free in these; each entry is checked as what it is
@@ -133,6 +133,7 @@ def load_config(
     tls_cert: str | None = None,
     tls_key: str | None = None,
     insecure_loopback: bool = False,
+    lease_ttl: str | None = None,
 ) -> Config:
     """Read and validate ``root/colibri.jsonc``; errors say ``file:line: what is wrong``."""
     path = root / CONFIG_NAME
@@ -315,6 +316,7 @@ def load_config(
         root=root,
         store=store_path,
         durability=chosen_durability,
+        lease_ttl=_lease_ttl(lease_ttl) if lease_ttl else duration("store.lease_ttl", 10.0),
         scheduler=scheduler,
         server=server,
         supervisor=supervisor,
@@ -332,6 +334,14 @@ def load_config(
             f"({MAX_SOCKET_PATH} bytes); use a root with a shorter path"
         )
     return config
+
+
+def _lease_ttl(text: str) -> float:
+    low, high = DURATION_RANGES["store.lease_ttl"]
+    try:
+        return parse_duration(text, low=low, high=high)
+    except BadDuration as exc:
+        raise ConfigError(f"--lease-ttl: {exc.message}") from None
 
 
 def _path_setting(

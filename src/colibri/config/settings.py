@@ -28,6 +28,7 @@ DURATION_RANGES: dict[str, tuple[float, float]] = {
     "server.line_timeout": (0.1, DAY),
     "server.idle_timeout": (1.0, DAY),
     "server.handshake_timeout": (0.1, 3600.0),
+    "store.lease_ttl": (1.0, 3600.0),
     "supervisor.crash_window": (1.0, DAY),
     "supervisor.cool_down": (1.0, DAY),
     "supervisor.max_backoff": (1.0, DAY),
@@ -124,6 +125,8 @@ class Config:
     root: Path
     store: str
     durability: str = "full"
+    #: How long a daemon's lease on a PostgreSQL board lasts unrenewed (renewed every third).
+    lease_ttl: float = 10.0
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     supervisor: SupervisorSettings = field(default_factory=SupervisorSettings)

@@ -36,6 +36,7 @@ the client (``closed``, ``unexpected_reply``) and by the CLI (``os_error``, ``in
     ├── UnknownToken         unknown_token
     ├── Busy                 busy                too many connections
     ├── StorageUnavailable   storage_unavailable the store could not commit (disk full, read-only)
+    │   └── LeaseLost        lease_lost          another daemon holds the PostgreSQL board now
     ├── Internal             internal            a bug: logged with its traceback
     │   (the codes below are not sent on the socket: start-up, the client, the CLI)
     ├── ConfigError          config_error        colibri.jsonc (or COLIBRI_HOST) is invalid
@@ -260,6 +261,13 @@ class Busy(ColibriError):
 
 class StorageUnavailable(ColibriError):
     code = "storage_unavailable"
+
+
+class LeaseLost(StorageUnavailable):
+    """A write of a daemon whose lease on a PostgreSQL board has passed to another (it was
+    stopped or cut off past its lease): refused by the fence, nothing of it written."""
+
+    code = "lease_lost"
 
 
 class Internal(ColibriError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -10,7 +11,7 @@ import stat
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from colibri import host
 from colibri.config import Config
@@ -36,6 +37,9 @@ from colibri.daemon.tokens import TokenAuthority
 from colibri.locks import hold_lock, store_lock
 from colibri.store import Store, open_store
 
+if TYPE_CHECKING:
+    from colibri.store.postgres import BoardLease
+
 log = logging.getLogger(__name__)
 
 
@@ -51,28 +55,70 @@ def acquire_lock(path: Path) -> int:
 
 
 class _BoardHold:
-    """What holds a board for this daemon: ``<store>.lock`` of an SQLite file, or the board's
-    advisory lock on a connection of its own for PostgreSQL."""
+    """What makes a board this daemon's: ``<store>.lock`` of an SQLite file, or the lease of a
+    PostgreSQL board."""
 
-    def __init__(self, fd: int | None = None, connection: Any = None) -> None:
+    def __init__(self, fd: int | None = None, lease: BoardLease | None = None) -> None:
         self.fd = fd
-        self.connection = connection
+        self.lease = lease
 
     def release(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
-        if self.connection is not None:
-            self.connection.close()
+        if self.lease is not None:
+            self.lease.release()
 
 
-def acquire_store_lock(store: str) -> _BoardHold:
+async def hold_board(config: Config, address: str | None, stop: asyncio.Event) -> _BoardHold | None:
+    """The board, held: an SQLite file's lock at once, or a PostgreSQL board's lease — waiting
+    as a standby while another daemon holds it, and taking over once its lease has expired.
+    None if told to stop while waiting."""
+    if not config.store.startswith(("postgresql://", "postgres://")):
+        return _BoardHold(fd=acquire_store_lock(config.store))
+    from colibri.store.postgres import BoardLease
+
+    # The board's tables first (made, or migrated, under the board's lock): the lease is one.
+    await asyncio.to_thread(lambda: open_store(config.store, durability=config.durability).close())
+    lease = BoardLease(config.store, config.lease_ttl, address)
+    waiting_said = ""
+    while not stop.is_set():
+        try:
+            if await asyncio.to_thread(lease.take):
+                log.info(
+                    f"took the board's lease (epoch {lease.epoch}); serving",
+                    extra={"event": "lease_taken", "epoch": lease.epoch},
+                )
+                return _BoardHold(lease=lease)
+            holder = await asyncio.to_thread(lease.holder)
+        except StorageUnavailable as exc:
+            holder, why = None, exc.message
+        else:
+            why = ""
+        left = 0.0 if holder is None else max(0.0, float(holder["left_s"]))
+        if why:
+            said = why
+        elif holder is None:
+            said = "standby: the board's lease is being taken"
+        else:
+            where = holder["address"] or "an unknown address"
+            said = (
+                f"standby: daemon {str(holder['owner'])[:8]} at {where} holds the board (lease "
+                f"epoch {holder['epoch']}); taking over when its lease expires"
+            )
+        if said != waiting_said:
+            log.warning(said, extra={"event": "standby"})
+            waiting_said = said
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(min(lease.ttl / 3, max(0.05, left + 0.01))):
+                await stop.wait()
+    lease.close()
+    return None
+
+
+def acquire_store_lock(store: str) -> int:
     """Hold ``<store>.lock`` too: another root's daemon may have been pointed at this board."""
-    if store.startswith(("postgresql://", "postgres://")):
-        from colibri.store.postgres import board_lock
-
-        return _BoardHold(connection=board_lock(store))
     try:
-        return _BoardHold(fd=hold_lock(store_lock(store), own_folder=False))
+        return hold_lock(store_lock(store), own_folder=False)
     except LockHeld as held:
         raise LockHeld(
             held.holder,
@@ -153,6 +199,8 @@ class Daemon:
     schedules: ScheduleRunner
     supervisor: Supervisor
     commands: Commands
+    #: A PostgreSQL board's lease, renewed while the daemon serves (None for SQLite).
+    lease: BoardLease | None = None
 
 
 def compose(config: Config, store: Store, mirror: LedgerMirror, clock: Clock) -> Daemon:
@@ -192,8 +240,20 @@ async def serve(config: Config) -> int:
     bound = False  # the socket path is ours to remove only once we created it
     mirror = LedgerMirror(config.layout.ledger, config.ledger.rotate_bytes, config.ledger.keep)
     try:
-        board_hold = acquire_store_lock(config.store)
+        standing_by = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, standing_by.set)
+        advertised = config.server.listen[0] if config.server.listen else None
+        board_hold = await hold_board(config, advertised, standing_by)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+        if board_hold is None:
+            log.info("stopped while standing by", extra={"event": "stopped"})
+            return 0
         store = open_store(config.store, durability=config.durability)
+        if board_hold.lease is not None:
+            store.fence = (board_hold.lease.owner, board_hold.lease.epoch)  # type: ignore[attr-defined]
         caught_up = mirror.open(store)
         if caught_up:
             log.info(
@@ -201,6 +261,7 @@ async def serve(config: Config) -> int:
                 extra={"event": "ledger_caught_up", "rows": caught_up},
             )
         daemon = compose(config, store, mirror, SystemClock())
+        daemon.lease = board_hold.lease
         board, server = daemon.board, daemon.server
         try:
             board.rebuild()
@@ -327,6 +388,33 @@ async def _run_until_stopped(daemon: Daemon) -> None:
             server.close_stalled()
             server.schedule_flush()
 
+    lease = daemon.lease
+
+    async def keep_lease() -> None:
+        """Renew every third of the ttl; stop serving by this daemon's own deadline (the last
+        renewal's start + ttl - margin, on the monotonic clock) when renewals fail, and at once
+        when the lease has passed to another."""
+        assert lease is not None
+        margin = min(1.0, lease.ttl / 10)
+        valid_until = loop.time() + lease.ttl - margin
+        while True:
+            await asyncio.sleep(lease.ttl / 3)
+            started = loop.time()
+            try:
+                renewed = await asyncio.to_thread(lease.renew)
+            except StorageUnavailable as exc:
+                if loop.time() >= valid_until:
+                    server.fatal(
+                        f"the board's lease could not be renewed within its ttl ({exc.message})"
+                        "; stopping, so that another daemon may take the board"
+                    )
+                    return
+                continue
+            if not renewed:
+                server.fatal("the board's lease has passed to another daemon")
+                return
+            valid_until = started + lease.ttl - margin
+
     async with asyncio.TaskGroup() as group:
         tasks = [
             group.create_task(tick(), name="tick"),
@@ -336,6 +424,8 @@ async def _run_until_stopped(daemon: Daemon) -> None:
             ),
             group.create_task(daemon.supervisor.run(), name="supervisor"),
         ]
+        if lease is not None:
+            tasks.append(group.create_task(keep_lease(), name="lease"))
         await stop.wait()
         for task in tasks:
             task.cancel()

@@ -26,6 +26,7 @@ from colibri.core.errors import (
     ColibriError,
     Forbidden,
     Internal,
+    LeaseLost,
     StorageUnavailable,
     Unauthorized,
 )
@@ -418,6 +419,10 @@ class Server:
     ) -> None:
         """The batch did not commit: nothing in it happened. Say so and reload from the store."""
         log.error("batch rolled back", extra={"event": "batch_failed", "error": error.message})
+        if isinstance(error, LeaseLost):
+            # Another daemon serves the board now: this one's memory is stale for good.
+            self.fatal(error.message)
+            return
         try:
             self.board.store.rollback()
             self.board.rebuild()

@@ -14,9 +14,9 @@ A lost connection, a server shut down, a read-only or full database are ``Storag
 the next ``rollback`` connects again (or keeps saying so). ``durability="relaxed"`` turns
 ``synchronous_commit`` off: a crash of the server may lose the last commits, never corrupt.
 
-Not yet here: several daemons on one board (the hive's leases and fencing), row-level security
-and tenants kept apart by the database. Until then one daemon holds the board
-(``board_lock``).
+One daemon serves a board at a time, by its lease (``BoardLease``); the others wait as
+standbys and take over when it expires. Not yet here: tenants owned by different daemons (the
+hive's leases per tenant), row-level security.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from colibri.core.errors import ConfigError, StorageUnavailable
+from colibri.core.errors import ConfigError, LeaseLost, StorageUnavailable
 from colibri.core.model import Agent, LedgerEntry, Task
 from colibri.core.schedules import Schedule
 from colibri.core.tokens import Token
@@ -69,8 +69,6 @@ _TAKEN = {
 }
 #: The advisory lock of a board's writers: one key per schema (a board), held per batch.
 _BOARD_KEY = "SELECT hashtextextended('colibri board ' || current_schema(), 0)"
-#: The daemon's hold on a board, for its life: another key, or it would wait for itself.
-_DAEMON_KEY = "SELECT hashtextextended('colibri daemon ' || current_schema(), 0)"
 
 
 def is_postgres(location: str) -> bool:
@@ -130,6 +128,9 @@ class PostgresStore:
         self._lost = ""
         #: The next ledger seq of the open batch (known once the batch has written a row).
         self._next_seq: int | None = None
+        #: ``(owner, epoch)`` of the lease this store writes under: every batch checks it
+        #: first, holding the lease row so that no takeover can commit in between.
+        self.fence: tuple[str, int] | None = None
 
     def _setup(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
         if self._durability == "relaxed":
@@ -195,6 +196,14 @@ class PostgresStore:
             if not self._dirty:
                 conn.execute("BEGIN")
                 self._dirty = True
+                if self.fence is not None:
+                    held = conn.execute(_Q["lease_fence"].encode(), self.fence).fetchone()
+                    if held is None:
+                        self._lost = (
+                            f"this daemon's lease on the board (epoch {self.fence[1]}) has "
+                            "passed to another daemon; nothing was written"
+                        )
+                        raise LeaseLost(self._lost)
                 conn.execute("SELECT pg_advisory_xact_lock((" + _BOARD_KEY + "))")
             yield conn
         except (psycopg.OperationalError, psycopg.errors.InternalError) as exc:
@@ -555,28 +564,75 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def board_lock(dsn: str) -> psycopg.Connection[dict[str, Any]]:
-    """Hold the board for this daemon: a connection of its own with the board's session
-    advisory lock, kept until it closes (the process ends). A second daemon on the same board
-    gets ``LockHeld``-like refusal: ``ConfigError``, naming the holder's backend pid."""
-    conn = _connect(dsn)
-    key = conn.execute(_DAEMON_KEY + " AS key").fetchone()
-    assert key is not None
-    got = conn.execute("SELECT pg_try_advisory_lock(%s) AS ok", (key["key"],)).fetchone()
-    if not got or not got["ok"]:
-        holder = conn.execute(
-            "SELECT pid, client_addr, backend_start FROM pg_locks JOIN pg_stat_activity "
-            "USING (pid) WHERE locktype = 'advisory' AND objid = (%s::bigint & 4294967295)::oid",
-            (key["key"],),
-        ).fetchone()
-        conn.close()
-        who = (
-            f" (backend pid {holder['pid']}, from {holder['client_addr'] or 'a local socket'})"
-            if holder is not None
-            else ""
-        )
-        raise ConfigError(
-            f"another daemon holds the board at {shown_location(dsn)}{who}; one daemon per "
-            "board until the hive"
-        )
-    return conn
+class BoardLease:
+    """The lease that makes one daemon the board's: taken, renewed and given back on a
+    connection of its own (a renewal never waits behind a batch).
+
+    Judged by the server's clock alone (``now()``): no two hosts' clocks are compared. The
+    owner is a UUID per process, so a daemon started again is a new owner, and every taking —
+    by another daemon or the same one — makes the epoch one more: the fence of the store's
+    writes (``PostgresStore.fence``) turns away whatever an older epoch still tries.
+    """
+
+    def __init__(self, dsn: str, ttl: float, address: str | None = None) -> None:
+        import uuid
+
+        self.dsn = dsn
+        self.ttl = ttl
+        self.address = address
+        self.owner = str(uuid.uuid4())
+        self.epoch = 0
+        self._conn: psycopg.Connection[dict[str, Any]] | None = None
+
+    def _connection(self) -> psycopg.Connection[dict[str, Any]]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = _connect(self.dsn)
+        return self._conn
+
+    def _run(self, name: str, args: dict[str, Any]) -> dict[str, Any] | None:
+        import psycopg
+
+        try:
+            return self._connection().execute(_Q[name].encode(), args).fetchone()
+        except psycopg.OperationalError as exc:
+            if self._conn is not None:
+                self._conn.close()
+            raise StorageUnavailable(
+                f"the PostgreSQL board's lease could not be reached ({_first_line(exc)})"
+            ) from None
+
+    def take(self) -> bool:
+        """Take the lease if nobody holds it (or its holder's has expired); True if taken."""
+        row = self._run("lease_take", {"owner": self.owner, "address": self.address,
+                                       "ttl": self.ttl})  # fmt: skip
+        if row is None:
+            return False
+        self.epoch = int(row["epoch"])
+        return True
+
+    def holder(self) -> dict[str, Any] | None:
+        """Who holds it: owner, address, epoch, and seconds left (by the server's clock)."""
+        return self._run("lease_holder", {})
+
+    def renew(self) -> bool:
+        """Extend it by ``ttl`` from now; False if it is no longer ours (another took it)."""
+        row = self._run("lease_renew", {"owner": self.owner, "epoch": self.epoch,
+                                        "ttl": self.ttl})  # fmt: skip
+        return row is not None
+
+    def release(self) -> None:
+        """Give it back at once (a clean stop): the next daemon need not wait out the ttl."""
+        import psycopg
+
+        if self.epoch:
+            try:
+                self._connection().execute(
+                    _Q["lease_release"].encode(), {"owner": self.owner, "epoch": self.epoch}
+                )
+            except (psycopg.Error, StorageUnavailable):
+                pass  # it expires by itself
+        self.close()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()

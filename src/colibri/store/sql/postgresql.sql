@@ -110,6 +110,47 @@ CREATE TABLE tokens (
     last_used_at TEXT COLLATE "C"
 );
 
+-- name: migration_2
+-- Who serves the board: one lease, its owner a daemon's process id of the moment (never a host
+-- name), its epoch one more at every taking, its expiry on the server's clock. Every write
+-- transaction of the owner holds the row FOR SHARE with its epoch (the fence), so a daemon
+-- that lost the lease cannot write a single row.
+CREATE TABLE leases (
+    name       TEXT COLLATE "C" PRIMARY KEY,
+    owner      TEXT COLLATE "C" NOT NULL,
+    address    TEXT,
+    epoch      BIGINT NOT NULL,
+    taken_at   TIMESTAMPTZ NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL
+);
+
+-- name: lease_take
+INSERT INTO leases (name, owner, address, epoch, taken_at, expires_at)
+VALUES ('board', %(owner)s, %(address)s, 1, now(), now() + %(ttl)s * interval '1 second')
+ON CONFLICT (name) DO UPDATE
+   SET owner = excluded.owner, address = excluded.address, epoch = leases.epoch + 1,
+       taken_at = excluded.taken_at, expires_at = excluded.expires_at
+ WHERE leases.expires_at <= now()
+RETURNING epoch;
+
+-- name: lease_holder
+SELECT owner, address, epoch, EXTRACT(EPOCH FROM expires_at - now()) AS left_s
+  FROM leases WHERE name = 'board';
+
+-- name: lease_renew
+UPDATE leases SET expires_at = now() + %(ttl)s * interval '1 second'
+ WHERE name = 'board' AND owner = %(owner)s AND epoch = %(epoch)s
+RETURNING epoch;
+
+-- name: lease_release
+UPDATE leases SET expires_at = now() - interval '1 millisecond'
+ WHERE name = 'board' AND owner = %(owner)s AND epoch = %(epoch)s;
+
+-- name: lease_fence
+SELECT 1 AS held FROM leases
+ WHERE name = 'board' AND owner = %s AND epoch = %s AND expires_at > now()
+   FOR SHARE;
+
 -- name: insert_task
 INSERT INTO tasks (id, tenant, text, capabilities, workspace, agent, pinned, parent, sender, priority,
                    min_score, state, outcome, output, error, cost, attempts, max_attempts, epoch,

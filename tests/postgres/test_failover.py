@@ -1,0 +1,196 @@
+"""Several daemons on one PostgreSQL board: one serves by its lease, the others stand by and
+take over when it lapses; a daemon that lost its lease cannot write a row (the fence)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from colibri.core.errors import LeaseLost
+from colibri.core.model import LedgerEntry
+from colibri.store.postgres import BoardLease, PostgresStore
+from tests.helpers import PYTHON, Daemon, wait_until
+from tests.store.conftest import pg_schema
+
+
+@pytest.fixture
+def board() -> Iterator[str]:
+    dsn, drop = pg_schema()
+    try:
+        yield dsn
+    finally:
+        drop()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Member(Daemon):
+    """A daemon of the board, on its own root and TCP port (plain TCP on loopback)."""
+
+    def __init__(self, root: Path, board: str) -> None:
+        root.mkdir()
+        self.port = free_port()
+        self.address = f"tcp://127.0.0.1:{self.port}"
+        super().__init__(root, "--store", board, "--lease-ttl", "2s", "--listen",
+                         self.address, "--insecure-loopback", log_level="info")  # fmt: skip
+
+    def stand_by(self) -> None:
+        """Start it while another serves: it waits, without a socket, until it takes over."""
+        log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log,
+                                        stderr=log, start_new_session=True)  # fmt: skip
+        log.close()
+        wait_until(lambda: "standby: daemon" in self.log())
+
+    def serving(self) -> bool:
+        try:
+            self.call("ping")
+        except Exception:
+            return False
+        return True
+
+
+def test_a_standby_takes_over_when_the_owner_dies_and_the_agent_follows(
+    tmp_path: Path, board: str
+) -> None:
+    first, second = Member(tmp_path / "a", board), Member(tmp_path / "b", board)
+    first.start()
+    state = tempfile.mkdtemp(prefix="cr-", dir="/tmp")
+    agent = None
+    try:
+        second.stand_by()
+        assert not second.socket.exists()
+        token = first.call("token-create", role="agent", tenant="default", agent="far")["secret"]
+        agent = subprocess.Popen(
+            [PYTHON, "-m", "colibri", "agent", "--connect", f"{first.address},{second.address}",
+             "--insecure-loopback", "--name", "far", "--cap", "far", "--state-dir", state,
+             "--", "cat"],
+            env={**os.environ, "COLIBRI_TOKEN": str(token)}, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        before = first.submit("before", capabilities=["far"])
+        assert first.wait_closed(before["id"])["output"] == "before"
+        waiting = [first.submit(f"pending {n}", capabilities=["nobody"]) for n in range(5)]
+        first.kill()
+        killed = time.monotonic()
+        wait_until(second.serving, timeout=15)
+        took = time.monotonic() - killed
+        assert took < 6  # the 2 s lease, a standby's poll, and its start
+        assert "took the board's lease (epoch 2)" in second.log()
+        assert [second.task(t["id"])["state"] for t in waiting] == ["pending"] * 5
+        after = second.submit("after", capabilities=["far"])
+        assert second.wait_closed(after["id"], timeout=20)["output"] == "after"
+        seqs = [row["seq"] for row in second.ledger()]
+        assert seqs == list(range(1, len(seqs) + 1))
+    finally:
+        if agent is not None:
+            agent.send_signal(signal.SIGTERM)
+            agent.wait(timeout=20)
+        shutil.rmtree(state, ignore_errors=True)
+        for member in (first, second):
+            if member.process is not None and member.process.poll() is None:
+                member.stop()
+
+
+def test_an_owner_stopped_past_its_lease_writes_nothing_when_it_wakes(
+    tmp_path: Path, board: str
+) -> None:
+    first, second = Member(tmp_path / "a", board), Member(tmp_path / "b", board)
+    first.start()
+    try:
+        first.submit("first's", capabilities=["nobody"])
+        second.stand_by()
+        first.process.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
+        wait_until(second.serving, timeout=15)
+        mine = second.submit("second's", capabilities=["nobody"])
+        rows = second.ledger()
+        first.process.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
+        # Its renewal finds the lease gone (or a write meets the fence): it stops at once.
+        assert first.process.wait(timeout=15) == 1  # type: ignore[union-attr]
+        assert "passed to another daemon" in first.log()
+        assert second.ledger() == rows  # not a row from the woken one
+        assert second.task(mine["id"])["state"] == "pending"
+    finally:
+        for member in (first, second):
+            if member.process is not None and member.process.poll() is None:
+                if member is first:
+                    member.process.send_signal(signal.SIGCONT)
+                member.stop()
+
+
+def test_writes_racing_takeovers_never_commit_under_a_stale_epoch(board: str) -> None:
+    """A writer keeps writing under the lease it took while another takes the lease from it
+    again and again; each takeover then writes a marker row. In the ledger's order, no row of
+    an epoch may follow the marker of a later one."""
+    writer_store = PostgresStore(board)
+    marker_store = PostgresStore(board)
+    stop = threading.Event()
+    refused = 0
+
+    def write() -> None:
+        nonlocal refused
+        lease = BoardLease(board, ttl=30)
+        while not stop.is_set():
+            if not lease.take():
+                time.sleep(0.001)
+                continue
+            writer_store.fence = (lease.owner, lease.epoch)
+            while not stop.is_set():
+                try:
+                    writer_store.append_ledger(LedgerEntry(at="2026-01-01T00:00:00.000Z",
+                                                           to_state="x", epoch=lease.epoch,
+                                                           reason="write"))  # fmt: skip
+                    writer_store.commit()
+                except LeaseLost:
+                    refused += 1
+                    writer_store.rollback()
+                    break
+        lease.close()
+
+    thief = BoardLease(board, ttl=30)
+    import psycopg
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        with psycopg.connect(board, autocommit=True) as admin:
+            for _ in range(30):
+                time.sleep(0.02)
+                # Its holder's lease lapses (as if it had stopped renewing); the thief takes it.
+                admin.execute("UPDATE leases SET expires_at = now() - interval '1 ms'")
+                if thief.take():
+                    marker_store.append_ledger(LedgerEntry(at="2026-01-01T00:00:00.000Z",
+                                                           to_state="x", epoch=thief.epoch,
+                                                           reason="marker"))  # fmt: skip
+                    marker_store.commit()
+                    admin.execute("UPDATE leases SET expires_at = now() - interval '1 ms'")
+    finally:
+        stop.set()
+        writer.join(30)
+    rows = marker_store.ledger(0, 1_000_000)
+    writes = [r for r in rows if r.reason == "write"]
+    markers = [r for r in rows if r.reason == "marker"]
+    assert len(writes) > 100 and len(markers) >= 10 and refused >= 10
+    newest = 0
+    for row in rows:
+        if row.reason == "marker":
+            newest = max(newest, row.epoch)
+        else:
+            assert row.epoch > newest, f"a write of epoch {row.epoch} after marker {newest}"
+    thief.close()
+    writer_store.close()
+    marker_store.close()
