@@ -111,6 +111,33 @@ class Daemon(TestDaemon):
 # -- /proc -------------------------------------------------------------------------------------
 
 
+#: The PostgreSQL server the benchmarks use with ``--store postgresql``.
+PG_DSN = os.environ.get("COLIBRI_TEST_PG") or "postgresql://postgres@127.0.0.1:5432/test"
+
+
+class PgBoard:
+    """A fresh schema on ``PG_DSN`` for one run's board, dropped at the end."""
+
+    def __init__(self) -> None:
+        import uuid
+
+        import psycopg
+
+        self.schema = "bench_" + uuid.uuid4().hex[:12]
+        with psycopg.connect(PG_DSN, autocommit=True) as admin:
+            admin.execute(f"CREATE SCHEMA {self.schema}")
+        self.dsn = f"{PG_DSN}?options=-csearch_path%3D{self.schema}"
+
+    def __enter__(self) -> PgBoard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import psycopg
+
+        with psycopg.connect(PG_DSN, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
+
+
 def proc_status(pid: int) -> dict[str, int]:
     """VmRSS, VmHWM and friends of a process, in KiB."""
     out: dict[str, int] = {}

@@ -33,6 +33,7 @@ from _support import (
     Failure,
     LineProtocol,
     Message,
+    PgBoard,
     connect,
     cpu_seconds,
     decode_message,
@@ -242,15 +243,28 @@ def stop_profiler(process: subprocess.Popen[bytes]) -> None:
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """``--repeat`` runs, each on a fresh daemon; returns one dict per run."""
+    """``--repeat`` runs, each on a fresh daemon; returns one dict per run. With ``--store
+    both`` each repeat runs SQLite and PostgreSQL one after the other (the order flipping)."""
     pin_self(1 if args.pin else None)
     runs = []
+    stores = ["sqlite", "postgresql"] if args.store == "both" else [args.store]
     for n in range(args.repeat):
-        with Daemon(durability=args.durability, cpu=0 if args.pin else None) as daemon:
-            result = asyncio.run(measure_once(daemon, args))
-        note(f"throughput run {n + 1}/{args.repeat}: {result}")
-        runs.append(result)
+        for store in stores if n % 2 == 0 else stores[::-1]:
+            result = once(args, store)
+            note(f"throughput run {n + 1}/{args.repeat} ({store}): {result}")
+            runs.append(result)
     return runs
+
+
+def once(args: argparse.Namespace, store: str) -> dict[str, Any]:
+    cpu = 0 if args.pin else None
+    if store == "sqlite":
+        with Daemon(durability=args.durability, cpu=cpu) as daemon:
+            return {"store": store, **asyncio.run(measure_once(daemon, args))}
+    with PgBoard() as board:
+        extra = ["--store", board.dsn]
+        with Daemon(durability=args.durability, cpu=cpu, extra_args=extra) as daemon:
+            return {"store": store, **asyncio.run(measure_once(daemon, args))}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -263,6 +277,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--window", type=int, default=256, help="submits in flight per connection")
     ap.add_argument("--durability", choices=["full", "relaxed"], default="full")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--store",
+        choices=["sqlite", "postgresql", "both"],
+        default="sqlite",
+        help="the board: the root's SQLite file, a fresh schema on COLIBRI_TEST_PG's server "
+        "(default postgresql://postgres@127.0.0.1:5432/test), or both in turn",
+    )
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per phase at most")
     ap.add_argument(
         "--profile",
@@ -279,7 +300,13 @@ def parser() -> argparse.ArgumentParser:
 def main() -> int:
     args = parser().parse_args()
     runs = run(args)
-    value = median([r["tasks_per_s"] for r in runs])
+    by_store = {
+        store: median([r["tasks_per_s"] for r in runs if r["store"] == store])
+        for store in sorted({r["store"] for r in runs})
+    }
+    value = by_store.get("sqlite", by_store.get("postgresql", 0.0))
+    if len(by_store) > 1:
+        note(f"tasks/s by store (medians): {by_store}")
     emit(
         {
             "bench": "throughput",
@@ -287,8 +314,9 @@ def main() -> int:
                 k: getattr(args, k)
                 for k in ("tasks", "warmup", "agents", "slots", "submitters", "window")
             }
-            | {"durability": args.durability, "pin": args.pin},
+            | {"durability": args.durability, "pin": args.pin, "store": args.store},
             "runs": runs,
+            "tasks_per_s_by_store": by_store,
             "tasks_per_s": value,
             "target": TARGET,
             "met": value >= TARGET,
