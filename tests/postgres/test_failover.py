@@ -3,6 +3,7 @@ take over when it lapses; a daemon that lost its lease cannot write a row (the f
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -19,7 +20,7 @@ import pytest
 from colibri.core.errors import LeaseLost
 from colibri.core.model import LedgerEntry
 from colibri.store.postgres import BoardLease, PostgresStore
-from tests.helpers import PYTHON, Daemon, wait_until
+from tests.helpers import PYTHON, Daemon, colibri, wait_until
 from tests.store.conftest import pg_schema
 
 
@@ -91,6 +92,15 @@ def test_a_standby_takes_over_when_the_owner_dies_and_the_agent_follows(
         took = time.monotonic() - killed
         assert took < 6  # the 2 s lease, a standby's poll, and its start
         assert "took the board's lease (epoch 2)" in second.log()
+        listed = colibri(None, "hive", "list", "--store", board, "--json")
+        assert listed.returncode == 0, listed.stderr
+        hives = {h["id"]: h for h in json.loads(listed.stdout)}
+        assert len(hives) == 2
+        serving = [h for h in hives.values() if h["lease_epoch"] is not None]
+        assert [h["address"] for h in serving] == [second.address]
+        assert serving[0]["lease_epoch"] == 2 and serving[0]["lease_left_s"] > 0
+        table = colibri(None, "hive", "list", "--store", board)
+        assert "serving (epoch 2" in table.stdout, table.stdout
         assert [second.task(t["id"])["state"] for t in waiting] == ["pending"] * 5
         after = second.submit("after", capabilities=["far"])
         assert second.wait_closed(after["id"], timeout=20)["output"] == "after"

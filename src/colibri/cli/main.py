@@ -271,7 +271,7 @@ def cli(
 
 
 #: Commands that never reach a daemon over TCP: they act on this host's root.
-LOCAL_ONLY = frozenset({"init", "run", "demo", "tls"})
+LOCAL_ONLY = frozenset({"init", "run", "demo", "tls", "hive"})
 
 
 def _remote_option(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
@@ -309,6 +309,7 @@ def main() -> None:
     from colibri.cli import (  # noqa: F401
         agents,
         daemon,
+        hive,
         schedules,
         session,
         tasks,

@@ -79,10 +79,11 @@ async def hold_board(config: Config, address: str | None, stop: asyncio.Event) -
 
     # The board's tables first (made, or migrated, under the board's lock): the lease is one.
     await asyncio.to_thread(lambda: open_store(config.store, durability=config.durability).close())
-    lease = BoardLease(config.store, config.lease_ttl, address)
+    lease = BoardLease(config.store, config.lease_ttl, address, str(config.root))
     waiting_said = ""
     while not stop.is_set():
         try:
+            await asyncio.to_thread(lease.beat)
             if await asyncio.to_thread(lease.take):
                 log.info(
                     f"took the board's lease (epoch {lease.epoch}); serving",
@@ -414,6 +415,8 @@ async def _run_until_stopped(daemon: Daemon) -> None:
                 server.fatal("the board's lease has passed to another daemon")
                 return
             valid_until = started + lease.ttl - margin
+            with contextlib.suppress(StorageUnavailable):
+                await asyncio.to_thread(lease.beat)
 
     async with asyncio.TaskGroup() as group:
         tasks = [

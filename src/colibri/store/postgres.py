@@ -559,6 +559,17 @@ class PostgresStore:
             conn.execute(_Q["touch_token"].encode(), (at, token_id))
 
 
+def hive_list(dsn: str) -> list[dict[str, Any]]:
+    """The daemons of the board at ``dsn``, oldest first, with the lease of the serving one."""
+    conn = _connect(dsn)
+    try:
+        if conn.execute("SELECT to_regclass('hives') AS t").fetchone() == {"t": None}:
+            return []
+        return [dict(r) for r in conn.execute(_Q["hive_list"].encode()).fetchall()]
+    finally:
+        conn.close()
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -574,12 +585,15 @@ class BoardLease:
     writes (``PostgresStore.fence``) turns away whatever an older epoch still tries.
     """
 
-    def __init__(self, dsn: str, ttl: float, address: str | None = None) -> None:
+    def __init__(
+        self, dsn: str, ttl: float, address: str | None = None, root: str | None = None
+    ) -> None:
         import uuid
 
         self.dsn = dsn
         self.ttl = ttl
         self.address = address
+        self.root = root
         self.owner = str(uuid.uuid4())
         self.epoch = 0
         self._conn: psycopg.Connection[dict[str, Any]] | None = None
@@ -593,7 +607,8 @@ class BoardLease:
         import psycopg
 
         try:
-            return self._connection().execute(_Q[name].encode(), args).fetchone()
+            cursor = self._connection().execute(_Q[name].encode(), args)
+            return cursor.fetchone() if cursor.description is not None else None
         except psycopg.OperationalError as exc:
             if self._conn is not None:
                 self._conn.close()
@@ -620,17 +635,30 @@ class BoardLease:
                                         "ttl": self.ttl})  # fmt: skip
         return row is not None
 
-    def release(self) -> None:
-        """Give it back at once (a clean stop): the next daemon need not wait out the ttl."""
+    def beat(self) -> None:
+        """Say this daemon is there, serving or standing by (``colibri hive list``)."""
+        import os
+        import socket
+
+        self._run("hive_beat", {"id": self.owner, "address": self.address,
+                                "host": socket.gethostname(), "pid": os.getpid(),
+                                "root": self.root, "ttl": self.ttl})  # fmt: skip
+        self._run_quietly("hive_forget_old", {})
+
+    def _run_quietly(self, name: str, args: dict[str, Any]) -> None:
         import psycopg
 
+        try:
+            self._connection().execute(_Q[name].encode(), args)
+        except (psycopg.Error, StorageUnavailable):
+            pass
+
+    def release(self) -> None:
+        """Give it back at once (a clean stop): the next daemon need not wait out the ttl."""
         if self.epoch:
-            try:
-                self._connection().execute(
-                    _Q["lease_release"].encode(), {"owner": self.owner, "epoch": self.epoch}
-                )
-            except (psycopg.Error, StorageUnavailable):
-                pass  # it expires by itself
+            # (If this fails, the lease expires by itself.)
+            self._run_quietly("lease_release", {"owner": self.owner, "epoch": self.epoch})
+        self._run_quietly("hive_leave", {"id": self.owner})
         self.close()
 
     def close(self) -> None:

@@ -124,6 +124,40 @@ CREATE TABLE leases (
     expires_at TIMESTAMPTZ NOT NULL
 );
 
+-- name: migration_3
+-- The daemons of a board, serving or standing by: each says it is there at every renewal or
+-- poll of the lease (colibri hive list).
+CREATE TABLE hives (
+    id         TEXT COLLATE "C" PRIMARY KEY,
+    address    TEXT,
+    host       TEXT NOT NULL,
+    pid        BIGINT NOT NULL,
+    root       TEXT,
+    ttl        DOUBLE PRECISION NOT NULL,
+    started_at TIMESTAMPTZ NOT NULL,
+    last_beat  TIMESTAMPTZ NOT NULL
+);
+
+-- name: hive_beat
+INSERT INTO hives (id, address, host, pid, root, ttl, started_at, last_beat)
+VALUES (%(id)s, %(address)s, %(host)s, %(pid)s, %(root)s, %(ttl)s, now(), now())
+ON CONFLICT (id) DO UPDATE SET address = excluded.address, last_beat = now();
+
+-- name: hive_forget_old
+DELETE FROM hives WHERE last_beat < now() - interval '1 day';
+
+-- name: hive_leave
+DELETE FROM hives WHERE id = %(id)s;
+
+-- name: hive_list
+SELECT h.id, h.address, h.host, h.pid, h.root, h.ttl,
+       to_char(h.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS started_at,
+       EXTRACT(EPOCH FROM now() - h.last_beat)::float8 AS beat_ago_s,
+       l.epoch AS lease_epoch,
+       EXTRACT(EPOCH FROM l.expires_at - now())::float8 AS lease_left_s
+  FROM hives h LEFT JOIN leases l ON l.name = 'board' AND l.owner = h.id
+ ORDER BY h.started_at, h.id;
+
 -- name: lease_take
 INSERT INTO leases (name, owner, address, epoch, taken_at, expires_at)
 VALUES ('board', %(owner)s, %(address)s, 1, now(), now() + %(ttl)s * interval '1 second')
@@ -134,7 +168,7 @@ ON CONFLICT (name) DO UPDATE
 RETURNING epoch;
 
 -- name: lease_holder
-SELECT owner, address, epoch, EXTRACT(EPOCH FROM expires_at - now()) AS left_s
+SELECT owner, address, epoch, EXTRACT(EPOCH FROM expires_at - now())::float8 AS left_s
   FROM leases WHERE name = 'board';
 
 -- name: lease_renew
