@@ -41,6 +41,7 @@ COMMANDS = [
     "agent",
     "tls",
     "token",
+    "hive",
 ]
 
 
