@@ -312,14 +312,22 @@ class FakeAgent:
         self.client.close()
 
 
-def claim_of(root: Path, task_id: str, epoch: int) -> str:
+def claim_of(daemon: Daemon, task_id: str, epoch: int) -> str:
     """The secret of a claim, as its session is given it: from the board's key, read from the
-    store file (a test plays a session whose environment it did not keep)."""
+    store (a test plays a session whose environment it did not keep)."""
     import sqlite3
 
     from colibri.core.claims import claim_secret
 
-    db = sqlite3.connect(f"file:{root / '.colibri' / 'colibri.sqlite'}?mode=ro", uri=True)
+    if daemon._pg_board is not None:
+        import psycopg
+
+        with psycopg.connect(daemon._pg_board) as pg:
+            row = pg.execute("SELECT value FROM meta WHERE name = 'claim_key'").fetchone()
+            assert row is not None
+            return claim_secret(bytes(row[0]), task_id, epoch)
+    path = daemon.root / ".colibri" / "colibri.sqlite"
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         (key,) = db.execute("SELECT value FROM meta WHERE name = 'claim_key'").fetchone()
     finally:

@@ -300,7 +300,7 @@ def submit_storm(
         fleet.stop()
         daemon.stop()
     ops = [op for w in workers for op in w.ops]
-    store = history.read_store(root / ".colibri" / "colibri.sqlite")
+    store = history.read_board(daemon)
     mirror = history.read_mirror(root / ".colibri" / "ledger.jsonl")
     report = history.check(store, ops=ops, agent_events=events, mirror=mirror, live=live)
     outcomes = [op["outcome"] for op in ops]
@@ -367,7 +367,7 @@ def late_report(daemon: Daemon, task_id: str, epoch: int) -> str:
             output="late",
             session_ended=False,
             from_session=True,
-            claim=claim_of(daemon.root, task_id, epoch),
+            claim=claim_of(daemon, task_id, epoch),
         )
     except ColibriError as exc:
         return exc.code
@@ -508,7 +508,7 @@ def restart_at_size(
         for t in superseded:
             assert tasks_now[t]["epoch"] == 2 and tasks_now[t]["agent"].startswith("stub-")
         # When the losses happened, by the ledger's own clock.
-        snapshot = history.read_store(root / ".colibri" / "colibri.sqlite", integrity_check=False)
+        snapshot = history.read_board(daemon, integrity_check=False)
         lost_at = [
             parse_rfc3339(row["at"]) - restart_wall
             for row in snapshot.ledger
@@ -553,7 +553,7 @@ def restart_at_size(
     finally:
         fleet.stop()
         daemon.stop()
-    store = history.read_store(root / ".colibri" / "colibri.sqlite")
+    store = history.read_board(daemon)
     report = history.check(
         store,
         ops=ops,
@@ -662,7 +662,7 @@ def claim_race(
         fleet.stop()
         daemon.stop()
     ops = [op for wave in waves for w in wave for op in w.ops]
-    store = history.read_store(root / ".colibri" / "colibri.sqlite")
+    store = history.read_board(daemon)
     mirror = history.read_mirror(root / ".colibri" / "ledger.jsonl")
     report = history.check(store, ops=ops, agent_events=events, mirror=mirror, live=live)
     claims = Counter(

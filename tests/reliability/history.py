@@ -73,16 +73,37 @@ def read_store(path: Path, *, integrity_check: bool = True) -> StoreSnapshot:
             integrity = "; ".join(row[0] for row in db.execute("PRAGMA integrity_check"))
         tasks = {
             row["id"]: dict(row)
-            for row in db.execute(
-                "SELECT id, state, outcome, epoch, attempts, max_attempts, idempotency_key,"
-                " parent, agent, error, schedule, tenant FROM tasks"
-            )
+            for row in db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks")
         }
         ledger = [dict(row) for row in db.execute("SELECT * FROM ledger ORDER BY seq")]
         fires = [dict(row) for row in db.execute("SELECT * FROM schedule_fires")]
     finally:
         db.close()
     return StoreSnapshot(tasks, ledger, fires, integrity)
+
+
+_TASK_COLUMNS = (
+    "id, state, outcome, epoch, attempts, max_attempts, idempotency_key, parent, agent, error,"
+    " schedule, tenant"
+)
+
+
+def read_board(daemon: Any, *, integrity_check: bool = True) -> StoreSnapshot:
+    """The board of a test daemon: its SQLite file, or its PostgreSQL schema (under
+    ``COLIBRI_TEST_STORE=postgresql``), read straight from the database."""
+    board = getattr(daemon, "_pg_board", None)
+    if board is None:
+        return read_store(daemon.root / ".colibri" / "colibri.sqlite",
+                          integrity_check=integrity_check)  # fmt: skip
+    import psycopg
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(board, row_factory=dict_row) as db:
+        tasks = {row["id"]: row for row in db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks")}
+        ledger = list(db.execute("SELECT * FROM ledger ORDER BY seq"))
+        fires = list(db.execute("SELECT * FROM schedule_fires"))
+    # PostgreSQL checks its own pages; there is no integrity_check to ask.
+    return StoreSnapshot(tasks, ledger, fires, "ok")
 
 
 @dataclass

@@ -240,6 +240,7 @@ async def serve(config: Config) -> int:
     board_hold: _BoardHold | None = None
     bound = False  # the socket path is ours to remove only once we created it
     mirror = LedgerMirror(config.layout.ledger, config.ledger.rotate_bytes, config.ledger.keep)
+    keeper: asyncio.Task[None] | None = None
     try:
         standing_by = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -306,6 +307,8 @@ async def serve(config: Config) -> int:
                 "open_tasks": len(board.tasks),
             },
         )
+        if daemon.lease is not None:
+            keeper = asyncio.create_task(keep_lease(daemon.lease, server), name="lease")
         await _run_until_stopped(daemon)
         unix_server.close()
         gateway.close()
@@ -320,6 +323,8 @@ async def serve(config: Config) -> int:
         log.info("daemon stopped", extra={"event": "stopped"})
         return 0
     finally:
+        if keeper is not None:
+            keeper.cancel()
         try:
             if bound:
                 os.unlink(config.layout.socket)
@@ -331,6 +336,35 @@ async def serve(config: Config) -> int:
         if board_hold is not None:
             board_hold.release()
         os.close(lock_fd)
+
+
+async def keep_lease(lease: BoardLease, server: Server) -> None:
+    """Renew the board's lease every third of its ttl, for as long as the daemon runs — through
+    its stopping too, when the harnesses' last reports are still written. Stop serving by this
+    daemon's own deadline (the last renewal's start + ttl - margin, on the monotonic clock)
+    when renewals fail, and at once when the lease has passed to another."""
+    loop = asyncio.get_running_loop()
+    margin = min(1.0, lease.ttl / 10)
+    valid_until = loop.time() + lease.ttl - margin
+    while True:
+        await asyncio.sleep(lease.ttl / 3)
+        started = loop.time()
+        try:
+            renewed = await asyncio.to_thread(lease.renew)
+        except StorageUnavailable as exc:
+            if loop.time() >= valid_until:
+                server.fatal(
+                    f"the board's lease could not be renewed within its ttl ({exc.message}); "
+                    "stopping, so that another daemon may take the board"
+                )
+                return
+            continue
+        if not renewed:
+            server.fatal("the board's lease has passed to another daemon")
+            return
+        valid_until = started + lease.ttl - margin
+        with contextlib.suppress(StorageUnavailable):
+            await asyncio.to_thread(lease.beat)
 
 
 async def _run_until_stopped(daemon: Daemon) -> None:
@@ -389,35 +423,6 @@ async def _run_until_stopped(daemon: Daemon) -> None:
             server.close_stalled()
             server.schedule_flush()
 
-    lease = daemon.lease
-
-    async def keep_lease() -> None:
-        """Renew every third of the ttl; stop serving by this daemon's own deadline (the last
-        renewal's start + ttl - margin, on the monotonic clock) when renewals fail, and at once
-        when the lease has passed to another."""
-        assert lease is not None
-        margin = min(1.0, lease.ttl / 10)
-        valid_until = loop.time() + lease.ttl - margin
-        while True:
-            await asyncio.sleep(lease.ttl / 3)
-            started = loop.time()
-            try:
-                renewed = await asyncio.to_thread(lease.renew)
-            except StorageUnavailable as exc:
-                if loop.time() >= valid_until:
-                    server.fatal(
-                        f"the board's lease could not be renewed within its ttl ({exc.message})"
-                        "; stopping, so that another daemon may take the board"
-                    )
-                    return
-                continue
-            if not renewed:
-                server.fatal("the board's lease has passed to another daemon")
-                return
-            valid_until = started + lease.ttl - margin
-            with contextlib.suppress(StorageUnavailable):
-                await asyncio.to_thread(lease.beat)
-
     async with asyncio.TaskGroup() as group:
         tasks = [
             group.create_task(tick(), name="tick"),
@@ -427,8 +432,6 @@ async def _run_until_stopped(daemon: Daemon) -> None:
             ),
             group.create_task(daemon.supervisor.run(), name="supervisor"),
         ]
-        if lease is not None:
-            tasks.append(group.create_task(keep_lease(), name="lease"))
         await stop.wait()
         for task in tasks:
             task.cancel()
