@@ -2,22 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from tests.helpers import Daemon, FakeAgent, colibri, one_line, write_config
-from tests.store.conftest import pg_schema
-
-
-@pytest.fixture
-def board() -> Iterator[str]:
-    dsn, drop = pg_schema()
-    try:
-        yield dsn
-    finally:
-        drop()
 
 
 def test_a_daemon_runs_on_postgresql_and_keeps_acknowledged_work_through_a_crash(

@@ -12,25 +12,12 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from colibri.core.errors import LeaseLost
 from colibri.core.model import LedgerEntry
 from colibri.store.postgres import BoardLease, PostgresStore
 from tests.helpers import PYTHON, Daemon, colibri, wait_until
-from tests.store.conftest import pg_schema
-
-
-@pytest.fixture
-def board() -> Iterator[str]:
-    dsn, drop = pg_schema()
-    try:
-        yield dsn
-    finally:
-        drop()
 
 
 def free_port() -> int:

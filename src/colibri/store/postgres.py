@@ -371,21 +371,7 @@ class PostgresStore:
         return bytes(row["value"])
 
     def list_tasks(self, query: TaskFilter) -> list[Task]:
-        where: list[str] = []
-        args: list[Any] = []
-        for column in ("state", "agent", "workspace", "parent", "tenant"):
-            value = getattr(query, column)
-            if value is not None:
-                where.append(f"{column} = %s")
-                args.append(value)
-        if query.after is not None:
-            where.append("id > %s")
-            args.append(query.after)
-        text = "SELECT * FROM tasks"
-        if where:
-            text += " WHERE " + " AND ".join(where)
-        text += " ORDER BY id LIMIT %s"
-        args.append(query.limit)
+        text, args = sql.list_tasks_query(query, "%s")
         return [task_from_row(r) for r in self._rows(text, args)]
 
     def children(self, task_id: str) -> list[Task]:
@@ -425,20 +411,8 @@ class PostgresStore:
         row = self._one(_Q["max_ledger_seq"])
         return int(row["seq"]) if row else 0
 
-    COST_KEYS = {
-        "agent": "l.agent",
-        "workspace": (
-            "COALESCE(t.workspace, (SELECT a.workspace FROM agents a WHERE a.name = l.agent))"
-        ),
-        "tenant": "l.tenant",
-        "day": "substr(l.at, 1, 10)",
-    }
-
     def cost_totals(self, by: str, since: str, tenant: str | None = None) -> list[dict[str, Any]]:
-        key = self.COST_KEYS.get(by)
-        if key is None:
-            raise ValueError(f"cost totals by {by!r}: by agent, workspace, tenant or day")
-        query = _Q["cost_totals"].replace("{key}", key)
+        query = sql.cost_query(_Q["cost_totals"], by)
         return [
             {
                 "key": r["key"],

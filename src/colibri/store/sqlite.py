@@ -214,21 +214,7 @@ class SqliteStore:
         return None if row is None else row[0]
 
     def list_tasks(self, query: TaskFilter) -> list[Task]:
-        where: list[str] = []
-        args: list[Any] = []
-        for column in ("state", "agent", "workspace", "parent", "tenant"):
-            value = getattr(query, column)
-            if value is not None:
-                where.append(f"{column} = ?")
-                args.append(value)
-        if query.after is not None:
-            where.append("id > ?")
-            args.append(query.after)
-        text = "SELECT * FROM tasks"
-        if where:
-            text += " WHERE " + " AND ".join(where)
-        text += " ORDER BY id LIMIT ?"
-        args.append(query.limit)
+        text, args = sql.list_tasks_query(query, "?")
         return [task_from_row(r) for r in self._conn.execute(text, args)]
 
     def count_children(self, task_id: str) -> int:
@@ -328,21 +314,8 @@ class SqliteStore:
     def fires(self, schedule: str, limit: int) -> list[dict[str, Any]]:
         return [dict(r) for r in self._conn.execute(_Q["fires_of"], (schedule, limit))]
 
-    COST_KEYS = {
-        "agent": "l.agent",
-        # a task with no workspace counts for the workspace of the agent that ran it
-        "workspace": (
-            "COALESCE(t.workspace, (SELECT a.workspace FROM agents a WHERE a.name = l.agent))"
-        ),
-        "tenant": "l.tenant",
-        "day": "substr(l.at, 1, 10)",
-    }
-
     def cost_totals(self, by: str, since: str, tenant: str | None = None) -> list[dict[str, Any]]:
-        key = self.COST_KEYS.get(by)
-        if key is None:
-            raise ValueError(f"cost totals by {by!r}: by agent, workspace, tenant or day")
-        query = _Q["cost_totals"].replace("{key}", key)
+        query = sql.cost_query(_Q["cost_totals"], by)
         return [
             {
                 "key": r["key"],

@@ -304,7 +304,7 @@ SELECT schedule, nominal, outcome, task, at, reason FROM schedule_fires
  WHERE schedule = %s ORDER BY nominal DESC LIMIT %s;
 
 -- name: cost_totals
--- {key} is one of the expressions in PostgresStore.COST_KEYS, never user text. Sums are taken
+-- {key} is one of the expressions in colibri.store.sql.COST_KEYS, never user text. Sums are taken
 -- as double precision, so they never overflow, as SQLite's TOTAL.
 SELECT {key} AS key, COUNT(*) AS sessions,
        COALESCE(SUM((l.cost::jsonb ->> 'usd')::double precision), 0) AS usd,

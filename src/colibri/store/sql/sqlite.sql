@@ -237,7 +237,7 @@ SELECT schedule, nominal, outcome, task, at, reason FROM schedule_fires
  WHERE schedule = ? ORDER BY nominal DESC LIMIT ?;
 
 -- name: cost_totals
--- {key} is one of the expressions in SqliteStore.COST_KEYS, never user text.
+-- {key} is one of the expressions in colibri.store.sql.COST_KEYS, never user text.
 -- TOTAL, not SUM: a float that never overflows (SUM of integers raises "integer overflow" past
 -- 2**63, which would make this query, and the daily budgets read at start-up, fail for good).
 SELECT {key} AS key, COUNT(*) AS sessions,
