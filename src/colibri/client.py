@@ -33,7 +33,7 @@ import os
 import select
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,7 +71,7 @@ class Remote:
     that signed its certificate (None: the system's trust store)."""
 
     addresses: tuple[TcpAddress, ...]
-    token: str
+    token: str = field(repr=False)  # a secret: never in a repr, a log line or a traceback
     ca: str | None = None
     #: Plain TCP, without TLS: only to a loopback daemon run with ``--insecure-loopback``.
     insecure_loopback: bool = False

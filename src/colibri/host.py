@@ -45,6 +45,8 @@ from pathlib import Path
 PROC = Path("/proc")
 #: prctl option that makes this process the reaper of its orphaned descendants (Linux 3.4+).
 PR_SET_CHILD_SUBREAPER = 36
+#: prctl option: whether processes of the same user may read this one's memory and environment.
+PR_SET_DUMPABLE = 4
 MODES = ("auto", "portable", "portable-processes", "portable-peers")
 
 #: Forced to the portable calls (``select``); otherwise native where the system has it.
@@ -134,6 +136,23 @@ def _ps(*args: str) -> str:
     except (OSError, subprocess.SubprocessError):
         return ""
     return done.stdout if done.returncode == 0 else ""
+
+
+def hide_from_own_user() -> bool:
+    """Keep processes of this user — a harness's sessions — from reading this one's memory and
+    environment (``/proc/PID/environ``, ``ptrace``): where a token lives. Root still can; the
+    sessions' own programs are not affected (``execve`` makes them dumpable again). False where
+    the platform cannot (elsewhere, BSDs keep other processes' environments from ``ps`` users
+    only by their own rules)."""
+    if not _LINUX:
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def become_subreaper() -> bool:

@@ -206,7 +206,7 @@ def test_a_thousand_bad_tokens_from_one_address_are_throttled_and_logged(
         assert client.call("ping")["pong"]
     log = tls_daemon.log()
     assert log.count("event=login_failed peer=127.0.0.2") == 20
-    assert "127.0.0.2: 20 failed logins within a minute" in log
+    assert log.count("127.0.0.2: 20 failed logins within a minute") == 1  # said once
     wait_until(lambda: "connections refused as throttled" in tls_daemon.log())
     # Even the right token is refused from there until the minute is over, and the client
     # says why.
@@ -347,3 +347,116 @@ def test_one_address_cannot_hold_more_than_32_handshakes_open(tls_daemon: TlsDae
     finally:
         for sock in silent:
             sock.close()
+
+
+def test_anonymous_tcp_peers_never_take_the_owners_place(tls_daemon: TlsDaemon) -> None:
+    """Peers past TLS that never authenticate have a small pool of their own (8 an address,
+    64 in all): they fill it, are told busy beyond it, and the owner and the others get in."""
+    held: list[ssl.SSLSocket] = []
+    busy = 0
+    try:
+        for address in range(10, 19):  # 9 addresses × 8 = 72 tries at the pool of 64
+            for _ in range(8):
+                sock = tls_socket(tls_daemon, f"127.0.0.{address}")
+                sock.settimeout(0.3)
+                try:
+                    first = sock.recv(65536)
+                except (TimeoutError, ssl.SSLError):
+                    first = b""  # nothing said: it holds a place
+                if b'"busy"' in first:
+                    busy += 1
+                    sock.close()
+                else:
+                    held.append(sock)
+        assert (len(held), busy) == (64, 8)
+        assert tls_daemon.call("status")["daemon"]["connections"] >= 1  # the owner gets in
+    finally:
+        for sock in held:
+            sock.close()
+    # Once they are gone (or dropped at handshake_timeout), a token gets in as before.
+    with tls_daemon.connect(tls_daemon.token()) as client:
+        assert client.call("ping")["pong"]
+
+
+def test_nine_silent_peers_from_one_address_leave_the_ninth_busy(tls_daemon: TlsDaemon) -> None:
+    held = [tls_socket(tls_daemon, "127.0.0.9") for _ in range(8)]
+    try:
+        ninth = tls_socket(tls_daemon, "127.0.0.9")
+        (reply,) = exchange(ninth, {"cmd": "ping", "id": 1})
+        assert reply["error"]["code"] == "busy"
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_sweep_held_off_by_re_registrations_still_drops_silent_peers(
+    tls_daemon: TlsDaemon,
+) -> None:
+    import threading
+
+    token = tls_daemon.token("agent", "default", agent="churn")
+    stop = threading.Event()
+
+    def churn() -> None:
+        with tls_daemon.connect(token) as client:
+            while not stop.is_set():
+                client.call("register-agent", name="churn")
+                time.sleep(0.1)
+
+    churner = threading.Thread(target=churn)
+    churner.start()
+    try:
+        silent = tls_socket(tls_daemon, "127.0.0.3")
+        started = time.monotonic()
+        try:
+            assert silent.recv(1) == b""
+        except (ConnectionResetError, ssl.SSLError):
+            pass
+        assert time.monotonic() - started < 6  # handshake_timeout 2 s, a sweep each second
+        silent.close()
+    finally:
+        stop.set()
+        churner.join(10)
+
+
+def test_connections_opened_before_the_limit_get_no_more_guesses(tls_daemon: TlsDaemon) -> None:
+    def guess(sock: ssl.SSLSocket, n: int) -> str:
+        bad = f"colibri_{n:012x}_{'z' * 43}"
+        (reply,) = exchange(sock, {"cmd": "auth", "id": 1, "token": bad})
+        return str(reply["error"]["code"])
+
+    codes = [guess(tls_socket(tls_daemon, "127.0.0.5"), n) for n in range(18)]
+    opened = [tls_socket(tls_daemon, "127.0.0.5") for _ in range(8)]  # before the limit
+    codes += [guess(sock, 18 + n) for n, sock in enumerate(opened)]
+    assert codes == ["unauthorized"] * 20 + ["throttled"] * 6
+
+
+def test_plain_text_is_refused_but_does_not_throttle_the_address(tls_daemon: TlsDaemon) -> None:
+    for _ in range(25):
+        raw = socket.create_connection(("127.0.0.1", tls_daemon.port), timeout=10,
+                                       source_address=("127.0.0.4", 0))  # fmt: skip
+        (reply,) = exchange(raw, {"cmd": "ping", "id": 1})
+        assert reply["error"]["code"] == "tls_required"
+    sock = tls_socket(tls_daemon, "127.0.0.4")
+    try:
+        sock.sendall(json.dumps({"cmd": "auth", "id": 1, "token": tls_daemon.token()}).encode()
+                     + b"\n")  # fmt: skip
+        assert json.loads(sock.makefile("rb").readline())["ok"] is True
+    finally:
+        sock.close()
+
+
+def test_an_agent_name_belongs_to_one_tenant(tls_daemon: TlsDaemon) -> None:
+    tls_daemon.token("agent", "acme", agent="worker")
+    with pytest.raises(ColibriError, match="belongs to tenant 'acme'"):
+        tls_daemon.call("token-create", role="agent", tenant="beta", agent="worker")
+    from tests.helpers import FakeAgent
+
+    local = FakeAgent(tls_daemon, "shared-name", ["x"])  # the owner's, in tenant default
+    try:
+        token = tls_daemon.token("agent", "beta", agent="shared-name")
+        error = refused(tls_daemon, token, {"cmd": "register-agent", "name": "shared-name"})
+        assert error["code"] == "forbidden" and "is taken" in error["message"]
+        assert "default" not in error["message"]  # it does not say whose
+    finally:
+        local.close()

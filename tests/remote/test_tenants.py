@@ -105,3 +105,43 @@ def test_agents_and_costs_of_other_tenants_are_not_shown(tls_daemon: TlsDaemon) 
         (row,) = acme.call("cost", by="agent")["totals"]
         assert (row["key"], row["usd"]) == ("acme-worker", 1.5)
     acme_agent.client.close()
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        {"cmd": "out", "epoch": 1, "output": "x", "from_session": True, "claim": "c" * 43},
+        {"cmd": "fail", "epoch": 1, "error": "x"},
+        {"cmd": "ask", "epoch": 1, "question": "?", "claim": "c" * 43},
+        {"cmd": "ready", "epoch": 1, "claim": "c" * 43},
+        {"cmd": "requeue", "epoch": 1},
+        {"cmd": "reclaimed", "epoch": 1},
+    ],
+)  # fmt: skip
+def test_another_tenants_task_is_unknown_to_an_agents_reports(
+    tls_daemon: TlsDaemon, two_tenants: tuple[dict[str, Any], dict[str, Any]],
+    request_: dict[str, Any],
+) -> None:  # fmt: skip
+    acme, _ = two_tenants
+    token = tls_daemon.token("agent", "beta", agent="prober")
+    with tls_daemon.connect(token) as client:
+        client.call("register-agent", name="prober")
+        cmd = request_.pop("cmd")
+        with pytest.raises(ColibriError) as caught:
+            client.call(cmd, task=acme["id"], **request_)
+        assert caught.value.code == "unknown_task"
+
+
+def test_a_child_is_of_its_parents_tenant(tls_daemon: TlsDaemon) -> None:
+    parent = tls_daemon.submit("acme's parent", tenant="acme", capabilities=["x"])
+    child = tls_daemon.submit("no tenant given", parent=parent["id"], capabilities=["x"])
+    assert child["tenant"] == "acme"
+    with pytest.raises(ColibriError, match="its children are too"):
+        tls_daemon.submit("elsewhere", parent=parent["id"], tenant="beta")
+
+
+def test_skills_are_the_owners(tls_daemon: TlsDaemon) -> None:
+    from tests.remote.test_refusals import refused
+
+    error = refused(tls_daemon, tls_daemon.token("operator", "beta"), {"cmd": "skills"})
+    assert error["code"] == "forbidden"

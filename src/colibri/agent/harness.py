@@ -329,8 +329,11 @@ def run_agent(spec: AgentSpec, daemon: Path | Remote, root: Path) -> int:
     one on another machine takes its agent's lock in its state folder (the relay's socket and
     its sessions' files are its alone)."""
     if isinstance(daemon, Remote):
+        from colibri import host
         from colibri.locks import hold_lock
 
+        # The token is in this process's environment and memory: not for its sessions' eyes.
+        host.hide_from_own_user()
         try:
             hold_lock(RootLayout(root).harness_lock(spec.name))
         except LockHeld as held:

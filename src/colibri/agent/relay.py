@@ -7,11 +7,12 @@ TLS with the agent's token — which sessions never see — and passes the reply
 session's own id. So ``colibri out``, ``ask``, ``ready``, hand-offs (``submit`` inside a
 session) and ``wait`` work unchanged, and each report still proves itself with its claim.
 
-The relay's connection is the agent's second one, not the one its tasks come on: a session
-that asks for what the token does not allow gets the daemon's refusal, and the connection
-closed for it is the relay's (opened again on the next request), never the harness's. A request
-that finds no daemon is answered ``no_daemon`` or ``closed``, which a session's own commands
-wait out (``cli.main.wait_out_busy``).
+Each session's connection to the relay gets a TLS connection of its own, made at its first
+request: a session that asks for what the token does not allow gets the daemon's refusal, and
+the connection closed for it is its own — never the harness's (the one the agent's tasks come
+on), nor another session's with a ``wait`` or an ``ask`` in flight. A request that finds no
+daemon is answered ``no_daemon`` or ``closed``, which a session's own commands wait out
+(``cli.main.wait_out_busy``).
 
 Only what a session may send is passed on; the agent's own requests (register, heartbeat …),
 and those whose replies never end (``subscribe``, a ledger that follows), are refused here.
@@ -45,8 +46,6 @@ class Relay:
     def __init__(self, remote: Remote, path: Path) -> None:
         self.remote = remote
         self.path = path
-        self._upstream: AsyncClient | None = None
-        self._connecting = asyncio.Lock()
 
     async def serve(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -64,34 +63,23 @@ class Relay:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
-            if self._upstream is not None:
-                await self._upstream.close()
-
-    async def _connection(self) -> AsyncClient:
-        async with self._connecting:
-            if self._upstream is None or self._upstream.closed.is_set():
-                if self._upstream is not None:
-                    await self._upstream.close()
-                self._upstream = None
-                client = AsyncClient(self.remote)
-                await client.connect()
-                self._upstream = client
-            return self._upstream
 
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        upstream = _Upstream(self.remote)
         try:
             while (line := await reader.readline()).endswith(b"\n"):
                 if line.strip():
-                    writer.write(_encode(await self._pass_on(line)) + b"\n")
+                    writer.write(_encode(await self._pass_on(line, upstream)) + b"\n")
                     await writer.drain()
         except (ConnectionError, ValueError):  # ValueError: a line past STREAM_LIMIT
             pass
         finally:
+            await upstream.close()
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
-    async def _pass_on(self, line: bytes) -> dict[str, Any]:
+    async def _pass_on(self, line: bytes, upstream: _Upstream) -> dict[str, Any]:
         request_id: Any = None
         try:
             try:
@@ -106,7 +94,7 @@ class Relay:
                 raise Forbidden(
                     f"{cmd}: not available inside a session of an agent on another machine"
                 )
-            reply = await (await self._connection()).relay(message)
+            reply = await (await upstream.connection()).relay(message)
         except ColibriError as exc:
             return {"id": request_id, "ok": False, "error": exc.to_wire()}
         except OSError as exc:  # the daemon is away: as a session would see it locally
@@ -116,3 +104,24 @@ class Relay:
             }  # fmt: skip
         reply["id"] = request_id
         return reply
+
+
+class _Upstream:
+    """One session's connection to the daemon: made at its first request, again after a loss."""
+
+    def __init__(self, remote: Remote) -> None:
+        self.remote = remote
+        self.client: AsyncClient | None = None
+
+    async def connection(self) -> AsyncClient:
+        if self.client is None or self.client.closed.is_set():
+            await self.close()
+            client = AsyncClient(self.remote)
+            await client.connect()
+            self.client = client
+        return self.client
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await self.client.close()
+            self.client = None

@@ -79,8 +79,3 @@ def split(text: str) -> tuple[str, str] | None:
 def matches(secret: str, secret_hash: str) -> bool:
     """Whether ``secret`` is the one ``secret_hash`` was made from, in constant time."""
     return hmac.compare_digest(digest(secret), secret_hash)
-
-
-def looks_like_token(text: str) -> bool:
-    """Whether ``text`` might hold a token's secret (to keep it out of messages and logs)."""
-    return PREFIX in text

@@ -407,16 +407,21 @@ async def _run_until_stopped(daemon: Daemon) -> None:
     board.set_wake(sweep_wake.set)
 
     async def sweep() -> None:
+        # At least once a second, however often it is woken: a peer that makes the board set
+        # new deadlines again and again (re-registering, say) must not hold the sweep off.
+        last = loop.time()
         while True:
             deadline = board.next_deadline()
-            delay = 1.0 if deadline is None else min(1.0, max(0.005, deadline - loop.time()))
+            due = last + 1.0 if deadline is None else min(last + 1.0, deadline)
             sweep_wake.clear()
             try:
-                async with asyncio.timeout(delay):
+                async with asyncio.timeout(max(0.005, due - loop.time())):
                     await sweep_wake.wait()  # a new, maybe earlier, deadline: recompute
-                continue
+                if loop.time() < due:
+                    continue
             except TimeoutError:
                 pass
+            last = loop.time()
             if server.unavailable is not None and not server.recover():
                 continue  # nothing is judged, expired or fired while the store is away
             board.sweep()

@@ -22,7 +22,15 @@ from colibri import __version__
 from colibri.core import protocol as p
 from colibri.core import sizes
 from colibri.core.access import OWNER, Principal
-from colibri.core.errors import BadRequest, NotYourTask, Unauthorized, UnknownParent, UnknownTask
+from colibri.core.errors import (
+    BadRequest,
+    Forbidden,
+    NotYourTask,
+    Throttled,
+    Unauthorized,
+    UnknownParent,
+    UnknownTask,
+)
 from colibri.core.model import DEFAULT_TENANT, LedgerEntry, Task, normalize_names
 from colibri.daemon.board import Board
 from colibri.daemon.tokens import TokenAuthority
@@ -41,6 +49,8 @@ Reply = dict[str, Any] | None
 #: Tasks and ledger rows read from the store at a time for one reply.
 LIST_PAGE = 64
 LEDGER_PAGE = 500
+#: Ledger rows a token's ``ledger`` reads at most per request (its tenant's among them).
+LEDGER_SCAN = 20_000
 
 
 class Commands:
@@ -120,6 +130,12 @@ class Commands:
         self._principal(conn).visible(task_id, task.tenant)
         return task
 
+    def _own_tenant(self, conn: Connection, task_id: str) -> None:
+        """Before a report on ``task_id``: a token's tenant must see it, or the report's own
+        refusal (``illegal_transition``, ``stale_claim``…) would tell that it exists."""
+        if not self._principal(conn).is_owner:
+            self._task(conn, task_id)
+
     def _holder_is_mine(self, conn: Connection, agent_name: str, task_id: str) -> None:
         principal = self._principal(conn)
         if principal.kind == "agent" and agent_name != principal.agent:
@@ -132,6 +148,9 @@ class Commands:
             return {"role": "owner", "tenant": None}  # the kernel said who it is already
         if conn.principal is not None:
             raise BadRequest("this connection has authenticated already")
+        wait = self.server.throttle.blocked(conn.remote)
+        if wait is not None:  # it connected before the limit was reached: no guess now either
+            raise Throttled(f"too many failed logins from {conn.remote}; try again in {wait:.0f}s")
         try:
             principal = self.tokens.authenticate(req.token)
         except Unauthorized as exc:
@@ -142,7 +161,8 @@ class Commands:
             )
             self.server.login_failed(conn.remote)
             raise
-        conn.principal = principal
+        if not conn.authenticated(principal):
+            return None  # told busy, and closed
         log.info(
             "authenticated",
             extra={"event": "login", "peer": conn.remote, "token": principal.token,
@@ -303,9 +323,14 @@ class Commands:
         if req.task is not None and not principal.is_owner:
             self._task(conn, req.task)
         scanned = req.after
+        # A token's tenant may be small on a large board: its rows are sought a bounded number
+        # of rows at a time, and the client asks again from ``next``.
+        budget = None if principal.is_owner else LEDGER_SCAN
         while len(rows) < req.limit and not full:
             want = min(LEDGER_PAGE, req.limit - len(rows))
             page = self.board.store.ledger(after, want, req.task)
+            if budget is not None:
+                budget -= len(page)
             for row in page:
                 if not principal.sees(row.tenant):
                     scanned = row.seq
@@ -319,9 +344,12 @@ class Commands:
             if len(page) < want:
                 break
             after = page[-1].seq
+            if budget is not None and budget <= 0:
+                full = True  # more may follow: the client goes on from ``next``
+                break
         if req.follow:
             self.server.follow_ledger(conn, req.task)
-        last = scanned if not full else rows[-1].seq
+        last = rows[-1].seq if full and rows and budget is None else scanned
         more = full or (len(rows) == req.limit and bool(self.board.store.ledger(last, 1, req.task)))
         return {"entries": rows, "next": last, "more": more}
 
@@ -332,6 +360,13 @@ class Commands:
                 req.name, normalize_names(req.capabilities, "capability"), req.workspace
             )
             req = msgspec.structs.replace(req, tenant=principal.tenant_for(req.tenant))
+            # Agents are known by name across tenants: a token must not take over (or learn
+            # of) another tenant's agent of its name.
+            known = {a.name: a.tenant for a in self.board.agent_list()}
+            if known.get(req.name, req.tenant) != req.tenant:
+                raise Forbidden(
+                    f"agent name {req.name!r} is taken; create the token for another name"
+                )
         agent, adopted, rejected = self.board.register(req, conn)
         return {
             "agent": agent.wire(),
@@ -346,22 +381,26 @@ class Commands:
         return {}
 
     def out(self, req: p.Out, conn: Connection) -> Reply:
+        self._own_tenant(conn, req.task)
         agent = self.board.reporter(conn, "out", req.task, req.from_session, req.epoch, req.claim)
         self._holder_is_mine(conn, agent.name, req.task)
         task = self.board.out(agent, req.task, req.epoch, req.output, req.cost, req.session_ended)
         return {"task": task}
 
     def fail(self, req: p.Fail, conn: Connection) -> Reply:
+        self._own_tenant(conn, req.task)
         agent = self.board.reporter(conn, "fail", req.task, req.from_session, req.epoch, req.claim)
         self._holder_is_mine(conn, agent.name, req.task)
         task = self.board.fail(agent, req.task, req.epoch, req.error, req.session_ended)
         return {"task": task}
 
     def reclaimed(self, req: p.Reclaimed, conn: Connection) -> Reply:
+        self._own_tenant(conn, req.task)
         agent = self.board.agent_of(conn, "reclaimed")
         return {"task": self.board.reclaimed(agent, req.task, req.epoch)}
 
     def ask(self, req: p.Ask, conn: Connection) -> Reply:
+        self._own_tenant(conn, req.task)
         self.board.ask(conn, req.id, req.task, req.epoch, req.question, req.claim)
         return None  # answered later, by `answer`
 
@@ -370,10 +409,12 @@ class Commands:
         return {"task": self.board.answer(req.task, req.text)}
 
     def ready(self, req: p.Ready, conn: Connection) -> Reply:
+        self._own_tenant(conn, req.task)
         self.board.session_ready(conn, req.task, req.epoch, req.claim)
         return {}
 
     def requeue(self, req: p.Requeue, conn: Connection) -> Reply:
+        self._own_tenant(conn, req.task)
         agent = self.board.agent_of(conn, "requeue")
         return {"task": self.board.requeue(agent, req.task, req.epoch, req.reason)}
 

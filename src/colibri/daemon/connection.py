@@ -36,10 +36,16 @@ SUBSCRIBER_BUFFER_LIMIT = 8 * 1024 * 1024
 LINES_PER_TURN = 64
 #: The longest line a TCP peer may send before it has authenticated (an ``auth`` is ~120).
 AUTH_LINE_LIMIT = 4096
+#: TCP peers past TLS but not yet authenticated, in all and from one address: kept apart from
+#: ``server.max_connections``, so that they can never take the place of anyone who did.
+ANONYMOUS_LIMIT = 64
+ANONYMOUS_PER_ADDRESS = 8
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, server: Server, remote: str | None = None) -> None:
+    def __init__(
+        self, server: Server, remote: str | None = None, accepted: float | None = None
+    ) -> None:
         self.server = server
         #: A TCP peer's address; None on the Unix socket.
         self.remote = remote
@@ -57,9 +63,9 @@ class Connection(asyncio.Protocol):
         #: When it last sent anything (the loop's clock): anonymous connections silent for
         #: ``server.idle_timeout`` are closed, and may be evicted at the connection cap.
         self.last_active = server.loop.time()
-        #: When it was accepted: a TCP peer that has not authenticated by
-        #: ``server.handshake_timeout`` after it is dropped.
-        self.opened = self.last_active
+        #: When it was accepted (before its TLS handshake): a TCP peer that has not
+        #: authenticated ``server.handshake_timeout`` after it is dropped.
+        self.opened = accepted if accepted is not None else self.last_active
         #: (uid, pid) of the process at the other end; every ledger row it causes names them.
         self.peer: tuple[int, int] | None = None
         self._deferred = False  # lines left for the next loop iteration (LINES_PER_TURN)
@@ -78,7 +84,12 @@ class Connection(asyncio.Protocol):
                     )
                 )
                 return
-            self._admit()
+            anonymous = self.server.anonymous
+            from_there = sum(1 for c in anonymous if c.remote == self.remote)
+            if len(anonymous) >= ANONYMOUS_LIMIT or from_there >= ANONYMOUS_PER_ADDRESS:
+                self._refuse(Busy("too many connections waiting to authenticate; try again later"))
+                return
+            anonymous.add(self)
             return
         sock = transport.get_extra_info("socket")
         try:
@@ -94,12 +105,21 @@ class Connection(asyncio.Protocol):
         self.principal = OWNER
         self._admit()
 
-    def _admit(self) -> None:
+    def _admit(self) -> bool:
+        """Take a place among the connections (a TCP peer: once it has authenticated)."""
         if self.server.connection_count >= self.server.config.server.max_connections:
             if not self.server.evict_idle():
                 self._refuse(Busy("too many connections; try again later"))
-                return
+                return False
         self.server.connections.add(self)
+        return True
+
+    def authenticated(self, principal: Principal) -> bool:
+        """A TCP peer has shown its token: it leaves the anonymous ones for a place of its own
+        (False: there was none, and it was told ``busy``)."""
+        self.server.anonymous.discard(self)
+        self.principal = principal
+        return self._admit()
 
     def _refuse(self, error: ColibriError) -> None:
         assert self.transport is not None
@@ -120,8 +140,7 @@ class Connection(asyncio.Protocol):
         buf = self._buf
         start = 0
         handled = 0
-        # Before its ``auth`` a TCP peer is nobody: it may not make the daemon hold a megabyte.
-        limit = self.server.config.server.max_line if self.principal else AUTH_LINE_LIMIT
+        limit = self._line_limit()
         while not self.closing:
             nl = buf.find(b"\n", start)
             if nl < 0:
@@ -143,6 +162,7 @@ class Connection(asyncio.Protocol):
             if line.strip():
                 self.server.handle_line(self, line)
                 handled += 1
+                limit = self._line_limit()  # the line may have been the peer's ``auth``
                 self.last_active = self.server.loop.time()  # a long pipeline is not idle
         if start:
             del buf[:start]
@@ -156,6 +176,10 @@ class Connection(asyncio.Protocol):
             self.partial_since = None
         elif self.partial_since is None:
             self.partial_since = self.server.loop.time()
+
+    def _line_limit(self) -> int:
+        # Before its ``auth`` a TCP peer is nobody: it may not make the daemon hold a megabyte.
+        return self.server.config.server.max_line if self.principal else AUTH_LINE_LIMIT
 
     def _defer(self) -> None:
         if self._deferred or self.transport is None:

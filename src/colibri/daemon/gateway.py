@@ -89,7 +89,8 @@ class Throttle:
         return times
 
     def failed(self, address: str) -> bool:
-        """Count a failed login; True if it made the address throttled."""
+        """Count a failed login; True if it made the address throttled (only the failure that
+        reached the limit: the ones after it are summed up by ``take_refused``)."""
         now, key = self.clock(), self.key(address)
         times = self._recent(key, now)
         if times is None:
@@ -97,10 +98,11 @@ class Throttle:
             if len(self._failures) > TRACKED_ADDRESSES:
                 self._failures.popitem(last=False)
         self._failures.move_to_end(key)
+        already = len(times) >= self.limit
         times.append(now)
         if len(times) > self.limit:  # bounded: what is past the limit is not needed
             times.popleft()
-        return len(times) == self.limit
+        return not already and len(times) == self.limit
 
     def blocked(self, address: str) -> float | None:
         """Seconds until ``address`` may try again, or None if it may now."""
@@ -226,7 +228,7 @@ class Gateway:
                     return
             left = max(0.1, timeout - (loop.time() - started))
             await loop.connect_accepted_socket(
-                lambda: self.server.connection_for(peer),
+                lambda: self.server.connection_for(peer, started),
                 sock,
                 ssl=self.context,
                 ssl_handshake_timeout=left if self.context is not None else None,
@@ -244,11 +246,12 @@ class Gateway:
             "this port speaks TLS: connect with a TLS client (colibri --connect tcp://… "
             "--tls-ca CA.pem), not plain text"
         )
+        # Not counted as a failed login: a health check or a stray nc must not get an address
+        # (and everyone behind it) throttled.
         log.warning(
             "plain text on the TLS port refused",
             extra={"event": "tls_required", "peer": peer},
         )
-        self.server.login_failed(peer)
         _send_line(sock, error)
         sock.close()
 

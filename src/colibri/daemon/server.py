@@ -28,6 +28,7 @@ from colibri.core.errors import (
     Internal,
     LeaseLost,
     StorageUnavailable,
+    Throttled,
     Unauthorized,
 )
 from colibri.core.events import LedgerAppended
@@ -89,6 +90,8 @@ class Server:
         )
         self.loop = asyncio.get_running_loop()
         self.connections: set[Connection] = set()
+        #: TCP peers past TLS that have not authenticated yet (``Connection.authenticated``).
+        self.anonymous: set[Connection] = set()
         self.dirty: set[Connection] = set()
         self._replies: list[tuple[Connection, dict[str, Any]]] = []
         self._to_close: list[Connection] = []
@@ -148,9 +151,9 @@ class Server:
             self._membership[(uid, gid)] = known
         return known[1]
 
-    def connection_for(self, remote: str) -> Connection:
-        """A connection for a TCP peer at ``remote`` (its TLS is done by then)."""
-        return Connection(self, remote)
+    def connection_for(self, remote: str, accepted: float) -> Connection:
+        """A connection for a TCP peer at ``remote``, accepted at ``accepted`` (loop time)."""
+        return Connection(self, remote, accepted)
 
     def login_failed(self, remote: str) -> None:
         if self.throttle.failed(remote):
@@ -168,12 +171,6 @@ class Server:
             if conn.principal is None:  # nobody yet: one answer, then the door
                 self.close_after_flush(conn)
             return
-        if self.unavailable is not None and not isinstance(req, protocol.Ping):
-            self.reply_error(conn, req.id, StorageUnavailable(
-                f"{self.unavailable}; the daemon retries every second and serves again once "
-                "the store answers"
-            ))  # fmt: skip
-            return
         principal = conn.principal
         if principal is None and not isinstance(req, protocol.Auth):
             self._refuse(conn, req.id, Unauthorized(
@@ -182,11 +179,25 @@ class Server:
             ))  # fmt: skip
             return
         if principal is not None and not principal.is_owner:
+            if principal.expires_at is not None and principal.expires_at <= rfc3339(
+                self.board.clock.time()
+            ):
+                self._refuse(conn, req.id, Unauthorized(f"token {principal.token} has expired"))
+                return
             try:
                 principal.check(req)
             except Forbidden as exc:
                 self._refuse(conn, req.id, exc)
                 return
+        if self.unavailable is not None and not isinstance(req, protocol.Ping):
+            # (A token is not told what the store said: that is the daemon's owner's to read.)
+            why = self.unavailable if principal is not None and principal.is_owner else (
+                "the daemon's store is unavailable"
+            )  # fmt: skip
+            self.reply_error(conn, req.id, StorageUnavailable(
+                f"{why}; the daemon retries every second and serves again once the store answers"
+            ))  # fmt: skip
+            return
         batch = self.board.batch
         batch.actor = conn.peer
         try:
@@ -195,7 +206,7 @@ class Server:
             self._batch_error = exc
             self.reply_error(conn, req.id, exc)
             return
-        except (Forbidden, Unauthorized) as exc:
+        except (Forbidden, Unauthorized, Throttled) as exc:
             if conn.remote is None:
                 self.reply_error(conn, req.id, exc)
             else:
@@ -274,6 +285,7 @@ class Server:
 
     def lost(self, conn: Connection) -> None:
         self.connections.discard(conn)
+        self.anonymous.discard(conn)
         self._ledger_followers.discard(conn)
         if self.bus is not None:
             self.bus.forget(conn)
@@ -313,7 +325,7 @@ class Server:
         self.closed = True
         with contextlib.suppress(Exception):
             self.board.store.rollback()
-        for conn in list(self.connections):
+        for conn in [*self.connections, *self.anonymous]:
             conn.closing = True
             if conn.transport is not None:
                 conn.transport.abort()  # nothing held back may leave now
@@ -475,7 +487,7 @@ class Server:
         idle_cutoff = now - self.config.server.idle_timeout
         auth_cutoff = now - self.config.server.handshake_timeout
         expired = rfc3339(self.board.clock.time())
-        for conn in list(self.connections):
+        for conn in [*self.connections, *self.anonymous]:
             principal = conn.principal
             if conn.remote is not None and not conn.closing and (
                 (principal is None and conn.opened < auth_cutoff)
@@ -540,6 +552,6 @@ class Server:
         return True
 
     def close_all(self) -> None:
-        for conn in list(self.connections):
+        for conn in [*self.connections, *self.anonymous]:
             if conn.transport is not None:
                 conn.transport.close()

@@ -39,6 +39,13 @@ class TokenAuthority:
             if agent is None:
                 raise BadRequest("an agent token is for one agent: give --agent NAME")
             check_name(agent, "agent name")
+            # Agents are known by name across tenants: one name, one tenant.
+            for other in self.store.tokens():
+                if other.agent == agent and other.tenant != tenant and other.revoked_at is None:
+                    raise BadRequest(
+                        f"agent name {agent!r} belongs to tenant {other.tenant!r} (token "
+                        f"{other.id}); give this tenant's agent another name"
+                    )
             if workspace is not None:
                 check_name(workspace, "workspace")
         elif agent is not None or capabilities or workspace is not None:

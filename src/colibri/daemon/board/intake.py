@@ -106,6 +106,16 @@ class Intake:
         if not text.strip():
             raise BadRequest("text is empty: say what the task is")
         tenant = check_name(req.tenant, "tenant") if req.tenant else DEFAULT_TENANT
+        if req.parent is not None:
+            # A child is of its parent's tenant: a hand-off never carries work across tenants.
+            above = self.tasks.get(req.parent) or self.store.get_task(req.parent)
+            if above is not None:
+                if req.tenant and above.tenant != tenant:
+                    raise BadRequest(
+                        f"task {req.parent} is of tenant {above.tenant}; its children are too "
+                        "(leave --tenant out)"
+                    )
+                tenant = above.tenant
         capabilities = self.queue.shared(normalize_names(req.capabilities, "capability"))
         labels = self.queue.shared(normalize_names(req.labels, "label"))
         workspace = check_name(req.workspace, "workspace") if req.workspace else None
