@@ -208,6 +208,9 @@ CLIENT_SIDE = ("colibri.client", "colibri.cli", "colibri.agent")
 #: The one command that starts a daemon, and so may load it (inside the command only).
 STARTS_THE_DAEMON = {
     ("colibri/cli/daemon.py", "run"): ("colibri.daemon.app",),
+    # Not a daemon, but the board itself: a PostgreSQL board's daemons, read where no daemon
+    # may serve (a standby has no socket).
+    ("colibri/cli/hive.py", "list_hive"): ("colibri.store.postgres",),
 }
 
 
@@ -228,7 +231,8 @@ def daemon_imports_of_the_client_side() -> list[Import]:
 
 def test_the_client_side_never_imports_the_daemon_or_the_store() -> None:
     """client.py, cli/ and agent/ meet the daemon on the socket only; the commands that start
-    a daemon load it inside themselves."""
+    a daemon load it inside themselves (and ``hive list`` reads a PostgreSQL board's table of
+    daemons itself)."""
     assert [str(i) for i in daemon_imports_of_the_client_side()] == []
 
 
