@@ -158,18 +158,26 @@ def test_never_ready_sessions_requeue_with_warnings_then_open_the_breaker(
         assert len(rows_later) == len(rows)
         # no session of the workspace is left running (tmux delivers the hang-up of a killed
         # session's window asynchronously: the last one may take a moment to go on a busy host)
-        wait_until(lambda: not [p for p in os.listdir("/proc") if p.isdigit() and _is_sleep60(p)])
+        # (its own: another test may run a `sleep 60` of its own meanwhile)
+        root = str(daemon.root)
+        wait_until(
+            lambda: not [p for p in os.listdir("/proc") if p.isdigit() and _is_sleep60(p, root)]
+        )
     finally:
         daemon.stop()
 
 
-def _is_sleep60(pid: str) -> bool:
+def _is_sleep60(pid: str, root: str) -> bool:
+    """A live ``sleep 60`` of a session of the root ``root`` (its COLIBRI_ROOT)."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError, ProcessLookupError):
+        if cmdline[:2] != [b"sleep", b"60"] or state == "Z":
+            return False
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except (FileNotFoundError, IndexError, ProcessLookupError, PermissionError):
         return False
-    return cmdline[:2] == [b"sleep", b"60"] and state != "Z"
+    return f"COLIBRI_ROOT={root}".encode() in environ
 
 
 def test_a_warm_tmux_session_takes_the_task_and_is_renamed_after_it(tmux_root: Path) -> None:
