@@ -14,10 +14,12 @@ import threading
 import time
 from pathlib import Path
 
-from colibri.core.errors import LeaseLost
+import pytest
+
+from colibri.core.errors import ColibriError, LeaseLost
 from colibri.core.model import LedgerEntry
 from colibri.store.postgres import BoardLease, PostgresStore
-from tests.helpers import PYTHON, Daemon, colibri, wait_until
+from tests.helpers import PYTHON, Daemon, colibri, one_line, wait_until
 
 
 def free_port() -> int:
@@ -61,7 +63,14 @@ def test_a_standby_takes_over_when_the_owner_dies_and_the_agent_follows(
     agent = None
     try:
         second.stand_by()
-        assert not second.socket.exists()
+        # Its root's socket says it stands by, and who serves; it listens on no TCP port yet.
+        with pytest.raises(ColibriError) as caught:
+            second.call("status")
+        assert caught.value.code == "standby" and first.address in caught.value.message
+        told = colibri(second.root, "status")
+        assert told.returncode == 1 and "this daemon stands by" in one_line(told.stderr)
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", second.port), timeout=2).close()
         token = first.call("token-create", role="agent", tenant="default", agent="far")["secret"]
         agent = subprocess.Popen(
             [PYTHON, "-m", "colibri", "agent", "--connect", f"{first.address},{second.address}",

@@ -37,6 +37,7 @@ the client (``closed``, ``unexpected_reply``) and by the CLI (``os_error``, ``in
     ├── Busy                 busy                too many connections
     ├── StorageUnavailable   storage_unavailable the store could not commit (disk full, read-only)
     │   └── LeaseLost        lease_lost          another daemon holds the PostgreSQL board now
+    ├── Standby              standby             this daemon stands by: another serves the board
     ├── Internal             internal            a bug: logged with its traceback
     │   (the codes below are not sent on the socket: start-up, the client, the CLI)
     ├── ConfigError          config_error        colibri.jsonc (or COLIBRI_HOST) is invalid
@@ -268,6 +269,13 @@ class LeaseLost(StorageUnavailable):
     stopped or cut off past its lease): refused by the fence, nothing of it written."""
 
     code = "lease_lost"
+
+
+class Standby(ColibriError):
+    """The daemon of this root stands by on a PostgreSQL board another daemon serves: ask that
+    one (the message says where), or wait for this one to take over."""
+
+    code = "standby"
 
 
 class Internal(ColibriError):

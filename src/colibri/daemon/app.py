@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from colibri import host
 from colibri.config import Config
 from colibri.core.errors import (
@@ -80,7 +82,29 @@ async def hold_board(config: Config, address: str | None, stop: asyncio.Event) -
     # The board's tables first (made, or migrated, under the board's lock): the lease is one.
     await asyncio.to_thread(lambda: open_store(config.store, durability=config.durability).close())
     lease = BoardLease(config.store, config.lease_ttl, address, str(config.root))
-    waiting_said = ""
+    said = ["standby: the board's lease is being taken"]
+    # Its root's socket says so meanwhile, rather than leave "no daemon is running" to be said.
+    clear_stale_socket(config.layout.socket)
+    old_umask = os.umask(0o177)
+    try:
+        standby = await asyncio.start_unix_server(
+            lambda reader, writer: _say_standby(reader, writer, said),
+            path=str(config.layout.socket),
+        )
+    finally:
+        os.umask(old_umask)
+    try:
+        return await _stand_by(lease, stop, said)
+    finally:
+        standby.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(config.layout.socket)
+
+
+async def _stand_by(lease: BoardLease, stop: asyncio.Event, said: list[str]) -> _BoardHold | None:
+    """Poll the lease (every third of its ttl, or when it is due) until it is taken, saying in
+    ``said[0]`` — and in the log, at each change — who serves meanwhile."""
+    logged = ""
     while not stop.is_set():
         try:
             await asyncio.to_thread(lease.beat)
@@ -97,23 +121,42 @@ async def hold_board(config: Config, address: str | None, stop: asyncio.Event) -
             why = ""
         left = 0.0 if holder is None else max(0.0, float(holder["left_s"]))
         if why:
-            said = why
+            said[0] = why
         elif holder is None:
-            said = "standby: the board's lease is being taken"
+            said[0] = "standby: the board's lease is being taken"
         else:
             where = holder["address"] or "an unknown address"
-            said = (
+            said[0] = (
                 f"standby: daemon {str(holder['owner'])[:8]} at {where} holds the board (lease "
                 f"epoch {holder['epoch']}); taking over when its lease expires"
             )
-        if said != waiting_said:
-            log.warning(said, extra={"event": "standby"})
-            waiting_said = said
+        if said[0] != logged:
+            log.warning(said[0], extra={"event": "standby"})
+            logged = said[0]
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(min(lease.ttl / 3, max(0.05, left + 0.01))):
                 await stop.wait()
     lease.close()
     return None
+
+
+async def _say_standby(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, said: list[str]
+) -> None:
+    """The standby's socket: every request is answered ``standby``, saying who serves."""
+    from colibri.core import protocol
+    from colibri.core.errors import Standby
+
+    try:
+        while (line := await reader.readline()).endswith(b"\n"):
+            error = Standby(f"this daemon stands by; {said[0].removeprefix('standby: ')}")
+            reply = {"id": protocol.request_id(line), "ok": False, "error": error.to_wire()}
+            writer.write(msgspec.json.encode(reply) + b"\n")
+            await writer.drain()
+    except (ConnectionError, ValueError):
+        pass
+    finally:
+        writer.close()
 
 
 def acquire_store_lock(store: str) -> int:
