@@ -208,9 +208,13 @@ class SubmitClient(threading.Thread):
                         "submit", text=f"storm {key}", idempotency_key=key, **self.fields
                     )
                 except ColibriError as exc:
-                    if exc.code != "closed":
+                    # "standby": a daemon started again on a PostgreSQL board waits out the
+                    # killed one's lease; like no daemon at all, the submission was not taken.
+                    if exc.code not in ("closed", "standby"):
                         op["outcome"] = "err"
                         op["error"] = exc.code
+                    elif exc.code == "standby":
+                        time.sleep(0.02)
                     client.close()
                     client = None
                 except OSError:

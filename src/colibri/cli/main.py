@@ -89,8 +89,9 @@ class Context:
 
 def wait_out_busy(attempt: Callable[[], T]) -> T:
     """Run ``attempt`` (which opens its own connection) again while the daemon answers
-    ``busy``, or is not there for a moment (restarting: no socket, or the connection closed
-    under the request), with growing pauses, for up to ``BUSY_PATIENCE`` seconds. For what a
+    ``busy``, or is not there for a moment (restarting: no socket, the connection closed under
+    the request, or a daemon standing by until its predecessor's lease lapses), with growing
+    pauses, for up to ``BUSY_PATIENCE`` seconds. For what a
     session reports from inside itself: a report must not be lost because the daemon was full
     or restarting. ``busy`` changes nothing; a request cut off by a restart either committed or
     did not, and sent again it is refused (the task has moved on) or taken, never done twice.
@@ -103,7 +104,7 @@ def wait_out_busy(attempt: Callable[[], T]) -> T:
         try:
             return attempt()
         except ColibriError as exc:
-            if exc.code not in ("busy", "closed", "no_daemon"):
+            if exc.code not in ("busy", "closed", "no_daemon", "standby"):
                 raise
             if time.monotonic() + pause > give_up:
                 exc.message += f" (still so after {BUSY_PATIENCE:.0f}s of retries)"

@@ -208,7 +208,7 @@ def ask(
                 question=question,
             )  # fmt: skip
         except ColibriError as exc:
-            if exc.code not in ("closed", "no_daemon"):
+            if exc.code not in ("closed", "no_daemon", "standby"):
                 raise
             time.sleep(0.5)
             continue
