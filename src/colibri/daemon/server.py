@@ -368,9 +368,7 @@ class Server:
             self._push_ledger(rows)
             for peer, effect in outbox:
                 peer.send(effect)
-        for conn in self.dirty:
-            conn.write_out()
-        self.dirty.clear()
+        self._write_out()
         if rows:  # the store has them already: a crash here is repaired at start-up
             crashpoints.hit("before-mirror")
             if not self.mirror.broken:
@@ -380,10 +378,7 @@ class Server:
             # catch-up could copy; and every sweep flushes, so the repair does not wait for
             # new rows.
             self._repair_mirror()
-        for conn in self._to_close:
-            if conn.transport is not None:
-                conn.transport.close()
-        self._to_close.clear()
+        self._close_the_closing()
         if board.dispatch_wanted and not board.paused and self._batch_error is None:
             self.schedule_flush()
         self._batch_error = None
@@ -396,9 +391,16 @@ class Server:
         self._batch_error = None
         for conn, message in replies:
             conn.queue(message)
+        self._write_out()
+        self._close_the_closing()
+
+    def _write_out(self) -> None:
         for conn in self.dirty:
             conn.write_out()
         self.dirty.clear()
+
+    def _close_the_closing(self) -> None:
+        """Close the connections told their last line (``close_after_flush``), now written."""
         for conn in self._to_close:
             if conn.transport is not None:
                 conn.transport.close()
