@@ -48,6 +48,30 @@ def test_another_tenants_task_is_unknown_task(
     assert tls_daemon.task(acme["id"])["state"] == "pending"  # nothing was cancelled
 
 
+@pytest.mark.parametrize("cmd", ["get", "why", "cancel", "ledger"])
+def test_an_id_prefix_names_only_the_tokens_own_tenants_tasks(
+    tls_daemon: TlsDaemon, two_tenants: tuple[dict[str, Any], dict[str, Any]], cmd: str
+) -> None:
+    """Another tenant's task counts neither as a match nor towards an ambiguity: a prefix
+    cannot be used to learn that it exists."""
+    acme, beta = two_tenants
+    common = next(n for n in range(36, 0, -1) if acme["id"][:n] == beta["id"][:n])
+    shared, acme_only = acme["id"][:common], acme["id"][: common + 1]
+    with tls_daemon.connect(tls_daemon.token("operator", "beta")) as client:
+        # The prefix both ids start with names beta's task alone, for beta's token.
+        if cmd == "get":
+            assert client.call("get", task=shared)["task"]["id"] == beta["id"]
+        with pytest.raises(ColibriError) as caught:
+            client.call(cmd, task=acme_only)
+        assert caught.value.code == "unknown_task"
+        assert caught.value.message == UnknownTask(acme_only).message
+    # The owner sees both: the shared prefix is ambiguous to it.
+    with pytest.raises(ColibriError) as caught:
+        tls_daemon.call("get", task=shared)
+    assert caught.value.code == "ambiguous_task"
+    assert tls_daemon.task(acme["id"])["state"] == "pending"
+
+
 def test_a_token_lists_counts_and_follows_its_own_tenant_only(
     tls_daemon: TlsDaemon, two_tenants: tuple[dict[str, Any], dict[str, Any]]
 ) -> None:

@@ -7,6 +7,7 @@ fact no method reads back. What only an SQLite file can show is in ``test_sqlite
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import sqlite3
 
@@ -509,6 +510,22 @@ def _board(store: Store) -> list[Task]:
         (TaskFilter(state="pending", after="t05"), "t09 t10"),
         (TaskFilter(limit=3), "t01 t02 t03"),
         (TaskFilter(tenant="acme", after="t06", limit=2), "t07 t08"),
+        (TaskFilter(outcome="done"), "t03 t07"),
+        (TaskFilter(outcome="failed"), "t04 t12"),
+        (TaskFilter(outcome="cancelled"), "t06"),
+        (TaskFilter(outcome="done", tenant="acme"), "t07"),
+        (TaskFilter(prefix="t1"), "t10 t11 t12"),
+        (TaskFilter(prefix="t0"), "t01 t02 t03 t04 t05 t06 t07 t08 t09"),
+        (TaskFilter(prefix="t11"), "t11"),
+        (TaskFilter(prefix="t13"), ""),
+        (TaskFilter(prefix="u"), ""),
+        (TaskFilter(prefix="t1", tenant="acme"), "t10"),
+        (TaskFilter(before="t03"), "t01 t02"),
+        (TaskFilter(after="t03", before="t06"), "t04 t05"),
+        (TaskFilter(newest=True), "t12 t11 t10 t09 t08 t07 t06 t05 t04 t03 t02 t01"),
+        (TaskFilter(newest=True, limit=3), "t12 t11 t10"),
+        (TaskFilter(newest=True, before="t10", limit=2), "t09 t08"),
+        (TaskFilter(newest=True, state="pending"), "t10 t09 t05 t01"),
     ],
 )
 def test_list_tasks_filters(store: Store, query: TaskFilter, expected: str) -> None:
@@ -516,6 +533,34 @@ def test_list_tasks_filters(store: Store, query: TaskFilter, expected: str) -> N
     found = store.list_tasks(query)
     assert ids(found) == expected.split()
     assert all(t == tasks[t.id] for t in found)
+    # count_tasks counts what the same filter lists, whatever the limit and the order.
+    whole = dataclasses.replace(query, limit=1000)
+    assert store.count_tasks(query) == len(store.list_tasks(whole))
+
+
+def test_count_by_outcome_counts_every_ended_task_closed_or_not(store: Store) -> None:
+    assert store.count_by_outcome() == {}
+    _board(store)
+    assert store.count_by_outcome() == {"done": 2, "failed": 2, "cancelled": 1}
+    assert store.count_tasks(TaskFilter()) == 12
+    assert store.count_tasks(TaskFilter(state="closed", outcome="done")) == 1
+
+
+@pytest.mark.parametrize("limit", [1, 5, 40])
+def test_newest_pages_with_before_cover_every_task_once_newest_first(
+    store: Store, limit: int
+) -> None:
+    all_ids = [f"t{n:03d}" for n in range(40)]
+    for task_id in random.Random(limit).sample(all_ids, len(all_ids)):
+        add(store, make_task(task_id))
+    store.commit()
+    seen: list[str] = []
+    before: str | None = None
+    while page := store.list_tasks(TaskFilter(newest=True, before=before, limit=limit)):
+        seen += ids(page)
+        before = page[-1].id
+        assert store.count_tasks(TaskFilter(before=before)) == 40 - len(seen)
+    assert seen == all_ids[::-1]
 
 
 @pytest.mark.parametrize("limit", [1, 7, 40, 41, 100])

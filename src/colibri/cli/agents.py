@@ -89,7 +89,12 @@ def status(ctx: Context, as_json: bool) -> None:
     if d.get("listen"):
         print_line(f"listen   {', '.join(d['listen'])}")
     print(f"dispatch {'PAUSED (resume with: colibri resume)' if reply['paused'] else 'running'}")
-    print_line("tasks    " + ", ".join(f"{n} {s}" for s, n in reply["tasks"].items()))
+    tasks, outcomes = reply["tasks"], reply.get("outcomes", {})
+    ended = ", ".join(f"{n} {o}" for o, n in outcomes.items())
+    print_line(
+        f"tasks    {tasks['pending']} pending, {tasks['running']} running; ended: {ended} "
+        f"({tasks['closed']} closed)"
+    )
     print_line(
         f"agents   {reply['agents']['online']} online of {reply['agents']['known']}, "
         f"{reply['slots']['busy']}/{reply['slots']['total']} slots busy"

@@ -22,12 +22,18 @@ from colibri.cli.output import (
 )
 
 STATES = ["pending", "running", "done", "failed", "cancelled", "closed"]
+OUTCOMES = ["done", "failed", "cancelled"]
 
 
 @cli.command()
 @click.argument("text")
 @click.option(
-    "--cap", "caps", multiple=True, metavar="CAP", help="A required capability (repeatable)."
+    "--cap",
+    "--capability",
+    "caps",
+    multiple=True,
+    metavar="CAP",
+    help="A required capability (repeatable).",
 )
 @click.option("--agent", help="Pin the task to this agent (create-task) instead of best fit.")
 @click.option("--workspace", help="Only agents of this workspace may take it.")
@@ -140,6 +146,12 @@ def submit(
                       f"{task['id']} ({task['state']}); nothing new was submitted"),
             err=True,
         )  # fmt: skip
+    if reply.get("waits"):
+        click.echo(
+            printable(f"colibri: task {task['id']} waits: {reply['waits']} "
+                      f"(see: colibri why {task['id']})"),
+            err=True,
+        )  # fmt: skip
     if wait:
         task = ctx.call("wait", patient=in_session(), task=task["id"])["task"]
     if as_json:
@@ -159,47 +171,89 @@ def submit(
 
 @cli.command("list")
 @click.option("--state", type=click.Choice(STATES), help="Only tasks in this state.")
+@click.option(
+    "--outcome", type=click.Choice(OUTCOMES), help="Only tasks that ended so (closed or not)."
+)
 @click.option("--agent", help="Only tasks of this agent.")
 @click.option("--workspace", help="Only tasks of this workspace.")
-@click.option("--parent", help="Only children of this task.")
+@click.option("--parent", metavar="ID", help="Only children of this task.")
 @click.option("--tenant", help="Only tasks of this tenant.")
-@click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
-@click.option("--after", metavar="ID", help="Start after this id (the previous page's last).")
+@click.option(
+    "--limit", type=click.IntRange(1, 10_000), default=100, show_default=True,
+    help="Tasks shown at most (the newest, unless --after).",
+)  # fmt: skip
+@click.option("--all", "every", is_flag=True, help="Every matching task, oldest first.")
+@click.option("--before", metavar="ID", help="The newest tasks older than this id.")
+@click.option("--after", metavar="ID", help="The oldest tasks newer than this id.")
 @click.option("--tree", is_flag=True, help="Show families: children indented under parents.")
 @json_option
 @pass_ctx
 def list_tasks(
     ctx: Context,
     state: str | None,
+    outcome: str | None,
     agent: str | None,
     workspace: str | None,
     parent: str | None,
     tenant: str | None,
     limit: int,
+    every: bool,
+    before: str | None,
     after: str | None,
     tree: bool,
     as_json: bool,
 ) -> None:
-    """List tasks, oldest first."""
-    reply = ctx.call(
-        "list",
-        state=state,
-        agent=agent,
-        workspace=workspace,
-        parent=parent,
+    """List tasks: the newest (--limit, 100), the latest at the bottom.
+
+    --after ID pages forward from ID, oldest first; --before ID pages back; --all lists
+    every matching task."""
+    if every and (before or after):
+        raise click.UsageError("--all lists every task; leave out --before and --after")
+    if before and after:
+        raise click.UsageError("give --before or --after, not both")
+    filters: dict[str, Any] = dict(
+        state=state, outcome=outcome, agent=agent, workspace=workspace, parent=parent,
         tenant=tenant,
-        limit=limit,
-        after=after,
-    )
-    if as_json:
-        print_json(reply["tasks"])
-        return
-    if tree:
-        print_tree(reply["tasks"])
+    )  # fmt: skip
+    if every:
+        tasks: list[dict[str, Any]] = []
+        with ctx.client() as client:
+            cursor = None
+            while True:
+                reply = client.call("list", **filters, after=cursor, limit=10_000)
+                tasks += reply["tasks"]
+                cursor = reply.get("next")
+                if not cursor:
+                    break
+        remaining = 0
     else:
-        print_table(TASK_COLUMNS, [task_row(t) for t in reply["tasks"]], empty="no tasks")
-    if reply.get("next"):
-        click.echo(printable(f"more: colibri list --after {reply['next']}"), err=True)
+        newest = after is None
+        reply = ctx.call(
+            "list", **filters, after=after, before=before, newest=newest, limit=limit, count=True
+        )
+        tasks = reply["tasks"][::-1] if newest else reply["tasks"]
+        remaining = reply.get("remaining", 0)
+    if as_json:
+        print_json(tasks)
+    elif tree:
+        print_tree(tasks)
+    else:
+        print_table(TASK_COLUMNS, [task_row(t) for t in tasks], empty="no tasks")
+        if not tasks and state in OUTCOMES:
+            click.echo(
+                f"colibri: a task is {state} only until its session is gone, then closed; "
+                f"to list the tasks that ended {state}: colibri list --outcome {state}",
+                err=True,
+            )
+    if remaining:
+        older = not every and after is None
+        more = (
+            f"{remaining} older task{'s' if remaining != 1 else ''} not shown: "
+            f"colibri list --before {reply['next']} (or --all)"
+            if older
+            else f"{remaining} more: colibri list --after {reply['next']}"
+        )
+        click.echo(printable(more), err=True)
 
 
 @cli.command()

@@ -16,6 +16,7 @@ the client (``closed``, ``unexpected_reply``) and by the CLI (``os_error``, ``in
     │   └── BadDuration      bad_duration        not a duration, or outside its range
     ├── LineTooLong          line_too_long       framing is lost: the connection closes
     ├── UnknownTask          unknown_task
+    ├── AmbiguousTask        ambiguous_task      an id prefix that names more than one task
     ├── UnknownSchedule      unknown_schedule
     ├── ScheduleExists       schedule_exists
     ├── UnknownParent        unknown_parent
@@ -118,6 +119,14 @@ class UnknownTask(ColibriError):
 
     def __init__(self, task_id: str) -> None:
         super().__init__(f"no task with id {task_id} (list tasks with: colibri list)")
+
+
+class AmbiguousTask(ColibriError):
+    code = "ambiguous_task"
+
+    def __init__(self, prefix: str, count: int, examples: list[str]) -> None:
+        shown = ", ".join(examples) + (", …" if count > len(examples) else "")
+        super().__init__(f"id prefix {prefix} names {count} tasks ({shown}); give more of the id")
 
 
 class UnknownSchedule(ColibriError):

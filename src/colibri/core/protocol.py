@@ -111,12 +111,19 @@ class Get(Request, tag="get"):
 
 class ListTasks(Request, tag="list"):
     state: ShortStr | None = None
+    outcome: Literal["done", "failed", "cancelled"] | None = None
     agent: ShortStr | None = None
     workspace: ShortStr | None = None
     parent: TaskId | None = None
     tenant: ShortStr | None = None
-    #: Return tasks whose id sorts after this one (the previous page's ``next``).
+    #: Return tasks whose id sorts after this one (the previous page's ``next``, oldest first).
     after: TaskId | None = None
+    #: Return tasks whose id sorts before this one (the previous page's ``next``, newest first).
+    before: TaskId | None = None
+    #: The newest tasks first (the greatest ids) instead of the oldest.
+    newest: bool = False
+    #: Also say how many tasks match beyond this page (``remaining``): one more query.
+    count: bool = False
     limit: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 100
 
 

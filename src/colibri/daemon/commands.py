@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -23,6 +24,7 @@ from colibri.core import protocol as p
 from colibri.core import sizes
 from colibri.core.access import OWNER, Principal
 from colibri.core.errors import (
+    AmbiguousTask,
     BadRequest,
     Forbidden,
     NotYourTask,
@@ -51,6 +53,10 @@ LIST_PAGE = 64
 LEDGER_PAGE = 500
 #: Ledger rows a token's ``ledger`` reads at most per request (its tenant's among them).
 LEDGER_SCAN = 20_000
+#: The length of a whole task id (a UUID's text), and the characters of one: anything shorter
+#: made of these may be a prefix of ids, as git and docker take them.
+WHOLE_ID = 36
+ID_CHARACTERS = "0123456789abcdef-"
 
 
 class Commands:
@@ -129,6 +135,23 @@ class Commands:
         task = self.board.get(task_id)
         self._principal(conn).visible(task_id, task.tenant)
         return task
+
+    def _resolve(self, conn: Connection, task_id: str) -> str:
+        """The whole id of the one task whose id starts with ``task_id``, among the tasks the
+        connection may see (a token's prefix never counts another tenant's); ``task_id`` itself
+        when it is a whole id or starts none, for the caller's ``unknown_task``."""
+        if len(task_id) >= WHOLE_ID or task_id in self.board.tasks:
+            return task_id
+        prefix = task_id.lower()
+        if not prefix or prefix.strip(ID_CHARACTERS):
+            return task_id  # not the start of any id: a pattern could not match either
+        query = TaskFilter(prefix=prefix, tenant=self._principal(conn).tenant, limit=3)
+        found = self.board.list_tasks(query)
+        if len(found) == 1:
+            return found[0].id
+        if not found:
+            return task_id
+        raise AmbiguousTask(task_id, self.board.store.count_tasks(query), [t.id for t in found])
 
     def _own_tenant(self, conn: Connection, task_id: str) -> None:
         """Before a report on ``task_id``: a token's tenant must see it, or the report's own
@@ -218,6 +241,8 @@ class Commands:
         # create-task too: its spec carries the agent it is pinned to.
         spec = req.spec()
         principal = self._principal(conn)
+        if spec.parent is not None:
+            spec = msgspec.structs.replace(spec, parent=self._resolve(conn, spec.parent))
         if not principal.is_owner:
             spec = msgspec.structs.replace(spec, tenant=principal.tenant_for(spec.tenant))
             if spec.parent is not None:
@@ -228,36 +253,56 @@ class Commands:
         task, created = self.board.submit(
             spec, idempotency_key=req.idempotency_key, claim=req.claim
         )
-        return {"task": task, "created": created}
+        reply: dict[str, Any] = {"task": task, "created": created}
+        waits = self.board.waits_because(task) if created else None
+        if waits is not None:
+            reply["waits"] = waits
+        return reply
 
     def get(self, req: p.Get, conn: Connection) -> Reply:
-        return {"task": self._task(conn, req.task)}
+        return {"task": self._task(conn, self._resolve(conn, req.task))}
 
     def list_tasks(self, req: p.ListTasks, conn: Connection) -> Reply:
         """Up to ``limit`` tasks, and fewer when they would pass REPLY_BUDGET bytes: read
-        from the store a page at a time, so a long page is never built whole."""
-        tasks: list[Task] = []
-        used, after = 0, req.after
+        from the store a page at a time, so a long page is never built whole. Oldest first,
+        or newest first (``newest``); ``next`` is where the next page starts, in that order."""
         tenant = self._principal(conn).tenant_for(req.tenant)
-        while len(tasks) < req.limit:
-            want = min(LIST_PAGE, req.limit - len(tasks))
-            page = self.board.list_tasks(
-                TaskFilter(state=req.state, agent=req.agent, workspace=req.workspace,
-                           parent=req.parent, tenant=tenant, after=after, limit=want)
-            )  # fmt: skip
+        parent = None if req.parent is None else self._resolve(conn, req.parent)
+        query = TaskFilter(
+            state=req.state, outcome=req.outcome, agent=req.agent, workspace=req.workspace,
+            parent=parent, tenant=tenant, after=req.after, before=req.before,
+            newest=req.newest, limit=req.limit,
+        )  # fmt: skip
+        tasks, exhausted = self._list_page(query)
+        last = tasks[-1].id if tasks and not exhausted else None
+        reply: dict[str, Any] = {"tasks": tasks, "next": last}
+        if req.count:
+            beyond = replace(query, before=last) if req.newest else replace(query, after=last)
+            reply["remaining"] = 0 if last is None else self.board.store.count_tasks(beyond)
+        return reply
+
+    def _list_page(self, query: TaskFilter) -> tuple[list[Task], bool]:
+        """The page, and whether it holds every match left (no next page)."""
+        tasks: list[Task] = []
+        used = 0
+        while len(tasks) < query.limit:
+            want = min(LIST_PAGE, query.limit - len(tasks))
+            page = self.board.list_tasks(replace(query, limit=want))
             for task in page:
                 used += sizes.task_size(task)
                 if tasks and used > sizes.REPLY_BUDGET:
-                    return {"tasks": tasks, "next": tasks[-1].id}
+                    return tasks, False
                 tasks.append(task)
             if len(page) < want:
-                return {"tasks": tasks, "next": None}
-            after = page[-1].id
-        return {"tasks": tasks, "next": tasks[-1].id}
+                return tasks, True
+            last = page[-1].id
+            query = replace(query, before=last) if query.newest else replace(query, after=last)
+        return tasks, False
 
     def cancel(self, req: p.Cancel, conn: Connection) -> Reply:
-        self._task(conn, req.task)
-        cancelled = self.board.cancel(req.task, req.reason)
+        task_id = self._resolve(conn, req.task)
+        self._task(conn, task_id)
+        cancelled = self.board.cancel(task_id, req.reason)
         return {"cancelled": [t.id for t in cancelled]}
 
     def cost(self, req: p.CostTotals, conn: Connection) -> Reply:
@@ -275,21 +320,25 @@ class Commands:
         return {"by": req.by, "since": since or None, "totals": rows}
 
     def family(self, req: p.Family, conn: Connection) -> Reply:
-        self._task(conn, req.task)
-        top, members, complete = self.board.family(req.task)
+        task_id = self._resolve(conn, req.task)
+        self._task(conn, task_id)
+        top, members, complete = self.board.family(task_id)
         return {"root": top, "tasks": members, "complete": complete}
 
     def retry(self, req: p.Retry, conn: Connection) -> Reply:
-        self._task(conn, req.task)
-        return {"task": self.board.retry(req.task)}
+        task_id = self._resolve(conn, req.task)
+        self._task(conn, task_id)
+        return {"task": self.board.retry(task_id)}
 
     def why(self, req: p.Why, conn: Connection) -> Reply:
-        self._task(conn, req.task)
-        return self.board.why(req.task)
+        task_id = self._resolve(conn, req.task)
+        self._task(conn, task_id)
+        return self.board.why(task_id)
 
     def wait(self, req: p.Wait, conn: Connection) -> Reply:
-        self._task(conn, req.task)
-        task = self.board.wait(conn, req.id, req.task)
+        task_id = self._resolve(conn, req.task)
+        self._task(conn, task_id)
+        task = self.board.wait(conn, req.id, task_id)
         return None if task is None else {"task": task}
 
     def toggle_swarm(self, req: p.ToggleSwarm, conn: Connection) -> Reply:
@@ -320,8 +369,11 @@ class Commands:
         used, after = 0, req.after
         full = False
         principal = self._principal(conn)
-        if req.task is not None and not principal.is_owner:
-            self._task(conn, req.task)
+        if req.task is not None:
+            task_id = self._resolve(conn, req.task)
+            req = msgspec.structs.replace(req, task=task_id)
+            if not principal.is_owner:
+                self._task(conn, task_id)
         scanned = req.after
         # A token's tenant may be small on a large board: its rows are sought a bounded number
         # of rows at a time, and the client asks again from ``next``.
@@ -405,8 +457,9 @@ class Commands:
         return None  # answered later, by `answer`
 
     def answer(self, req: p.Answer, conn: Connection) -> Reply:
-        self._task(conn, req.task)
-        return {"task": self.board.answer(req.task, req.text)}
+        task_id = self._resolve(conn, req.task)
+        self._task(conn, task_id)
+        return {"task": self.board.answer(task_id, req.text)}
 
     def ready(self, req: p.Ready, conn: Connection) -> Reply:
         self._own_tenant(conn, req.task)

@@ -70,18 +70,24 @@ class StoreConflict(Exception):
 class TaskFilter:
     """Which tasks ``Store.list_tasks`` returns: every field that is not None must match.
 
-    ``state``, ``agent``, ``workspace``, ``parent`` and ``tenant`` are compared for equality
-    with the task's field (``agent`` is the pinned agent or the one that holds or last held
-    the task); ``after`` keeps only ids greater than it (byte order), for paging; ``limit`` is
-    the most tasks returned.
+    ``state``, ``outcome``, ``agent``, ``workspace``, ``parent`` and ``tenant`` are compared
+    for equality with the task's field (``agent`` is the pinned agent or the one that holds or
+    last held the task); ``prefix`` keeps the ids that start with it; ``after`` keeps only ids
+    greater than it and ``before`` only ids less than it (byte order), for paging; ``newest``
+    returns the greatest ids first (the newest: ids are UUIDv7) instead of the least; ``limit``
+    is the most tasks returned.
     """
 
     state: str | None = None
+    outcome: str | None = None
     agent: str | None = None
     workspace: str | None = None
     parent: str | None = None
     tenant: str | None = None
+    prefix: str | None = None
     after: str | None = None
+    before: str | None = None
+    newest: bool = False
     limit: int = 100
 
 
@@ -178,8 +184,13 @@ class Store(Protocol):
 
     def list_tasks(self, query: TaskFilter) -> list[Task]:
         """The tasks that match every set field of ``query``, at most ``query.limit``, in id
-        order (byte order; ids are UUIDv7, so that is first-in first-out). Paging with
-        ``after`` set to the last id of a page visits every match once."""
+        order (byte order; ids are UUIDv7, so that is first-in first-out), or the reverse with
+        ``query.newest``. Paging with ``after`` (``before`` when newest) set to the last id of
+        a page visits every match once."""
+
+    def count_tasks(self, query: TaskFilter) -> int:
+        """How many tasks match every set field of ``query`` (its ``limit`` and ``newest``
+        are not used): what a page of ``list_tasks`` leaves to the next ones."""
 
     def children(self, task_id: str) -> list[Task]:
         """The tasks whose ``parent`` is ``task_id`` (direct children only, any state), in id
@@ -199,6 +210,10 @@ class Store(Protocol):
 
     def count_by_state(self) -> dict[str, int]:
         """How many tasks of every tenant are in each state; states with none are absent."""
+
+    def count_by_outcome(self) -> dict[str, int]:
+        """How many tasks of every tenant ended with each outcome (``done``, ``failed``,
+        ``cancelled``), closed or not; outcomes with none are absent."""
 
     def set_question(self, task_id: str, question: str | None) -> None:
         """Set (or, with None, clear) the task's pending ``question``, in the open batch.

@@ -387,8 +387,16 @@ class PostgresStore:
     def open_tasks(self) -> list[Task]:
         return [task_from_row(r) for r in self._rows(_Q["open_tasks"])]
 
+    def count_tasks(self, query: TaskFilter) -> int:
+        text, args = sql.count_tasks_query(query, "%s")
+        row = self._one(text, args)
+        return int(row["n"]) if row else 0
+
     def count_by_state(self) -> dict[str, int]:
         return {r["state"]: int(r["n"]) for r in self._rows(_Q["count_by_state"])}
+
+    def count_by_outcome(self) -> dict[str, int]:
+        return {r["outcome"]: int(r["n"]) for r in self._rows(_Q["count_by_outcome"])}
 
     def set_question(self, task_id: str, question: str | None) -> None:
         with self._writing() as conn:

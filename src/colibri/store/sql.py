@@ -36,21 +36,41 @@ def cost_query(text: str, by: str) -> str:
     return text.replace("{key}", key)
 
 
-def list_tasks_query(query: TaskFilter, placeholder: str) -> tuple[str, list[Any]]:
-    """``list_tasks``' statement and its arguments; ``placeholder``: ``?`` or ``%s``."""
+def _task_conditions(query: TaskFilter, placeholder: str) -> tuple[str, list[Any]]:
+    """The ``WHERE`` clause (or nothing) of a task filter, and its arguments."""
     where: list[str] = []
     args: list[Any] = []
-    for column in ("state", "agent", "workspace", "parent", "tenant"):
+    for column in ("state", "outcome", "agent", "workspace", "parent", "tenant"):
         value = getattr(query, column)
         if value is not None:
             where.append(f"{column} = {placeholder}")
             args.append(value)
+    if query.prefix:
+        # A range, not LIKE: the primary key's index answers it in both dialects, and no
+        # character of the prefix is a pattern. Ids are ASCII, so the successor of the last
+        # character bounds every id that starts with the prefix.
+        where.append(f"id >= {placeholder} AND id < {placeholder}")
+        args += [query.prefix, query.prefix[:-1] + chr(ord(query.prefix[-1]) + 1)]
     if query.after is not None:
         where.append(f"id > {placeholder}")
         args.append(query.after)
-    text = "SELECT * FROM tasks"
-    if where:
-        text += " WHERE " + " AND ".join(where)
-    text += f" ORDER BY id LIMIT {placeholder}"
-    args.append(query.limit)
-    return text, args
+    if query.before is not None:
+        where.append(f"id < {placeholder}")
+        args.append(query.before)
+    return (" WHERE " + " AND ".join(where) if where else ""), args
+
+
+def list_tasks_query(query: TaskFilter, placeholder: str) -> tuple[str, list[Any]]:
+    """``list_tasks``' statement and its arguments; ``placeholder``: ``?`` or ``%s``."""
+    where, args = _task_conditions(query, placeholder)
+    order = "DESC" if query.newest else ""
+    return f"SELECT * FROM tasks{where} ORDER BY id {order} LIMIT {placeholder}", [
+        *args,
+        query.limit,
+    ]
+
+
+def count_tasks_query(query: TaskFilter, placeholder: str) -> tuple[str, list[Any]]:
+    """``count_tasks``' statement and its arguments; ``placeholder``: ``?`` or ``%s``."""
+    where, args = _task_conditions(query, placeholder)
+    return f"SELECT COUNT(*) AS n FROM tasks{where}", args

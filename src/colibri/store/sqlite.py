@@ -229,8 +229,15 @@ class SqliteStore:
     def open_tasks(self) -> list[Task]:
         return [task_from_row(r) for r in self._conn.execute(_Q["open_tasks"])]
 
+    def count_tasks(self, query: TaskFilter) -> int:
+        text, args = sql.count_tasks_query(query, "?")
+        return int(self._conn.execute(text, args).fetchone()[0])
+
     def count_by_state(self) -> dict[str, int]:
         return {state: n for state, n in self._conn.execute(_Q["count_by_state"])}
+
+    def count_by_outcome(self) -> dict[str, int]:
+        return {outcome: n for outcome, n in self._conn.execute(_Q["count_by_outcome"])}
 
     # -- ledger ------------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from colibri.daemon.board.batch import Batch, Message, Peer
 from colibri.daemon.board.capacity import BREAKER_AFTER, BREAKER_COOL_DOWN, Capacity, LiveAgent
 from colibri.daemon.board.dispatch import Dispatcher
 from colibri.daemon.board.intake import Intake, new_task_id
+from colibri.daemon.board.known import KnownAgents
 from colibri.daemon.board.presence import Presence
 from colibri.daemon.board.queue import Queue
 from colibri.daemon.board.reports import ASK_GRACE, Reports
@@ -96,13 +97,16 @@ class Board:
         self.intake = intake = Intake(
             store, settings, clock, batch, queue, capacity, transitions, claims, send_to
         )
+        self.known = known = KnownAgents(send_to)
         self.presence = presence = Presence(
-            store, settings, clock, batch, audience, capacity, transitions, claims
+            store, settings, clock, batch, audience, capacity, transitions, claims, known
         )
         self.reports = reports = Reports(
             store, clock, batch, audience, queue, capacity, transitions, presence, claims
         )
-        self.views = views = Views(store, clock, audience, queue, capacity, transitions, dispatcher)
+        self.views = views = Views(
+            store, clock, audience, queue, capacity, transitions, dispatcher, known
+        )
         self.agents = capacity.agents
         self._last_sweep = clock.monotonic()
 
@@ -128,6 +132,7 @@ class Board:
         self.list_tasks = views.list_tasks
         self.wait = views.wait
         self.why = views.why
+        self.waits_because = views.waits_because
         self.status = views.status
         self.agent_list = views.agent_list
         self.family = views.family
@@ -154,6 +159,7 @@ class Board:
         """Reload memory from the store: at start-up, and after a failed commit."""
         capacity = self.capacity
         capacity.load_budgets()
+        self.known.load(self.store.agents())
         self.audience.restore(self.batch.drop())
         self.queue.clear()
         for agent in self.agents.values():

@@ -45,10 +45,15 @@ class Dispatcher:
         for task_id, agent_name in self.queue.pending.placements(capacity.pick):
             task = tasks[task_id]
             agent = agents[agent_name]
+            reason = "assigned"
+            if task.capabilities and not task.pinned:
+                missing = set(task.capabilities) - agent.capabilities
+                if missing:  # a partial fit: the row says what the agent lacks
+                    reason = f"assigned; missing: {', '.join(sorted(missing))}"
             claimed = self.transitions.move(
                 task,
                 State.RUNNING,
-                "assigned",
+                reason,
                 agent=agent_name,
                 epoch=task.epoch + 1,
                 attempts=task.attempts + 1,

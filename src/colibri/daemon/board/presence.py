@@ -20,6 +20,7 @@ from colibri.core.states import State
 from colibri.daemon.board.audience import Audience
 from colibri.daemon.board.batch import Batch, Peer
 from colibri.daemon.board.capacity import Capacity, LiveAgent
+from colibri.daemon.board.known import KnownAgents
 from colibri.daemon.board.transitions import Transitions
 from colibri.daemon.clock import Clock
 from colibri.store import Store
@@ -38,6 +39,7 @@ class Presence:
         capacity: Capacity,
         transitions: Transitions,
         claims: Claims,
+        known: KnownAgents,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -47,6 +49,7 @@ class Presence:
         self.capacity = capacity
         self.transitions = transitions
         self.claims = claims
+        self.known = known
         self.agents = capacity.agents
         self.tasks = transitions.tasks
 
@@ -123,6 +126,7 @@ class Presence:
             if old_index is not None:
                 old_index.remove(name)
         self.agents[name] = agent
+        self.known.remember(name, tenant, capabilities, workspace)
         self.batch.wake_sweep()
         peer.agent_name = name
         self.capacity.index(agent)

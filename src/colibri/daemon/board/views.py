@@ -17,6 +17,7 @@ from colibri.daemon.board.audience import Audience
 from colibri.daemon.board.batch import Peer
 from colibri.daemon.board.capacity import Capacity
 from colibri.daemon.board.dispatch import Dispatcher
+from colibri.daemon.board.known import KnownAgents
 from colibri.daemon.board.queue import Queue
 from colibri.daemon.board.transitions import Transitions
 from colibri.daemon.clock import Clock
@@ -36,6 +37,7 @@ class Views:
         capacity: Capacity,
         transitions: Transitions,
         dispatcher: Dispatcher,
+        known: KnownAgents,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -44,6 +46,7 @@ class Views:
         self.capacity = capacity
         self.transitions = transitions
         self.dispatcher = dispatcher
+        self.known = known
         self.agents = capacity.agents
         self.tasks = transitions.tasks
         self.get = transitions.get
@@ -81,10 +84,10 @@ class Views:
                     else r
                     for r in row.reasons
                 ]
-        if task.state != State.PENDING:
-            summary = f"task is {task.state}" + (
-                f" on agent {task.agent}" if task.agent and task.state == State.RUNNING else ""
-            )
+        if task.state == State.RUNNING:
+            summary = f"its session runs on agent {task.agent}"
+        elif task.state != State.PENDING:
+            summary = f"it ended {task.outcome or task.state}; nothing waits"
         elif self.dispatcher.paused:
             summary = "dispatch is paused (resume with: colibri resume)"
         elif task.id not in self.queue.pending:
@@ -112,12 +115,24 @@ class Views:
             ],
         }
 
+    def waits_because(self, task: Task) -> str | None:
+        """Why a task just submitted will wait — dispatch paused, or no agent this board has
+        known could take it — or None: said to the submitter, so that nothing is accepted in
+        silence. Cheap (no agent is scanned): it runs for every submission."""
+        if task.state != State.PENDING:
+            return None
+        if self.dispatcher.paused:
+            return "dispatch is paused (resume with: colibri resume)"
+        return self.known.unplaceable(self.queue.shape(task))
+
     def status(self) -> dict[str, Any]:
         counts = self.store.count_by_state()
+        outcomes = self.store.count_by_outcome()
         online = sum(1 for a in self.agents.values() if a.online)
         return {
             "paused": self.dispatcher.paused,
             "tasks": {s.value: counts.get(s.value, 0) for s in State},
+            "outcomes": {o: outcomes.get(o, 0) for o in ("done", "failed", "cancelled")},
             "ledger_seq": self.store.max_ledger_seq(),
             "warnings": dict(sorted(self.capacity.warnings.items())),
             "waiting": len(self.queue.pending),

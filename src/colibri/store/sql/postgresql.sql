@@ -252,6 +252,9 @@ SELECT COALESCE(MAX(seq), 0) AS seq FROM ledger;
 -- name: count_by_state
 SELECT state, COUNT(*) AS n FROM tasks GROUP BY state;
 
+-- name: count_by_outcome
+SELECT outcome, COUNT(*) AS n FROM tasks WHERE outcome IS NOT NULL GROUP BY outcome;
+
 -- name: upsert_agent
 INSERT INTO agents (name, tenant, capabilities, slots, ttl, workspace, registered_at, last_seen)
 VALUES (%(name)s, %(tenant)s, %(capabilities)s, %(slots)s, %(ttl)s, %(workspace)s,

@@ -184,6 +184,9 @@ SELECT COALESCE(MAX(seq), 0) FROM ledger;
 -- name: count_by_state
 SELECT state, COUNT(*) FROM tasks GROUP BY state;
 
+-- name: count_by_outcome
+SELECT outcome, COUNT(*) FROM tasks WHERE outcome IS NOT NULL GROUP BY outcome;
+
 -- name: upsert_agent
 INSERT INTO agents (name, tenant, capabilities, slots, ttl, workspace, registered_at, last_seen)
 VALUES (:name, :tenant, :capabilities, :slots, :ttl, :workspace, :registered_at, :last_seen)

@@ -1,0 +1,167 @@
+"""What a newcomer meets in the first hour: the newest tasks listed, outcomes that can be
+found, ids by prefix, and no task accepted in silence when nothing can run it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.cli.test_cli import as_json, colibri, error_line, json_error, ok
+from tests.helpers import Daemon, FakeAgent
+
+
+def _submit_many(daemon: Daemon, n: int) -> list[str]:
+    return [daemon.submit(f"task {i}")["id"] for i in range(n)]
+
+
+def _ids(table: str) -> list[str]:
+    return [line.split()[0] for line in table.strip().splitlines()[1:]]
+
+
+def test_list_shows_the_newest_tasks_with_the_latest_at_the_bottom(daemon: Daemon) -> None:
+    ids = _submit_many(daemon, 105)
+    shown = colibri("list", root=daemon.root)
+    assert _ids(ok(shown)) == ids[5:]  # the newest 100, oldest of them first
+    hint = shown.stderr.strip()
+    assert hint == f"5 older tasks not shown: colibri list --before {ids[5]} (or --all)"
+    older = colibri("list", "--before", ids[5], root=daemon.root)
+    assert _ids(ok(older)) == ids[:5]
+    assert older.stderr == ""
+    assert [t["id"] for t in as_json(colibri("list", "--all", "--json", root=daemon.root))] == ids
+    assert [t["id"] for t in as_json(colibri("list", "--limit", "3", "--json", root=daemon.root))] == (
+        ids[-3:]
+    )
+    # Forward from an id: oldest first, and how many follow.
+    forward = colibri("list", "--after", ids[0], "--limit", "2", root=daemon.root)
+    assert _ids(ok(forward)) == ids[1:3]
+    assert forward.stderr.strip() == f"102 more: colibri list --after {ids[2]}"
+
+
+def test_list_and_status_find_tasks_by_how_they_ended(daemon: Daemon) -> None:
+    agent = FakeAgent(daemon, "w1", ["python"])
+    try:
+        done = daemon.submit("will work", capabilities=["python"])["id"]
+        agent.out(agent.next_assign())
+        failed = daemon.submit("will fail", capabilities=["python"])["id"]
+        agent.fail(agent.next_assign())
+        cancelled = daemon.submit("never runs", capabilities=["nobody-has-this"])["id"]
+        daemon.call("cancel", task=cancelled)
+        for task_id in (done, failed, cancelled):
+            daemon.wait_closed(task_id)
+    finally:
+        agent.close()
+    # Ended tasks are closed at once: the state filter finds none, and says where to look.
+    by_state = colibri("list", "--state", "done", root=daemon.root)
+    assert ok(by_state).strip() == "no tasks"
+    assert "colibri list --outcome done" in by_state.stderr
+    for outcome, task_id in (("done", done), ("failed", failed), ("cancelled", cancelled)):
+        found = as_json(colibri("list", "--outcome", outcome, "--json", root=daemon.root))
+        assert [t["id"] for t in found] == [task_id]
+    status = ok(colibri("status", root=daemon.root))
+    tasks_line = next(line for line in status.splitlines() if line.startswith("tasks"))
+    assert tasks_line.split(None, 1)[1] == (
+        "0 pending, 0 running; ended: 1 done, 1 failed, 1 cancelled (3 closed)"
+    )
+    outcomes = as_json(colibri("status", "--json", root=daemon.root))["outcomes"]
+    assert outcomes == {"done": 1, "failed": 1, "cancelled": 1}
+
+
+def test_a_unique_prefix_names_a_task_everywhere_an_id_is_taken(daemon: Daemon) -> None:
+    first, second = _submit_many(daemon, 2)
+    # UUIDv7 ids of one moment share their start: all but the last character is unique.
+    prefix = first[:-1] if first[:-1] != second[:-1] else first
+    assert as_json(colibri("show", prefix, "--json", root=daemon.root))["id"] == first
+    assert ok(colibri("why", prefix, root=daemon.root)).startswith(f"task {first} is pending")
+    child = ok(colibri("submit", "child", "--parent", prefix, root=daemon.root)).strip()
+    assert daemon.task(child)["parent"] == first
+    lines = ok(colibri("ledger", "--task", prefix, "--json", root=daemon.root)).splitlines()
+    assert [json.loads(line)["task"] for line in lines] == [first]
+    children = as_json(colibri("list", "--parent", prefix, "--json", root=daemon.root))
+    assert [t["id"] for t in children] == [child]
+    cancelled = ok(colibri("cancel", prefix.upper(), root=daemon.root))
+    assert first in cancelled and child in cancelled
+    assert daemon.task(first)["outcome"] == "cancelled"
+    assert daemon.task(second)["state"] == "pending"
+
+
+def test_an_ambiguous_prefix_is_refused_in_one_line_naming_some_of_them(daemon: Daemon) -> None:
+    ids = _submit_many(daemon, 5)
+    common = ids[0][:8]
+    assert all(i.startswith(common) for i in ids)  # five ids of one moment
+    line = error_line(colibri("cancel", common, root=daemon.root))
+    assert line.startswith(f"colibri: id prefix {common} names 5 tasks ({ids[0]}, {ids[1]}, ")
+    assert line.endswith("…); give more of the id")
+    assert json_error(colibri("show", common, "--json", root=daemon.root))["code"] == (
+        "ambiguous_task"
+    )
+    assert all(daemon.task(i)["state"] == "pending" for i in ids)  # nothing was cancelled
+    # What starts no id, or is no id at all, is unknown as before.
+    for unknown in ("ffff", "zz", "0%", "0_"):
+        assert json_error(colibri("show", unknown, "--json", root=daemon.root))["code"] == (
+            "unknown_task"
+        )
+
+
+def _waits(result: Any) -> str:
+    task_id = ok(result).strip()
+    line = result.stderr.strip()
+    assert line.startswith(f"colibri: task {task_id} waits: "), line
+    assert line.endswith(f"(see: colibri why {task_id})")
+    return str(line.split(" waits: ", 1)[1].rsplit(" (see:", 1)[0])
+
+
+def test_a_task_nothing_can_run_is_not_accepted_in_silence(daemon: Daemon) -> None:
+    root = daemon.root
+    assert _waits(colibri("submit", "x", "--agent", "ghost", root=root)) == (
+        "no agent named ghost has registered"
+    )
+    assert _waits(colibri("submit", "x", "--workspace", "ghost", root=root)) == (
+        "no agent of workspace ghost has registered, and colibri.jsonc defines no such workspace"
+    )
+    assert _waits(colibri("submit", "x", "--cap", "zfs", root=root)) == (
+        "no agent has registered with zfs"
+    )
+    assert _waits(colibri("submit", "x", "--capability", "zfs", "--cap", "arm", root=root)) == (
+        "no agent has registered with any of arm, zfs"
+    )
+    agent = FakeAgent(daemon, "bsd-1", ["zfs"], slots=100, workspace="ops")
+    try:
+        for args in (["--cap", "zfs"], ["--agent", "bsd-1"], ["--workspace", "ops"], []):
+            quiet = colibri("submit", "x", *args, root=root)
+            assert ok(quiet) and quiet.stderr == "", args
+        assert _waits(colibri("submit", "x", "--cap", "zfs", "--cap", "arm", "--min-score", "1",
+                              root=root)) == (
+            "no agent has registered with arm, and the task needs a score of 1"
+        )  # fmt: skip
+        ok(colibri("pause", root=root))
+        assert _waits(colibri("submit", "x", "--cap", "zfs", root=root)) == (
+            "dispatch is paused (resume with: colibri resume)"
+        )
+    finally:
+        agent.close()
+    # The daemon, started again, still knows what registered before.
+    daemon.restart()
+    ok(colibri("resume", root=root))
+    quiet = colibri("submit", "x", "--cap", "zfs", root=root)
+    assert ok(quiet) and quiet.stderr == ""
+
+
+def test_a_partial_fit_says_in_the_ledger_what_the_agent_lacks(daemon: Daemon) -> None:
+    agent = FakeAgent(daemon, "py-1", ["python"])
+    try:
+        task_id = daemon.submit("x", capabilities=["python", "zfs", "arm"])["id"]
+        agent.next_assign()
+        full = daemon.submit("y", capabilities=["python"])["id"]
+    finally:
+        agent.close()
+    reasons = [r["reason"] for r in daemon.ledger(task_id) if r["to_state"] == "running"]
+    assert reasons == ["assigned; missing: arm, zfs"]
+    assert [r["reason"] for r in daemon.ledger(full)] == ["submitted"]  # not yet assigned
+
+
+def test_why_on_an_ended_task_says_how_it_ended(daemon: Daemon) -> None:
+    task_id = daemon.submit("x")["id"]
+    daemon.call("cancel", task=task_id)
+    daemon.wait_closed(task_id)
+    first = ok(colibri("why", task_id, root=daemon.root)).splitlines()[0]
+    assert first == f"task {task_id} is closed: it ended cancelled; nothing waits"
