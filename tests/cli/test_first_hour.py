@@ -28,9 +28,8 @@ def test_list_shows_the_newest_tasks_with_the_latest_at_the_bottom(daemon: Daemo
     assert _ids(ok(older)) == ids[:5]
     assert older.stderr == ""
     assert [t["id"] for t in as_json(colibri("list", "--all", "--json", root=daemon.root))] == ids
-    assert [t["id"] for t in as_json(colibri("list", "--limit", "3", "--json", root=daemon.root))] == (
-        ids[-3:]
-    )
+    newest = as_json(colibri("list", "--limit", "3", "--json", root=daemon.root))
+    assert [t["id"] for t in newest] == ids[-3:]
     # Forward from an id: oldest first, and how many follow.
     forward = colibri("list", "--after", ids[0], "--limit", "2", root=daemon.root)
     assert _ids(ok(forward)) == ids[1:3]
