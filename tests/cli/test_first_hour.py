@@ -4,10 +4,17 @@ found, ids by prefix, and no task accepted in silence when nothing can run it.""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.cli.test_cli import as_json, colibri, error_line, json_error, ok
-from tests.helpers import Daemon, FakeAgent
+from tests.helpers import Daemon, FakeAgent, stop_process, wait_until
 
 
 def _submit_many(daemon: Daemon, n: int) -> list[str]:
@@ -164,3 +171,52 @@ def test_why_on_an_ended_task_says_how_it_ended(daemon: Daemon) -> None:
     daemon.wait_closed(task_id)
     first = ok(colibri("why", task_id, root=daemon.root)).splitlines()[0]
     assert first == f"task {task_id} is closed: it ended cancelled; nothing waits"
+
+
+def test_an_agent_says_when_it_waits_connects_and_loses_the_daemon(root: Path) -> None:
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "colibri", "--root", str(root), "agent", "--name", "a1", "--",
+         "cat"],
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    assert agent.stderr is not None
+    os.set_blocking(agent.stderr.fileno(), False)
+    seen: list[str] = []
+
+    def said(words: str) -> bool:
+        seen.extend(agent.stderr.readlines() if agent.stderr else [])
+        return any(words in line for line in seen)
+
+    daemon = Daemon(root)
+    try:
+        wait_until(lambda: said("waiting for the daemon: no daemon is running"))
+        daemon.start()
+        wait_until(lambda: said("registered"))
+        daemon.stop()
+        wait_until(lambda: said("lost the daemon; reconnecting"))
+        waiting = lambda: sum("waiting for the daemon" in line for line in seen)  # noqa: E731
+        wait_until(lambda: said("") and waiting() == 2)  # and it waits again, saying so
+        time.sleep(1.0)  # a few retries later ...
+        said("")
+        assert waiting() == 2  # ... still one line: not one per retry
+    finally:
+        stop_process(agent)  # type: ignore[arg-type]
+        agent.stderr.close()
+        daemon.stop()
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        ("no-such-program", "its command 'no-such-program' is not found on PATH"),
+        ("/no/such/file", "its command /no/such/file does not exist"),
+        ("./colibri.jsonc", "its command ./colibri.jsonc is not an executable file (in "),
+    ],
+)
+def test_an_agent_whose_command_cannot_run_refuses_to_start(
+    daemon: Daemon, command: str, says: str
+) -> None:
+    result = colibri("agent", "--name", "a1", "--", command, cwd=daemon.root)
+    line = error_line(result)
+    assert line.startswith(f"colibri: agent a1: {says}")
+    assert daemon.call("agents")["agents"] == []  # it never registered

@@ -42,6 +42,30 @@ class AgentSpec:
     #: and at start kills the sessions a killed predecessor left behind.
     exclusive: bool = False
 
+    def check_command(self) -> None:
+        """Refuse, at start, a command that cannot run: otherwise every task it is given
+        would fail, one by one, with the same error."""
+        import os
+        import shutil
+
+        from colibri.core.errors import ConfigError
+
+        program = self.command[0] if self.command else ""
+        where = self.cwd or Path.cwd()
+        if "/" in program:
+            path = where / program
+            if path.is_file() and os.access(path, os.X_OK):
+                return
+            why = "is not an executable file" if path.exists() else "does not exist"
+            place = "" if program.startswith("/") else f" (in {where})"
+            raise ConfigError(f"agent {self.name}: its command {program} {why}{place}")
+        search = self.env.get("PATH", os.environ.get("PATH", os.defpath))
+        if not program or shutil.which(program, path=search) is None:
+            raise ConfigError(
+                f"agent {self.name}: its command {program!r} is not found on PATH; give its "
+                "path, or install it"
+            )
+
     @classmethod
     def from_workspace(
         cls,

@@ -220,6 +220,7 @@ def agent(
         spec = AgentSpec.from_workspace(
             defined, name=name, capabilities=list(caps), slots=slots, ttl=ttl, tenant=tenant
         )
+    spec.check_command()
     run_agent(spec, remote if remote is not None else socket_path(root), root)
 
 
