@@ -311,6 +311,7 @@ def main() -> None:
         agents,
         daemon,
         hive,
+        init,
         schedules,
         session,
         tasks,
