@@ -282,7 +282,8 @@ def test_scan_refusals(scratch: Path) -> None:
     assert json.loads(as_json.stdout)["error"]["code"] == "config_error"
     assert (scratch / "colibri.jsonc").read_text() == "{ nope"
     assert init("--scan", "--starter", str(scratch)).returncode == 2
-    assert init("--yes", str(scratch)).returncode == 2
+    alone = init("--yes", str(scratch))
+    assert alone.returncode == 2 and "--yes goes with --scan only" in alone.stderr
     assert init("--scan", "--agent", "nobody", str(scratch)).returncode == 2
     empty = scratch / "empty"
     empty.mkdir()

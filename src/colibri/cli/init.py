@@ -69,7 +69,8 @@ def init(
         if agent_given == click.core.ParameterSource.COMMANDLINE:
             given.append("--agent")
         if given:
-            raise click.UsageError(f"{', '.join(given)} go(es) with --scan only")
+            verb = "goes" if len(given) == 1 else "go"
+            raise click.UsageError(f"{' and '.join(given)} {verb} with --scan only")
     target = (directory or Path.cwd()).resolve()
     if scan:
         _scan(target, force=force, write=yes, agent=agent, as_json=as_json)
