@@ -44,6 +44,14 @@ def root() -> Iterator[Path]:
 
 
 @pytest.fixture
+def scratch() -> Iterator[Path]:
+    """A short directory in /tmp that is not inside any root (nor a root itself)."""
+    path = Path(tempfile.mkdtemp(prefix="cbc", dir="/tmp")).resolve()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
 def daemon(root: Path) -> Iterator[Daemon]:
     """A running daemon on ``root``; stopped with SIGTERM afterwards, which must exit 0."""
     d = Daemon(root)

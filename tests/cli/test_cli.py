@@ -5,13 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import stat
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,14 +86,6 @@ def json_error(result: subprocess.CompletedProcess[str]) -> dict[str, str]:
 
 def as_json(result: subprocess.CompletedProcess[str]) -> Any:
     return json.loads(ok(result))
-
-
-@pytest.fixture
-def scratch() -> Iterator[Path]:
-    """A short directory in /tmp that is not inside any root."""
-    path = Path(tempfile.mkdtemp(prefix="cbc", dir="/tmp")).resolve()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 # -- roots -------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Root and daemon commands: init, run, demo."""
+"""Daemon commands: run, demo (``init`` is in cli/init.py)."""
 
 from __future__ import annotations
 
@@ -8,21 +8,6 @@ from pathlib import Path
 import click
 
 from colibri.cli.main import Context, cli, pass_ctx
-
-
-@cli.command()
-@click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
-@click.option("--force", is_flag=True, help="Create the root even inside another root.")
-def init(directory: Path | None, force: bool) -> None:
-    """Make DIRECTORY (default: here) a Colibri root: colibri.jsonc and .colibri/."""
-    from colibri.config import init_root
-    from colibri.layout import CONFIG_NAME
-
-    target = (directory or Path.cwd()).resolve()
-    if init_root(target, force=force):
-        print(f"initialised {target} (edit {target / CONFIG_NAME}; start with: colibri run)")
-    else:
-        print(f"{target} is already a Colibri root")
 
 
 @cli.command()

@@ -264,6 +264,7 @@ def cli(
 
     \b
     Start:   colibri init && colibri run
+    Try:     colibri init --starter try && cd try && colibri run
     Agents:  colibri agent --name build-1 --cap python -- ./run-task.sh
     Work:    colibri submit "upgrade zfs" --cap freebsd --cap zfs --wait
     Watch:   colibri list, colibri agents, colibri ledger --follow
@@ -311,6 +312,7 @@ def main() -> None:
         agents,
         daemon,
         hive,
+        init,
         schedules,
         session,
         tasks,

@@ -97,9 +97,8 @@ def add_workspace(
     Example:  colibri workspace add api --cap python --send-to web -- claude -p
     The daemon picks it up at its next start.
     """
-    from colibri.config import load_config
+    from colibri.config import load_config, replace_config_text
     from colibri.config.jsonc import insert_workspace
-    from colibri.core.errors import ConfigError
     from colibri.layout import CONFIG_NAME
 
     root = ctx.root()
@@ -123,11 +122,5 @@ def add_workspace(
         session["backend"] = backend
     if session:
         entry["session"] = session
-    new_text = insert_workspace(text, name, entry)
-    file.write_text(new_text, encoding="utf-8")
-    try:
-        load_config(root)  # the whole file must still be valid
-    except ConfigError as exc:
-        file.write_text(text, encoding="utf-8")
-        raise ConfigError(f"not added, the file is unchanged: {exc.message}") from None
+    replace_config_text(root, text, insert_workspace(text, name, entry), "not added")
     print_line(f"added workspace {name} to {file} (restart the daemon to start its harness)")

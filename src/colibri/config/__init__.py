@@ -64,6 +64,7 @@ __all__ = [
     "local_zone_name",
     "parse_jsonc",
     "read_config_text",
+    "replace_config_text",
     "resolve_root",
 ]
 
@@ -334,6 +335,18 @@ def load_config(
             f"({MAX_SOCKET_PATH} bytes); use a root with a shorter path"
         )
     return config
+
+
+def replace_config_text(root: Path, old: str, new: str, refused: str) -> Config:
+    """Write ``new`` as the root's colibri.jsonc in place of ``old``, and load it; if it does
+    not load, ``old`` is written back and the ConfigError says ``refused: what is wrong``."""
+    file = root / CONFIG_NAME
+    file.write_text(new, encoding="utf-8")
+    try:
+        return load_config(root)  # the whole file must still be valid
+    except ConfigError as exc:
+        file.write_text(old, encoding="utf-8")
+        raise ConfigError(f"{refused}, the file is unchanged: {exc.message}") from None
 
 
 def _lease_ttl(text: str) -> float:

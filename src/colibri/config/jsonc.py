@@ -224,10 +224,16 @@ def _append_member(text: str, close: int, member: str, indent: str) -> str:
 
 
 def insert_workspace(text: str, name: str, entry: dict[str, Any]) -> str:
-    """colibri.jsonc text with workspace ``name`` added, every comment and layout kept.
+    """colibri.jsonc text with workspace ``name`` added, every comment and layout kept."""
+    return insert_member(text, "workspaces", name, entry)
 
-    The entry goes at the end of the ``workspaces`` object, which is created at the end of the
-    top-level object if there is none. The caller checks the result by loading it.
+
+def insert_member(text: str, section: str, name: str, entry: dict[str, Any]) -> str:
+    """colibri.jsonc text with ``name: entry`` added to the top-level object ``section``
+    (``workspaces``, ``templates`` …), every comment and layout kept.
+
+    The entry goes at the end of that object, which is created at the end of the top-level
+    object if there is none. The caller checks the result by loading it.
     """
     import msgspec  # (lazily: the CLI starts without it)
 
@@ -235,7 +241,7 @@ def insert_workspace(text: str, name: str, entry: dict[str, Any]) -> str:
     marks = _scan(text)
     depth = 0
     top_close = None
-    workspaces_open = None
+    section_open = None
     for k, (pos, c) in enumerate(marks):
         if c in "{[":
             depth += 1
@@ -243,17 +249,17 @@ def insert_workspace(text: str, name: str, entry: dict[str, Any]) -> str:
                 key_end = marks[k - 1][0]
                 start = max((p for p, ch in marks[: k - 1] if ch in "{,"), default=0)
                 key = re.search(r"[\"']?([A-Za-z_$][\w$-]*)[\"']?\s*$", text[start + 1 : key_end])
-                if key is not None and key.group(1) == "workspaces":
-                    workspaces_open = pos
+                if key is not None and key.group(1) == section:
+                    section_open = pos
         elif c in "}]":
-            if depth == 2 and workspaces_open is not None and c == "}":
+            if depth == 2 and section_open is not None and c == "}":
                 return _append_member(text, pos, f"{json_key(name)}: {body}", "    ")
             if depth == 1 and c == "}":
                 top_close = pos
             depth -= 1
     if top_close is None:
-        return '{\n  "workspaces": {\n    ' + f"{json_key(name)}: {body},\n  }},\n}}\n"
-    member = f'"workspaces": {{\n    {json_key(name)}: {body},\n  }}'
+        return f"{{\n  {json_key(section)}: {{\n    {json_key(name)}: {body},\n  }},\n}}\n"
+    member = f"{json_key(section)}: {{\n    {json_key(name)}: {body},\n  }}"
     return _append_member(text, top_close, member, "  ")
 
 

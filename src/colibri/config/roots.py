@@ -72,8 +72,9 @@ def resolve_root(explicit: str | None, cwd: Path) -> Path:
     return found
 
 
-def init_root(target: Path, *, force: bool = False) -> bool:
-    """Create a root at ``target``; False if it already was one. Refuse inside another root."""
+def init_root(target: Path, *, force: bool = False, config: str = TEMPLATE) -> bool:
+    """Create a root at ``target``, writing ``config`` as its colibri.jsonc unless one is there;
+    False if it already was a root (then nothing is written). Refuse inside another root."""
     target = target.expanduser().resolve()
     if check_state_entry(target):
         return False
@@ -90,15 +91,15 @@ def init_root(target: Path, *, force: bool = False) -> bool:
         (target / STATE_DIR).mkdir(mode=0o700)
     except OSError as exc:
         raise RootError(f"cannot create a Colibri root at {target}: {exc.strerror}") from None
-    config = target / CONFIG_NAME
+    file = target / CONFIG_NAME
     try:
         # O_EXCL|O_NOFOLLOW: an existing colibri.jsonc, or a symlink of that name (even one
         # leading nowhere), is left alone; write_text would follow it and create its target.
-        fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
     except FileExistsError:
         return True
     except OSError as exc:
-        raise RootError(f"cannot create {config}: {exc.strerror}") from None
+        raise RootError(f"cannot create {file}: {exc.strerror}") from None
     with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(TEMPLATE)
+        out.write(config)
     return True

@@ -46,7 +46,7 @@ the client (``closed``, ``unexpected_reply``) and by the CLI (``os_error``, ``in
     ├── LockHeld             lock_held           another live daemon or harness holds the lock
     ├── UnknownWorkspace     unknown_workspace   colibri.jsonc defines no such workspace
     ├── WorkspaceExists      workspace_exists    workspace add of a name that is defined
-    ├── FileExists           file_exists         a file the CLI would write is there (tls init)
+    ├── FileExists           file_exists         a file the CLI would write is there (tls init …)
     ├── NoSession            no_session          attach-session: no tmux session runs the task
     ├── BadTaskBody          bad_task_body       a task file that is not a task body
     ├── DaemonNotRunning     no_daemon

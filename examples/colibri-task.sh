@@ -1,0 +1,1 @@
+../src/colibri/config/colibri-task.sh
