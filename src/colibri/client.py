@@ -54,6 +54,9 @@ from colibri.core.model import Task
 from colibri.endpoints import TcpAddress, parse_connect
 from colibri.layout import RootLayout
 
+#: How long a client waits for its root's daemon while it starts (``daemon_starting``).
+STARTING_PATIENCE = 15.0
+
 if TYPE_CHECKING:
     import asyncio
     import ssl
@@ -141,6 +144,46 @@ def _decode(line: bytes) -> dict[str, Any]:
         raise UnexpectedReply(f"the daemon's reply is not a JSON object ({exc})") from None
 
 
+def _connect_unix(path: str, root: Path | None, timeout: float | None) -> socket.socket:
+    """Connected to the daemon's socket; while the root's daemon is starting (its lock taken,
+    its socket not made yet: recovering its board), waited for, up to ``STARTING_PATIENCE``
+    seconds, so that ``colibri run &`` followed by a command just works."""
+    give_up: float | None = None
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(path)
+            return sock
+        except (FileNotFoundError, ConnectionRefusedError):
+            sock.close()
+        import time
+
+        now = time.monotonic()
+        if give_up is None:
+            give_up = now + STARTING_PATIENCE
+        if root is None or now >= give_up or not daemon_starting(root):
+            raise DaemonNotRunning(str(root or Path(path).parent.parent)) from None
+        time.sleep(0.05)
+
+
+def daemon_starting(root: Path) -> bool:
+    """Whether a live process holds ``root``'s daemon lock — a daemon starting, or one that
+    serves with its socket gone. The pid it wrote is read, never the lock taken: taking it, even
+    for a moment, could make a daemon starting at that moment believe another one runs."""
+    from colibri import host
+
+    try:
+        fd = os.open(RootLayout(root).daemon_lock, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        text = os.read(fd, 32).decode(errors="replace").strip()
+    finally:
+        os.close(fd)
+    return text.isdigit() and host.alive(int(text))
+
+
 def _closed(why: str = "") -> ConnectionClosed:
     return ConnectionClosed(f"the daemon closed the connection{why}")
 
@@ -162,14 +205,7 @@ class Client:
         self, path: Path | str, *, root: Path | None = None, timeout: float | None = None
     ) -> None:
         self.path = str(path)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(timeout)
-        try:
-            sock.connect(self.path)
-        except (FileNotFoundError, ConnectionRefusedError):
-            sock.close()
-            raise DaemonNotRunning(str(root or Path(self.path).parent.parent)) from None
-        self._open(sock)
+        self._open(_connect_unix(self.path, root, timeout))
 
     def _open(self, sock: socket.socket) -> None:
         self._ids = itertools.count(1)

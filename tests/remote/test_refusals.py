@@ -250,6 +250,11 @@ def test_the_cli_makes_lists_and_revokes_tokens(tls_daemon: TlsDaemon) -> None:
     )  # fmt: skip
     assert row["expires_at"] > row["created_at"] and "secret" not in json.dumps(row)
     assert created["token"].split("_", 2)[2] not in listed.stdout
+    # Without --json the secret alone is on stdout (TOKEN=$(colibri token create …)).
+    plain = colibri(tls_daemon.root, "token", "create", "--role", "operator")
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.strip().startswith("colibri_") and len(plain.stdout.splitlines()) == 1
+    assert "operator in tenant default" in plain.stderr and "only time" in plain.stderr
     revoked = colibri(tls_daemon.root, "token", "revoke", created["id"])
     assert revoked.returncode == 0 and "revoked" in revoked.stdout
     again = colibri(tls_daemon.root, "token", "revoke", "ffffffffffff")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from colibri.cli.main import Context, cli, json_option, pass_ctx
-from colibri.cli.output import print_json, print_line, print_table
+from colibri.cli.output import print_json, print_line, print_table, printable
 
 
 @cli.group()
@@ -70,11 +70,14 @@ def create(
         return
     who = f"agent {info['agent']}" if info.get("agent") else "operator"
     until = f", expires {info['expires_at']}" if info.get("expires_at") else ""
-    print_line(f"token {info['id']}: {who} in tenant {info['tenant']}{until}")
+    # The secret alone on stdout (TOKEN=$(colibri token create …)); what it is, on stderr.
+    click.echo(printable(f"token {info['id']}: {who} in tenant {info['tenant']}{until}"),
+               err=True)  # fmt: skip
     print_line(reply["secret"])
-    print_line(
+    click.echo(
         "this is the only time the secret is shown: hand it over now (COLIBRI_TOKEN=… on the "
-        "other machine)"
+        "other machine)",
+        err=True,
     )
 
 
