@@ -42,6 +42,7 @@ COMMANDS = [
     "tls",
     "token",
     "hive",
+    "store",
 ]
 
 
