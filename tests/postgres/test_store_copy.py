@@ -252,7 +252,17 @@ def test_an_idempotency_key_taken_in_the_tenant_is_refused(source: Source, board
     )
     assert counts(board) == before
     # Keys are per tenant: into another tenant the same key is no clash.
-    assert copied(source, board, tenant="zeta")["tasks"] == len(source.tasks)
+    summary = copied(source, board, tenant="zeta")
+    assert summary["tasks"] == len(source.tasks)
+    # The copied rows follow the hive's own, gap-free.
+    assert summary["ledger_seqs"] == [before["ledger"] + 1, before["ledger"] + len(source.ledger)]
+    import psycopg
+
+    with psycopg.connect(board) as conn:
+        seqs = [r[0] for r in conn.execute("SELECT seq FROM ledger ORDER BY seq")]
+        tenants = {r[0] for r in conn.execute("SELECT DISTINCT tenant FROM ledger")}
+    assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) == summary["ledger_seqs"][1]
+    assert tenants == {"acme", "zeta"}
 
 
 def test_a_live_lease_on_the_target_is_refused_until_its_daemon_stops(
@@ -393,3 +403,65 @@ def test_progress_goes_to_stderr_on_a_terminal_only(source: Source, board: str) 
     assert f"copying tasks: {len(source.tasks)} of {len(source.tasks)}".encode() in shown
     assert f"copying ledger: {len(source.ledger)} of {len(source.ledger)}".encode() in shown
     assert "copying" not in done.stdout
+
+
+def test_a_connection_lost_midway_is_one_line_and_writes_nothing(
+    source: Source, board: str
+) -> None:
+    """The copy waits for the board's writers' lock (held here by another connection), and its
+    connection is cut there: after the leases were locked and the tenant written."""
+    import subprocess
+    import sys
+
+    import psycopg
+
+    from colibri.store.postgres import PostgresStore
+
+    PostgresStore(board).close()  # the board's tables, so that there is something to count
+    before = counts(board)
+    with psycopg.connect(board, autocommit=True) as holder:
+        key = holder.execute("SELECT hashtextextended('colibri board ' || current_schema(), 0)")
+        (value,) = key.fetchone()  # type: ignore[misc]
+        holder.execute("BEGIN")
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (value,))
+        copying = subprocess.Popen(
+            [sys.executable, "-m", "colibri", "store", "copy", "--from", str(source.path),
+             "--to", board, "--tenant", "acme"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+        def waiting() -> int | None:
+            row = holder.execute(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                "AND classid::bigint = %s AND objid::bigint = %s",
+                ((value >> 32) & 0xFFFFFFFF, value & 0xFFFFFFFF),
+            ).fetchone()
+            return None if row is None else int(row[0])
+
+        pid = wait_until(waiting)
+        holder.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        _, stderr = copying.communicate(timeout=60)
+        holder.execute("ROLLBACK")
+    assert copying.returncode == 1
+    line = one_line(stderr)
+    assert line.startswith("colibri: the copy to postgresql://postgres@127.0.0.1")
+    assert line.endswith("nothing was copied")
+    assert counts(board) == before
+
+
+def test_a_board_of_a_newer_colibri_is_refused(source: Source, board: str) -> None:
+    import psycopg
+
+    from colibri.store.postgres import PostgresStore
+
+    PostgresStore(board).close()
+    with psycopg.connect(board, autocommit=True) as conn:
+        conn.execute("UPDATE colibri_schema SET version = 999")
+    before = counts(board)
+    for dry in ([], ["--dry-run"]):
+        refused = copy("--from", str(source.path), "--to", board, "--tenant", "acme", *dry)
+        assert refused.returncode == 1
+        assert "has schema version 999, newer than this Colibri understands" in one_line(
+            refused.stderr
+        )
+    assert counts(board) == before

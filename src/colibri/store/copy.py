@@ -141,6 +141,11 @@ class _Transaction:
             if made is not None and made["made"]:
                 found = self.conn.execute(_PG["copy_board_version"].encode()).fetchone()
                 version = int(found["version"]) if found else 0
+            if version > SCHEMA_VERSION:
+                raise ConfigError(
+                    f"{self.where} has schema version {version}, newer than this Colibri "
+                    f"understands ({SCHEMA_VERSION}); upgrade colibri"
+                )
             for n in range(version + 1, SCHEMA_VERSION + 1):
                 self.conn.execute(_MIGRATIONS[n].encode())
         return self.conn
