@@ -343,6 +343,13 @@ def test_a_missing_source_or_a_target_that_is_no_postgresql_is_one_line(
     assert sqlite.returncode == 1
     assert "is not a PostgreSQL board: give --to postgresql://" in one_line(sqlite.stderr)
     assert list(tmp_path.iterdir()) == []
+    from_pg = copy("--from", board, "--to", board, "--tenant", "acme")
+    assert from_pg.returncode == 1
+    assert one_line(from_pg.stderr) == (
+        "colibri: the board to copy is in PostgreSQL already: give --from with an SQLite "
+        "board's path"
+    )
+    assert counts(board) == {}
 
 
 def _spec() -> Any:

@@ -43,22 +43,17 @@ def copy_store(
     """Copy an SQLite board (tasks, ledger, schedules, agents, skills) into one tenant of a
     PostgreSQL board, in one transaction: all of it or nothing. No daemon may serve either
     board meanwhile. What is copied and what is not: docs/HIVE.md."""
-    from colibri.core.errors import ConfigError, LockHeld
+    from colibri.core.errors import LockHeld
     from colibri.locks import hold_lock, store_lock
-    from colibri.store.copy import copy_board
+    from colibri.store.copy import check_source, copy_board
 
     if source is None:
         from colibri.config import load_config
 
         source = load_config(ctx.root()).store
-    else:
+    elif "://" not in source:
         source = os.path.abspath(os.path.expanduser(source))
-    if source.startswith(("postgresql://", "postgres://")):
-        raise ConfigError(
-            "the board to copy is in PostgreSQL already: give --from with an SQLite board's path"
-        )
-    if not os.path.isfile(source):
-        raise ConfigError(f"no SQLite board at {source}: give the board to copy with --from PATH")
+    check_source(source)
     try:
         # Held through the copy: no daemon starts on the board while it is read.
         held = hold_lock(store_lock(source), own_folder=False)

@@ -88,8 +88,7 @@ def copy_board(
         raise ConfigError(
             f"the target {target} is not a PostgreSQL board: give --to postgresql://…"
         )
-    if is_postgres(source) or not os.path.isfile(source):
-        raise ConfigError(f"no SQLite board at {source}: give the board to copy with --from PATH")
+    check_source(source)
     reader = open_board(source, "full")
     try:
         reader.execute("BEGIN")  # one read transaction from its first read: a snapshot
@@ -115,6 +114,17 @@ def copy_board(
         reader.close()
 
 
+def check_source(source: str) -> None:
+    """Refuse a source that is not an SQLite board's file (before its lock is taken: the lock
+    file would be made beside nothing)."""
+    if is_postgres(source):
+        raise ConfigError(
+            "the board to copy is in PostgreSQL already: give --from with an SQLite board's path"
+        )
+    if not os.path.isfile(source):
+        raise ConfigError(f"no SQLite board at {source}: give the board to copy with --from PATH")
+
+
 def _target(dsn: str, dry_run: bool) -> _Transaction:
     if not dry_run:
         # The board's tables first, made or migrated as a daemon starting on it would.
@@ -132,23 +142,30 @@ class _Transaction:
         self.where = where
 
     def __enter__(self) -> psycopg.Connection[dict[str, Any]]:
-        self.conn.execute("BEGIN")
-        if self.dry_run:
-            # A board not made yet (or older) is made inside the transaction, and rolled
-            # back with it: a dry run writes nothing, tables included.
-            made = self.conn.execute(_PG["copy_board_made"].encode()).fetchone()
-            version = 0
-            if made is not None and made["made"]:
-                found = self.conn.execute(_PG["copy_board_version"].encode()).fetchone()
-                version = int(found["version"]) if found else 0
-            if version > SCHEMA_VERSION:
-                raise ConfigError(
-                    f"{self.where} has schema version {version}, newer than this Colibri "
-                    f"understands ({SCHEMA_VERSION}); upgrade colibri"
-                )
-            for n in range(version + 1, SCHEMA_VERSION + 1):
-                self.conn.execute(_MIGRATIONS[n].encode())
+        try:
+            self.conn.execute("BEGIN")
+            if self.dry_run:
+                self._make_board_inside()
+        except BaseException as exc:
+            self.__exit__(type(exc), exc, None)
+            raise
         return self.conn
+
+    def _make_board_inside(self) -> None:
+        """A board not made yet (or older) is made inside the transaction, and rolled back
+        with it: a dry run writes nothing, tables included."""
+        made = self.conn.execute(_PG["copy_board_made"].encode()).fetchone()
+        version = 0
+        if made is not None and made["made"]:
+            found = self.conn.execute(_PG["copy_board_version"].encode()).fetchone()
+            version = int(found["version"]) if found else 0
+        if version > SCHEMA_VERSION:
+            raise ConfigError(
+                f"{self.where} has schema version {version}, newer than this Colibri "
+                f"understands ({SCHEMA_VERSION}); upgrade colibri"
+            )
+        for n in range(version + 1, SCHEMA_VERSION + 1):
+            self.conn.execute(_MIGRATIONS[n].encode())
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: Any) -> None:
         import psycopg
