@@ -95,9 +95,7 @@ def counts(dsn: str) -> dict[str, int]:
 
 
 def copied(source: Source, board: str, tenant: str = "acme") -> dict[str, Any]:
-    done = copy("--from", str(source.path), "--to", board, "--tenant", tenant, "--json")
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    return copied_from(source.path, board, tenant)
 
 
 def test_a_copied_board_is_served_by_a_daemon_on_the_hive_under_its_tenant(
@@ -472,3 +470,42 @@ def test_a_board_of_a_newer_colibri_is_refused(source: Source, board: str) -> No
             refused.stderr
         )
     assert counts(board) == before
+
+
+def test_every_field_of_a_task_and_its_ledger_row_is_copied(tmp_path: Path, board: str) -> None:
+    """A task with every field set (tests/store/values.py), written by the SQLite store itself,
+    read back by the PostgreSQL store: equal but for its tenant, its fingerprint kept."""
+    import msgspec
+
+    from colibri.store.postgres import PostgresStore
+    from colibri.store.sqlite import SqliteStore
+    from tests.store.values import FULL_TASK, MINIMAL_TASK, entry_for
+
+    path = tmp_path / "full.sqlite"
+    sqlite = SqliteStore(str(path))
+    try:
+        sqlite.insert_task(FULL_TASK, entry_for(FULL_TASK), fingerprint="fp-1")
+        sqlite.insert_task(MINIMAL_TASK, entry_for(MINIMAL_TASK))
+        sqlite.commit()
+        entries = sqlite.ledger(0, 10)
+    finally:
+        sqlite.close()
+    summary = copied_from(path, board, "hive")
+    assert summary["tenants"] == ["acme", "default"]
+    hive = PostgresStore(board)
+    try:
+        for task in (FULL_TASK, MINIMAL_TASK):
+            assert hive.get_task(task.id) == msgspec.structs.replace(task, tenant="hive")
+        assert hive.fingerprint(FULL_TASK.id) == "fp-1"
+        assert hive.fingerprint(MINIMAL_TASK.id) is None
+        assert hive.ledger(0, 10) == [msgspec.structs.replace(e, tenant="hive") for e in entries]
+        assert hive.find_idempotent("hive", "key-1") == hive.get_task(FULL_TASK.id)
+    finally:
+        hive.close()
+
+
+def copied_from(path: Path, board: str, tenant: str) -> dict[str, Any]:
+    done = copy("--from", str(path), "--to", board, "--tenant", tenant, "--json")
+    assert done.returncode == 0, done.stderr
+    summary: dict[str, Any] = json.loads(done.stdout)
+    return summary
