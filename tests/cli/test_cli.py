@@ -39,6 +39,7 @@ COMMANDS = [
     "tls",
     "token",
     "hive",
+    "store",
 ]
 
 

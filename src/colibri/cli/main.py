@@ -273,7 +273,7 @@ def cli(
 
 
 #: Commands that never reach a daemon over TCP: they act on this host's root.
-LOCAL_ONLY = frozenset({"init", "run", "demo", "tls", "hive"})
+LOCAL_ONLY = frozenset({"init", "run", "demo", "tls", "hive", "store"})
 
 
 def _remote_option(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
@@ -315,6 +315,7 @@ def main() -> None:
         init,
         schedules,
         session,
+        store,
         tasks,
         tls,
         tokens,

@@ -47,6 +47,7 @@ the client (``closed``, ``unexpected_reply``) and by the CLI (``os_error``, ``in
     ├── UnknownWorkspace     unknown_workspace   colibri.jsonc defines no such workspace
     ├── WorkspaceExists      workspace_exists    workspace add of a name that is defined
     ├── FileExists           file_exists         a file the CLI would write is there (tls init …)
+    ├── CopyConflict         copy_conflict       store copy: a row clashes with the target board's
     ├── NoSession            no_session          attach-session: no tmux session runs the task
     ├── BadTaskBody          bad_task_body       a task file that is not a task body
     ├── DaemonNotRunning     no_daemon
@@ -330,6 +331,14 @@ class FileExists(ColibriError):
     or anything else that is not a regular file even with it."""
 
     code = "file_exists"
+
+
+class CopyConflict(ColibriError):
+    """``colibri store copy``: a row of the board being copied clashes with one of the target
+    board (a task id, an idempotency key in the tenant, a schedule's or an agent's name);
+    nothing was copied."""
+
+    code = "copy_conflict"
 
 
 class NoSession(ColibriError):

@@ -339,3 +339,56 @@ UPDATE tokens SET revoked_at = %s WHERE id = %s AND revoked_at IS NULL;
 
 -- name: touch_token
 UPDATE tokens SET last_used_at = %s WHERE id = %s;
+
+-- name: copy_lock_leases
+-- colibri store copy (store/copy.py): no daemon may take the lease (insert or update its row)
+-- until the copy commits or rolls back. The fence's FOR SHARE is not blocked: a daemon whose
+-- lease is live makes the copy refuse at once, before anything is written.
+LOCK TABLE leases IN SHARE ROW EXCLUSIVE MODE;
+
+-- name: copy_live_lease
+SELECT l.owner, l.address, l.epoch, EXTRACT(EPOCH FROM l.expires_at - now())::float8 AS left_s,
+       h.host, h.pid
+  FROM leases l LEFT JOIN hives h ON h.id = l.owner
+ WHERE l.name = 'board' AND l.expires_at > now();
+
+-- name: copy_task_clash
+SELECT id FROM tasks WHERE id = ANY(%s) ORDER BY id LIMIT 1;
+
+-- name: copy_key_clash
+SELECT id, idempotency_key FROM tasks WHERE tenant = %s AND idempotency_key = ANY(%s)
+ ORDER BY idempotency_key LIMIT 1;
+
+-- name: copy_insert_fire
+-- A fire the target recorded already (a schedule of that name it had) stays as it is: either
+-- record says the nominal time was handled, which is all a record is for.
+INSERT INTO schedule_fires (schedule, nominal, outcome, task, at, reason)
+VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (schedule, nominal) DO NOTHING;
+
+-- name: copy_agent_clash
+SELECT name, tenant FROM agents WHERE name = ANY(%s) AND tenant <> %s ORDER BY name LIMIT 1;
+
+-- name: copy_insert_agent
+-- An agent the target already has in the tenant keeps its registration there.
+INSERT INTO agents (name, tenant, capabilities, slots, ttl, workspace, registered_at, last_seen)
+VALUES (%(name)s, %(tenant)s, %(capabilities)s, %(slots)s, %(ttl)s, %(workspace)s,
+        %(registered_at)s, %(last_seen)s)
+ON CONFLICT (name) DO NOTHING;
+
+-- name: copy_merge_skill
+-- A skill the target knows keeps its description, unless it has none.
+INSERT INTO skills (name, description) VALUES (%s, %s)
+ON CONFLICT (name) DO UPDATE SET description = excluded.description
+ WHERE skills.description = '' AND excluded.description <> '';
+
+-- name: copy_schedule_clash
+SELECT name FROM schedules WHERE name = ANY(%s) ORDER BY name LIMIT 1;
+
+-- name: copy_count_skills
+SELECT COUNT(*) AS n FROM skills;
+
+-- name: copy_board_made
+SELECT to_regclass('colibri_schema') IS NOT NULL AS made;
+
+-- name: copy_board_version
+SELECT version FROM colibri_schema;

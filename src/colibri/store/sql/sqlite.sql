@@ -273,3 +273,23 @@ UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL;
 
 -- name: touch_token
 UPDATE tokens SET last_used_at = ? WHERE id = ?;
+
+-- name: copy_counts
+-- colibri store copy (store/copy.py) reads the whole board in one read transaction.
+SELECT (SELECT COUNT(*) FROM tasks) AS tasks, (SELECT COUNT(*) FROM ledger) AS ledger,
+       (SELECT COUNT(*) FROM schedule_fires) AS fires, (SELECT COUNT(*) FROM tokens) AS tokens;
+
+-- name: copy_tasks
+SELECT * FROM tasks ORDER BY id;
+
+-- name: copy_ledger
+SELECT * FROM ledger ORDER BY seq;
+
+-- name: copy_fires
+SELECT schedule, nominal, outcome, task, at, reason FROM schedule_fires ORDER BY schedule, nominal;
+
+-- name: copy_skills
+SELECT name, description FROM skills ORDER BY name;
+
+-- name: copy_tenants
+SELECT tenant FROM tasks UNION SELECT tenant FROM ledger ORDER BY 1;
