@@ -169,19 +169,27 @@ def _connect_unix(path: str, root: Path | None, timeout: float | None) -> socket
 
 def daemon_starting(root: Path) -> bool:
     """Whether a live process holds ``root``'s daemon lock — a daemon starting, or one that
-    serves with its socket gone. The pid it wrote is read, never the lock taken: taking it, even
-    for a moment, could make a daemon starting at that moment believe another one runs."""
+    serves with its socket gone."""
+    return daemon_pid(root) is not None
+
+
+def daemon_pid(root: Path) -> int | None:
+    """The pid of the live process holding ``root``'s daemon lock, or None. The pid it wrote is
+    read, never the lock taken: taking it, even for a moment, could make a daemon starting at
+    that moment believe another one runs."""
     from colibri import host
 
     try:
-        fd = os.open(RootLayout(root).daemon_lock, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(RootLayout(root).daemon_lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
-        return False
+        return None
     try:
         text = os.read(fd, 32).decode(errors="replace").strip()
+    except OSError:
+        return None
     finally:
         os.close(fd)
-    return text.isdigit() and host.alive(int(text))
+    return int(text) if text.isdigit() and host.alive(int(text)) else None
 
 
 def _closed(why: str = "") -> ConnectionClosed:

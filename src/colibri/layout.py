@@ -3,6 +3,7 @@
     ROOT/colibri.jsonc                    the configuration
     ROOT/.colibri/colibri.sock            the daemon's socket
     ROOT/.colibri/daemon.lock             held by the daemon for its life (its pid inside)
+    ROOT/.colibri/daemon.log              the daemon's output, when it runs detached
     ROOT/.colibri/colibri.sqlite          the board, unless store.path or --store say otherwise
     ROOT/.colibri/ledger.jsonl[.N]        the ledger's mirror, and its rotated files
     ROOT/.colibri/harness/NAME.lock       held by workspace NAME's harness (its pid inside)
@@ -42,6 +43,10 @@ class RootLayout:
     @property
     def daemon_lock(self) -> Path:
         return self.state / "daemon.lock"
+
+    @property
+    def daemon_log(self) -> Path:
+        return self.state / "daemon.log"
 
     @property
     def store(self) -> Path:

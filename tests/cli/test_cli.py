@@ -22,6 +22,7 @@ from tests.helpers import Daemon, FakeAgent
 COMMANDS = [
     "init",
     "run",
+    "stop",
     "demo",
     "submit",
     "list",

@@ -119,16 +119,17 @@ def _waits(result: Any) -> str:
 def test_a_task_nothing_can_run_is_not_accepted_in_silence(daemon: Daemon) -> None:
     root = daemon.root
     assert _waits(colibri("submit", "x", "--agent", "ghost", root=root)) == (
-        "no agent named ghost has registered"
+        "no agent named ghost has registered yet"
     )
     assert _waits(colibri("submit", "x", "--workspace", "ghost", root=root)) == (
-        "no agent of workspace ghost has registered, and colibri.jsonc defines no such workspace"
+        "no agent of workspace ghost has registered yet, and colibri.jsonc defines no such "
+        "workspace"
     )
     assert _waits(colibri("submit", "x", "--cap", "zfs", root=root)) == (
-        "no agent has registered with zfs"
+        "no agent has registered with zfs yet"
     )
     assert _waits(colibri("submit", "x", "--capability", "zfs", "--cap", "arm", root=root)) == (
-        "no agent has registered with any of arm, zfs"
+        "no agent has registered with any of arm, zfs yet"
     )
     agent = FakeAgent(daemon, "bsd-1", ["zfs"], slots=100, workspace="ops")
     try:
@@ -137,7 +138,7 @@ def test_a_task_nothing_can_run_is_not_accepted_in_silence(daemon: Daemon) -> No
             assert ok(quiet) and quiet.stderr == "", args
         assert _waits(colibri("submit", "x", "--cap", "zfs", "--cap", "arm", "--min-score", "1",
                               root=root)) == (
-            "no agent has registered with arm, and the task needs a score of 1"
+            "no agent has registered with arm yet, and the task needs a score of 1"
         )  # fmt: skip
         ok(colibri("pause", root=root))
         assert _waits(colibri("submit", "x", "--cap", "zfs", root=root)) == (
@@ -220,3 +221,20 @@ def test_an_agent_whose_command_cannot_run_refuses_to_start(
     line = error_line(result)
     assert line.startswith(f"colibri: agent a1: {says}")
     assert daemon.call("agents")["agents"] == []  # it never registered
+
+
+def test_run_detach_returns_once_it_serves_and_stop_waits_until_it_is_gone(root: Path) -> None:
+    started = colibri("run", "--detach", root=root)
+    assert ok(started).startswith("daemon pid ") and "stop it with: colibri stop" in started.stdout
+    pid = int(started.stdout.split()[2])
+    assert ok(colibri("status", root=root)).startswith(f"daemon   pid {pid},")  # at once
+    again = error_line(colibri("run", "--detach", root=root))
+    assert again == f"colibri: another daemon (pid {pid}) is already running for {root.resolve()}"
+    assert ok(colibri("stop", root=root)) == f"stopped the daemon (pid {pid}) of {root.resolve()}\n"
+    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+    assert "daemon stopped" in (root / ".colibri" / "daemon.log").read_text()
+    nothing = error_line(colibri("stop", root=root))
+    assert nothing.startswith("colibri: no daemon is running for")
+    # A daemon that cannot start says why, in one line, from its log.
+    refused = error_line(colibri("run", "--detach", "--listen", "tcp://127.0.0.1:1", root=root))
+    assert "it stopped as it started: listening on tcp://127.0.0.1:1 needs TLS" in refused

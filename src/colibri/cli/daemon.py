@@ -1,4 +1,4 @@
-"""Daemon commands: run, demo (``init`` is in cli/init.py)."""
+"""Daemon commands: run, stop, demo (``init`` is in cli/init.py)."""
 
 from __future__ import annotations
 
@@ -56,6 +56,12 @@ from colibri.cli.main import Context, cli, pass_ctx
     is_flag=True,
     help="Allow plain TCP without TLS on loopback addresses (for tests on one machine).",
 )
+@click.option(
+    "--detach",
+    is_flag=True,
+    help="Run in the background: return once the daemon serves, its log in "
+    ".colibri/daemon.log (stop it with: colibri stop).",
+)
 @pass_ctx
 def run(
     ctx: Context,
@@ -70,24 +76,132 @@ def run(
     tls_key: str | None,
     lease_ttl: str | None,
     insecure_loopback: bool,
+    detach: bool,
 ) -> None:
     """Run the daemon in the foreground (creating the root here if there is none).
 
-    Stop it with Ctrl+C or SIGTERM. One daemon per root.
+    Stop it with Ctrl+C or SIGTERM (or, with --detach, colibri stop). One daemon per root.
     """
     from colibri.config import init_root, load_config
-    from colibri.daemon.app import run_loop, serve
-    from colibri.logs import setup
 
     root = Path(ctx.root_option or os.getcwd()).expanduser().resolve()
     if init_root(root, force=force):
         click.echo(f"colibri: initialised a new root at {root}", err=True)
+    if detach:
+        params = click.get_current_context().params
+        _detach(root, [arg for name, value in params.items() for arg in _argument(name, value)])
+        return
+
+    from colibri.daemon.app import run_loop, serve
+    from colibri.logs import setup
+
     config = load_config(
         root, store=store, durability=durability, listen=listen, tls_cert=tls_cert,
         tls_key=tls_key, insecure_loopback=insecure_loopback, lease_ttl=lease_ttl,
     )  # fmt: skip
     setup(log_level, log_format)
     raise SystemExit(run_loop(serve(config), loop))
+
+
+#: How long ``run --detach`` waits for the daemon to serve, and ``stop`` for it to be gone.
+DETACH_PATIENCE = 60.0
+
+
+def _argument(name: str, value: object) -> list[str]:
+    """A ``run`` option given again, for the detached daemon's own command line."""
+    option = "--" + name.replace("_", "-")
+    if name == "detach" or value is None or value is False or value == ():
+        return []
+    if value is True:
+        return [option]
+    if isinstance(value, tuple):
+        return [part for item in value for part in (option, str(item))]
+    return [option, str(value)]
+
+
+def _detach(root: Path, arguments: list[str]) -> None:
+    """Start ``colibri run`` in a session of its own, its output in the root's daemon log,
+    and return once it answers (or say, in one line, why it stopped)."""
+    import subprocess
+    import sys
+    import time
+
+    from colibri.client import Client, daemon_pid
+    from colibri.core.errors import ColibriError, DaemonNotRunning, LockHeld
+    from colibri.layout import RootLayout
+    from colibri.privatefiles import open_private
+
+    layout = RootLayout(root)
+    running = daemon_pid(root)
+    if running is not None:
+        raise LockHeld(
+            str(running), f"another daemon (pid {running}) is already running for {root}"
+        )
+    log = open_private(layout.daemon_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "colibri", "--root", str(root), "run", *arguments],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+        )  # fmt: skip
+    finally:
+        os.close(log)
+    give_up = time.monotonic() + DETACH_PATIENCE
+    while time.monotonic() < give_up:
+        if daemon.poll() is not None:
+            lines = layout.daemon_log.read_text(errors="replace").strip().splitlines()
+            last = lines[-1].removeprefix("colibri: ") if lines else f"exit {daemon.returncode}"
+            raise DaemonNotRunning.at(str(root), f"it stopped as it started: {last}")
+        try:
+            with Client.for_root(root, timeout=1.0) as client:
+                client.call("ping")
+        except ColibriError as exc:
+            if exc.code == "standby":  # it runs, as a PostgreSQL board's standby
+                break
+        else:
+            break
+        time.sleep(0.05)
+    else:
+        raise DaemonNotRunning.at(
+            str(root),
+            f"the daemon (pid {daemon.pid}) did not answer within {DETACH_PATIENCE:.0f}s; "
+            f"see {layout.daemon_log}",
+        )
+    click.echo(
+        f"daemon pid {daemon.pid} serves {root} (log: {layout.daemon_log}; stop it with: "
+        "colibri stop)"
+    )
+
+
+@cli.command()
+@click.option(
+    "--timeout", type=click.FloatRange(0.1, 3600), default=DETACH_PATIENCE, show_default=True,
+    help="Seconds to wait for it to be gone.",
+)  # fmt: skip
+@pass_ctx
+def stop(ctx: Context, timeout: float) -> None:
+    """Stop this root's daemon (SIGTERM, as Ctrl+C) and wait until it is gone."""
+    import signal
+    import time
+
+    from colibri import host
+    from colibri.client import daemon_pid
+    from colibri.core.errors import DaemonNotRunning, LockHeld
+
+    root = ctx.root()
+    pid = daemon_pid(root)
+    if pid is None:
+        raise DaemonNotRunning(str(root))
+    os.kill(pid, signal.SIGTERM)
+    give_up = time.monotonic() + timeout
+    while host.alive(pid):
+        if time.monotonic() > give_up:
+            raise LockHeld(
+                str(pid),
+                f"the daemon (pid {pid}) is still stopping after {timeout:g}s (its harnesses "
+                "stop their sessions first); colibri stop again waits on",
+            )
+        time.sleep(0.05)
+    click.echo(f"stopped the daemon (pid {pid}) of {root}")
 
 
 @cli.command()

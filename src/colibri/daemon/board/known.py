@@ -44,14 +44,14 @@ class KnownAgents:
         if shape.pin is not None:
             if self._tenant_of.get(shape.pin) == tenant or shape.pin in self.workspaces:
                 return None
-            return f"no agent named {shape.pin} has registered"
+            return f"no agent named {shape.pin} has registered yet"
         if (
             shape.workspace is not None
             and shape.workspace not in self.workspaces
             and shape.workspace not in self._served.get(tenant, ())
         ):
             return (
-                f"no agent of workspace {shape.workspace} has registered, and colibri.jsonc "
+                f"no agent of workspace {shape.workspace} has registered yet, and colibri.jsonc "
                 "defines no such workspace"
             )
         required = shape.capabilities
@@ -60,11 +60,12 @@ class KnownAgents:
         had = required & self._capabilities.get(tenant, set())
         if not had:
             listed = ", ".join(sorted(required))
-            return f"no agent has registered with {'any of ' if len(required) > 1 else ''}{listed}"
+            some = "any of " if len(required) > 1 else ""
+            return f"no agent has registered with {some}{listed} yet"
         if len(had) / len(required) < shape.min_score:
             lacking = ", ".join(sorted(required - had))
             return (
-                f"no agent has registered with {lacking}, and the task needs a score of "
+                f"no agent has registered with {lacking} yet, and the task needs a score of "
                 f"{shape.min_score:g}"
             )
         return None

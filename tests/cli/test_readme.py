@@ -1,0 +1,80 @@
+"""The README's walk-through, pasted as it is: every ``sh`` block from "A walk through" to
+"More than one daemon", in order, in one bash, must run without an error.
+
+The blocks are taken from the README itself, so a block that does not paste — a placeholder
+path, two commands on one line, a command that never returns in the middle of a block — fails
+here. HOME is a fresh folder, so ``~/fleet`` and the others are this test's own.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPOSITORY = Path(__file__).parents[2]
+README = REPOSITORY / "README.md"
+#: The commands that run until stopped: in a block they must be backgrounded (``&``).
+LONG_RUNNING = re.compile(r"\bcolibri (run|agent|demo|attach|tui)\b|--follow\b")
+
+
+def walk_through_blocks() -> list[str]:
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## A walk through") : text.index("## More than one daemon")]
+    return re.findall(r"```sh\n(.*?)```", section, re.S)
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="cbh", dir="/tmp"))  # short: socket paths
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_every_block_of_the_walk_through_can_be_pasted() -> None:
+    blocks = walk_through_blocks()
+    assert len(blocks) >= 8
+    for block in blocks:
+        lines = [ln for ln in block.replace("\\\n", " ").splitlines() if ln.strip()]
+        for line in lines:
+            command = line.split(" #", 1)[0]
+            assert "/path/to" not in command and "…" not in command, line
+            assert not re.search(r"\bcolibri \w+ / colibri\b", command), line
+            if LONG_RUNNING.search(command) and "--detach" not in command:
+                assert command.rstrip().endswith("&"), f"blocks the rest of its block: {line}"
+
+
+@pytest.mark.timeout(300)
+def test_the_walk_through_runs_as_written(home: Path) -> None:
+    colibri = Path(sys.executable).with_name("colibri")
+    if not colibri.exists():
+        pytest.skip(f"no colibri command beside {sys.executable} (pip install -e . there)")
+    script = "\n".join(
+        [
+            "set -euo pipefail",
+            "trap 'jobs -p | xargs -r kill 2>/dev/null; colibri stop >/dev/null 2>&1 || :' EXIT",
+            f"cd {REPOSITORY}",
+            *(f"echo '## block {n}' >&2\n{block}" for n, block in enumerate(walk_through_blocks())),
+        ]
+    )
+    env = {
+        "HOME": str(home),
+        "PATH": f"{colibri.parent}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
+        "LANG": "C.UTF-8",
+    }
+    done = subprocess.run(
+        ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=280, check=False
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    assert "did: run the test suite" in out  # submit --wait printed the session's output
+    assert "did: scrub the pool" in out  # the remote agent ran it over TLS
+    assert "waits: no agent has registered with arm" in done.stderr
+    assert "cancelled 2 tasks" in out
