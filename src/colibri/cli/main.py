@@ -313,6 +313,7 @@ def main() -> None:
         hive,
         schedules,
         session,
+        supervise,
         tasks,
         tls,
         tokens,
