@@ -18,7 +18,7 @@ import pytest
 
 from colibri import cli as cli_package
 from tests.helpers import Daemon, colibri, one_line, online, wait_until
-from tests.sessions.support import ECHO, alive, gated
+from tests.sessions.support import ECHO, PY, alive, gated
 
 Fleet = Callable[..., Daemon]
 ROLES = ("supervisor", "worker")
@@ -314,3 +314,48 @@ def test_a_scripted_supervisor_does_the_work_and_cancels_it_as_the_skill_shows(
     code, error = run(filled(shown(skill, "wait"), TASK_ID="no-such-task"), root)
     assert code == 1
     assert error["ok"] is False and error["error"]["code"] == "unknown_task"
+
+
+#: A session that knows only the worker's skill (the file named by its argument): it runs the
+#: skill's hand-off, wait and out lines as written, placeholders filled in, and checks each.
+WORKER_SESSION = r"""
+import json, re, shlex, subprocess, sys
+
+skill = open(sys.argv[1]).read()
+blocks = re.findall(r"^```sh\n(.*?)^```$", skill, flags=re.M | re.S)
+lines = [shlex.split(l) for b in blocks for l in b.splitlines() if l.startswith("colibri ")]
+
+def shown(verb, *having):
+    return next(a for a in lines if a[1] == verb and all(h in a for h in having))
+
+def run(argv, **values):
+    argv = [values.get(word, word) for word in argv]
+    done = subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+child = run(shown("submit", "--to"), TEXT="write the notes", WORKSPACE="helper")
+ended = run(shown("wait"), TASK_ID=child["id"])
+run(shown("out", "--cost"), RESULT="helper said: " + ended["output"].strip())
+"""
+
+
+def test_a_session_hands_off_and_reports_as_the_worker_skill_shows(
+    root: Path, fleet: Fleet
+) -> None:
+    (root / "worker.md").write_text(export("--role", "worker", cwd=root))
+    (root / "session.py").write_text(WORKER_SESSION)
+    session = [PY, str(root / "session.py"), str(root / "worker.md")]
+    daemon = fleet({
+        "lead": {"session": {"command": session}, "send_to": ["helper"]},
+        "helper": {"session": {"command": ECHO}},
+    })  # fmt: skip
+    wait_until(lambda: online(daemon, "lead", "helper"))
+    lead = daemon.submit("plan the release", workspace="lead")
+    done = daemon.wait_closed(lead["id"], timeout=60)
+    assert done["outcome"] == "done", done["error"]
+    assert done["output"] == "helper said: write the notes"
+    assert done["cost"] == {"usd": 0.02, "tokens_in": 1200, "tokens_out": 300}
+    (child,) = daemon.call("list", parent=lead["id"])["tasks"]
+    assert child["workspace"] == "helper" and child["sender"] == "lead"
+    assert child["outcome"] == "done"
