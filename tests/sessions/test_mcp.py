@@ -6,17 +6,18 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
-from tests.helpers import PYTHON, Daemon, colibri, one_line, online, wait_until
+from tests import mcp_client
+from tests.helpers import Daemon, colibri, one_line, online, wait_until
+from tests.mcp_client import call, refusal
 from tests.sessions.support import ECHO, alive, gated
 
 Fleet = Callable[..., Daemon]
@@ -25,36 +26,9 @@ TOOLS = {"submit", "list", "show", "wait", "cancel", "answer", "why", "cost", "s
          "schedule_list", "schedule_add", "schedule_pause", "schedule_resume"}  # fmt: skip
 
 
-@asynccontextmanager
-async def mcp_session(root: Path) -> AsyncIterator[ClientSession]:
-    """An initialized MCP session with ``colibri --root ROOT mcp``, run as a subprocess."""
-    server = StdioServerParameters(
-        command=PYTHON, args=["-m", "colibri", "--root", str(root), "mcp"]
-    )
-    with open(root / "mcp.log", "w") as errlog:
-        async with stdio_client(server, errlog=errlog) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                yield session
-
-
-async def call(session: ClientSession, tool: str, **arguments: Any) -> dict[str, Any]:
-    """A tool's structured result; the call must succeed."""
-    result = await session.call_tool(tool, arguments)
-    assert not result.is_error, result.content
-    assert result.structured_content is not None
-    # The text content says the same, for clients that read only text.
-    assert json.loads(result.content[0].text) == result.structured_content  # type: ignore[union-attr]
-    return result.structured_content
-
-
-async def refusal(session: ClientSession, tool: str, **arguments: Any) -> dict[str, str]:
-    """The Colibri error a tool call ends in, from both its structured and its text content."""
-    result = await session.call_tool(tool, arguments)
-    assert result.is_error
-    doc = json.loads(result.content[0].text)  # type: ignore[union-attr]
-    assert doc == result.structured_content and doc["ok"] is False
-    return doc["error"]
+def mcp_session(root: Path) -> AbstractAsyncContextManager[ClientSession]:
+    """``colibri --root ROOT mcp``, through the SDK's stdio client."""
+    return mcp_client.mcp_session(root / "mcp.log", "--root", str(root))
 
 
 async def until(predicate: Callable[[], Any], timeout: float = 10.0) -> None:
