@@ -11,6 +11,7 @@ prints it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -40,7 +41,7 @@ WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_worl
 MAX_WAIT = 86_400.0
 
 TaskId = Annotated[str, Field(description="A task's id (the `id` of a task object).")]
-Names = Annotated[list[str], Field(description="Zero or more names.")]
+Names = Annotated[list[str], Field(description="Names (capabilities, labels), lower case.")]
 
 
 class Board:
@@ -161,18 +162,16 @@ def build(board: Board) -> MCPServer[Any]:
         """Block until the task has ended (done, failed or cancelled). Returns {task, ended}:
         read task.outcome, task.output, task.error; ended is false when timeout_seconds
         passed first (task is then as it stands)."""
-        import asyncio
-
         try:
             async with asyncio.timeout(timeout_seconds):
                 reply = await board.call("wait", task=task_id)
             return result({**reply, "ended": True})
         except TimeoutError:
-            return await ask_now(task_id)
+            return await as_it_stands(task_id)
         except ColibriError as exc:
             return refused(exc)
 
-    async def ask_now(task_id: str) -> CallToolResult:
+    async def as_it_stands(task_id: str) -> CallToolResult:
         try:
             return result({**await board.call("get", task=task_id), "ended": False})
         except ColibriError as exc:
