@@ -53,9 +53,10 @@ def colibri(
     *args: str,
     env: dict[str, str] | None = None,
     timeout: float = 60.0,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``python -m colibri`` as a subprocess (``--root`` given unless ``root`` is None), with
-    ``env`` added to our environment; what it printed is captured."""
+    ``env`` added to our environment, in ``cwd``; what it printed is captured."""
     prefix = ["--root", str(root)] if root is not None else []
     return subprocess.run(
         [PYTHON, "-m", "colibri", *prefix, *args],
@@ -63,6 +64,7 @@ def colibri(
         text=True,
         timeout=timeout,
         env={**os.environ, **(env or {})},
+        cwd=cwd,
         check=False,
     )
 

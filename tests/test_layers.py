@@ -268,3 +268,16 @@ def test_the_client_side_rule_sees_a_bad_import(monkeypatch: pytest.MonkeyPatch)
         ("colibri/cli/daemon.py", "colibri.daemon.board"),
         ("colibri/client.py", "colibri.daemon.app"),
     }
+
+
+def test_the_mcp_sdk_loads_only_with_colibri_mcp() -> None:
+    """The MCP SDK (the ``mcp`` extra) is imported by ``cli/mcp_server.py`` alone, and that
+    module only inside the command that serves it: the CLI starts without it, and works where
+    the extra is not installed."""
+    everything = imports_of("colibri")
+    sdk = [i for i in everything if top(i.module) in ("mcp", "mcp_types", "pydantic")]
+    assert sdk, "the scanner finds the SDK's imports"
+    assert sorted({i.file for i in sdk}) == ["colibri/cli/mcp_server.py"]
+    server = [i for i in everything if within(i.module, "colibri.cli.mcp_server")]
+    assert server and all(not i.top_level for i in server), [str(i) for i in server]
+    assert {(i.file, i.function) for i in server} == {("colibri/cli/supervise.py", "mcp")}

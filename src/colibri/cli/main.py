@@ -316,6 +316,7 @@ def main() -> None:
         schedules,
         session,
         store,
+        supervise,
         tasks,
         tls,
         tokens,

@@ -1,4 +1,4 @@
-"""Task commands: submit, list, show, cancel, retry, why, ledger."""
+"""Task commands: submit, list, show, wait, cancel, retry, why, ledger."""
 
 from __future__ import annotations
 
@@ -281,6 +281,27 @@ def show(ctx: Context, task_id: str, family: bool, as_json: bool) -> None:
         print_json(task)
     else:
         describe_task(task)
+
+
+@cli.command()
+@click.argument("task_id", metavar="ID")
+@json_option
+@pass_ctx
+def wait(ctx: Context, task_id: str, as_json: bool) -> None:
+    """Block until task ID has ended (done, failed or cancelled); print its output.
+
+    Exit 0 once it ended, whatever the outcome: read the task's outcome (with --json, the task
+    object). A retry (back to pending) does not end the wait.
+    """
+    task = ctx.call("wait", patient=in_session(), task=task_id)["task"]
+    if as_json:
+        print_json(task)
+        return
+    if task.get("output"):
+        print_output(task["output"])
+    if task.get("outcome") != "done":
+        error = f": {task['error']}" if task.get("error") else ""
+        click.echo(printable(f"colibri: task {task['id']} {task.get('outcome')}{error}"), err=True)
 
 
 @cli.command()
