@@ -238,3 +238,28 @@ def test_run_detach_returns_once_it_serves_and_stop_waits_until_it_is_gone(root:
     # A daemon that cannot start says why, in one line, from its log.
     refused = error_line(colibri("run", "--detach", "--listen", "tcp://127.0.0.1:1", root=root))
     assert "it stopped as it started: listening on tcp://127.0.0.1:1 needs TLS" in refused
+
+
+def test_schedule_times_are_shown_in_the_schedules_own_time_zone(daemon: Daemon) -> None:
+    added = ok(colibri("schedule", "add", "n", "x", "--cron", "0 9 * * *", "--tz", "Asia/Tokyo",
+                       root=daemon.root))  # fmt: skip
+    assert " 09:00:00 JST (" in added and "T00:00:00.000Z)" in added
+    shown = ok(colibri("schedule", "show", "n", "--next", "2", root=daemon.root))
+    nexts = [line.strip() for line in shown.splitlines() if line.startswith("  ")]
+    assert len(nexts) == 2 and all(" 09:00:00 JST (" in n and n.endswith("T00:00:00.000Z)")
+                                   for n in nexts)  # fmt: skip
+    assert " 09:00:00 JST (" in ok(colibri("schedule", "list", root=daemon.root))
+    # --json keeps the instants in UTC, for programs.
+    doc = as_json(colibri("schedule", "show", "n", "--json", root=daemon.root))
+    assert all(n.endswith("T00:00:00.000Z") for n in doc["next"])
+
+
+def test_workspace_show_prints_settings_as_people_read_them(root: Path) -> None:
+    ok(colibri("workspace", "add", "web", "--cap", "tty", "--cap", "ts", "--", "/bin/echo",
+               "two words", root=root))  # fmt: skip
+    lines = ok(colibri("workspace", "show", "web", root=root)).splitlines()
+    shown = {k: v.strip() for k, v in (line.split(":", 1) for line in lines)}
+    assert shown["capabilities"] == "tty, ts"
+    assert shown["command"] == "/bin/echo 'two words'"
+    assert shown["budget_usd_daily"] == "-" and shown["env"] == "-"
+    assert not any(v.startswith(("[", "{")) or v == "None" for v in shown.values()), shown

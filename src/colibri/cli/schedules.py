@@ -135,7 +135,8 @@ def add(
     if as_json:
         print_json({**reply["schedule"], "next": reply["next"]})
         return
-    nxt = reply["next"][0] if reply["next"] else "never"
+    tz = reply["schedule"].get("tz")
+    nxt = _local(reply["next"][0], tz) if reply["next"] else "never"
     print_line(f"added {name}: {_when(reply['schedule'])}; next fire {nxt}")
 
 
@@ -155,7 +156,7 @@ def list_schedules(ctx: Context, as_json: bool) -> None:
                 s["name"],
                 _when(s),
                 s.get("tz") or "-",
-                s.get("next_fire_at") or "-",
+                _local(s["next_fire_at"], s.get("tz")) if s.get("next_fire_at") else "-",
                 "finished" if s["finished"] else "paused" if s["paused"] else "active",
                 s["fires"],
                 s["skipped"],
@@ -213,15 +214,35 @@ def show(ctx: Context, name: str, count: int, fires: int, as_json: bool) -> None
         f"fired {s['fires']}, skipped {s['skipped']}, missed {s['missed']}, "
         f"refused {s.get('refused', 0)}"
     )
+    tz = s.get("tz")
     if s.get("last_task"):
-        print_line(f"last fire {s['last_fire_at']} → task {s['last_task']}")
+        print_line(f"last fire {_local(s['last_fire_at'], tz)} → task {s['last_task']}")
     if reply["next"]:
         print("next:")
         for when in reply["next"]:
-            print_line(f"  {when}")
+            print_line(f"  {_local(when, tz)}")
     for fire in reply.get("fires", []):
         why = f"  ({fire['reason']})" if fire.get("reason") else ""
-        print_line(f"  {fire['nominal']} {fire['outcome']} {fire.get('task') or ''}{why}")
+        print_line(
+            f"  {_local(fire['nominal'], tz)} {fire['outcome']} {fire.get('task') or ''}{why}"
+        )
+
+
+def _local(instant: str, tz: str | None) -> str:
+    """An RFC 3339 UTC instant as a person reads it: in the schedule's own time zone, with its
+    abbreviation and the UTC instant beside it (``2026-12-02 09:00:00 JST (00:00:00Z)``); as
+    it is for a schedule kept in UTC, or a text that is not an instant."""
+    if not tz:
+        return instant
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    try:
+        when = datetime.fromisoformat(instant.replace("Z", "+00:00"))
+        there = when.astimezone(ZoneInfo(tz))
+    except (ValueError, KeyError):
+        return instant
+    return f"{there:%Y-%m-%d %H:%M:%S} {there.tzname()} ({instant})"
 
 
 _SIMPLE = {

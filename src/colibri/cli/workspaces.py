@@ -60,8 +60,27 @@ def show_workspace(ctx: Context, name: str, as_json: bool) -> None:
     if as_json:
         print_json(doc)
         return
+    width = max(len(key) for key in doc) + 2
     for key, value in doc.items():
-        print_line(f"{key + ':':16}{value}")
+        print_line(f"{key + ':':{width}}{_shown(key, value)}")
+
+
+def _shown(key: str, value: object) -> str:
+    """A setting as a person reads it: a command as a shell would take it, other lists joined,
+    objects as key=value, nothing as -."""
+    if value is None or value == [] or value == {}:
+        return "-"
+    if isinstance(value, list):
+        if key == "command":
+            import shlex
+
+            return shlex.join(str(v) for v in value)
+        return ", ".join(map(str, value))
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 @workspace.command("add")
