@@ -468,3 +468,36 @@ def connect_as_nobody(
     assert done.returncode == 0, done.stderr.decode()
     result: dict[str, Any] = json.loads(done.stdout)
     return result
+
+
+#: A scrape: each sample by its name and its labels (sorted ``(name, value)`` pairs).
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(url: str) -> Samples:
+    """GET ``url`` (a daemon's ``/metrics``) and read it with Prometheus's own parser."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain; version=")
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def sample(samples: Samples, name: str, **labels: str) -> float | None:
+    """The value of sample ``name`` with exactly ``labels``; None when the scrape has none."""
+    return samples.get((name, tuple(sorted(labels.items()))))
+
+
+def metrics_url(daemon: Daemon) -> str:
+    """Where the daemon serves its metrics, as ``status`` says (``--metrics HOST:0`` too)."""
+    url = daemon.call("status")["daemon"]["metrics"]
+    assert isinstance(url, str) and url.startswith("http://"), url
+    return url
