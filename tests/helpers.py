@@ -31,6 +31,21 @@ def sqlite_only(test: Callable[..., Any]) -> Callable[..., Any]:
     )(test)
 
 
+def set_next_fire(root: Path, seconds_ago: float) -> None:
+    """Move every schedule's next fire ``seconds_ago`` back (to a whole minute), in the SQLite
+    board of a stopped daemon: as if it had been down that long."""
+    import sqlite3
+
+    from colibri.core.model import rfc3339
+
+    stamp = rfc3339((time.time() // 60) * 60 - seconds_ago)
+    with sqlite3.connect(root / ".colibri" / "colibri.sqlite") as db:
+        db.execute(
+            "UPDATE schedules SET next_fire_at = ?, doc = json_set(doc, '$.next_fire_at', ?)",
+            (stamp, stamp),
+        )
+
+
 #: How to drop the PostgreSQL boards the test daemons made (at the end of the session).
 PG_BOARDS_TO_DROP: list[Callable[[], None]] = []
 

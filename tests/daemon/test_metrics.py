@@ -5,14 +5,11 @@ from __future__ import annotations
 import json
 import re
 import socket
-import sqlite3
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from colibri.core.model import rfc3339
 from tests.helpers import (
     PYTHON,
     Daemon,
@@ -22,6 +19,7 @@ from tests.helpers import (
     run_refused,
     sample,
     scrape,
+    set_next_fire,
     sqlite_only,
     wait_until,
 )
@@ -174,12 +172,7 @@ def test_fires_missed_while_the_daemon_was_down_are_counted(root: Path) -> None:
     daemon.call("schedule-add", name="minutely", schedule={"cron": "* * * * *",
                 "task": {"text": "every minute"}})  # fmt: skip
     daemon.stop()
-    an_hour_ago = rfc3339((time.time() // 60) * 60 - 3600)
-    with sqlite3.connect(root / ".colibri" / "colibri.sqlite") as db:
-        db.execute(
-            "UPDATE schedules SET next_fire_at = ?, doc = json_set(doc, '$.next_fire_at', ?)",
-            (an_hour_ago, an_hour_ago),
-        )
+    set_next_fire(root, 3600)
     daemon.start()
     try:
         url = metrics_url(daemon)
