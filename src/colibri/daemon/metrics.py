@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections import Counter as Tally
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -269,9 +270,12 @@ class MetricsEndpoint:
         try:
             self._server = await asyncio.start_server(self._answer, host, port, limit=MAX_HEAD)
         except OSError as exc:
+            # asyncio words a failed bind at length; the system's words for its errno suffice
+            # (a name that does not resolve has a negative one, and its own words).
+            why = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror
             raise ConfigError(
-                f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}; pick another "
-                "address or port (--metrics, server.metrics)"
+                f"cannot serve metrics on {host}:{port}: {why or exc}; pick another address or "
+                "port (--metrics, server.metrics)"
             ) from None
         bound = self._server.sockets[0].getsockname()
         self.bound = TcpAddress(host, int(bound[1]))
@@ -310,7 +314,13 @@ class MetricsEndpoint:
         if method not in ("GET", "HEAD"):
             return "405 Method Not Allowed", text + "Allow: GET, HEAD\r\n", b"GET /metrics\n"
         if path == "/metrics":
-            return "200 OK", f"Content-Type: {CONTENT_TYPE_LATEST}\r\n", self.metrics.exposition()
+            try:
+                body = self.metrics.exposition()
+            except Exception:
+                # A fault of ours in one scrape must not take the daemon down: say so, serve on.
+                log.exception("metrics scrape failed", extra={"event": "internal_error"})
+                return "500 Internal Server Error", text, b"the scrape failed; see the log\n"
+            return "200 OK", f"Content-Type: {CONTENT_TYPE_LATEST}\r\n", body
         if path == "/":
             return "200 OK", text, b"Colibri daemon: Prometheus metrics at /metrics\n"
         return "404 Not Found", text, b"not found: the metrics are at /metrics\n"
