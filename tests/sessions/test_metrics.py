@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from pathlib import Path
 
-from tests.helpers import Daemon, metrics_url, sample, scrape, wait_until
+from tests.helpers import PYTHON, Daemon, metrics_url, sample, scrape, wait_until
 from tests.sessions.support import ECHO, sweep
 
 
@@ -42,4 +43,57 @@ def test_a_workspace_s_agent_ready_pool_and_harness_restarts_are_scraped(root: P
         )
     finally:
         sweep(root, daemon)
+        sweep(root)
+
+
+def test_a_harness_stops_telling_its_ready_pool_to_a_daemon_that_refuses_it(root: Path) -> None:
+    """A daemon older than heartbeat's ``ready`` refuses the field: the harness goes on with
+    plain heartbeats on the same connection, and stays registered."""
+    import socketserver
+    import threading
+
+    (root / "colibri.jsonc").write_text(json.dumps({
+        "workspaces": {"hot": {"warm": 1, "session": {"command": ECHO, "idle": "60s"}}},
+    }))  # fmt: skip
+    requests: list[dict[str, object]] = []
+
+    class OldDaemon(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            for line in self.rfile:
+                request = json.loads(line)
+                requests.append(request)
+                reply: dict[str, object] = {"id": request.get("id"), "ok": True}
+                if request["cmd"] == "register-agent":
+                    reply |= {"agent": {"name": request["name"], "capabilities": []},
+                              "adopted": [], "rejected": [], "heartbeat": 0.05,
+                              "max_line": 1 << 20}  # fmt: skip
+                elif "ready" in request:
+                    reply = {"id": request.get("id"), "ok": False, "error": {
+                        "code": "bad_request", "message": "Object contains unknown field `ready`"
+                    }}  # fmt: skip
+                self.wfile.write(json.dumps(reply).encode() + b"\n")
+
+    server = socketserver.ThreadingUnixStreamServer(
+        str(root / ".colibri" / "colibri.sock"), OldDaemon
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    harness = subprocess.Popen(
+        [PYTHON, "-m", "colibri", "--root", str(root), "agent", "--workspace", "hot"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+
+    def heartbeats() -> list[dict[str, object]]:
+        return [r for r in requests if r["cmd"] == "heartbeat"]
+
+    try:
+        wait_until(lambda: len(heartbeats()) >= 5, timeout=30)
+        first, *rest = heartbeats()
+        assert "ready" in first, first
+        assert all("ready" not in beat for beat in rest), rest
+        assert [r["cmd"] for r in requests].count("register-agent") == 1
+    finally:
+        harness.terminate()
+        harness.wait(timeout=15)
+        server.shutdown()
+        server.server_close()
         sweep(root)
