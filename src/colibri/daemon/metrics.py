@@ -72,8 +72,8 @@ class Metrics:
 
     def __init__(self, board: Board, schedules: ScheduleRunner, supervisor: Supervisor) -> None:
         self.board = board
-        # No ``_created`` series beside each counter: nothing reads them, and they double a
-        # scrape. (The process holds one registry, this one: the setting is the process's.)
+        # No ``_created`` series beside each counter: they would double a scrape to say when
+        # the daemon started. (The setting is the process's; its one registry is this one.)
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry()
         r = self.registry
