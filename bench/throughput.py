@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -258,13 +260,43 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def once(args: argparse.Namespace, store: str) -> dict[str, Any]:
     cpu = 0 if args.pin else None
+    metrics = ["--metrics", "127.0.0.1:0"] if args.metrics else []
     if store == "sqlite":
-        with Daemon(durability=args.durability, cpu=cpu) as daemon:
-            return {"store": store, **asyncio.run(measure_once(daemon, args))}
+        with Daemon(durability=args.durability, cpu=cpu, extra_args=metrics) as daemon:
+            with scraping(daemon, args.metrics):
+                return {"store": store, **asyncio.run(measure_once(daemon, args))}
     with PgBoard() as board:
-        extra = ["--store", board.dsn]
+        extra = ["--store", board.dsn, *metrics]
         with Daemon(durability=args.durability, cpu=cpu, extra_args=extra) as daemon:
-            return {"store": store, **asyncio.run(measure_once(daemon, args))}
+            with scraping(daemon, args.metrics):
+                return {"store": store, **asyncio.run(measure_once(daemon, args))}
+
+
+@contextlib.contextmanager
+def scraping(daemon: Daemon, every: float | None) -> Iterator[None]:
+    """With ``--metrics SECONDS``: scrape the daemon's /metrics that often meanwhile, from a
+    thread of this process, as Prometheus would."""
+    if not every:
+        yield
+        return
+    import threading
+    import urllib.request
+
+    url = daemon.call("status")["daemon"]["metrics"]
+    stop = threading.Event()
+
+    def scrape() -> None:
+        while not stop.wait(every):
+            with urllib.request.urlopen(url, timeout=30) as response:
+                response.read()
+
+    thread = threading.Thread(target=scrape, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def parser() -> argparse.ArgumentParser:
@@ -294,6 +326,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--pin", action="store_true", help="pin the daemon to CPU 0 and this load to CPU 1"
     )
+    ap.add_argument(
+        "--metrics",
+        type=float,
+        metavar="SECONDS",
+        help="run the daemon with --metrics and scrape it every SECONDS during the runs",
+    )
     return ap
 
 
@@ -314,7 +352,12 @@ def main() -> int:
                 k: getattr(args, k)
                 for k in ("tasks", "warmup", "agents", "slots", "submitters", "window")
             }
-            | {"durability": args.durability, "pin": args.pin, "store": args.store},
+            | {
+                "durability": args.durability,
+                "pin": args.pin,
+                "store": args.store,
+                "metrics": args.metrics,
+            },
             "runs": runs,
             "tasks_per_s_by_store": by_store,
             "tasks_per_s": value,

@@ -31,6 +31,21 @@ def sqlite_only(test: Callable[..., Any]) -> Callable[..., Any]:
     )(test)
 
 
+def set_next_fire(root: Path, seconds_ago: float) -> None:
+    """Move every schedule's next fire ``seconds_ago`` back (to a whole minute), in the SQLite
+    board of a stopped daemon: as if it had been down that long."""
+    import sqlite3
+
+    from colibri.core.model import rfc3339
+
+    stamp = rfc3339((time.time() // 60) * 60 - seconds_ago)
+    with sqlite3.connect(root / ".colibri" / "colibri.sqlite") as db:
+        db.execute(
+            "UPDATE schedules SET next_fire_at = ?, doc = json_set(doc, '$.next_fire_at', ?)",
+            (stamp, stamp),
+        )
+
+
 #: How to drop the PostgreSQL boards the test daemons made (at the end of the session).
 PG_BOARDS_TO_DROP: list[Callable[[], None]] = []
 
@@ -470,3 +485,36 @@ def connect_as_nobody(
     assert done.returncode == 0, done.stderr.decode()
     result: dict[str, Any] = json.loads(done.stdout)
     return result
+
+
+#: A scrape: each sample by its name and its labels (sorted ``(name, value)`` pairs).
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(url: str) -> Samples:
+    """GET ``url`` (a daemon's ``/metrics``) and read it with Prometheus's own parser."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain; version=")
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def sample(samples: Samples, name: str, **labels: str) -> float | None:
+    """The value of sample ``name`` with exactly ``labels``; None when the scrape has none."""
+    return samples.get((name, tuple(sorted(labels.items()))))
+
+
+def metrics_url(daemon: Daemon) -> str:
+    """Where the daemon serves its metrics, as ``status`` says (``--metrics HOST:0`` too)."""
+    url = daemon.call("status")["daemon"]["metrics"]
+    assert isinstance(url, str) and url.startswith("http://"), url
+    return url

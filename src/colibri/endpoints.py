@@ -68,6 +68,31 @@ def parse_address(text: str, *, listening: bool = False) -> TcpAddress:
     return TcpAddress(host, int(port_text))
 
 
+#: The port the docs use for ``--metrics`` (Prometheus's registry of exporters' ports).
+METRICS_PORT = 9464
+
+
+def parse_metrics_address(text: str) -> TcpAddress:
+    """``--metrics``' value: ``HOST:PORT`` (an IPv6 host in brackets: ``[::1]:9464``); port 0
+    is any free port (the log and ``status`` say which). Plain HTTP: Prometheus scrapes it."""
+    hint = f"write HOST:PORT, as 127.0.0.1:{METRICS_PORT} (an IPv6 host as [::1]:{METRICS_PORT})"
+    if not isinstance(text, str):
+        raise ConfigError(f"{shown(text)} is not an address for metrics: {hint}")
+    if text.startswith("["):
+        host, close, tail = text[1:].partition("]")
+        colon, port_text = tail[:1], tail[1:]
+    else:
+        host, colon, port_text = text.rpartition(":")
+        close = "" if ":" in host else "]"
+    if not close or not colon:
+        raise ConfigError(f"{shown(text)} is not an address for metrics: {hint}")
+    if not host or any(c.isspace() or c in "/?#@[]" for c in host):
+        raise ConfigError(f"{shown(text)}: the host is missing or not a host name; {hint}")
+    if not (port_text.isascii() and port_text.isdigit()) or int(port_text) > 65535:
+        raise ConfigError(f"{shown(text)}: the port must be a number from 0 to 65535; {hint}")
+    return TcpAddress(host, int(port_text))
+
+
 def parse_connect(text: str) -> list[TcpAddress]:
     """``--connect``'s value: one address, or several separated by commas (tried in turn)."""
     parts = [p.strip() for p in text.split(",") if p.strip()]

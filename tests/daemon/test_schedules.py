@@ -13,7 +13,7 @@ import pytest
 
 from colibri.core.errors import ColibriError
 from colibri.core.model import parse_rfc3339, rfc3339
-from tests.helpers import Daemon, FakeAgent, sqlite_only, wait_until
+from tests.helpers import Daemon, FakeAgent, set_next_fire, sqlite_only, wait_until
 
 
 def add(daemon: Daemon, name: str, **spec: Any) -> dict[str, Any]:
@@ -212,18 +212,11 @@ def test_kill_at_fires_never_fires_a_time_twice_nor_loses_one(root: Path) -> Non
 @sqlite_only
 def test_three_days_down_gives_one_catch_up_task_and_loud_missed_fires(root: Path) -> None:
     """E3: an every-minute schedule and a daemon down for three days: one task, not 4,320."""
-    import sqlite3
-
     daemon = Daemon(root)
     daemon.start()
     add(daemon, "minutely", cron="* * * * *")
     daemon.stop()
-    three_days_ago = rfc3339((time.time() // 60) * 60 - 3 * 86400)
-    with sqlite3.connect(root / ".colibri" / "colibri.sqlite") as db:
-        db.execute(
-            "UPDATE schedules SET next_fire_at = ?, doc = json_set(doc, '$.next_fire_at', ?)",
-            (three_days_ago, three_days_ago),
-        )
+    set_next_fire(root, 3 * 86400)
     daemon.start()
     try:
         schedule = wait_until(

@@ -33,7 +33,7 @@ from colibri.agent.session import Session
 from colibri.agent.spec import AgentSpec
 from colibri.client import AsyncClient, Remote
 from colibri.core import events
-from colibri.core.errors import ColibriError, DaemonNotRunning, LockHeld
+from colibri.core.errors import BadRequest, ColibriError, DaemonNotRunning, LockHeld
 from colibri.core.model import DEFAULT_MAX_LINE, Task
 from colibri.core.sizes import fit_report
 from colibri.layout import RootLayout
@@ -69,6 +69,8 @@ class Harness:
         # Sessions reach the daemon through the root's socket: the daemon's own, or the relay.
         self.runner = Runner(spec, RootLayout(root).socket, root, self.backend, self.reaper)
         self.pool = self.runner.pool
+        #: Whether heartbeats say how full the ready pool is (a daemon that refuses it: no).
+        self._tell_ready = True
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -169,8 +171,7 @@ class Harness:
                         async with asyncio.timeout(interval):
                             await client.closed.wait()
                     if not client.closed.is_set():
-                        with contextlib.suppress(ColibriError):
-                            await client.call("heartbeat")
+                        await self._heartbeat(client)
             finally:
                 self.client = None
                 await client.close()
@@ -180,6 +181,17 @@ class Harness:
             else:  # a connection that ends at once (a refused report?) must not spin
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
+
+    async def _heartbeat(self, client: AsyncClient) -> None:
+        """Say the agent is alive, and how many warm sessions its ready pool holds."""
+        fields = {"ready": self.pool.ready_count} if self.pool and self._tell_ready else {}
+        try:
+            await client.call("heartbeat", **fields)
+        except BadRequest:
+            # A daemon older than the field refuses it: plain heartbeats to it from now on.
+            self._tell_ready = False
+        except ColibriError:
+            pass
 
     def _on_event(self, message: dict[str, Any]) -> None:
         try:

@@ -56,6 +56,11 @@ class ReadyPool:
         self._count = 0
         self._changed = asyncio.Event()
 
+    @property
+    def ready_count(self) -> int:
+        """Warm sessions ready for a task now (what heartbeats tell the daemon)."""
+        return sum(1 for warm in self.sessions if warm.ready)
+
     def take(self) -> Running | None:
         """The oldest ready warm session, out of the pool; None if none is ready."""
         self.wanted = self.spec.warm > 0  # work came: keep the pool full again

@@ -88,6 +88,8 @@ def status(ctx: Context, as_json: bool) -> None:
     print_line(f"store    {d['store']} (durability {d['durability']})")
     if d.get("listen"):
         print_line(f"listen   {', '.join(d['listen'])}")
+    if d.get("metrics"):
+        print_line(f"metrics  {d['metrics']}")
     print(f"dispatch {'PAUSED (resume with: colibri resume)' if reply['paused'] else 'running'}")
     tasks, outcomes = reply["tasks"], reply.get("outcomes", {})
     ended = ", ".join(f"{n} {o}" for o, n in outcomes.items())

@@ -52,6 +52,12 @@ from colibri.cli.main import Context, cli, pass_ctx
     "10s by default); a standby takes over that long after a crash.",
 )
 @click.option(
+    "--metrics",
+    metavar="HOST:PORT",
+    help="Serve Prometheus metrics over HTTP at http://HOST:PORT/metrics (server.metrics; "
+    "docs/METRICS.md).",
+)
+@click.option(
     "--insecure-loopback",
     is_flag=True,
     help="Allow plain TCP without TLS on loopback addresses (for tests on one machine).",
@@ -75,6 +81,7 @@ def run(
     tls_cert: str | None,
     tls_key: str | None,
     lease_ttl: str | None,
+    metrics: str | None,
     insecure_loopback: bool,
     detach: bool,
 ) -> None:
@@ -98,6 +105,7 @@ def run(
     config = load_config(
         root, store=store, durability=durability, listen=listen, tls_cert=tls_cert,
         tls_key=tls_key, insecure_loopback=insecure_loopback, lease_ttl=lease_ttl,
+        metrics=metrics,
     )  # fmt: skip
     setup(log_level, log_format)
     raise SystemExit(run_loop(serve(config), loop))

@@ -96,6 +96,7 @@ _KNOWN: dict[str, set[str]] = {
         "tls_key",
         "handshake_timeout",
         "auth_failures",
+        "metrics",
     },  # fmt: skip
     "store": {"durability", "path", "lease_ttl"},
     "supervisor": {"crash_loop", "crash_window", "cool_down", "max_backoff"},
@@ -135,6 +136,7 @@ def load_config(
     tls_key: str | None = None,
     insecure_loopback: bool = False,
     lease_ttl: str | None = None,
+    metrics: str | None = None,
 ) -> Config:
     """Read and validate ``root/colibri.jsonc``; errors say ``file:line: what is wrong``."""
     path = root / CONFIG_NAME
@@ -256,9 +258,23 @@ def load_config(
     addresses = tuple(dict.fromkeys([*configured_listen, *listen]))
     cert = tls_cert or _path_setting(raw, "tls_cert", where, root)
     key = tls_key or _path_setting(raw, "tls_key", where, root)
-    from colibri.endpoints import check_listeners
+    from colibri.endpoints import check_listeners, parse_metrics_address
 
     check_listeners(addresses, cert, key, insecure_loopback)
+    at_metrics, configured_metrics = setting("server.metrics")
+    if metrics is None and configured_metrics not in (_ABSENT, None):
+        if not isinstance(configured_metrics, str):
+            raise ConfigError(f'{at_metrics()} must be an address like "127.0.0.1:9464"')
+        try:
+            parse_metrics_address(configured_metrics)
+        except ConfigError as exc:
+            raise ConfigError(f"{at_metrics()}: {exc.message}") from None
+        metrics = configured_metrics
+    elif metrics is not None:
+        try:
+            parse_metrics_address(metrics)
+        except ConfigError as exc:
+            raise ConfigError(f"--metrics {exc.message}") from None
     server = ServerSettings(
         max_line=whole("server.max_line", sv.max_line),
         max_connections=whole("server.max_connections", sv.max_connections),
@@ -272,6 +288,7 @@ def load_config(
         insecure_loopback=insecure_loopback,
         handshake_timeout=duration("server.handshake_timeout", sv.handshake_timeout),
         auth_failures=whole("server.auth_failures", sv.auth_failures),
+        metrics=metrics,
     )
     su = SupervisorSettings()
     supervisor = SupervisorSettings(

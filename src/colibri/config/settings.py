@@ -98,6 +98,9 @@ class ServerSettings:
     #: Failed logins from one address within a minute before its new connections are refused
     #: (``throttled``) until the minute has passed.
     auth_failures: int = 20
+    #: ``HOST:PORT`` to serve Prometheus metrics on over plain HTTP (``GET /metrics``); None:
+    #: no metrics, and the daemon never loads their library.
+    metrics: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

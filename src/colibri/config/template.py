@@ -61,6 +61,9 @@ _TEMPLATE = string.Template("""\
     // with this many failed logins in a minute is refused (throttled) for the rest of it.
     // "handshake_timeout": "$handshake_timeout",
     // "auth_failures": $auth_failures,
+    // Serve Prometheus metrics at http://HOST:PORT/metrics (docs/METRICS.md); plain HTTP, so
+    // keep it on loopback or a private address.
+    // "metrics": "127.0.0.1:9464",
   },
   "store": {
     // "full": an acknowledged task survives power loss (fsync per commit).

@@ -203,7 +203,8 @@ class RegisterAgent(Request, tag="register-agent"):
 
 
 class Heartbeat(Request, tag="heartbeat"):
-    pass
+    #: Warm sessions waiting in the agent's ready pool (for metrics); absent: unchanged.
+    ready: Annotated[int, msgspec.Meta(ge=0, le=10_000)] | None = None
 
 
 class Out(Request, tag="out"):

@@ -40,6 +40,7 @@ from colibri.locks import hold_lock, store_lock
 from colibri.store import Store, open_store
 
 if TYPE_CHECKING:
+    from colibri.daemon.metrics import Metrics, MetricsEndpoint
     from colibri.store.postgres import BoardLease
 
 log = logging.getLogger(__name__)
@@ -245,6 +246,8 @@ class Daemon:
     commands: Commands
     #: A PostgreSQL board's lease, renewed while the daemon serves (None for SQLite).
     lease: BoardLease | None = None
+    #: Prometheus metrics (``server.metrics``, ``--metrics``); None: not asked for.
+    metrics: Metrics | None = None
 
 
 def compose(config: Config, store: Store, mirror: LedgerMirror, clock: Clock) -> Daemon:
@@ -262,7 +265,14 @@ def compose(config: Config, store: Store, mirror: LedgerMirror, clock: Clock) ->
     supervisor = Supervisor(config, clock)
     commands = Commands(board, server, bus, schedules, supervisor, TokenAuthority(store, clock))
     server.attach(commands.handle, bus, schedules.reload)
-    return Daemon(config, board, server, bus, schedules, supervisor, commands)
+    metrics = None
+    if config.server.metrics is not None:
+        # Only now: a daemon without metrics never loads prometheus_client.
+        from colibri.daemon.metrics import Metrics
+
+        metrics = Metrics(board, schedules, supervisor)
+        server.on_committed = metrics.committed
+    return Daemon(config, board, server, bus, schedules, supervisor, commands, metrics=metrics)
 
 
 async def serve(config: Config) -> int:
@@ -284,6 +294,7 @@ async def serve(config: Config) -> int:
     bound = False  # the socket path is ours to remove only once we created it
     mirror = LedgerMirror(config.layout.ledger, config.ledger.rotate_bytes, config.ledger.keep)
     keeper: asyncio.Task[None] | None = None
+    endpoint: MetricsEndpoint | None = None
     try:
         standing_by = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -321,6 +332,16 @@ async def serve(config: Config) -> int:
         server.flush()  # commit what loading the schedules changed
         if server.fatal_error is not None:
             return 1
+        if daemon.metrics is not None and config.server.metrics is not None:
+            from colibri.daemon.metrics import MetricsEndpoint
+
+            endpoint = MetricsEndpoint(daemon.metrics, config.server.metrics)
+            await endpoint.start()  # a port in use stops the daemon here, before it serves
+            server.metrics_url = endpoint.url
+            log.info(
+                f"serving metrics at {endpoint.url}",
+                extra={"event": "metrics", "url": endpoint.url},
+            )
         clear_stale_socket(config.layout.socket)
         old_umask = os.umask(0o177)  # the socket is born 0600: no window with wider modes
         try:
@@ -345,6 +366,7 @@ async def serve(config: Config) -> int:
                 "event": "ready",
                 "socket": str(config.layout.socket),
                 "listen": [str(a) for a in gateway.bound],
+                "metrics": server.metrics_url,
                 "pid": os.getpid(),
                 "store": store.location,
                 "open_tasks": len(board.tasks),
@@ -368,6 +390,8 @@ async def serve(config: Config) -> int:
     finally:
         if keeper is not None:
             keeper.cancel()
+        if endpoint is not None:
+            endpoint.close()
         try:
             if bound:
                 os.unlink(config.layout.socket)

@@ -232,6 +232,7 @@ class Commands:
                 "uptime": round(time.time() - self.started, 3),
                 "connections": self.server.connection_count,
                 "listen": self.server.listening,
+                "metrics": self.server.metrics_url,
             },
             **self.board.status(),
             "harnesses": self.supervisor.status(),
@@ -429,7 +430,7 @@ class Commands:
         }
 
     def heartbeat(self, req: p.Heartbeat, conn: Connection) -> Reply:
-        self.board.heartbeat(self.board.agent_of(conn, "heartbeat"))
+        self.board.heartbeat(self.board.agent_of(conn, "heartbeat"), req.ready)
         return {}
 
     def out(self, req: p.Out, conn: Connection) -> Reply:

@@ -103,6 +103,8 @@ class Server:
         #: Set at shutdown, after the last flush: the store is about to close.
         self.closed = False
         self.on_flushed: Callable[[], None] | None = None
+        #: Told each committed batch's ledger rows and how long its commit took (metrics).
+        self.on_committed: Callable[[list[LedgerEntry], float], None] | None = None
         #: Why the daemon must stop at once (memory and store can no longer be made to
         #: agree); set by ``fatal``, which also calls ``on_fatal``.
         self.fatal_error: str | None = None
@@ -113,6 +115,8 @@ class Server:
         self.unavailable: str | None = None
         #: The TCP addresses listened on, as bound (``gateway.py``).
         self.listening: list[str] = []
+        #: Where Prometheus scrapes the metrics (``daemon/metrics.py``), if it may.
+        self.metrics_url: str | None = None
         #: Failed logins over TCP, per address (``gateway.py``).
         self.throttle = Throttle(config.server.auth_failures)
 
@@ -346,9 +350,12 @@ class Server:
             except Exception:
                 log.exception("internal error in dispatch", extra={"event": "internal_error"})
                 self._batch_error = Internal("internal error during dispatch; batch rolled back")
+        commit_seconds = 0.0
         if self._batch_error is None:
             try:
+                started = time.perf_counter()
                 board.store.commit()
+                commit_seconds = time.perf_counter() - started
                 self.commits += 1
             except StorageUnavailable as exc:
                 self._batch_error = exc
@@ -357,6 +364,8 @@ class Server:
             self._fail_batch(replies, self._batch_error)
         else:
             rows, outbox = board.take_effects()
+            if self.on_committed is not None:
+                self.on_committed(rows, commit_seconds)
             if rows:
                 crashpoints.hit("after-commit")
             if placed:

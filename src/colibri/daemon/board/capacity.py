@@ -46,6 +46,8 @@ class LiveAgent:
     #: breaker keeps work away from this agent.
     requeues_in_row: int = 0
     unhealthy_until: float = 0.0
+    #: Warm sessions in its ready pool, as its last heartbeat said (metrics).
+    ready: int = 0
 
     def view(self) -> AgentView:
         return AgentView(
@@ -98,6 +100,8 @@ class Capacity:
         self.orphans: dict[str, float] = {}
         #: Sessions that never became ready, per workspace (or agent): shown in status.
         self.warnings: dict[str, int] = {}
+        #: Circuit breakers opened since start-up, per workspace (or agent): metrics.
+        self.breaker_trips: dict[str, int] = {}
 
     # -- the index ---------------------------------------------------------------------------
 
@@ -188,6 +192,7 @@ class Capacity:
         if agent.requeues_in_row < BREAKER_AFTER:
             return
         agent.requeues_in_row = 0
+        self.breaker_trips[where] = self.breaker_trips.get(where, 0) + 1
         agent.unhealthy_until = self.clock.monotonic() + BREAKER_COOL_DOWN
         self.index(agent)
         self.batch.wake_sweep()

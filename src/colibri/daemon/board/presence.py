@@ -147,9 +147,11 @@ class Presence:
         self.heartbeat(agent)  # any word from an agent shows it is alive
         return agent
 
-    def heartbeat(self, agent: LiveAgent) -> None:
+    def heartbeat(self, agent: LiveAgent, ready: int | None = None) -> None:
         agent.last_seen = self.clock.monotonic()
         agent.last_seen_wall = self.clock.time()
+        if ready is not None:
+            agent.ready = ready
 
     def disconnect(self, peer: Peer) -> None:
         """A connection closed: its agent stops getting work; its tasks wait out the TTL."""
