@@ -36,7 +36,7 @@ BUSY_PATIENCE = 60.0
 class Context:
     def __init__(
         self,
-        root: str | None,
+        root: str | None = None,
         connect: str | None = None,
         token: str | None = None,
         tls_ca: str | None = None,
@@ -69,13 +69,14 @@ class Context:
             insecure_loopback=self.insecure_loopback,
         )  # fmt: skip
 
-    def client(self) -> Any:
+    def client(self, timeout: float | None = None) -> Any:
+        """A connection to the daemon; ``timeout``: seconds each socket operation may take."""
         from colibri.client import Client
 
         remote = self.remote()
         if remote is not None:
-            return Client.remote(remote)
-        return Client.for_root(self.root())
+            return Client.remote(remote, timeout=timeout)
+        return Client.for_root(self.root(), timeout=timeout)
 
     def call(self, cmd: str, *, patient: bool = False, **fields: Any) -> dict[str, Any]:
         """One request on a connection of its own; ``patient``: see ``wait_out_busy``."""
@@ -272,7 +273,7 @@ def cli(
 
 
 #: Commands that never reach a daemon over TCP: they act on this host's root.
-LOCAL_ONLY = frozenset({"init", "run", "demo", "tls", "hive"})
+LOCAL_ONLY = frozenset({"init", "run", "demo", "tls", "hive", "completions"})
 
 
 def _remote_option(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
@@ -309,6 +310,7 @@ def _take_remote_options(group: click.Group) -> None:
 def main() -> None:
     from colibri.cli import (  # noqa: F401
         agents,
+        completion,
         daemon,
         hive,
         schedules,
