@@ -26,14 +26,16 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def complete(
-    words: list[str], kind: str = "bash", cwd: Path | None = None, **env: str
+    words: list[str], kind: str = "bash", cwd: Path | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """What ``colibri`` offers for the last of ``words`` (``""``: a Tab after a space)."""
     line = " ".join(["colibri", *words])
     cword = words[-1] if kind == "fish" else str(len(words))
     return subprocess.run(
         [COLIBRI],
-        env=_env(_COLIBRI_COMPLETE=f"{kind}_complete", COMP_WORDS=line, COMP_CWORD=cword, **env),
+        env=_env(
+            _COLIBRI_COMPLETE=f"{kind}_complete", COMP_WORDS=line, COMP_CWORD=cword, **(env or {})
+        ),
         cwd=cwd or "/",
         capture_output=True,
         text=True,
@@ -145,7 +147,7 @@ def test_agent_workspace_and_schedule_names(daemon: Daemon) -> None:
 
 def test_a_root_found_from_the_environment_or_the_working_directory(daemon: Daemon) -> None:
     task = daemon.submit()["id"]
-    by_env = complete(["show", ""], COLIBRI_ROOT=str(daemon.root))
+    by_env = complete(["show", ""], env={"COLIBRI_ROOT": str(daemon.root)})
     assert by_env.stdout == f"plain,{task}\n"
     by_cwd = complete(["show", ""], cwd=daemon.root)
     assert by_cwd.stdout == f"plain,{task}\n"
