@@ -145,6 +145,23 @@ def test_agent_workspace_and_schedule_names(daemon: Daemon) -> None:
     other.close()
 
 
+def test_token_ids_that_are_not_revoked(daemon: Daemon) -> None:
+    kept = daemon.call("token-create", tenant="default", role="agent", agent="build-7")["token"]
+    gone = daemon.call("token-create", tenant="default", role="operator")["token"]
+    daemon.call("token-revoke", token=gone["id"])
+    assert offered(daemon, "token", "revoke", "") == [kept["id"]]
+    zsh = complete(["--root", str(daemon.root), "token", "revoke", kept["id"][:3]], kind="zsh")
+    assert zsh.stdout.splitlines() == ["plain", kept["id"], "agent of default, agent build-7"]
+
+
+def test_paths_are_left_to_the_shell(root: Path) -> None:
+    """``--root`` completes directories and ``--tls-ca`` files, by the shell's own means (bash:
+    ``compopt -o dirnames``)."""
+    assert complete(["--root", "/tm"]).stdout == "dir,/tm\n"
+    assert complete(["--tls-ca", ""]).stdout == "file,\n"
+    assert complete(["show", "--tls-ca", "ca"]).stdout == "file,ca\n"
+
+
 def test_a_root_found_from_the_environment_or_the_working_directory(daemon: Daemon) -> None:
     task = daemon.submit()["id"]
     by_env = complete(["show", ""], env={"COLIBRI_ROOT": str(daemon.root)})

@@ -168,3 +168,20 @@ def schedule_names(ctx: click.Context, param: click.Parameter, incomplete: str) 
     """The schedules on the board."""
     schedules = [s for reply in _ask(ctx, ("schedule-list", {})) for s in reply["schedules"]]
     return _items(((s["name"], s["task"]["text"]) for s in schedules), incomplete)
+
+
+def token_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """The tokens not revoked yet (only the root's owner may list them)."""
+    tokens = [t for reply in _ask(ctx, ("token-list", {})) for t in reply["tokens"]]
+    return _items(
+        (
+            (
+                t["id"],
+                f"{t['role']} of {t['tenant']}"
+                + (f", agent {t['agent']}" if t.get("agent") else ""),
+            )
+            for t in tokens
+            if not t.get("revoked_at")
+        ),
+        incomplete,
+    )

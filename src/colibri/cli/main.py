@@ -214,6 +214,17 @@ def _stdout_closed() -> bool:
         return False
 
 
+def _paths(kind: str) -> Callable[[click.Context, click.Parameter, str], list[Any]]:
+    """Completes a file (``kind`` "file") or a directory ("dir") name: the shell does it."""
+
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        from click.shell_completion import CompletionItem
+
+        return [CompletionItem(incomplete, type=kind)]
+
+    return complete
+
+
 @click.group(
     cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
 )
@@ -221,6 +232,7 @@ def _stdout_closed() -> bool:
     "--root",
     envvar="COLIBRI_ROOT",
     metavar="DIR",
+    shell_complete=_paths("dir"),
     help="The Colibri root to use. Default: the nearest directory at or above the working "
     "directory that has .colibri/ [env: COLIBRI_ROOT]",
 )
@@ -242,6 +254,7 @@ def _stdout_closed() -> bool:
     "--tls-ca",
     envvar="COLIBRI_TLS_CA",
     metavar="PEM",
+    shell_complete=_paths("file"),
     help="The CA that signed the daemon's certificate (default: the system's) "
     "[env: COLIBRI_TLS_CA]",
 )
@@ -300,7 +313,8 @@ def _take_remote_options(group: click.Group) -> None:
             click.Option(["--token"], metavar="TOKEN", expose_value=False,
                          callback=_remote_option("token"), help="As colibri --token."),
             click.Option(["--tls-ca"], metavar="PEM", expose_value=False,
-                         callback=_remote_option("tls_ca"), help="As colibri --tls-ca."),
+                         callback=_remote_option("tls_ca"), help="As colibri --tls-ca.",
+                         shell_complete=_paths("file")),
             click.Option(["--insecure-loopback"], is_flag=True, expose_value=False,
                          callback=_remote_option("insecure_loopback"),
                          help="As colibri --insecure-loopback."),
