@@ -212,6 +212,42 @@ def test_a_daemon_that_never_answers_costs_a_moment_not_a_hang(scratch: Path) ->
     assert took < 20  # the subprocess timeout is 30 s; the completion gives up after 1 s
 
 
+def test_replies_not_as_expected_offer_nothing(scratch: Path) -> None:
+    """A peer on the socket that answers every request ``ok`` but without the fields asked for
+    (a daemon of another version): nothing offered, no traceback."""
+    import threading
+
+    from colibri.config import init_root
+    from colibri.layout import RootLayout
+
+    init_root(scratch)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(RootLayout(scratch).socket))
+    server.listen(8)
+
+    def answer_everything_ok() -> None:
+        while True:
+            try:
+                peer, _ = server.accept()
+            except OSError:
+                return  # the test closed the socket
+            with peer, peer.makefile("rwb") as lines:
+                for line in lines:
+                    request = json.loads(line)
+                    lines.write(json.dumps({"id": request["id"], "ok": True}).encode() + b"\n")
+                    lines.flush()
+
+    threading.Thread(target=answer_everything_ok, daemon=True).start()
+    try:
+        for words in (["show", ""], ["show", "01"], ["submit", "x", "--agent", ""],
+                      ["submit", "x", "--workspace", ""], ["schedule", "rm", ""],
+                      ["token", "revoke", ""]):  # fmt: skip
+            done = complete(["--root", str(scratch), *words])
+            assert (done.returncode, done.stdout, done.stderr) == (0, "\n", ""), words
+    finally:
+        server.close()
+
+
 def test_a_finished_daemon_socket_left_behind_offers_nothing(daemon: Daemon) -> None:
     daemon.submit()
     daemon.kill()

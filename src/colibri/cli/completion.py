@@ -10,6 +10,7 @@ refusal, a colibri.jsonc that does not load — completes nothing, silently.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,7 @@ MAX_TASKS = 200
 HELP_WIDTH = 60
 
 SHELLS = ("bash", "zsh", "fish")
-Completer = Callable[[click.Context, click.Parameter, str], list["CompletionItem"]]
+Completer = Callable[[click.Context, click.Parameter, str], list[Any]]
 
 
 @cli.command()
@@ -100,6 +101,20 @@ def _items(pairs: Iterable[tuple[str, str]], incomplete: str) -> list[Completion
     return [CompletionItem(v, help=_one_line(h)) for v, h in sorted(seen.items())]
 
 
+def _quiet(complete: Completer) -> Completer:
+    """``complete``, offering nothing rather than a traceback if a reply is not as expected (a
+    daemon of another version): what the shell prints at a Tab is the completions only."""
+
+    @functools.wraps(complete)
+    def quiet(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        try:
+            return complete(ctx, param, incomplete)
+        except Exception:
+            return []
+
+    return quiet
+
+
 def _one_line(text: str) -> str:
     """A description a shell can show: one line (zsh and fish read one line an item)."""
     flat = " ".join(text.split())
@@ -111,6 +126,7 @@ def task_ids(*states: str, asking: bool = False) -> Completer:
     session waits on a question). Ids sort as they are listed, so the ones that start with what
     was typed are the first after it: one page finds them however large the board is."""
 
+    @_quiet
     def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
         requests = [
             ("list", {"after": incomplete or None, "limit": MAX_TASKS, "state": state})
@@ -133,6 +149,7 @@ def task_ids(*states: str, asking: bool = False) -> Completer:
     return complete
 
 
+@_quiet
 def agent_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
     """The agents the daemon knows."""
     agents = [a for reply in _ask(ctx, ("agents", {})) for a in reply["agents"]]
@@ -146,6 +163,7 @@ def agent_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> 
     )  # fmt: skip
 
 
+@_quiet
 def workspace_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
     """The workspaces of this root's colibri.jsonc, and those the daemon's agents serve (all a
     daemon reached with --connect can tell)."""
@@ -164,12 +182,14 @@ def workspace_names(ctx: click.Context, param: click.Parameter, incomplete: str)
     return _items(found, incomplete)
 
 
+@_quiet
 def schedule_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
     """The schedules on the board."""
     schedules = [s for reply in _ask(ctx, ("schedule-list", {})) for s in reply["schedules"]]
     return _items(((s["name"], s["task"]["text"]) for s in schedules), incomplete)
 
 
+@_quiet
 def token_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
     """The tokens not revoked yet (only the root's owner may list them)."""
     tokens = [t for reply in _ask(ctx, ("token-list", {})) for t in reply["tokens"]]
