@@ -1,18 +1,20 @@
 """A small client for the daemon's socket, shared by the CLI, the agent harness and your code.
 
-    from colibri.client import Client
+    from colibri import Client
     with Client.for_root("/srv/build") as board:
-        task = board.call("submit", text="upgrade zfs", capabilities=["freebsd", "zfs"])["task"]
+        task = board.submit("upgrade zfs", capabilities=["freebsd", "zfs"])
+        print(board.wait(task.id).output)
 
 On another machine, give the daemon's TCP address, a token and the CA that signed its
 certificate (``colibri tls init`` makes a test one):
 
-    from colibri.client import Client, Remote
+    from colibri import Client, Remote
     remote = Remote.parse("tcp://board.example:7433", token=TOKEN, ca="ca.pem")
     with Client.remote(remote) as board:
         ...
 
-``call`` returns the reply object, or raises the error the daemon answered, as its class of
+``submit``, ``get``, ``wait`` and ``family`` give ``Task``s; ``call`` sends any command and
+returns the reply object. Each raises the error the daemon answered, as its class of
 ``colibri.core.errors`` (``UnknownTask`` for ``unknown_task`` …: ``errors.from_wire``); every
 one is a ``ColibriError`` with the daemon's ``code`` and ``message``. ``AsyncClient`` is the
 asyncio twin; it also delivers pushed events to a callback.
@@ -336,15 +338,33 @@ class Client:
 
     def submit(self, text: str, **fields: Any) -> Task:
         """Submit a task (``fields``: those of ``TaskSpec``, ``idempotency_key``); the task."""
-        return msgspec.convert(self.call("submit", text=text, **fields)["task"], Task)
+        return _task(self.call("submit", text=text, **fields))
 
     def get(self, task_id: str) -> Task:
-        return msgspec.convert(self.call("get", task=task_id)["task"], Task)
+        return _task(self.call("get", task=task_id))
+
+    def wait(self, task_id: str) -> Task:
+        """The task once it has ended: ``done``, ``failed`` or ``cancelled`` (a retry does not
+        end the wait). Blocks as long as it takes, or the client's ``timeout``."""
+        return _task(self.call("wait", task=task_id))
+
+    def family(self, task_id: str) -> list[Task]:
+        """The whole family of ``task_id`` (any member of it), from its top ancestor down,
+        parents before their children; cut at about 8 MiB (list the rest by ``parent``)."""
+        return _tasks(self.call("family", task=task_id))
 
     def typed_events(self) -> Iterator[AnyEvent]:
         """Pushed events, each as its class of ``colibri.core.events``."""
         for message in self.events():
             yield events.convert(message)
+
+
+def _task(reply: dict[str, Any]) -> Task:
+    return msgspec.convert(reply["task"], Task)
+
+
+def _tasks(reply: dict[str, Any]) -> list[Task]:
+    return msgspec.convert(reply["tasks"], list[Task])
 
 
 def _strip(fields: dict[str, Any]) -> dict[str, Any]:
@@ -377,6 +397,17 @@ class AsyncClient:
         self._events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         #: Over TCP: who the daemon took us for (the ``auth`` reply: role, tenant, agent).
         self.principal: dict[str, Any] | None = None
+
+    @classmethod
+    def for_root(cls, root: Path | str, on_event: EventHandler | None = None) -> AsyncClient:
+        """Not connected yet: ``await connect()``, or ``async with``."""
+        return cls(socket_path(Path(root)), on_event)
+
+    async def __aenter__(self) -> AsyncClient:
+        return await self.connect()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     async def connect(self) -> AsyncClient:
         import asyncio
@@ -485,6 +516,21 @@ class AsyncClient:
         self._pending[request_id] = future
         self._writer.write(_encode({"cmd": cmd, "id": request_id, **_strip(fields)}) + b"\n")
         return _raise_for(await future)
+
+    # -- typed, as ``Client``'s ---------------------------------------------------------------
+
+    async def submit(self, text: str, **fields: Any) -> Task:
+        return _task(await self.call("submit", text=text, **fields))
+
+    async def get(self, task_id: str) -> Task:
+        return _task(await self.call("get", task=task_id))
+
+    async def wait(self, task_id: str) -> Task:
+        """As ``Client.wait``; other requests on the connection go on meanwhile."""
+        return _task(await self.call("wait", task=task_id))
+
+    async def family(self, task_id: str) -> list[Task]:
+        return _tasks(await self.call("family", task=task_id))
 
     async def events(self) -> AsyncIterator[AnyEvent]:
         """Pushed events, each as its class of ``colibri.core.events``, until the connection

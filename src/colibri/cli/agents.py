@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from colibri.cli.completion import workspace_names
 from colibri.cli.main import Context, cli, json_option, pass_ctx
 from colibri.cli.output import print_json, print_line, print_table
 from colibri.core.errors import UnknownWorkspace
@@ -144,6 +145,7 @@ def resume(ctx: Context, as_json: bool) -> None:
 @click.option("--ttl", type=float, help="Seconds of silence before the daemon counts it offline.")
 @click.option(
     "--workspace",
+    shell_complete=workspace_names,
     help="The workspace this agent serves; without COMMAND, run it as colibri.jsonc defines it.",
 )
 @click.option("--tenant", help="Tenant (default: default; with --connect: the token's).")

@@ -36,7 +36,7 @@ BUSY_PATIENCE = 60.0
 class Context:
     def __init__(
         self,
-        root: str | None,
+        root: str | None = None,
         connect: str | None = None,
         token: str | None = None,
         tls_ca: str | None = None,
@@ -69,13 +69,14 @@ class Context:
             insecure_loopback=self.insecure_loopback,
         )  # fmt: skip
 
-    def client(self) -> Any:
+    def client(self, timeout: float | None = None) -> Any:
+        """A connection to the daemon; ``timeout``: seconds each socket operation may take."""
         from colibri.client import Client
 
         remote = self.remote()
         if remote is not None:
-            return Client.remote(remote)
-        return Client.for_root(self.root())
+            return Client.remote(remote, timeout=timeout)
+        return Client.for_root(self.root(), timeout=timeout)
 
     def call(self, cmd: str, *, patient: bool = False, **fields: Any) -> dict[str, Any]:
         """One request on a connection of its own; ``patient``: see ``wait_out_busy``."""
@@ -213,6 +214,17 @@ def _stdout_closed() -> bool:
         return False
 
 
+def _paths(kind: str) -> Callable[[click.Context, click.Parameter, str], list[Any]]:
+    """Completes a file (``kind`` "file") or a directory ("dir") name: the shell does it."""
+
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        from click.shell_completion import CompletionItem
+
+        return [CompletionItem(incomplete, type=kind)]
+
+    return complete
+
+
 @click.group(
     cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
 )
@@ -220,6 +232,7 @@ def _stdout_closed() -> bool:
     "--root",
     envvar="COLIBRI_ROOT",
     metavar="DIR",
+    shell_complete=_paths("dir"),
     help="The Colibri root to use. Default: the nearest directory at or above the working "
     "directory that has .colibri/ [env: COLIBRI_ROOT]",
 )
@@ -241,6 +254,7 @@ def _stdout_closed() -> bool:
     "--tls-ca",
     envvar="COLIBRI_TLS_CA",
     metavar="PEM",
+    shell_complete=_paths("file"),
     help="The CA that signed the daemon's certificate (default: the system's) "
     "[env: COLIBRI_TLS_CA]",
 )
@@ -273,7 +287,7 @@ def cli(
 
 
 #: Commands that never reach a daemon over TCP: they act on this host's root.
-LOCAL_ONLY = frozenset({"init", "run", "demo", "tls", "hive", "store"})
+LOCAL_ONLY = frozenset({"init", "run", "demo", "tls", "hive", "store", "completions"})
 
 
 def _remote_option(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
@@ -300,7 +314,8 @@ def _take_remote_options(group: click.Group) -> None:
             click.Option(["--token"], metavar="TOKEN", expose_value=False,
                          callback=_remote_option("token"), help="As colibri --token."),
             click.Option(["--tls-ca"], metavar="PEM", expose_value=False,
-                         callback=_remote_option("tls_ca"), help="As colibri --tls-ca."),
+                         callback=_remote_option("tls_ca"), help="As colibri --tls-ca.",
+                         shell_complete=_paths("file")),
             click.Option(["--insecure-loopback"], is_flag=True, expose_value=False,
                          callback=_remote_option("insecure_loopback"),
                          help="As colibri --insecure-loopback."),
@@ -310,6 +325,7 @@ def _take_remote_options(group: click.Group) -> None:
 def main() -> None:
     from colibri.cli import (  # noqa: F401
         agents,
+        completion,
         daemon,
         hive,
         init,

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from colibri.cli.completion import agent_names, schedule_names, workspace_names
 from colibri.cli.main import Context, cli, json_option, pass_ctx
 from colibri.cli.output import print_json, print_line, print_table
 
@@ -45,8 +46,12 @@ def _when(s: dict[str, Any]) -> str:
 @click.option(
     "--cap", "caps", multiple=True, metavar="CAP", help="A required capability (repeatable)."
 )
-@click.option("--agent", help="Pin the fired tasks to this agent.")
-@click.option("--workspace", help="Only agents of this workspace may take the tasks.")
+@click.option("--agent", shell_complete=agent_names, help="Pin the fired tasks to this agent.")
+@click.option(
+    "--workspace",
+    shell_complete=workspace_names,
+    help="Only agents of this workspace may take the tasks.",
+)
 @click.option("--priority", type=int, default=0, show_default=True)
 @click.option("--label", "labels", multiple=True, help="A label for the fired tasks (repeatable).")
 @click.option("--max-attempts", type=click.IntRange(1, 100), default=1, show_default=True)
@@ -171,7 +176,7 @@ def list_schedules(ctx: Context, as_json: bool) -> None:
 
 
 @schedule.command("show")
-@click.argument("name")
+@click.argument("name", shell_complete=schedule_names)
 @click.option(
     "--next",
     "count",
@@ -260,7 +265,7 @@ def _simple(command: str) -> None:
     verb, text = _SIMPLE[command]
 
     @schedule.command(command, help=text)
-    @click.argument("name")
+    @click.argument("name", shell_complete=schedule_names)
     @json_option
     @pass_ctx
     def run(ctx: Context, name: str, as_json: bool) -> None:

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 import click
 
+from colibri.cli.completion import task_ids, workspace_names
 from colibri.cli.main import Context, cli, json_option, pass_ctx
 from colibri.cli.output import print_json, print_line, print_output, print_table
 from colibri.core.errors import ColibriError
@@ -217,7 +218,7 @@ def ask(
 
 
 @cli.command("answer")
-@click.argument("task_id", metavar="TASK")
+@click.argument("task_id", metavar="TASK", shell_complete=task_ids("running", asking=True))
 @click.argument("text")
 @json_option
 @pass_ctx
@@ -237,7 +238,7 @@ def ready(ctx: Context, task_id: str | None, epoch: int | None, secret: str | No
 
 
 @cli.command("attach-session")
-@click.argument("task_id", metavar="TASK")
+@click.argument("task_id", metavar="TASK", shell_complete=task_ids("running"))
 @pass_ctx
 def attach_session(ctx: Context, task_id: str) -> None:
     """Watch (and type into) the tmux session running TASK. Detach with Ctrl+B d."""
@@ -289,7 +290,14 @@ def cost(ctx: Context, by: str, since: str | None, as_json: bool) -> None:
 
 
 @cli.command("send")
-@click.option("--to", "to", required=True, metavar="WORKSPACE", help="The workspace to message.")
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    metavar="WORKSPACE",
+    shell_complete=workspace_names,
+    help="The workspace to message.",
+)
 @click.argument("text")
 @json_option
 @pass_ctx
@@ -312,7 +320,11 @@ def send(ctx: Context, to: str, text: str, as_json: bool) -> None:
 
 @cli.command("events")
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher hears first.")
-@click.option("--workspace", help="Also receive the messages sent to this workspace.")
+@click.option(
+    "--workspace",
+    shell_complete=workspace_names,
+    help="Also receive the messages sent to this workspace.",
+)
 @click.option("--name", help="How send replies name this subscriber.")
 @pass_ctx
 def events(ctx: Context, priority: int, workspace: str | None, name: str | None) -> None:

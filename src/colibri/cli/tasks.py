@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from colibri.cli.completion import agent_names, task_ids, workspace_names
 from colibri.cli.main import Context, cli, in_session, json_option, pass_ctx, wait_out_busy
 from colibri.cli.output import (
     TASK_COLUMNS,
@@ -23,6 +24,8 @@ from colibri.cli.output import (
 
 STATES = ["pending", "running", "done", "failed", "cancelled", "closed"]
 OUTCOMES = ["done", "failed", "cancelled"]
+#: The states of a task that has ended (one ``retry`` takes).
+ENDED = ("done", "failed", "cancelled", "closed")
 
 
 @cli.command()
@@ -35,9 +38,21 @@ OUTCOMES = ["done", "failed", "cancelled"]
     metavar="CAP",
     help="A required capability (repeatable).",
 )
-@click.option("--agent", help="Pin the task to this agent (create-task) instead of best fit.")
-@click.option("--workspace", help="Only agents of this workspace may take it.")
-@click.option("--parent", help="The task this one is a child of (for families and cancel).")
+@click.option(
+    "--agent",
+    shell_complete=agent_names,
+    help="Pin the task to this agent (create-task) instead of best fit.",
+)
+@click.option(
+    "--workspace",
+    shell_complete=workspace_names,
+    help="Only agents of this workspace may take it.",
+)
+@click.option(
+    "--parent",
+    shell_complete=task_ids(),
+    help="The task this one is a child of (for families and cancel).",
+)
 @click.option(
     "--to",
     "to",
@@ -174,9 +189,11 @@ def submit(
 @click.option(
     "--outcome", type=click.Choice(OUTCOMES), help="Only tasks that ended so (closed or not)."
 )
-@click.option("--agent", help="Only tasks of this agent.")
-@click.option("--workspace", help="Only tasks of this workspace.")
-@click.option("--parent", metavar="ID", help="Only children of this task.")
+@click.option("--agent", shell_complete=agent_names, help="Only tasks of this agent.")
+@click.option("--workspace", shell_complete=workspace_names, help="Only tasks of this workspace.")
+@click.option(
+    "--parent", metavar="ID", shell_complete=task_ids(), help="Only children of this task."
+)
 @click.option("--tenant", help="Only tasks of this tenant.")
 @click.option(
     "--limit", type=click.IntRange(1, 10_000), default=100, show_default=True,
@@ -257,7 +274,7 @@ def list_tasks(
 
 
 @cli.command()
-@click.argument("task_id", metavar="ID")
+@click.argument("task_id", metavar="ID", shell_complete=task_ids())
 @click.option("--family", is_flag=True, help="Show the task's whole family as a tree.")
 @json_option
 @pass_ctx
@@ -284,7 +301,7 @@ def show(ctx: Context, task_id: str, family: bool, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("task_id", metavar="ID")
+@click.argument("task_id", metavar="ID", shell_complete=task_ids("pending", "running"))
 @json_option
 @pass_ctx
 def wait(ctx: Context, task_id: str, as_json: bool) -> None:
@@ -305,7 +322,7 @@ def wait(ctx: Context, task_id: str, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("task_id", metavar="ID")
+@click.argument("task_id", metavar="ID", shell_complete=task_ids("pending", "running"))
 @click.option("--reason", help="Why; kept in the ledger.")
 @json_option
 @pass_ctx
@@ -322,7 +339,7 @@ def cancel(ctx: Context, task_id: str, reason: str | None, as_json: bool) -> Non
 
 
 @cli.command()
-@click.argument("task_id", metavar="ID")
+@click.argument("task_id", metavar="ID", shell_complete=task_ids(*ENDED))
 @json_option
 @pass_ctx
 def retry(ctx: Context, task_id: str, as_json: bool) -> None:
@@ -332,7 +349,7 @@ def retry(ctx: Context, task_id: str, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("task_id", metavar="ID")
+@click.argument("task_id", metavar="ID", shell_complete=task_ids())
 @json_option
 @pass_ctx
 def why(ctx: Context, task_id: str, as_json: bool) -> None:
@@ -365,7 +382,9 @@ def why(ctx: Context, task_id: str, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--task", "task_id", metavar="ID", help="Only rows of this task.")
+@click.option(
+    "--task", "task_id", metavar="ID", shell_complete=task_ids(), help="Only rows of this task."
+)
 @click.option("--after", type=int, default=0, show_default=True, help="Only rows after this seq.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=1000, show_default=True)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new rows as they are written.")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from colibri.cli.completion import token_ids
 from colibri.cli.main import Context, cli, json_option, pass_ctx
 from colibri.cli.output import print_json, print_line, print_table, printable
 
@@ -123,7 +124,7 @@ def list_tokens(ctx: Context, as_json: bool) -> None:
 
 
 @token.command("revoke")
-@click.argument("token_id", metavar="ID")
+@click.argument("token_id", metavar="ID", shell_complete=token_ids)
 @json_option
 @pass_ctx
 def revoke(ctx: Context, token_id: str, as_json: bool) -> None:

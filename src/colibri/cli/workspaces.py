@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from colibri.cli.completion import workspace_names
 from colibri.cli.main import Context, cli, json_option, pass_ctx
 from colibri.cli.output import print_json, print_line, print_table
 from colibri.core.errors import UnknownWorkspace, WorkspaceExists
@@ -46,7 +47,7 @@ def list_workspaces(ctx: Context, as_json: bool) -> None:
 
 
 @workspace.command("show")
-@click.argument("name")
+@click.argument("name", shell_complete=workspace_names)
 @json_option
 @pass_ctx
 def show_workspace(ctx: Context, name: str, as_json: bool) -> None:
