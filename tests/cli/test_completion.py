@@ -285,7 +285,9 @@ def test_the_bash_script_loads_and_completes(daemon: Daemon) -> None:
     assert "_colibri_completion" in registered.stdout
     commands = _bash(_bash_tab("colibri s"))
     assert commands.returncode == 0 and commands.stderr == "", commands.stderr
-    assert commands.stdout.split() == ["schedule", "send", "show", "skills", "status", "submit"]
+    assert commands.stdout.split() == [
+        "schedule", "send", "show", "skills", "status", "stop", "store", "submit"
+    ]
     task = daemon.submit()["id"]
     ids = _bash(_bash_tab(f"colibri --root {daemon.root} show ''"))
     assert ids.stdout.split() == [task]
