@@ -50,14 +50,16 @@ def colibri(
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
     timeout: float = 30.0,
+    input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m colibri ARGS`` and capture what it prints."""
+    """Run ``python -m colibri ARGS`` and capture what it prints (``input`` on its stdin)."""
     command = [sys.executable, "-m", "colibri"]
     if root is not None:
         command += ["--root", str(root)]
     return subprocess.run(
-        [*command, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+        [*command, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+        input=input,
+    )  # fmt: skip
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:

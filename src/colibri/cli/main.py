@@ -307,7 +307,8 @@ def _take_remote_options(group: click.Group) -> None:
             continue
         if isinstance(command, click.Group):
             _take_remote_options(command)
-            continue
+            if not command.invoke_without_command:
+                continue  # a group that is a command itself (``ledger``) takes them too
         command.params += [
             click.Option(["--connect"], metavar="tcp://HOST:PORT[,…]", expose_value=False,
                          callback=_remote_option("connect"), help="As colibri --connect."),
@@ -325,6 +326,7 @@ def _take_remote_options(group: click.Group) -> None:
 def main() -> None:
     from colibri.cli import (  # noqa: F401
         agents,
+        bulk,
         completion,
         daemon,
         hive,

@@ -29,7 +29,14 @@ ENDED = ("done", "failed", "cancelled", "closed")
 
 
 @cli.command()
-@click.argument("text")
+@click.argument("text", required=False)
+@click.option(
+    "--from",
+    "source",
+    metavar="FILE",
+    help="Submit every task of a JSON lines file (- for stdin), one object a line with the "
+    "fields of a submission; all are checked before any is sent.",
+)
 @click.option(
     "--cap",
     "--capability",
@@ -103,8 +110,23 @@ def submit(
     wait: bool,
     as_json: bool,
     budget_usd: float | None,
+    source: str | None,
 ) -> None:
-    """Submit a task. TEXT is what to do ("-" reads it from stdin)."""
+    """Submit a task. TEXT is what to do ("-" reads it from stdin); --from FILE submits many."""
+    if source is not None:
+        given = [o for o, v in (("TEXT", text), ("--cap", caps), ("--agent", agent),
+                                ("--workspace", workspace), ("--parent", parent), ("--to", to),
+                                ("--wait", wait)) if v]  # fmt: skip
+        if given:
+            raise click.UsageError(
+                f"--from takes every field from the file; leave out {', '.join(given)}"
+            )
+        from colibri.cli.bulk import submit_file
+
+        submit_file(ctx, source, as_json)
+        return
+    if text is None:
+        raise click.UsageError("give the task's TEXT, or --from FILE")
     if text == "-":
         text = sys.stdin.read()
     handoff: str | None = None
@@ -381,7 +403,7 @@ def why(ctx: Context, task_id: str, as_json: bool) -> None:
     )
 
 
-@cli.command()
+@cli.group(invoke_without_command=True)
 @click.option(
     "--task", "task_id", metavar="ID", shell_complete=task_ids(), help="Only rows of this task."
 )
@@ -393,7 +415,11 @@ def why(ctx: Context, task_id: str, as_json: bool) -> None:
 def ledger(
     ctx: Context, task_id: str | None, after: int, limit: int, follow: bool, as_json: bool
 ) -> None:
-    """Print the ledger: every transition, oldest first (JSON lines with --json)."""
+    """Print the ledger: every transition, oldest first (JSON lines with --json).
+
+    colibri ledger export writes it whole, as JSON lines or CSV."""
+    if click.get_current_context().invoked_subcommand is not None:
+        return
 
     def emit(entry: dict[str, Any]) -> None:
         if as_json:

@@ -1,0 +1,229 @@
+"""Work in bulk: many tasks submitted from a JSON lines file, the ledger exported whole.
+
+Both show progress on a terminal (stderr) and stay quiet and machine-readable when piped.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import click
+import msgspec
+
+from colibri.cli.main import Context, json_option, pass_ctx
+from colibri.cli.output import print_json_line, print_line, printable
+from colibri.cli.tasks import ledger
+from colibri.core import protocol as p
+from colibri.core.errors import BadRequest, ColibriError
+from colibri.core.model import ShortStr
+
+#: Progress is redrawn at most this often (rows or tasks), on a terminal only.
+PROGRESS_EVERY = 500
+#: The ledger's columns in a CSV export; a row's cost is spread over the last four.
+CSV_COLUMNS = [
+    "seq", "at", "task", "schedule", "tenant", "from_state", "to_state", "agent", "epoch",
+    "reason", "uid", "pid", "cost_usd", "tokens_in", "tokens_out", "model",
+]  # fmt: skip
+
+
+class BulkTask(p.TaskFields, kw_only=True, forbid_unknown_fields=True):
+    """One line of ``submit --from``: a submission's fields; ``agent`` pins it (create-task)."""
+
+    agent: ShortStr | None = None
+
+
+class Progress:
+    """``label N/TOTAL`` redrawn on stderr when it is a terminal; nothing otherwise."""
+
+    def __init__(self, label: str, total: int | None = None) -> None:
+        self.label = label
+        self.total = total
+        self.shown = sys.stderr.isatty()
+        self.count = 0
+
+    def step(self, n: int = 1) -> None:
+        before, self.count = self.count, self.count + n
+        if self.shown and (before // PROGRESS_EVERY != self.count // PROGRESS_EVERY):
+            self._draw()
+
+    def _draw(self) -> None:
+        of = f"/{self.total}" if self.total is not None else ""
+        sys.stderr.write(f"\r{self.label} {self.count}{of}")
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.shown and self.count:
+            self._draw()
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def read_tasks(source: IO[str], name: str) -> list[tuple[int, BulkTask]]:
+    """Every task of a JSON lines file, checked before any is sent: a bad line stops the whole
+    submission with ``FILE:LINE: what is wrong``, and nothing is submitted. Blank lines and
+    lines starting with ``#`` are skipped."""
+    decoder = msgspec.json.Decoder(BulkTask)
+    tasks: list[tuple[int, BulkTask]] = []
+    for number, line in enumerate(source, 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            task = decoder.decode(line)
+        except msgspec.DecodeError as exc:
+            raise BadRequest(f"{name}:{number}: {_plain(exc)}; nothing was submitted") from None
+        if task.claim is not None:
+            raise BadRequest(f"{name}:{number}: claim is for sessions; nothing was submitted")
+        tasks.append((number, task))
+    return tasks
+
+
+def _plain(exc: msgspec.DecodeError) -> str:
+    """msgspec's message in our words: the field as ``priority``, not ``$.priority``."""
+    text = str(exc)
+    if " - at `$." in text:
+        message, where = text.rsplit(" - at `$.", 1)
+        return f"{where.rstrip('`')}: {message}"
+    return text
+
+
+def submit_file(ctx: Context, path: str, as_json: bool) -> None:
+    """``colibri submit --from PATH``: each task of the file in turn, on one connection."""
+    name = "stdin" if path == "-" else path
+    try:
+        if path == "-":
+            tasks = read_tasks(sys.stdin, name)
+        else:
+            with Path(path).open(encoding="utf-8") as source:
+                tasks = read_tasks(source, name)
+    except UnicodeDecodeError:
+        raise BadRequest(f"{name} is not UTF-8 text; nothing was submitted") from None
+    progress = Progress("submitted", len(tasks))
+    made = again = 0
+    waiting: dict[str, list[str]] = {}
+    with ctx.client() as client:
+        for number, task in tasks:
+            fields = {k: v for k, v in msgspec.structs.asdict(task).items() if k != "claim"}
+            try:
+                reply = client.call("create-task" if task.agent else "submit", **fields)
+            except ColibriError as exc:
+                progress.done()
+                done = f"the {made + again} before it were" if made + again else "none was"
+                exc.message = f"{name}:{number}: {exc.message}; {done} submitted"
+                raise
+            created = reply.get("created", True)
+            if reply.get("waits"):
+                waiting.setdefault(reply["waits"], []).append(reply["task"]["id"])
+            made, again = made + created, again + (not created)
+            if as_json:
+                print_json_line({**reply["task"], "created": created})
+            else:
+                print_line(reply["task"]["id"])
+            progress.step()
+    progress.done()
+    if not as_json:
+        kept = f", {again} already there (their idempotency keys)" if again else ""
+        click.echo(f"colibri: submitted {made} tasks from {name}{kept}", err=True)
+    for why, ids in waiting.items():  # one line per reason, not one per task
+        n = len(ids)
+        click.echo(
+            printable(f"colibri: {n} task{'s' if n != 1 else ''} wait{'' if n != 1 else 's'}: "
+                      f"{why} (see: colibri why {ids[0]})"),
+            err=True,
+        )  # fmt: skip
+
+
+def _ledger_rows(client: Any, after: int) -> Iterator[dict[str, Any]]:
+    while True:
+        reply = client.call("ledger", after=after, limit=10_000)
+        yield from reply["entries"]
+        if not reply.get("more"):
+            return
+        after = reply["next"]
+
+
+def _since(value: str | None) -> tuple[int, str]:
+    """``--since``: a ledger seq (rows after it), or a date or instant (rows at or after it)."""
+    if value is None:
+        return 0, ""
+    if value.isdigit():
+        return int(value), ""
+    from colibri.core.model import parse_rfc3339, rfc3339
+
+    try:
+        return 0, rfc3339(parse_rfc3339(value if "T" in value else value + "T00:00:00Z"))
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is neither a seq nor a time: write 1200, 2026-11-30 or "
+            "2026-11-30T08:00:00Z",
+            param_hint="--since",
+        ) from None
+
+
+def _csv_row(entry: dict[str, Any]) -> list[Any]:
+    cost = entry.get("cost") or {}
+    return [
+        *(entry.get(column) for column in CSV_COLUMNS[:12]),
+        cost.get("usd"), cost.get("tokens_in"), cost.get("tokens_out"), cost.get("model"),
+    ]  # fmt: skip
+
+
+@ledger.command("export")
+@click.option(
+    "--format", "fmt", type=click.Choice(["jsonl", "csv"]), default="jsonl", show_default=True
+)
+@click.option(
+    "--since", metavar="SEQ|TIME",
+    help="Only rows after this seq, or at or after this date or instant (2026-11-30).",
+)  # fmt: skip
+@click.option(
+    "--out", type=click.Path(dir_okay=False, path_type=Path),
+    help="Write here (refused if it exists) instead of stdout.",
+)  # fmt: skip
+@json_option
+@pass_ctx
+def ledger_export(
+    ctx: Context, fmt: str, since: str | None, out: Path | None, as_json: bool
+) -> None:
+    """Export the ledger, oldest row first, as JSON lines or CSV (a header row first)."""
+    import csv
+
+    after, at_least = _since(since)
+    if out is not None:
+        from colibri.core.errors import FileExists
+
+        try:
+            sink: IO[str] = out.open("x", encoding="utf-8", newline="")
+        except FileExistsError:
+            raise FileExists(f"{out} exists; give another --out, or remove it") from None
+    else:
+        sink = sys.stdout
+    progress = Progress("exported")
+    writer = csv.writer(sink) if fmt == "csv" else None
+    encode = msgspec.json.Encoder().encode
+    try:
+        if writer is not None:
+            writer.writerow(CSV_COLUMNS)
+        with ctx.client() as client:
+            for entry in _ledger_rows(client, after):
+                if at_least and entry["at"] < at_least:
+                    continue
+                if writer is not None:
+                    writer.writerow(_csv_row(entry))
+                else:
+                    sink.write(encode(entry).decode() + "\n")
+                progress.step()
+    finally:
+        if out is not None:
+            sink.close()
+        else:
+            sink.flush()
+    progress.done()
+    if out is not None:
+        summary = {"rows": progress.count, "format": fmt, "out": str(out)}
+        if as_json:
+            print_json_line(summary)
+        else:
+            click.echo(printable(f"exported {progress.count} ledger rows to {out} ({fmt})"))

@@ -1,0 +1,155 @@
+"""Work in bulk: ``submit --from FILE.jsonl`` and ``ledger export``, against a real daemon."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.cli.test_cli import as_json, colibri, error_line, ok
+from tests.helpers import Daemon
+
+
+def _lines(path: Path, *objects: object) -> Path:
+    path.write_text("".join(json.dumps(o) + "\n" for o in objects))
+    return path
+
+
+def test_submit_from_a_file_takes_every_task_and_honours_idempotency_keys(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    source = _lines(
+        tmp_path / "tasks.jsonl",
+        {"text": "one", "capabilities": ["python"], "priority": 3, "labels": ["bulk"]},
+        {"text": "two", "idempotency_key": "k-2"},
+        {"text": "two", "idempotency_key": "k-2"},
+        {"text": "pinned", "agent": "ghost"},
+    )
+    with source.open("a") as f:
+        f.write("\n# a comment, and a blank line above\n")
+    done = colibri("submit", "--from", str(source), root=daemon.root)
+    ids = ok(done).split()
+    assert len(ids) == 4 and ids[1] == ids[2]
+    summary = done.stderr.strip().splitlines()
+    assert summary[0] == f"colibri: submitted 3 tasks from {source}, 1 already there (their " \
+        "idempotency keys)"  # fmt: skip
+    assert any("1 task waits: no agent named ghost has registered yet" in x for x in summary)
+    assert any("1 task waits: no agent has registered with python yet" in x for x in summary)
+    tasks = {t["id"]: t for t in daemon.call("list", limit=10)["tasks"]}
+    assert len(tasks) == 3
+    assert tasks[ids[0]]["priority"] == 3 and tasks[ids[0]]["labels"] == ["bulk"]
+    assert tasks[ids[3]]["agent"] == "ghost" and tasks[ids[3]]["pinned"]
+    # --json: one task a line, with whether it was made now.
+    again = colibri("submit", "--from", "-", "--json", root=daemon.root,
+                    input='{"text": "two", "idempotency_key": "k-2"}\n')  # fmt: skip
+    (line,) = ok(again).splitlines()
+    assert json.loads(line)["id"] == ids[1] and json.loads(line)["created"] is False
+
+
+def test_a_bad_line_stops_the_whole_file_before_anything_is_sent(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    for bad, says in [
+        ('{"text": "x", "priority": "high"}', "priority: Expected `int`, got `str`"),
+        ('{"text": "x", "capabilitys": ["a"]}', "unknown field `capabilitys`"),
+        ('{"text": "x"', "truncated"),
+        ('["text"]', "Expected `object`"),
+        ('{"text": "x", "claim": "c"}', "claim is for sessions"),
+    ]:  # fmt: skip
+        source = tmp_path / "tasks.jsonl"
+        source.write_text('{"text": "fine"}\n' + bad + "\n")
+        line = error_line(colibri("submit", "--from", str(source), root=daemon.root))
+        assert line.startswith(f"colibri: {source}:2: "), line
+        assert says in line and line.endswith("nothing was submitted"), line
+    assert daemon.call("list")["tasks"] == []
+    missing = error_line(colibri("submit", "--from", str(tmp_path / "nope"), root=daemon.root))
+    assert "nope" in missing
+    usage = colibri("submit", "text", "--from", str(source), root=daemon.root)
+    assert usage.returncode == 2 and "leave out TEXT" in usage.stderr
+
+
+def test_a_refusal_midway_says_where_and_how_many_went_before(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    source = _lines(tmp_path / "t.jsonl", {"text": "a"}, {"text": "b"}, {"text": "c",
+                    "parent": "ffffffff-0000-7000-8000-000000000000"}, {"text": "d"})  # fmt: skip
+    done = colibri("submit", "--from", str(source), root=daemon.root)
+    assert done.returncode == 1 and len(done.stdout.split()) == 2  # the ids of a and b
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"colibri: {source}:3: ") and "ffffffff-0000" in line
+    assert line.endswith("; the 2 before it were submitted")
+    assert [t["text"] for t in daemon.call("list")["tasks"]] == ["a", "b"]
+
+
+def test_progress_shows_on_a_terminal_only(daemon: Daemon, tmp_path: Path) -> None:
+    source = _lines(tmp_path / "t.jsonl", *({"text": f"t{i}"} for i in range(600)))
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "colibri", "--root", str(daemon.root), "submit", "--from",
+             str(source)],
+            stdout=subprocess.PIPE, stderr=follower, timeout=120, check=False,
+        )  # fmt: skip
+        os.close(follower)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(leader)
+    assert done.returncode == 0 and len(done.stdout.split()) == 600
+    assert b"\rsubmitted 500/600" in shown and b"\rsubmitted 600/600" in shown
+    piped = colibri("ledger", "export", root=daemon.root)
+    assert "\r" not in piped.stderr and piped.stderr == ""
+
+
+def test_ledger_export_writes_every_row_as_json_lines_or_csv(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    for i in range(3):
+        daemon.submit(f"task {i}", capabilities=["x"])
+    task = daemon.submit("to cancel")["id"]
+    daemon.call("cancel", task=task, reason="not, \"needed\"\nany more")
+    rows = daemon.call("ledger", limit=1000)["entries"]
+    exported = [json.loads(line) for line in ok(colibri("ledger", "export", root=daemon.root))
+                .splitlines()]  # fmt: skip
+    assert exported == rows
+    table = list(csv.reader(io.StringIO(ok(colibri("ledger", "export", "--format", "csv",
+                                                   root=daemon.root)))))  # fmt: skip
+    assert table[0][:3] == ["seq", "at", "task"] and len(table) == len(rows) + 1
+    assert [int(r[0]) for r in table[1:]] == [r["seq"] for r in rows]
+    assert 'not, "needed"\nany more' in [r[9] for r in table]  # quoted, not split into rows
+    after = as_json_lines(colibri("ledger", "export", "--since", "3", root=daemon.root))
+    assert [r["seq"] for r in after] == [r["seq"] for r in rows if r["seq"] > 3]
+    today = rows[0]["at"][:10]
+    assert len(as_json_lines(colibri("ledger", "export", "--since", today, root=daemon.root))) == (
+        len(rows)
+    )
+    late = colibri("ledger", "export", "--since", "2999-01-01", root=daemon.root)
+    assert as_json_lines(late) == []
+    bad = colibri("ledger", "export", "--since", "yesterday", root=daemon.root)
+    assert bad.returncode == 2 and "neither a seq nor a time" in bad.stderr
+    out = tmp_path / "ledger.csv"
+    summary = as_json(colibri("ledger", "export", "--format", "csv", "--out", str(out), "--json",
+                              root=daemon.root))  # fmt: skip
+    assert summary == {"rows": len(rows), "format": "csv", "out": str(out)}
+    assert out.read_text().count("\n") >= len(rows) + 1
+    refused = error_line(colibri("ledger", "export", "--out", str(out), root=daemon.root))
+    assert refused == f"colibri: {out} exists; give another --out, or remove it"
+    # ledger itself, with its options, is unchanged by having a subcommand.
+    plain = colibri("ledger", "--json", "--after", "2", root=daemon.root)
+    assert [r["seq"] for r in as_json_lines(plain)] == [r["seq"] for r in rows if r["seq"] > 2]
+
+
+def as_json_lines(result: subprocess.CompletedProcess[str]) -> list[dict[str, object]]:
+    return [json.loads(line) for line in ok(result).splitlines()]
