@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import sqlite3
 import stat
@@ -207,6 +208,18 @@ def test_a_missing_folder_is_named(root: Path) -> None:
     assert refused.returncode == 1
     assert one_line(refused.stderr) == (
         f"colibri: the folder {root / 'no' / 'such'} does not exist; create it first"
+    )
+
+
+@sqlite_only
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_a_folder_it_cannot_write_is_named(root: Path, daemon: Daemon) -> None:
+    folder = root / "locked"
+    folder.mkdir(mode=0o500)
+    refused = colibri(root, "backup", str(folder / "copy.sqlite"))
+    assert one_line(refused.stderr) == (
+        f"colibri: the copy to {folder / 'copy.sqlite'} failed (Permission denied); "
+        "nothing was written"
     )
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import sqlite3
 import stat
 import time
@@ -74,19 +75,23 @@ def backup_board(
         )
     destination = _destination(Path(location), Path(target), force)
     source = _open_board(location)
-    partial = destination.with_name(f".{destination.name}.{os.getpid()}.partial")
+    partial = destination.with_name(f".{destination.name}.{secrets.token_hex(6)}.partial")
+    created = False
     try:
         try:
+            _create_private(partial)
+            created = True
             _copy(source, partial, pages_per_step)
         finally:
             source.close()
         tasks, ledger_rows, last_seq, version = _check_copy(partial)
         size = _sync(partial)
         _publish(partial, destination, force)
-    except sqlite3.Error as exc:
-        raise OsFailure(f"the copy to {destination} failed ({exc}); nothing was written") from None
+    except (sqlite3.Error, OSError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise OsFailure(f"the copy to {destination} failed ({why}); nothing was written") from None
     finally:
-        for companion in COMPANIONS:
+        for companion in COMPANIONS if created else ():
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f"{partial}{companion}")
     return BackupCopy(
@@ -145,10 +150,17 @@ def _open_board(location: str) -> sqlite3.Connection:
     return conn
 
 
+def _create_private(path: Path) -> None:
+    """A new file of ours, 0600 whatever the umask: never through a link, never one that was
+    there before."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
 def _copy(source: sqlite3.Connection, partial: Path, pages_per_step: int) -> None:
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    os.fchmod(fd, 0o600)
-    os.close(fd)
     target = sqlite3.connect(partial, isolation_level=None)
     try:
         # One snapshot for the whole copy (see the module's docstring).
