@@ -1,4 +1,6 @@
-"""S10: the shipped systemd unit is hardened, and the daemon it starts really runs."""
+"""The shipped systemd units are hardened and valid, and what they start really runs: the
+daemon's, and a stand-alone agent's (whose run against a TLS daemon is in
+``tests/remote/test_agent_unit.py``)."""
 
 from __future__ import annotations
 
@@ -13,14 +15,16 @@ import pytest
 
 from tests.helpers import Daemon
 
-UNIT = Path(__file__).parent.parent / "contrib" / "systemd" / "colibri.service"
+UNITS = Path(__file__).parent.parent / "contrib" / "systemd"
+UNIT = UNITS / "colibri.service"
+AGENT_UNIT = UNITS / "colibri-agent.service"
 
 
-def service() -> dict[str, list[str]]:
+def service(unit: Path = UNIT) -> dict[str, list[str]]:
     """The [Service] section; a key given twice (as systemd allows) keeps every value."""
     values: dict[str, list[str]] = {}
     section = ""
-    for line in UNIT.read_text().splitlines():
+    for line in unit.read_text().splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
             continue
@@ -32,8 +36,9 @@ def service() -> dict[str, list[str]]:
     return values
 
 
-def test_unit_sets_the_hardening_the_reliability_plan_asks_for() -> None:
-    unit = service()
+@pytest.mark.parametrize("path", [UNIT, AGENT_UNIT], ids=lambda p: p.name)
+def test_unit_sets_the_hardening_the_reliability_plan_asks_for(path: Path) -> None:
+    unit = service(path)
     expected = {
         "NoNewPrivileges": "yes",
         "ProtectSystem": "strict",
@@ -45,16 +50,56 @@ def test_unit_sets_the_hardening_the_reliability_plan_asks_for() -> None:
     }
     for key, value in expected.items():
         assert unit.get(key) == [value], (key, unit.get(key))
+    assert unit["Restart"] == ["on-failure"]
+
+
+def test_the_daemon_unit_leaves_the_harnesses_to_the_next_daemon() -> None:
+    unit = service()
     # A crash must leave the harnesses (and their sessions) to the restarted daemon to adopt.
     assert unit["KillMode"] == ["process"]
-    assert unit["Restart"] == ["on-failure"]
     assert unit["User"] == ["colibri"]
 
 
+def test_the_agent_unit_keeps_its_token_off_the_command_line() -> None:
+    """The token comes from a root-only environment file, never from ExecStart, which every
+    user of the host can read (systemctl show, ps); the agent stops its sessions itself and
+    what is left of its group goes with it."""
+    unit = service(AGENT_UNIT)
+    (exec_start,) = unit["ExecStart"]
+    argv = shlex.split(exec_start)
+    assert argv[0].endswith("/colibri") and argv[1] == "agent"
+    assert not any(arg.startswith("--token") or "colibri_" in arg for arg in argv)
+    assert not any(key == "Environment" for key in unit)
+    assert unit["EnvironmentFile"] == ["/etc/colibri/agent.env"]  # no "-": missing is an error
+    assert "COLIBRI_TOKEN=" in AGENT_UNIT.read_text()  # the file's lines, shown in a comment
+    assert unit["User"] == ["colibri-agent"]
+    assert unit["KillMode"] == ["mixed"]
+    state = argv[argv.index("--state-dir") + 1]
+    assert state == f"/var/lib/{unit['StateDirectory'][0]}" == unit["WorkingDirectory"][0]
+    assert "--name" in argv and argv.index("--") < len(argv) - 1  # a name, and a command
+
+
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
-def test_systemd_rates_the_unit_ok_or_better() -> None:
+@pytest.mark.parametrize("path", [UNIT, AGENT_UNIT], ids=lambda p: p.name)
+def test_systemd_finds_nothing_wrong_in_the_unit(path: Path, tmp_path: Path) -> None:
+    """``systemd-analyze verify`` on the unit with this environment's colibri (and a command
+    that exists) in place of /usr/local/bin's: it complains of nothing."""
+    text = path.read_text().replace(
+        "/usr/local/bin/colibri", str(Path(sys.executable).parent / "colibri")
+    )
+    copy = tmp_path / path.name
+    copy.write_text(text.replace("/usr/local/bin/run-task.sh", "/bin/cat"))
     result = subprocess.run(
-        ["systemd-analyze", "security", "--offline=yes", "--no-pager", str(UNIT)],
+        ["systemd-analyze", "verify", str(copy)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
+@pytest.mark.parametrize("path", [UNIT, AGENT_UNIT], ids=lambda p: p.name)
+def test_systemd_rates_the_unit_ok_or_better(path: Path) -> None:
+    result = subprocess.run(
+        ["systemd-analyze", "security", "--offline=yes", "--no-pager", str(path)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -65,21 +110,26 @@ def test_systemd_rates_the_unit_ok_or_better() -> None:
     assert rating in ("PERFECT", "SAFE", "OK"), (exposure, rating)
 
 
-def test_the_units_command_starts_a_daemon_that_serves(tmp_path: Path) -> None:
-    """ExecStart's arguments, with this environment's colibri and a scratch root."""
-    (exec_start,) = service()["ExecStart"]
-    argv = shlex.split(exec_start)
-    assert argv[0].endswith("/colibri") and argv[1:3] == ["--root", "/var/lib/colibri"]
-    args = argv[3:]
+def serves_on_a_scratch_root(root: Path, args: list[str]) -> None:
+    """``colibri --root ROOT ARGS`` (a service's command, with this environment's colibri and
+    a scratch root) starts a daemon that answers; SIGTERM stops it with exit 0."""
 
-    class UnitDaemon(Daemon):
+    class ServiceDaemon(Daemon):
         def command(self) -> list[str]:
             return [sys.executable, "-m", "colibri", "--root", str(self.root), *args]
 
-    daemon = UnitDaemon(tmp_path)
+    daemon = ServiceDaemon(root)
     daemon.start()
     try:
         assert daemon.call("ping")["pong"] is True
     finally:
         daemon.stop()
     assert '"event"' in daemon.log()  # --log-format json: one JSON object per line
+
+
+def test_the_units_command_starts_a_daemon_that_serves(tmp_path: Path) -> None:
+    """ExecStart's arguments, with this environment's colibri and a scratch root."""
+    (exec_start,) = service()["ExecStart"]
+    argv = shlex.split(exec_start)
+    assert argv[0].endswith("/colibri") and argv[1:3] == ["--root", "/var/lib/colibri"]
+    serves_on_a_scratch_root(tmp_path, argv[3:])

@@ -7,7 +7,7 @@
     ROOT/.colibri/colibri.sqlite          the board, unless store.path or --store say otherwise
     ROOT/.colibri/ledger.jsonl[.N]        the ledger's mirror, and its rotated files
     ROOT/.colibri/harness/NAME.lock       held by workspace NAME's harness (its pid inside)
-    ROOT/.colibri/harness/NAME.log        that harness's output, when the daemon started it
+    ROOT/.colibri/harness/NAME.log[.1]    output of a harness the daemon started, and the older one
     ROOT/.colibri/sessions/TASK.task      a running session's task (header and text)
     ROOT/.colibri/sessions/AGENT.PGID.pgid  a session's process group, for a successor to stop
     ROOT/.colibri/tmux/AGENT.sock         the tmux server of an agent's tmux sessions

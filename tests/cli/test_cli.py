@@ -478,6 +478,11 @@ BAD_CONFIGS = {
         4,
         "ledger.rotate_mib must be 0 (never rotate) or at least",
     ),
+    "harness log size too small": (
+        '{"supervisor": {"harness_log_mib": 0.0001}}',
+        1,
+        "supervisor.harness_log_mib must be 0 (never rotate) or at least",
+    ),
     "keep not whole": ('{\n  "ledger": {\n    "keep": 2.5,\n  },\n}\n', 3, "ledger.keep"),
     "keep zero": ('{"ledger": {"keep": 0}}', 1, "ledger.keep must be a whole number from 1 to"),
 }

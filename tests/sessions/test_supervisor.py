@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -152,3 +153,40 @@ def test_a_harness_that_cannot_start_is_marked_degraded(fleet: Fleet, root: Path
     web = status(daemon)["web"]
     assert (web["restarts"], web["degraded"]) == (0, False)
     assert one_each(root, ["web"]) == {"web": web["pid"]}
+
+
+def test_a_harness_log_past_its_limit_is_renamed_and_no_line_is_lost(
+    fleet: Fleet, root: Path
+) -> None:
+    """supervisor.harness_log_mib: the harness renames its log NAME.log.1 past the limit and
+    goes on in a new NAME.log, 0600; read .1 then the log, every line is there, whole."""
+    daemon = fleet({"web": {"session": {"command": ECHO}}}, supervisor={"harness_log_mib": 0.001})
+    (pid,) = wait_until(lambda: one_each(root, ["web"])).values()
+    wait_until(lambda: online(daemon, "web"))
+    log = root / ".colibri" / "harness" / "web.log"
+    older = log.with_name("web.log.1")
+    # Each crash of the daemon makes the harness write a few lines: lost, waiting, registered.
+    crashes = 0
+    while not older.exists():
+        assert crashes < 30, log.read_text()
+        daemon.kill()
+        daemon.start()
+        wait_until(lambda: online(daemon, "web"))
+        crashes += 1
+    assert one_each(root, ["web"]) == {"web": pid}  # one harness did it all, adopted each time
+    assert older.stat().st_size >= 1024 > log.stat().st_size
+    lines = older.read_text() + log.read_text()
+    assert lines.endswith("\n")
+    assert lines.count("event=registered") == crashes + 1
+    assert lines.count("event=daemon_lost") == crashes
+    for path in (log, older):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    # The harness writes on in the new file, and a second rotation replaces the older one.
+    before = log.stat()
+    daemon.kill()
+    daemon.start()
+    wait_until(lambda: online(daemon, "web"))
+    after = log.stat()
+    grew = after.st_ino == before.st_ino and after.st_size > before.st_size
+    assert grew or older.stat().st_ino == before.st_ino  # written on, or itself renamed .1
+    assert sorted(p.name for p in log.parent.glob("web.log*")) == ["web.log", "web.log.1"]

@@ -160,6 +160,14 @@ def resume(ctx: Context, as_json: bool) -> None:
     "--log-level", default="info", show_default=True,
     type=click.Choice(["debug", "info", "warning", "error"]),
 )  # fmt: skip
+@click.option(
+    "--log-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    hidden=True,
+    help="The file stdout and stderr are (the daemon gives its harnesses one); rotated past "
+    "--log-rotate-bytes.",
+)
+@click.option("--log-rotate-bytes", type=click.IntRange(0), default=0, hidden=True)
 @click.argument("command", nargs=-1)
 @pass_ctx
 def agent(
@@ -172,6 +180,8 @@ def agent(
     tenant: str | None,
     state_dir: Path | None,
     log_level: str,
+    log_file: Path | None,
+    log_rotate_bytes: int,
     command: tuple[str, ...],
 ) -> None:
     """Run an agent: each assigned task runs COMMAND with the task text on stdin.
@@ -192,7 +202,9 @@ def agent(
     from colibri.config import host_mode
     from colibri.logs import setup
 
-    setup(log_level, "text")
+    setup(
+        log_level, "text", (log_file, log_rotate_bytes) if log_file and log_rotate_bytes else None
+    )
     host.select(host_mode(os.environ))
     remote = ctx.remote()
     if remote is not None:

@@ -1,4 +1,4 @@
-"""Daemon commands: run, stop, demo (``init`` is in cli/init.py)."""
+"""Daemon commands: run, stop, demo, backup (``init`` is in cli/init.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from colibri.cli.main import Context, cli, pass_ctx
+from colibri.cli.main import Context, cli, json_option, pass_ctx
 
 
 @cli.command()
@@ -227,3 +227,40 @@ def demo(directory: Path, exit_when_done: bool) -> None:
     from colibri.cli.demo import run_demo
 
     raise SystemExit(run_demo(directory.resolve(), exit_when_done=exit_when_done))
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=str))
+@click.option(
+    "--store",
+    metavar="PATH",
+    help="The SQLite board to copy (default: this root's, from colibri.jsonc).",
+)
+@click.option("--force", is_flag=True, help="Replace PATH if it exists.")
+@json_option
+@pass_ctx
+def backup(ctx: Context, path: str, store: str | None, force: bool, as_json: bool) -> None:
+    """Copy the board to PATH (a file, or a folder to put a dated copy in): one consistent
+    snapshot, taken while the daemon runs or not. Restore: docs/OPERATIONS.md."""
+    from colibri.store.backup import backup_board
+
+    if store is None:
+        from colibri.config import load_config
+
+        store = load_config(ctx.root()).store
+    elif not store.startswith(("postgresql://", "postgres://")):
+        store = os.path.abspath(os.path.expanduser(store))
+    copy = backup_board(store, path, force=force)
+    if as_json:
+        from colibri.cli.output import print_json
+
+        print_json(copy.to_dict())
+        return
+    from colibri.cli.output import printable
+
+    print(
+        printable(
+            f"backed up {copy.board} to {copy.path}: {copy.tasks} tasks, {copy.ledger_rows} "
+            f"ledger rows (last seq {copy.last_seq}), {copy.bytes / 2**20:.1f} MiB"
+        )
+    )

@@ -287,7 +287,7 @@ def cli(
 
 
 #: Commands that never reach a daemon over TCP: they act on this host's root.
-LOCAL_ONLY = frozenset({"init", "run", "demo", "tls", "hive", "store", "completions"})
+LOCAL_ONLY = frozenset({"init", "run", "demo", "tls", "hive", "store", "completions", "backup"})
 
 
 def _remote_option(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:

@@ -99,7 +99,7 @@ _KNOWN: dict[str, set[str]] = {
         "metrics",
     },  # fmt: skip
     "store": {"durability", "path", "lease_ttl"},
-    "supervisor": {"crash_loop", "crash_window", "cool_down", "max_backoff"},
+    "supervisor": {"crash_loop", "crash_window", "cool_down", "max_backoff", "harness_log_mib"},
     "ledger": {"rotate_mib", "keep"},
     # names are free in these; each entry is checked as what it is
     "schedules": set(),
@@ -215,6 +215,16 @@ def load_config(
             )
         return float(value)
 
+    def rotation(name: str, default: float) -> float:
+        """A size in MiB that a file is rotated at: 0 (never) or at least 1 KiB."""
+        mib = number(name, default)
+        if 0 < mib < MIN_ROTATE_MIB:
+            at, _value = setting(name)
+            raise ConfigError(
+                f"{at()} must be 0 (never rotate) or at least {MIN_ROTATE_MIB} (1 KiB)"
+            )
+        return mib
+
     sd = SchedulerSettings()
     ageing = duration("scheduler.ageing", 0.0)  # 0: absent, so off (its range starts at 1s)
     scheduler = SchedulerSettings(
@@ -296,15 +306,13 @@ def load_config(
         crash_window=duration("supervisor.crash_window", su.crash_window),
         cool_down=duration("supervisor.cool_down", su.cool_down),
         max_backoff=duration("supervisor.max_backoff", su.max_backoff),
+        harness_log_mib=rotation("supervisor.harness_log_mib", su.harness_log_mib),
     )
     ld = LedgerSettings()
-    rotate_mib = number("ledger.rotate_mib", ld.rotate_mib)
-    if 0 < rotate_mib < MIN_ROTATE_MIB:
-        raise ConfigError(
-            f"{where('rotate_mib', 'ledger')}: ledger.rotate_mib must be 0 (never rotate) or at "
-            f"least {MIN_ROTATE_MIB} (1 KiB)"
-        )
-    ledger = LedgerSettings(rotate_mib=rotate_mib, keep=whole("ledger.keep", ld.keep))
+    ledger = LedgerSettings(
+        rotate_mib=rotation("ledger.rotate_mib", ld.rotate_mib),
+        keep=whole("ledger.keep", ld.keep),
+    )
     chosen_durability = durability or raw.get("store", {}).get("durability", "full")
     if chosen_durability not in ("full", "relaxed"):
         raise ConfigError(

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from colibri.core.schedules import ScheduleSpec
     from colibri.workspaces import Workspace
 
-#: ``ledger.rotate_mib`` bounds: below 1 KiB every append would rotate; 1 TiB is plenty.
+#: ``ledger.rotate_mib`` and ``supervisor.harness_log_mib`` bounds: below 1 KiB every append
+#: would rotate; 1 TiB is plenty.
 MIN_ROTATE_MIB = 0.001
 MAX_ROTATE_MIB = 1024 * 1024
 #: The range of every duration setting, in seconds (README.md's Configuration table).
@@ -50,6 +51,7 @@ NUMBER_RANGES: dict[str, tuple[float, float]] = {
     "scheduler.min_score": (0.0, 1.0),
     "scheduler.max_pending_mib": (0.001, 1024 * 1024),
     "ledger.rotate_mib": (0.0, MAX_ROTATE_MIB),
+    "supervisor.harness_log_mib": (0.0, MAX_ROTATE_MIB),
 }
 
 
@@ -109,6 +111,9 @@ class SupervisorSettings:
     crash_window: float = 60.0
     cool_down: float = 300.0
     max_backoff: float = 60.0
+    #: A harness's log (``.colibri/harness/NAME.log``) past this many MiB becomes ``NAME.log.1``
+    #: (the older one deleted) and a new one is started; 0 never.
+    harness_log_mib: float = 16.0
 
 
 @dataclass(frozen=True, slots=True)

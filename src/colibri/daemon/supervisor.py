@@ -129,23 +129,29 @@ class Supervisor:
             harness.restarts += 1
         private_dir(self.config.layout.harnesses)
         logfile = self.config.layout.harness_log(harness.workspace)
+        logged = True
         try:  # the harness's own log: 0600, never through a link planted in its place
             fd = open_private(logfile, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         except (OSError, RootError) as exc:
+            logged = False
             log.error(
                 "cannot open the harness log; the harness logs nowhere",
                 extra={"event": "harness_log_failed", "workspace": harness.workspace,
                        "error": str(exc)},
             )  # fmt: skip
             fd = os.open(os.devnull, os.O_WRONLY)
+        command = [
+            sys.executable, "-m", "colibri", "--root", str(self.config.root), "agent",
+            "--workspace", harness.workspace,
+        ]  # fmt: skip
+        limit = int(self.settings.harness_log_mib * 2**20)
+        if limit and logged:  # the harness renames its log past the limit, and opens a new one
+            command += ["--log-file", str(logfile), "--log-rotate-bytes", str(limit)]
         with os.fdopen(fd, "ab") as out:
             # A fork and exec take milliseconds: off the loop, which serves meanwhile.
             harness.process = await asyncio.to_thread(
                 subprocess.Popen,
-                [
-                    sys.executable, "-m", "colibri", "--root", str(self.config.root), "agent",
-                    "--workspace", harness.workspace,
-                ],
+                command,
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                 start_new_session=True,  # its own group: it outlives a crash of the daemon
                 env=self._environment(harness.workspace),

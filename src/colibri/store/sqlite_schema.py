@@ -26,6 +26,8 @@ _MIGRATIONS = {
     if name.startswith("migration_")
 }
 SCHEMA_VERSION = max(_MIGRATIONS)
+#: The board's file and the ones SQLite keeps beside it (suffixes of its path).
+COMPANIONS = ("", "-wal", "-shm", "-journal")
 
 
 def open_board(location: str, durability: str) -> sqlite3.Connection:
@@ -38,14 +40,7 @@ def open_board(location: str, durability: str) -> sqlite3.Connection:
     """
     if durability not in ("full", "relaxed"):
         raise ConfigError(f"unknown durability {durability!r}: use full or relaxed")
-    # SQLite follows links, and writes the WAL and shared memory beside the board: none of
-    # them may be a link planted to make it write elsewhere.
-    for companion in ("", "-wal", "-shm", "-journal"):
-        if os.path.islink(location + companion):
-            raise ConfigError(
-                f"{location + companion} is a symbolic link; give the board's real path "
-                "with --store, or remove the link"
-            )
+    refuse_links(location)
     try:
         fd = os.open(location, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as exc:
@@ -79,6 +74,20 @@ def open_board(location: str, durability: str) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def refuse_links(location: str) -> None:
+    """SQLite follows links, and writes the WAL and shared memory beside the board: none of
+    them may be a link planted to make it write (or a copy read) elsewhere.
+
+    :raises ConfigError: one of them is a symbolic link.
+    """
+    for companion in COMPANIONS:
+        if os.path.islink(location + companion):
+            raise ConfigError(
+                f"{location + companion} is a symbolic link; give the board's real path "
+                "with --store, or remove the link"
+            )
 
 
 def _check_identity(conn: sqlite3.Connection, location: str) -> None:

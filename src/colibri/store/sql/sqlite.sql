@@ -293,3 +293,7 @@ SELECT name, description FROM skills ORDER BY name;
 
 -- name: copy_tenants
 SELECT tenant FROM tasks UNION SELECT tenant FROM ledger ORDER BY 1;
+
+-- name: backup_counts
+SELECT (SELECT COUNT(*) FROM tasks) AS tasks, (SELECT COUNT(*) FROM ledger) AS ledger_rows,
+       (SELECT COALESCE(MAX(seq), 0) FROM ledger) AS last_seq;
