@@ -133,3 +133,16 @@ def test_the_units_command_starts_a_daemon_that_serves(tmp_path: Path) -> None:
     argv = shlex.split(exec_start)
     assert argv[0].endswith("/colibri") and argv[1:3] == ["--root", "/var/lib/colibri"]
     serves_on_a_scratch_root(tmp_path, argv[3:])
+
+
+@pytest.mark.parametrize("path", [UNIT, AGENT_UNIT], ids=lambda p: p.name)
+def test_the_units_documentation_is_this_projects_own(path: Path) -> None:
+    """Documentation= names a page of this project where OPERATIONS.md installs its checkout,
+    not a package index's page of some other project of the same name."""
+    (line,) = [x for x in path.read_text().splitlines() if x.startswith("Documentation=")]
+    checkout = "file:///usr/local/src/colibri/"
+    assert line.removeprefix("Documentation=").startswith(checkout), line
+    page = line.removeprefix(f"Documentation={checkout}")
+    repository = UNITS.parent.parent
+    assert (repository / page).is_file(), page
+    assert "/usr/local/src/colibri" in (repository / "docs" / "OPERATIONS.md").read_text()
