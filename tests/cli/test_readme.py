@@ -78,3 +78,17 @@ def test_the_walk_through_runs_as_written(home: Path) -> None:
     assert "did: scrub the pool" in out  # the remote agent ran it over TLS
     assert "waits: no agent has registered with arm" in done.stderr
     assert "cancelled 2 tasks" in out
+
+
+def test_the_docs_agree_on_the_suites_size_and_time() -> None:
+    """The README and RELIABILITY.md state the suite's size and time in one wording each; the
+    figures must be the same (they once said four minutes and 2.5 minutes)."""
+    readme = re.search(r"About (\w+) minutes on two cores \(([\d,]+) tests", README.read_text())
+    reliability = re.search(
+        r"the whole suite, ([\d,]+) tests, in about (\w+) minutes",
+        (REPOSITORY / "docs" / "RELIABILITY.md").read_text(),
+    )
+    assert readme is not None and reliability is not None
+    words = {"two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7",
+             "eight": "8", "nine": "9"}  # fmt: skip
+    assert (words.get(readme[1], readme[1]), readme[2]) == (reliability[2], reliability[1])

@@ -128,6 +128,9 @@ class PostgresStore:
         self._lost = ""
         #: The next ledger seq of the open batch (known once the batch has written a row).
         self._next_seq: int | None = None
+        #: The batch's ledger rows, numbered but not yet sent: they go in one ``executemany``
+        #: (one pipelined round trip) before the commit, or before a read of the ledger.
+        self._unsent: list[dict[str, Any]] = []
         #: ``(owner, epoch)`` of the lease this store writes under: every batch checks it
         #: first, holding the lease row so that no takeover can commit in between.
         self.fence: tuple[str, int] | None = None
@@ -226,10 +229,12 @@ class PostgresStore:
         if not self._dirty:
             return
         try:
+            self._send_ledger()
             self._conn.execute("COMMIT")
         except psycopg.Error as exc:
             self._dirty = False
             self._next_seq = None
+            self._unsent.clear()
             self._reset()
             raise StorageUnavailable(
                 f"the PostgreSQL board could not commit ({_first_line(exc)}); nothing was changed"
@@ -241,6 +246,7 @@ class PostgresStore:
         self._dirty = False
         self._lost = ""
         self._next_seq = None
+        self._unsent.clear()
         self._reset()
 
     def _reset(self) -> None:
@@ -290,10 +296,23 @@ class PostgresStore:
             self._next_seq = int(found["seq"] if found else 0) + 1
         row = _text(ledger_row(entry))
         row["seq"] = self._next_seq
-        conn.execute(_Q["insert_ledger"].encode(), row)
+        self._unsent.append(row)
         entry.seq = self._next_seq
         self._next_seq += 1
         return entry
+
+    def _send_ledger(self) -> None:
+        """Write the batch's ledger rows, all at once: psycopg pipelines an ``executemany``,
+        so a batch's rows cost one round trip, not one each."""
+        if self._unsent:
+            rows, self._unsent = self._unsent, []
+            self._conn.cursor().executemany(_Q["insert_ledger"].encode(), rows)
+
+    def _ledger_read(self) -> None:
+        """Before a read of the ledger: the batch's own rows are part of what it reads."""
+        if self._unsent:
+            with self._writing():
+                self._send_ledger()
 
     @contextmanager
     def _refusable(self, conn: psycopg.Connection[dict[str, Any]]) -> Iterator[None]:
@@ -409,6 +428,7 @@ class PostgresStore:
             return self._ledger(conn, entry)
 
     def ledger(self, after: int, limit: int, task: str | None = None) -> list[LedgerEntry]:
+        self._ledger_read()
         if task is None:
             rows = self._rows(_Q["ledger_after"], (after, limit))
         else:
@@ -416,10 +436,12 @@ class PostgresStore:
         return [ledger_from_row(r) for r in rows]
 
     def max_ledger_seq(self) -> int:
+        self._ledger_read()
         row = self._one(_Q["max_ledger_seq"])
         return int(row["seq"]) if row else 0
 
     def cost_totals(self, by: str, since: str, tenant: str | None = None) -> list[dict[str, Any]]:
+        self._ledger_read()
         query = sql.cost_query(_Q["cost_totals"], by)
         return [
             {
