@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import sys
 import time
@@ -25,6 +26,7 @@ from _support import (
     Failure,
     LineProtocol,
     Message,
+    PgBoard,
     check,
     connect,
     decode_message,
@@ -150,11 +152,21 @@ def main() -> int:
     ap.add_argument(
         "--pin", action="store_true", help="pin the daemon to CPU 0 and this load to CPU 1"
     )
+    ap.add_argument(
+        "--store", choices=["sqlite", "postgresql"], default="sqlite",
+        help="the board: an SQLite file, or a fresh schema on the PostgreSQL of PG_DSN",
+    )  # fmt: skip
     args = ap.parse_args()
     pin_self(1 if args.pin else None)
     runs = []
     for n in range(args.repeat):
-        with Daemon(durability=args.durability, cpu=0 if args.pin else None) as daemon:
+        with contextlib.ExitStack() as stack:
+            extra: list[str] = []
+            if args.store == "postgresql":
+                extra = ["--store", stack.enter_context(PgBoard()).dsn]
+            daemon = stack.enter_context(
+                Daemon(durability=args.durability, cpu=0 if args.pin else None, extra_args=extra)
+            )
             result = asyncio.run(measure_once(daemon, args.tasks, args.warmup))
         note(f"latency run {n + 1}/{args.repeat}: {result}")
         runs.append(result)
@@ -166,7 +178,8 @@ def main() -> int:
     emit(
         {
             "bench": "latency",
-            "params": {"tasks": args.tasks, "warmup": args.warmup, "durability": args.durability},
+            "params": {"tasks": args.tasks, "warmup": args.warmup, "durability": args.durability,
+                       "store": args.store},  # fmt: skip
             "runs": runs,
             "submit_to_assign_p50_ms": p50,
             "submit_to_assign_p99_ms": p99,
