@@ -261,3 +261,30 @@ def test_the_client_side_rule_sees_a_bad_import(monkeypatch: pytest.MonkeyPatch)
         ("colibri/cli/daemon.py", "colibri.daemon.board"),
         ("colibri/client.py", "colibri.daemon.app"),
     }
+
+
+def test_the_tui_meets_the_daemon_as_a_client() -> None:
+    """colibri.tui imports colibri.client and colibri.core (and itself) of colibri: never the
+    daemon, the store, the CLI or the agent side."""
+    tui = imports_of("colibri.tui")
+    assert any(within(i.module, "colibri.client") for i in tui)
+    bad = [
+        str(i)
+        for i in tui
+        if top(i.module) == "colibri"
+        and not within(i.module, "colibri.client", "colibri.core", "colibri.tui")
+    ]
+    assert bad == []
+
+
+def test_the_cli_loads_textual_only_inside_the_commands_that_show_it() -> None:
+    """``colibri --help`` and the quick commands never pay for Textual or the TUI."""
+    bad = [
+        str(i)
+        for i in imports_of("colibri.cli")
+        if i.top_level and (top(i.module) == "textual" or within(i.module, "colibri.tui"))
+    ]
+    assert bad == []
+    assert any(
+        within(i.module, "colibri.tui") and not i.top_level for i in imports_of("colibri.cli")
+    )

@@ -316,6 +316,7 @@ def main() -> None:
         tasks,
         tls,
         tokens,
+        watch,
         workspaces,
     )
 
