@@ -182,11 +182,15 @@ def follow(
     *,
     since: int | None = None,
     stop: Callable[[dict[str, Any]], bool] | None = None,
+    subscribed: Callable[[], None] | None = None,
 ) -> bool:
     """Subscribe, catch up from ledger position ``since`` (rows after it), then print every
-    event until the daemon closes the connection (False) or ``stop`` says so (True)."""
+    event until the daemon closes the connection (False) or ``stop`` says so (True).
+    ``subscribed`` is called once nothing more can be missed."""
     buffered: list[dict[str, Any]] = []
     _request(client, buffered, "subscribe", name="attach")
+    if subscribed is not None:
+        subscribed()
     shown: set[tuple[Any, ...]] = set()
     if since is not None:
         after, more = since, True
