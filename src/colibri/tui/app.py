@@ -22,9 +22,8 @@ from colibri.core.text import printable, short_id
 from colibri.tui import views
 from colibri.tui.board import OPEN_STATES, Board, Filter
 from colibri.tui.screens import Confirm, Help, Prompt, Submit, TaskScreen
+from colibri.tui.tasklist import TaskList
 
-#: The most task rows on the board at once (a filter narrows the rest down).
-MAX_ROWS = 1000
 #: A page of the first load.
 PAGE = 10_000
 #: How often the shown rows catch up with the events (and the ages with the clock).
@@ -55,7 +54,8 @@ class ColibriApp(App[None]):
     #notes { height: 1; color: $text-muted; }
     .offline #offline { display: block; }
     .offline #tabs { display: none; }
-    DataTable { height: 1fr; }
+    DataTable, TaskList { height: 1fr; }
+    #task-columns { height: 1; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "quit"),
@@ -88,10 +88,12 @@ class ColibriApp(App[None]):
         self.lost = False
         self._dirty = False
         self._others_dirty = False
+        self._header_due = False
         self._status_due = False
         self._schedules_due = False
-        self._rows: list[str] = []
-        self._cells: dict[str, tuple[Text, ...]] = {}
+        #: Tasks changed since the list was last drawn.
+        self._changed: set[str] = set()
+        self._now = self.board.now()
 
     def compose(self) -> ComposeResult:
         yield Static(id="header")
@@ -99,7 +101,8 @@ class ColibriApp(App[None]):
         yield Static(id="offline")
         with TabbedContent(id="tabs", initial="tasks"):
             with TabPane("Tasks", id="tasks"):
-                yield DataTable(id="task-table", cursor_type="row", zebra_stripes=True)
+                yield Static(id="task-columns")
+                yield TaskList(self._line_of, id="task-list")
             with TabPane("Agents & workspaces", id="agents"):
                 yield DataTable(id="agent-table", cursor_type="row")
             with TabPane("Schedules", id="schedules"):
@@ -108,15 +111,8 @@ class ColibriApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        tasks = self.query_one("#task-table", DataTable)
-        widths = dict(views.TASK_WIDTHS)
-        # The text takes what the others leave, up to a point (the detail screen has it all).
-        # (Each column is padded by one cell each side; the scroll bar takes two.)
-        before = widths["id"] + widths["state"] + widths["age"] + 2 * 4 + 2
-        widths["text"] = min(80, max(24, self.size.width - before))
-        for key, label in views.TASK_COLUMNS:
-            tasks.add_column(label, key=key, width=widths[key])
-        tasks.focus()
+        self.query_one("#task-columns", Static).update(views.task_columns(self.size.width))
+        self.task_list.focus()
         self.query_one("#agent-table", DataTable).add_columns(*views.AGENT_COLUMNS)
         self.query_one("#schedule-table", DataTable).add_columns(*views.SCHEDULE_COLUMNS)
         self.set_interval(REDRAW_EVERY, self._catch_up)
@@ -141,9 +137,11 @@ class ColibriApp(App[None]):
                 self.client = client
                 async for event in client.events():
                     if self.board.apply(event):
-                        self._dirty = True
-                    self._others_dirty = True
+                        self._changed.add(_task_id(event))
+                    self._header_due = True
                     kind = type(event).__name__
+                    # The tables of agents and schedules change with their own events only.
+                    self._others_dirty |= kind in ("AgentChanged", "BreakerOpened")
                     self._status_due |= kind == "AgentChanged"
                     self._schedules_due |= kind == "ScheduleNoted"
             except ColibriError as exc:
@@ -213,16 +211,23 @@ class ColibriApp(App[None]):
             self.run_worker(self._refresh_schedules(), group="schedules")
         if self._dirty:
             self._dirty = False
+            self._changed.clear()
             self.draw_tasks()
-        if self._others_dirty:
-            self._others_dirty = False
+        elif self._changed:
+            self._draw_changes()
+        if self._header_due or self._others_dirty:
+            self._header_due = False
             self._draw_header()
             self._draw_banner()
+        if self._others_dirty:
+            self._others_dirty = False
             self._draw_agents()
             self._draw_schedules()
 
     def _tick(self) -> None:
-        self._dirty = self._others_dirty = True
+        self._now = self.board.now()
+        self.task_list.forget()  # the ages
+        self._others_dirty = True
 
     async def _refresh_status(self) -> None:
         if self.client is not None and (reply := await self.call("status")) is not None:
@@ -235,39 +240,45 @@ class ColibriApp(App[None]):
             self.board.schedules = {s["name"]: s for s in schedules}
             self._others_dirty = True
 
-    def draw_tasks(self) -> None:
-        """The shown rows made current: changed cells in place when the rows are the same
-        tasks in the same order, else the table again (the cursor stays on its task)."""
-        table = self.query_one("#task-table", DataTable)
-        now = self.board.now()
-        shown = self.board.shown(self.filter, tree=self.as_tree, limit=MAX_ROWS)
-        rows = [t.id for t in shown]
-        cells = {
-            t.id: views.task_cells(t, now, self.board.depth(t) if self.as_tree else 0)
-            for t in shown
-        }
-        if rows == self._rows:
-            for task_id in rows:
-                old, new = self._cells.get(task_id), cells[task_id]
-                if old != new:
-                    for (key, _), value, before in zip(
-                        views.TASK_COLUMNS, new, old or new, strict=True
-                    ):
-                        if value != before or old is None:
-                            table.update_cell(task_id, key, value)
-        else:
-            current = self.selected_id()
-            table.clear()
-            for task_id in rows:
-                table.add_row(*cells[task_id], key=task_id)
-            if current is not None and current in cells:
-                table.move_cursor(row=rows.index(current), animate=False)
-        self._rows, self._cells = rows, cells
+    @property
+    def task_list(self) -> TaskList:
+        return self.query_one("#task-list", TaskList)
+
+    @property
+    def rows(self) -> list[str]:
+        """The ids of the tasks listed, in order."""
+        return self.task_list.rows
+
+    def _line_of(self, task_id: str) -> Text:
+        task = self.board.tasks[task_id]
+        depth = self.board.depth(task) if self.as_tree else 0
+        return views.task_line(task, self._now, self.size.width, depth)
+
+    def draw_tasks(self, changed: set[str] | None = None) -> None:
+        """The list made again: which tasks match, in which order (the cursor stays on its
+        task). ``changed``: only these tasks' lines are made again (None: every line, for a
+        new view)."""
+        shown = self.board.shown(self.filter, tree=self.as_tree)
+        self.task_list.forget(changed)
+        self.task_list.show([t.id for t in shown])
         total = len(self.board.tasks)
-        label = f"Tasks {len(rows)}" + (f" of {total}" if len(rows) != total else "")
+        label = f"Tasks {len(shown)}" + (f" of {total}" if len(shown) != total else "")
         if self.filter:
             label += " (filtered)"
         self.query_one(TabbedContent).get_tab("tasks").label = label
+
+    def _draw_changes(self) -> None:
+        """Tasks that changed: only their lines again, when each is listed and still matches;
+        the list again when one comes in or drops out."""
+        changed, self._changed = self._changed, set()
+        index = self.task_list.index
+        for task_id in changed:
+            task = self.board.tasks.get(task_id)
+            listed = task_id in index
+            if task is None or listed != self.filter.matches(task) or (listed and self.as_tree):
+                self.draw_tasks(changed)
+                return
+        self.task_list.forget(changed)
 
     def _draw_header(self) -> None:
         where = str(self.root or self.target)
@@ -298,21 +309,21 @@ class ColibriApp(App[None]):
         for name in sorted(self.board.schedules):
             table.add_row(*views.schedule_cells(self.board.schedules[name]))
 
+    def on_resize(self) -> None:
+        self.query_one("#task-columns", Static).update(views.task_columns(self.size.width))
+        self.task_list.forget()
+
     # -- keys -----------------------------------------------------------------------------
 
     def selected_id(self) -> str | None:
-        table = self.query_one("#task-table", DataTable)
-        if not self._rows or table.cursor_row < 0 or table.cursor_row >= len(self._rows):
-            return None
-        return self._rows[table.cursor_row]
+        return self.task_list.selected()
 
     def selected(self) -> Task | None:
         task_id = self.selected_id()
         return self.board.tasks.get(task_id) if task_id else None
 
-    async def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        if event.data_table.id == "task-table" and event.row_key.value:
-            await self.open_task(event.row_key.value)
+    async def on_task_list_selected(self, event: TaskList.Selected) -> None:
+        await self.open_task(event.task_id)
 
     async def open_task(self, task_id: str) -> None:
         task = self.board.tasks.get(task_id)
@@ -332,7 +343,10 @@ class ColibriApp(App[None]):
 
     def action_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab
-        self.query_one(f"#{tab[:-1]}-table", DataTable).focus()
+        if tab == "tasks":
+            self.task_list.focus()
+        else:
+            self.query_one(f"#{tab[:-1]}-table", DataTable).focus()
 
     def action_tree(self) -> None:
         self.as_tree = not self.as_tree
@@ -420,6 +434,12 @@ class ColibriApp(App[None]):
             code = subprocess.call([*command, "attach-session", task.id])
         if code:
             self.notify("attach-session failed (is its agent a tmux one?)", severity="error")
+
+
+def _task_id(event: Any) -> str:
+    """The task an event is about (a ``task`` event carries the task, others its id)."""
+    task = event.task
+    return task if isinstance(task, str) else str(task.id)
 
 
 def _open_descendants(task_id: str, family: list[dict[str, Any]]) -> int:

@@ -181,8 +181,12 @@ class Board:
     def shown(self, spec: Filter, *, tree: bool = False, limit: int | None = None) -> list[Task]:
         """The tasks that match, newest first; with ``tree``, each family under its newest
         root, children after their parent."""
-        matching = [t for t in self.tasks.values() if spec.matches(t)]
-        matching.sort(key=lambda t: t.id, reverse=True)
+        tasks = self.tasks
+        if spec:
+            matching = sorted((t for t in tasks.values() if spec.matches(t)), key=_by_id,
+                              reverse=True)  # fmt: skip
+        else:  # the common case, kept cheap: ids sort as the tasks were created
+            matching = [tasks[task_id] for task_id in sorted(tasks, reverse=True)]
         if tree:
             matching = list(_as_tree(matching))
         return matching if limit is None else matching[:limit]
@@ -199,6 +203,10 @@ class Board:
 
     def now(self) -> datetime:
         return datetime.now(UTC)
+
+
+def _by_id(task: Task) -> str:
+    return task.id
 
 
 def _as_tree(newest_first: list[Task]) -> Iterator[Task]:

@@ -71,13 +71,14 @@ def state_of(task: Task) -> str:
 
 def task_cells(task: Task, now: datetime, indent: int = 0) -> tuple[Text, ...]:
     state = state_of(task)
+    shown_state = state
     if task.state in ("done", "failed", "cancelled"):
-        state += "…"  # ended, its session not yet gone
+        shown_state += "…"  # ended, its session not yet gone
     retry = f" {task.attempts}/{task.max_attempts}" if task.max_attempts > 1 else ""
     cost = f"${task.cost.usd:.4f}" if task.cost is not None and task.cost.usd else ""
     return (
         cell(short_id(task.id), "dim"),
-        cell(state + retry, STATE_STYLES.get(state_of(task), "")),
+        cell(shown_state + retry, STATE_STYLES.get(state, "")),
         cell(age(task.created_at, now)),
         cell(("  " * indent) + ("└ " if indent else "") + short(task.text, 100)),
         cell(task.agent or "-"),
@@ -86,6 +87,33 @@ def task_cells(task: Task, now: datetime, indent: int = 0) -> tuple[Text, ...]:
         cell(task.priority),
         cell(cost),
     )
+
+
+def text_width(screen_width: int) -> int:
+    """The text column takes what the others leave, between 24 and 80 cells; on a narrow
+    terminal the columns after it are cut (the detail screen has everything)."""
+    others = sum(width + 1 for key, width in TASK_WIDTHS.items() if key != "text")
+    return min(80, max(24, screen_width - others - 2))
+
+
+def _line(cells: tuple[Text, ...], screen_width: int) -> Text:
+    line = Text(no_wrap=True, overflow="ellipsis")
+    for (key, _), value in zip(TASK_COLUMNS, cells, strict=True):
+        width = text_width(screen_width) if key == "text" else TASK_WIDTHS[key]
+        value.truncate(width, overflow="ellipsis", pad=True)
+        line.append_text(value)
+        line.append(" ")
+    return line
+
+
+def task_line(task: Task, now: datetime, screen_width: int, indent: int = 0) -> Text:
+    """A task as one line of the task list."""
+    return _line(task_cells(task, now, indent), screen_width)
+
+
+def task_columns(screen_width: int) -> Text:
+    cells = tuple(Text(label, style="bold") for _, label in TASK_COLUMNS)
+    return _line(cells, screen_width)
 
 
 def agent_cells(agent: Agent, board: Board) -> tuple[Text, ...]:
