@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -248,4 +249,16 @@ def describe(task: Task, ledger: list[dict[str, Any]], family: list[dict[str, An
             state = member["outcome"] or member["state"]
             line = f"{'  ' * depth}{short_id(member['id'])}  {state:10} {short(member['text'], 50)}"
             text.append(printable(line) + mark + "\n", STATE_STYLES.get(state, ""))
+    return text
+
+
+def offline_text(root: Path | None, target: str, why: str) -> Text:
+    """The screen shown while no daemon answers: how to start one."""
+    text = Text()
+    text.append("No daemon is answering\n\n", "bold red")
+    text.append(f"at {target}: {why}\n\n")
+    text.append("Start one in another terminal:\n\n", "bold")
+    text.append(f"    colibri --root {root} run\n\n" if root else "    colibri run\n\n")
+    text.append("or try a living demo swarm:  colibri demo\n\n")
+    text.append("This screen connects by itself as soon as the daemon answers.  q quits.", "dim")
     return text
