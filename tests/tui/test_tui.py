@@ -284,3 +284,21 @@ def test_the_main_screens_fit_a_small_and_a_big_terminal(
         await until(pilot, lambda: "pause / resume dispatch" in shown_on(app))
 
     run(scenario, daemon.root, size)
+
+
+def test_a_task_text_cannot_drive_the_terminal(daemon: Daemon) -> None:
+    """Control characters and bidi overrides in what others wrote are shown as escapes."""
+    task = daemon.submit("clear\x1b[2J the screen \u202eesrever", capabilities=["x"])
+
+    async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: "\\x1b[2J the screen \\u202eesrever" in shown_on(app))
+        await pilot.press("c")
+        confirm = await until(pilot, lambda: isinstance(app.screen, Confirm) and app.screen)
+        assert "\x1b" not in confirm.question and "\\x1b" in confirm.question
+        await pilot.press("n")
+        await pilot.press("enter")
+        detail = await until(pilot, lambda: isinstance(app.screen, TaskScreen) and app.screen)
+        assert "\x1b" not in detail.body.plain and "\u202e" not in detail.body.plain
+        assert task["id"] in detail.body.plain
+
+    run(scenario, daemon.root)

@@ -101,7 +101,7 @@ class ColibriApp(LiveBoard):
         if family is None:
             return
         descendants = _open_descendants(task.id, family["tasks"])
-        question = f"Cancel {short_id(task.id)} «{views.short(task.text, 50)}»"
+        question = f"Cancel {short_id(task.id)} «{printable(views.short(task.text, 50))}»"
         if descendants:
             question += f" and its {descendants} open descendant{'s' * (descendants != 1)}"
 

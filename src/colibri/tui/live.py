@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 from colibri.client import AsyncClient, Remote
 from colibri.core.errors import ColibriError
 from colibri.core.model import Task
+from colibri.core.text import printable
 from colibri.tui import views
 from colibri.tui.board import Board, Filter
 from colibri.tui.tasklist import TaskList
@@ -113,8 +114,8 @@ class LiveBoard(App[None]):
                     self._others_dirty |= kind in ("AgentChanged", "BreakerOpened")
                     self._status_due |= kind == "AgentChanged"
                     self._schedules_due |= kind == "ScheduleNoted"
-            except ColibriError as exc:
-                self.board.note(f"the daemon closed the connection: {exc.message}")
+            except (ColibriError, OSError) as exc:
+                self.board.note(f"the connection ended: {getattr(exc, 'message', exc)}")
             finally:
                 self.client = None
                 await client.close()
@@ -166,7 +167,10 @@ class LiveBoard(App[None]):
         try:
             return await self.client.call(cmd, **fields)
         except ColibriError as exc:
-            self.notify(f"{exc.code}: {exc.message}", severity="error", timeout=8)
+            self.notify(printable(f"{exc.code}: {exc.message}"), severity="error", timeout=8)
+            return None
+        except OSError as exc:  # the connection broke under the request
+            self.notify(f"lost the daemon: {exc}", severity="error", timeout=8)
             return None
 
     # -- drawing --------------------------------------------------------------------------
@@ -255,7 +259,8 @@ class LiveBoard(App[None]):
             views.header(self.board, self.board.now(), where, self.size.width)
         )
         notes = self.board.notes
-        self.query_one("#notes", Static).update(Text(notes[-1] if notes else "", no_wrap=True))
+        last = printable(notes[-1]) if notes else ""
+        self.query_one("#notes", Static).update(Text(last, no_wrap=True))
 
     def _draw_banner(self) -> None:
         banner = self.query_one("#banner", Static)
