@@ -8,12 +8,14 @@ for people (coloured on a terminal, by rich), or the event itself as one JSON li
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from colibri.cli.output import print_json_line
 from colibri.core.errors import ColibriError, ConnectionClosed
+from colibri.core.protocol import LEDGER_END
 from colibri.core.text import printable, short_id
 
 if TYPE_CHECKING:
@@ -183,10 +185,16 @@ def follow(
     since: int | None = None,
     stop: Callable[[dict[str, Any]], bool] | None = None,
     subscribed: Callable[[], None] | None = None,
+    subscribe: bool = True,
 ) -> bool:
     """Subscribe, catch up from ledger position ``since`` (rows after it), then print every
     event until the daemon closes the connection (False) or ``stop`` says so (True).
-    ``subscribed`` is called once nothing more can be missed."""
+    ``subscribed`` is called once nothing more can be missed.
+
+    Over TCP a token may not subscribe (``subscribe`` False): the ledger is followed instead
+    (the tasks' transitions and the schedules' skipped fires, as ledger rows)."""
+    if not subscribe:
+        return _follow_the_ledger(client, printer, since, stop)
     buffered: list[dict[str, Any]] = []
     _request(client, buffered, "subscribe", name="attach")
     if subscribed is not None:
@@ -202,14 +210,41 @@ def follow(
                            entry.get("epoch")))  # fmt: skip
                 printer(message)
             after, more = reply["next"], bool(reply.get("more"))
+    return _until_the_end(client, printer, buffered, stop, lambda m: _key(m) not in shown)
+
+
+def _follow_the_ledger(
+    client: Client,
+    printer: Printer,
+    since: int | None,
+    stop: Callable[[dict[str, Any]], bool] | None,
+) -> bool:
+    buffered: list[dict[str, Any]] = []
+    after = LEDGER_END if since is None else since
+    reply = _request(client, buffered, "ledger", after=after, limit=1000, follow=True)
+    while True:
+        for entry in reply["entries"]:
+            printer({"event": "ledger", "entry": entry})
+        after = reply["next"]
+        if not reply.get("more"):
+            break
+        reply = _request(client, buffered, "ledger", after=after, limit=1000)
+    # Rows of the pages' batches come pushed too: only those past the last page are new.
+    return _until_the_end(
+        client, printer, buffered, stop, lambda m: "entry" in m and m["entry"]["seq"] > after
+    )
+
+
+def _until_the_end(
+    client: Client,
+    printer: Printer,
+    buffered: list[dict[str, Any]],
+    stop: Callable[[dict[str, Any]], bool] | None,
+    new: Callable[[dict[str, Any]], bool],
+) -> bool:
     try:
-        for message in buffered:
-            if _key(message) not in shown:
-                printer(message)
-            if stop is not None and stop(message):
-                return True
-        for message in client.events():
-            if not shown or _key(message) not in shown:
+        for message in itertools.chain(buffered, client.events()):
+            if new(message):
                 printer(message)
             if stop is not None and stop(message):
                 return True

@@ -47,17 +47,19 @@ def attach(ctx: Context, since: int | None, as_json: bool) -> None:
 
     Task transitions, agents coming and going, schedule fires, questions, pauses: coloured on
     a terminal; with --json each event as one JSON line (catch-up rows as
-    {"event": "ledger", "entry": …}).
+    {"event": "ledger", "entry": …}). Over --connect (a token may not subscribe) it follows
+    the ledger's rows instead.
     """
     from colibri.cli.stream import Printer, follow
 
     printer = Printer(as_json)
+    # Over TCP a token may not subscribe: there the ledger's rows are what is followed.
+    remote = ctx.remote() is not None
     with ctx.client() as client:
         status = client.call("status")
         daemon = status.get("daemon", {})
-        printer.say(
-            f"attached to the daemon (pid {daemon.get('pid', '?')}), ledger at "
-            f"#{status.get('ledger_seq', '?')}; Ctrl+C detaches"
-        )
-        follow(client, printer, since=since)
+        where = f"pid {daemon['pid']}" if "pid" in daemon else f"version {daemon.get('version')}"
+        seq = f", ledger at #{status['ledger_seq']}" if "ledger_seq" in status else ""
+        printer.say(f"attached to the daemon ({where}){seq}; Ctrl+C detaches")
+        follow(client, printer, since=since, subscribe=not remote)
     printer.say("the daemon stopped; detached")

@@ -121,10 +121,7 @@ class Board:
     def apply(self, event: events.AnyEvent) -> bool:
         """Take one event in; whether the tasks shown may have changed."""
         if isinstance(event, events.TaskChanged):
-            known = self.tasks.get(event.task.id)
-            # A task event older than what ``list`` already answered is not a step back.
-            if known is None or event.task.updated_at >= known.updated_at:
-                self.tasks[event.task.id] = event.task
+            self.put(event.task)
             return True
         if isinstance(event, events.AgentChanged):
             self.agents[event.agent.name] = event.agent
@@ -144,6 +141,13 @@ class Board:
         elif isinstance(event, events.ScheduleNoted):
             self.note(f"schedule {event.schedule} {event.what} ({event.nominal})")
         return False
+
+    def put(self, task: Task) -> None:
+        """A task as the daemon has it now (an older copy than the one known is no step
+        back: an event can trail what ``list`` already answered)."""
+        known = self.tasks.get(task.id)
+        if known is None or task.updated_at >= known.updated_at:
+            self.tasks[task.id] = task
 
     def _set_question(self, task_id: str, question: str | None) -> bool:
         task = self.tasks.get(task_id)

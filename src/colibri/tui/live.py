@@ -9,13 +9,16 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
 from colibri.client import AsyncClient, Remote
+from colibri.core import events
 from colibri.core.errors import ColibriError
-from colibri.core.model import Task
+from colibri.core.model import Agent, LedgerEntry, Task
+from colibri.core.protocol import LEDGER_END
 from colibri.core.text import printable
 from colibri.tui import views
 from colibri.tui.board import Board, Filter
@@ -102,11 +105,16 @@ class LiveBoard(App[None]):
                 await asyncio.sleep(RECONNECT_EVERY)
                 continue
             try:
-                await client.call("subscribe", name="tui")
+                if self.remote:
+                    await client.call("ledger", after=LEDGER_END, limit=1, follow=True)
+                else:
+                    await client.call("subscribe", name="tui")
                 await self._load(client)
                 self.client = client
                 async for event in client.events():
-                    if self.board.apply(event):
+                    if isinstance(event, events.LedgerAppended):
+                        await self._ledger_row(client, event.entry)
+                    elif self.board.apply(event):
                         self._changed.add(_task_id(event))
                     self._header_due = True
                     kind = type(event).__name__
@@ -122,6 +130,25 @@ class LiveBoard(App[None]):
             if self.loaded:
                 self.lost = True
                 self._draw_banner()
+
+    @property
+    def remote(self) -> bool:
+        """Over TCP: a token may not subscribe, so the ledger's rows say which tasks changed,
+        and each is read again (and the agents and the pause with them)."""
+        return isinstance(self.target, Remote)
+
+    async def _ledger_row(self, client: AsyncClient, entry: LedgerEntry) -> None:
+        if entry.task is None:
+            self._schedules_due = True  # a schedule's skipped or missed fire
+            return
+        try:
+            reply = await client.call("get", task=entry.task)
+        except ColibriError:
+            return  # gone (another tenant's, or never ours to see)
+        self.board.put(msgspec.convert(reply["task"], Task))
+        self._changed.add(entry.task)
+        self._header_due = self._status_due = True
+        self._schedules_due |= entry.schedule is not None
 
     async def _load(self, client: AsyncClient) -> None:
         tasks: list[dict[str, Any]] = []
@@ -205,7 +232,12 @@ class LiveBoard(App[None]):
     async def _refresh_status(self) -> None:
         if self.client is not None and (reply := await self.call("status")) is not None:
             self.board.status = reply
+            self.board.paused = bool(reply.get("paused"))
             self._others_dirty = True
+        if self.remote and (agents := await self.call("agents")) is not None:
+            self.board.agents = {
+                a["name"]: msgspec.convert(a, Agent) for a in agents["agents"]
+            }  # fmt: skip
 
     async def _refresh_schedules(self) -> None:
         if self.client is not None:
