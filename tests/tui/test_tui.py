@@ -302,3 +302,27 @@ def test_a_task_text_cannot_drive_the_terminal(daemon: Daemon) -> None:
         assert task["id"] in detail.body.plain
 
     run(scenario, daemon.root)
+
+
+def test_workspaces_show_their_harness(root: Path) -> None:
+    """A workspace's harness, started by the daemon: its agent, pid and restarts."""
+    import json
+
+    (root / "api").mkdir()
+    (root / "colibri.jsonc").write_text(json.dumps({"workspaces": {
+        "api": {"capabilities": ["python"], "session": {"command": ["cat"]}},
+    }}))  # fmt: skip
+    daemon = Daemon(root)
+    daemon.start()
+    try:
+
+        async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+            await pilot.press("2")
+            await until(pilot, lambda: "0 restarts" in shown_on(app), timeout=20)
+            line = next(line for line in shown_on(app).splitlines() if "restarts" in line)
+            assert "api" in line and "pid " in line
+            await until(pilot, lambda: "0/1" in shown_on(app), timeout=20)  # its agent came
+
+        run(scenario, root)
+    finally:
+        daemon.stop()

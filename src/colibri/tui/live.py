@@ -308,6 +308,9 @@ class LiveBoard(App[None]):
         table.clear()
         for agent in sorted(self.board.agents.values(), key=lambda a: (not a.online, a.name)):
             table.add_row(*views.agent_cells(agent, self.board))
+        for harness in self.board.status.get("harnesses", []):
+            if harness.get("workspace") not in self.board.agents:
+                table.add_row(*views.harness_cells(harness))
 
     def _draw_schedules(self) -> None:
         table = self.query_one("#schedule-table", DataTable)

@@ -142,6 +142,20 @@ def agent_cells(agent: Agent, board: Board) -> tuple[Text, ...]:
     )
 
 
+def harness_cells(harness: dict[str, Any]) -> tuple[Text, ...]:
+    """A workspace whose agent is not registered: what ``status`` says of its harness."""
+    degraded = ", degraded" if harness.get("degraded") else ""
+    return (
+        cell(harness.get("workspace"), "bold"),
+        cell("no agent", "red"),
+        cell(harness.get("workspace")),
+        cell("-"),
+        cell("-"),
+        cell(f"pid {harness.get('pid') or '-'}, {harness.get('restarts', 0)} restarts{degraded}"),
+        cell("-"),
+    )
+
+
 def in_zone(instant: str | None, zone: str | None) -> str:
     """An instant as a wall clock of the schedule's own time zone."""
     when = parse_instant(instant)
