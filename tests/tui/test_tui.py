@@ -60,6 +60,11 @@ def shown_on(app: ColibriApp) -> str:
     return "\n".join("".join(lines[n]) for n in sorted(lines))
 
 
+def notes(app: ColibriApp) -> str:
+    """The notifications shown (toasts wrap their text across lines of the screen)."""
+    return "\n".join(str(n.message) for n in app._notifications)
+
+
 def row_texts(app: ColibriApp) -> list[str]:
     return [app.board.tasks[task_id].text for task_id in app.rows]
 
@@ -326,3 +331,27 @@ def test_workspaces_show_their_harness(root: Path) -> None:
         run(scenario, root)
     finally:
         daemon.stop()
+
+
+def test_attach_needs_a_running_task_and_a_terminal(daemon: Daemon) -> None:
+    agent = FakeAgent(daemon, "term-1", ["interactive"])
+    try:
+        waiting = daemon.submit("nobody takes this", capabilities=["nobody-has-this"])
+        running = daemon.submit("runs now", capabilities=["interactive"])
+        agent.next_assign()
+
+        async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+            await until(pilot, lambda: app.board.tasks.get(running["id"]) is not None
+                        and app.board.tasks[running["id"]].state == "running")  # fmt: skip
+            app.set_filter("nobody")
+            assert app.selected_id() == waiting["id"]
+            await pilot.press("t")
+            await until(pilot, lambda: "put the cursor on a running task" in notes(app))
+            app.set_filter("runs now")
+            await pilot.press("t")  # headless: no terminal to hand over to tmux
+            await until(pilot, lambda: "cannot hand itself over to tmux" in notes(app))
+            assert app.is_running
+
+        run(scenario, daemon.root)
+    finally:
+        agent.close()

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from typing import Any, ClassVar
 
+from textual.app import SuspendNotSupported
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, TabbedContent
 
@@ -141,11 +142,17 @@ class ColibriApp(LiveBoard):
         if task is None or task.state != "running":
             self.notify("attach: put the cursor on a running task", severity="warning")
             return
-        command = [sys.executable, "-m", "colibri"]
-        if self.root is not None:
-            command += ["--root", str(self.root)]
-        with self.suspend():
-            code = subprocess.call([*command, "attach-session", task.id])
+        if self.root is None:
+            self.notify("attach works on the daemon's host: its tmux sessions are there",
+                        severity="warning")  # fmt: skip
+            return
+        command = [sys.executable, "-m", "colibri", "--root", str(self.root)]
+        try:
+            with self.suspend():
+                code = subprocess.call([*command, "attach-session", task.id])
+        except SuspendNotSupported:
+            self.notify("this terminal cannot hand itself over to tmux", severity="error")
+            return
         if code:
             self.notify("attach-session failed (is its agent a tmux one?)", severity="error")
 
