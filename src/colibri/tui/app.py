@@ -72,7 +72,7 @@ class ColibriApp(LiveBoard):
 
     def set_filter(self, spec: str) -> None:
         self.filter = Filter.parse(spec)
-        self.sub_title = f"filter: {spec}" if self.filter else ""
+        self._filter_spec = " ".join(spec.split())
         self.draw_tasks()
 
     def action_filter(self) -> None:

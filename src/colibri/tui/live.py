@@ -43,7 +43,9 @@ class LiveBoard(App[None]):
     #notes { height: 1; color: $text-muted; }
     .offline #offline { display: block; }
     .offline #tabs { display: none; }
+    #tabs { height: 1fr; }
     DataTable, TaskList { height: 1fr; }
+    TaskList { overflow-x: hidden; }
     #task-columns { height: 1; }
     """
 
@@ -66,6 +68,8 @@ class LiveBoard(App[None]):
         self._schedules_due = False
         #: Tasks changed since the list was last drawn.
         self._changed: set[str] = set()
+        self._listed = ""
+        self._filter_spec = ""
         self._now = self.board.now()
 
     def compose(self) -> ComposeResult:
@@ -267,10 +271,11 @@ class LiveBoard(App[None]):
         self.task_list.forget(changed)
         self.task_list.show([t.id for t in shown])
         total = len(self.board.tasks)
-        label = f"Tasks {len(shown)}" + (f" of {total}" if len(shown) != total else "")
+        # On the status line, not the tab: a tab whose label changes keeps its old underline.
+        self._listed = f"{len(shown)} of {total} tasks" if self.filter else f"{total} tasks"
         if self.filter:
-            label += " (filtered)"
-        self.query_one(TabbedContent).get_tab("tasks").label = label
+            self._listed += f" (filter: {self._filter_spec})"
+        self._draw_notes()
 
     def _draw_changes(self) -> None:
         """Tasks that changed: only their lines again, when each is listed and still matches;
@@ -290,9 +295,14 @@ class LiveBoard(App[None]):
         self.query_one("#header", Static).update(
             views.header(self.board, self.board.now(), where, self.size.width)
         )
-        notes = self.board.notes
-        last = printable(notes[-1]) if notes else ""
-        self.query_one("#notes", Static).update(Text(last, no_wrap=True))
+        self._draw_notes()
+
+    def _draw_notes(self) -> None:
+        """The status line: how many tasks are listed, and the last thing worth a note."""
+        line = Text(printable(self._listed), style="bold", no_wrap=True, overflow="ellipsis")
+        if self.board.notes:
+            line.append("  │ " + printable(self.board.notes[-1]), style="")
+        self.query_one("#notes", Static).update(line)
 
     def _draw_banner(self) -> None:
         banner = self.query_one("#banner", Static)
