@@ -6,12 +6,15 @@ afresh (what happened meanwhile is then on it). The keys that steer the swarm ar
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
 from rich.text import Text
 from textual.app import App, ComposeResult
+from textual.css.query import NoMatches
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
 from colibri.client import AsyncClient, Remote
@@ -26,9 +29,12 @@ from colibri.tui.tasklist import TaskList
 
 #: A page of the first load.
 PAGE = 10_000
-#: How often the shown rows catch up with the events (and the ages with the clock).
-REDRAW_EVERY = 0.1
+#: How often the shown rows catch up with the events (and the ages with the clock). A frame
+#: of a big terminal costs Textual tens of milliseconds: four a second leave room for keys,
+#: which redraw at once.
+REDRAW_EVERY = 0.25
 CLOCK_EVERY = 5.0
+HEADER_EVERY = 0.5
 RECONNECT_EVERY = 0.5
 
 
@@ -64,11 +70,14 @@ class LiveBoard(App[None]):
         self._dirty = False
         self._others_dirty = False
         self._header_due = False
+        self._header_at = 0.0
         self._status_due = False
         self._schedules_due = False
         #: Tasks changed since the list was last drawn.
         self._changed: set[str] = set()
         self._listed = ""
+        self._drawn: dict[str, Text] = {}
+        self._banner_state: tuple[bool, bool] | None = None
         self._filter_spec = ""
         self._now = self.board.now()
 
@@ -207,6 +216,12 @@ class LiveBoard(App[None]):
     # -- drawing --------------------------------------------------------------------------
 
     def _catch_up(self) -> None:
+        try:
+            self._draw_what_changed()
+        except NoMatches:  # a last tick while the app closes: its widgets are gone
+            pass
+
+    def _draw_what_changed(self) -> None:
         if self._status_due and self.client is not None:
             self._status_due = False
             self.run_worker(self._refresh_status(), group="status")
@@ -219,8 +234,11 @@ class LiveBoard(App[None]):
             self.draw_tasks()
         elif self._changed:
             self._draw_changes()
-        if self._header_due or self._others_dirty:
+        # The header counts every task: under a stream of events, twice a second is enough.
+        header_ready = time.monotonic() - self._header_at >= HEADER_EVERY
+        if (self._header_due and header_ready) or self._others_dirty:
             self._header_due = False
+            self._header_at = time.monotonic()
             self._draw_header()
             self._draw_banner()
         if self._others_dirty:
@@ -230,7 +248,8 @@ class LiveBoard(App[None]):
 
     def _tick(self) -> None:
         self._now = self.board.now()
-        self.task_list.forget()  # the ages
+        with contextlib.suppress(NoMatches):  # (closing)
+            self.task_list.forget()  # the ages
         self._others_dirty = True
 
     async def _refresh_status(self) -> None:
@@ -292,9 +311,8 @@ class LiveBoard(App[None]):
 
     def _draw_header(self) -> None:
         where = str(self.root or self.target)
-        self.query_one("#header", Static).update(
-            views.header(self.board, self.board.now(), where, self.size.width)
-        )
+        header = views.header(self.board, self.board.now(), where, self.size.width)
+        self._put("#header", header)
         self._draw_notes()
 
     def _draw_notes(self) -> None:
@@ -302,9 +320,20 @@ class LiveBoard(App[None]):
         line = Text(printable(self._listed), style="bold", no_wrap=True, overflow="ellipsis")
         if self.board.notes:
             line.append("  │ " + printable(self.board.notes[-1]), style="")
-        self.query_one("#notes", Static).update(line)
+        self._put("#notes", line)
+
+    def _put(self, line: str, text: Text) -> None:
+        """A one-line widget's new text, drawn only when it changed and without a new layout
+        (its size stays): under a stream of events this runs ten times a second."""
+        if self._drawn.get(line) != text:
+            self._drawn[line] = text
+            self.query_one(line, Static).update(text, layout=False)
 
     def _draw_banner(self) -> None:
+        state = (self.lost, self.board.paused)
+        if state == self._banner_state:
+            return
+        self._banner_state = state
         banner = self.query_one("#banner", Static)
         banner.set_class(self.lost, "lost")
         banner.set_class(self.board.paused and not self.lost, "paused")

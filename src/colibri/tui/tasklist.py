@@ -93,9 +93,14 @@ class TaskList(ScrollView, can_focus=True):
     # -- moving -----------------------------------------------------------------------------
 
     def move_to(self, row: int) -> None:
+        before, top = self.cursor, int(self.scroll_offset.y)
         self.cursor = max(0, min(row, len(self.rows) - 1))
         self._keep_cursor_in_view()
-        self.refresh()
+        if int(self.scroll_offset.y) == top:  # only the two rows the cursor left and reached
+            self.refresh_lines(before - top)
+            self.refresh_lines(self.cursor - top)
+        else:
+            self.refresh()
 
     def action_move(self, by: int) -> None:
         self.move_to(self.cursor + by)
