@@ -283,3 +283,30 @@ def test_the_mcp_sdk_loads_only_with_colibri_mcp() -> None:
     server = [i for i in everything if within(i.module, "colibri.cli.mcp_server")]
     assert server and all(not i.top_level for i in server), [str(i) for i in server]
     assert {(i.file, i.function) for i in server} == {("colibri/cli/supervise.py", "mcp")}
+
+
+def test_the_tui_meets_the_daemon_as_a_client() -> None:
+    """colibri.tui imports colibri.client and colibri.core (and itself) of colibri: never the
+    daemon, the store, the CLI or the agent side."""
+    tui = imports_of("colibri.tui")
+    assert any(within(i.module, "colibri.client") for i in tui)
+    bad = [
+        str(i)
+        for i in tui
+        if top(i.module) == "colibri"
+        and not within(i.module, "colibri.client", "colibri.core", "colibri.tui")
+    ]
+    assert bad == []
+
+
+def test_the_cli_loads_textual_only_inside_the_commands_that_show_it() -> None:
+    """``colibri --help`` and the quick commands never pay for Textual or the TUI."""
+    bad = [
+        str(i)
+        for i in imports_of("colibri.cli")
+        if i.top_level and (top(i.module) == "textual" or within(i.module, "colibri.tui"))
+    ]
+    assert bad == []
+    assert any(
+        within(i.module, "colibri.tui") and not i.top_level for i in imports_of("colibri.cli")
+    )

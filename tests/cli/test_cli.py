@@ -41,6 +41,8 @@ COMMANDS = [
     "token",
     "hive",
     "store",
+    "tui",
+    "attach",
 ]
 
 
@@ -551,11 +553,19 @@ def test_demo_runs_to_the_end(scratch: Path) -> None:
     assert submitted, out
     transitions = [line for line in out.splitlines() if "→" in line]
     closed = [line for line in transitions if line.split("→")[1].split()[0] == "closed"]
-    # Every demo task ends closed: done, failed (one is meant to) or cancelled (a family).
-    assert len(closed) == int(submitted[1]) >= 3, out
+    # Every demo task ends closed: done, failed (one is meant to) or cancelled (a family); and
+    # one more than submitted: the child the api workspace handed on to web.
+    assert len(closed) == int(submitted[1]) + 1 >= 3, out
+    assert any("new → pending" in line and "update the web client for" in line
+               for line in transitions)  # fmt: skip
     assert any("running → done" in line for line in transitions)
     assert any("running → failed" in line and "exit 3" in line for line in transitions)
+    assert any("running → pending" in line and "retry 2/2" in line for line in transitions)
     assert any("pending → cancelled" in line for line in transitions)
+    # Texts longer than 40 characters are shown whole, and one slot is one slot.
+    assert "snapshot pools (zfs + linux: best partial fit)" in out
+    assert "1 slots" not in out and "bsd-1" in out
+    assert "nothing of it keeps running" in out.splitlines()[-1]
     # The demo stopped its daemon on the way out.
     line = error_line(colibri("status", root=target))
     assert "no daemon is running" in line

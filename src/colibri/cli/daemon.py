@@ -220,10 +220,13 @@ def stop(ctx: Context, timeout: float) -> None:
     type=click.Path(file_okay=False, path_type=Path),
 )
 @click.option(
-    "--exit-when-done", is_flag=True, help="Stop the demo fleet once the demo tasks have ended."
+    "--exit-when-done",
+    is_flag=True,
+    help="Submit one round of work, follow it until every task has ended, then stop.",
 )
 def demo(directory: Path, exit_when_done: bool) -> None:
-    """Run a daemon with a small demo fleet in DIRECTORY, and watch tasks flow."""
+    """A living demo swarm in DIRECTORY: a daemon, three agents, two workspaces, and tasks
+    arriving until you quit (in the TUI on a terminal, else as lines). Quitting stops them."""
     from colibri.cli.demo import run_demo
 
     raise SystemExit(run_demo(directory.resolve(), exit_when_done=exit_when_done))

@@ -1,27 +1,56 @@
-"""``colibri demo``: a daemon, three agents and a few tasks, so a newcomer sees the board work."""
+"""``colibri demo``: a living swarm, so a newcomer sees the board work.
+
+A daemon, three agents and two workspaces (``api`` hands work on to ``web``) on a fresh root;
+tasks keep arriving at a gentle pace for as long as the demo runs — plain ones, a family, one
+that fails and is retried, one that fails for good, a hand-off — and a schedule fires every few
+seconds. It is shown in the TUI when the terminal allows (stdout a terminal, Textual
+importable), else as the lines of ``colibri attach``. Tasks submitted from another terminal
+show up too. ``--exit-when-done`` submits one round, follows it to the end and stops.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
+import json
+import random
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from colibri.client import Client, socket_path
 from colibri.config import init_root
-from colibri.core.errors import DaemonNotRunning
+from colibri.core.errors import ColibriError, DaemonNotRunning
 
+#: Each session: a moment's work, then its output with what it cost (as Claude Code's JSON
+#: result, which the harness reads). "fail" fails; "flaky" fails its first attempt; in the
+#: api workspace, "hand off" hands a child task on to the web workspace.
 WORKER = """\
-import sys, time, random
+import json, os, random, subprocess, sys, time
 text = sys.stdin.read().strip()
-time.sleep(random.uniform(0.2, 0.8))
-if "fail" in text:
+spent = random.uniform(0.8, 3.0)
+time.sleep(spent)
+task = os.environ.get("COLIBRI_TASK_ID", "")
+if "fails for good" in text:
     print("this task was meant to fail", file=sys.stderr)
     sys.exit(3)
-print(f"done: {text}")
+marker = os.path.join(os.environ.get("COLIBRI_ROOT", "."), ".demo-tried-" + task)
+if "flaky" in text and not os.path.exists(marker):
+    open(marker, "w").close()
+    print("flaky: the first attempt fails; the retry will pass", file=sys.stderr)
+    sys.exit(3)
+if "hand off" in text and os.environ.get("COLIBRI_WORKSPACE") == "api":
+    subprocess.run([sys.executable, "-m", "colibri", "submit", "--to", "web",
+                    "update the web client for: " + text], check=True, stdout=subprocess.DEVNULL)
+tokens_in, tokens_out = random.randint(800, 4000), random.randint(100, 900)
+print(json.dumps({"result": f"finished in {spent:.1f}s", "total_cost_usd": round(tokens_in * 3e-6
+                  + tokens_out * 15e-6, 4), "usage": {"input_tokens": tokens_in,
+                  "output_tokens": tokens_out}, "model": "demo-model"}))
 """
 
 FLEET = [
@@ -30,15 +59,34 @@ FLEET = [
     ("docs-1", ["docs"], 1),
 ]
 
-TASKS: list[dict[str, Any]] = [
+#: One round of the demo's work, in the order it arrives.
+ROUND: list[dict[str, Any]] = [
     {"text": "upgrade zfs on the build hosts", "capabilities": ["freebsd", "zfs"]},
     {"text": "run the python test suite", "capabilities": ["python"], "priority": 5},
-    {"text": "write release notes", "capabilities": ["docs"]},
+    {"family": "prepare the release", "children": ["write release notes", "tag the release"]},
     {"text": "rebuild the linux kernel module", "capabilities": ["linux"]},
+    {"text": "a flaky integration test", "capabilities": ["python"], "max_attempts": 2},
+    {"text": "api: add a /health endpoint, then hand off the client change", "workspace": "api"},
     {"text": "check disk space anywhere", "capabilities": []},
+    {"text": "a task that fails for good", "capabilities": ["python"]},
     {"text": "snapshot pools (zfs + linux: best partial fit)", "capabilities": ["zfs", "linux"]},
-    {"text": "a task that will fail", "capabilities": ["python"]},
 ]
+#: Seconds between two arrivals, and the schedule's period.
+PACE = (1.5, 3.5)
+SCHEDULE_EVERY = "8s"
+
+
+def write_config(root: Path, worker: Path) -> None:
+    session = {"command": [sys.executable, str(worker)]}
+    config = {
+        "workspaces": {
+            "api": {"capabilities": ["api"], "send_to": ["web"], "session": session},
+            "web": {"capabilities": ["web"], "session": session},
+        }
+    }
+    (root / "colibri.jsonc").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    for name in ("api", "web"):
+        (root / name).mkdir(exist_ok=True)
 
 
 def _wait_for_daemon(root: Path, process: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
@@ -54,100 +102,181 @@ def _wait_for_daemon(root: Path, process: subprocess.Popen[bytes], timeout: floa
     raise SystemExit("colibri: the demo daemon did not start in time")
 
 
+class Feeder(threading.Thread):
+    """Keeps the swarm busy: a round of work after another, a task every few seconds, until
+    the demo stops."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(name="demo-feeder", daemon=True)
+        self.root = root
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        with contextlib.suppress(ColibriError, OSError), Client.for_root(self.root) as client:
+            for round_no in itertools.count(1):
+                for _ in submit_round(client, round_no):
+                    if self.stopping.wait(random.uniform(*PACE)):
+                        return
+
+
+def submit_round(client: Client, round_no: int) -> Iterator[str]:
+    """Submit one round of work, yielding after each arrival (a family arrives at once) the
+    id of the task submitted."""
+    tag = f" (round {round_no})" if round_no > 1 else ""
+    for spec in ROUND:
+        if "family" in spec:
+            parent = client.call("submit", text=spec["family"] + tag, capabilities=["docs"])
+            for child in spec["children"]:
+                task = client.call("submit", text=child + tag, capabilities=["docs"],
+                                   parent=parent["task"]["id"])  # fmt: skip
+            yield task["task"]["id"]
+        else:
+            yield client.call("submit", **{**spec, "text": spec["text"] + tag})["task"]["id"]
+
+
+def start_fleet(
+    root: Path, base: list[str], worker: Path, log: IO[bytes]
+) -> list[subprocess.Popen[bytes]]:
+    processes = []
+    for name, caps, slots in FLEET:
+        cmd = [*base, "agent", "--name", name, "--slots", str(slots), "--log-level", "warning"]
+        for cap in caps:
+            cmd += ["--cap", cap]
+        processes.append(
+            subprocess.Popen(
+                [*cmd, "--", sys.executable, str(worker)],
+                cwd=root,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )  # fmt: skip
+        )
+    return processes
+
+
+def can_show_tui() -> bool:
+    """Whether the demo can show the TUI: a terminal on both ends, and Textual installed."""
+    if not (sys.stdout.isatty() and sys.stdin.isatty()):
+        return False
+    try:
+        import textual  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def run_demo(root: Path, *, exit_when_done: bool) -> int:
     init_root(root, force=True)
     worker = root / "demo_worker.py"
     worker.write_text(WORKER, encoding="utf-8")
+    write_config(root, worker)
     base = [sys.executable, "-m", "colibri", "--root", str(root)]
+    log_path = root / "demo.log"
+    print(f"demo root: {root} (the daemon's and agents' own messages go to {log_path})")
     processes: list[subprocess.Popen[bytes]] = []
-    print(f"demo root: {root}")
-    daemon = subprocess.Popen([*base, "run", "--log-level", "warning"])
-    processes.append(daemon)
-    try:
-        _wait_for_daemon(root, daemon)
-        print(f"daemon running (pid {daemon.pid}) on {socket_path(root)}")
-        for name, caps, slots in FLEET:
-            cmd = [*base, "agent", "--name", name, "--slots", str(slots), "--log-level", "warning"]
-            for cap in caps:
-                cmd += ["--cap", cap]
-            processes.append(subprocess.Popen([*cmd, "--", sys.executable, str(worker)], cwd=root))
-            print(f"agent {name:8} capabilities {', '.join(caps)} ({slots} slots)")
-        with Client.for_root(root) as client:
-            start = client.call("status")["ledger_seq"]
-            ids: dict[str, str] = {}
-            for spec in TASKS:
-                task = client.call("submit", **spec)["task"]
-                ids[task["id"]] = task["text"]
-            parent = client.call(
-                "submit",
-                text="a family: parent of two children",
-                capabilities=["docs"],
-                priority=-1,
-            )["task"]
-            ids[parent["id"]] = parent["text"]
-            for n in (1, 2):
-                child = client.call(
-                    "submit",
-                    text=f"child {n} of the family",
-                    capabilities=["docs"],
-                    parent=parent["id"],
-                    priority=-1,
-                )["task"]
-                ids[child["id"]] = child["text"]
-            print(f"submitted {len(ids)} tasks, then cancelled a family (a parent, two children)\n")
-            client.call("cancel", task=parent["id"], reason="demo: cancel a whole family")
-            _follow(client, ids, start)
-        exe = Path(sys.executable).parent / "colibri"
-        colibri = str(exe) if exe.exists() else "colibri"
-        print(
-            "\nThe daemon and its agents keep running. In another terminal try:\n"
-            f"  export COLIBRI_ROOT={root}\n"
-            f"  {colibri} submit 'hello from me' --cap python --wait\n"
-            f"  {colibri} list\n  {colibri} agents\n  {colibri} ledger --follow\n"
+    with open(log_path, "ab") as log:
+        processes.append(
+            subprocess.Popen(
+                [*base, "run", "--log-level", "warning"],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )  # fmt: skip
         )
-        if exit_when_done:
+        try:
+            _wait_for_daemon(root, processes[0])
+            print(f"daemon running (pid {processes[0].pid}) on {socket_path(root)}")
+            processes += start_fleet(root, base, worker, log)
+            for (name, caps, slots), process in zip(FLEET, processes[1:], strict=True):
+                plural = "slot" if slots == 1 else "slots"
+                print(f"agent {name:8} (pid {process.pid}) {', '.join(caps)}; {slots} {plural}")
+            print("workspaces api and web (api hands work on to web): the daemon runs them")
+            if exit_when_done:
+                _one_round(root)
+            else:
+                with contextlib.suppress(KeyboardInterrupt):
+                    _live(root, processes)
             return 0
-        print("Press Ctrl+C to stop the demo.")
-        with contextlib.suppress(KeyboardInterrupt):
-            daemon.wait()
-        return 0
+        finally:
+            _stop_all(processes)
+            print(
+                f"stopped the demo's daemon and its {len(processes) - 1} agents (the workspace "
+                f"harnesses with it); nothing of it keeps running. The board stays in {root}."
+            )
+
+
+def _one_round(root: Path) -> None:
+    """Submit one round at once, and a family cancelled at once; follow until every task on
+    the board has ended."""
+    from colibri.cli.stream import Printer, follow
+
+    def submit_everything() -> None:
+        with Client.for_root(root) as client:
+            arrivals = len(list(submit_round(client, 1)))
+            parent = client.call("submit", text="a family cancelled at once",
+                                 capabilities=["docs"], priority=-1)["task"]  # fmt: skip
+            for n in (1, 2):
+                client.call("submit", text=f"child {n} of the cancelled family",
+                            capabilities=["docs"], parent=parent["id"], priority=-1)  # fmt: skip
+            client.call("cancel", task=parent["id"], reason="demo: cancel a whole family")
+        total = sum(1 + len(s.get("children", [])) for s in ROUND) + 3
+        print(f"submitted {total} tasks in {arrivals + 1} arrivals, then cancelled a family\n")
+
+    with Client.for_root(root) as client, Client.for_root(root) as asking:
+
+        def all_ended(message: dict[str, Any]) -> bool:
+            if message.get("event") != "task" or message["to"] != "closed":
+                return False
+            tasks = asking.call("status")["tasks"]
+            return all(tasks[state] == 0 for state in ("pending", "running", "done", "failed",
+                                                        "cancelled"))  # fmt: skip
+
+        follow(client, Printer(as_json=False), stop=all_ended, subscribed=submit_everything)
+
+
+def _live(root: Path, processes: list[subprocess.Popen[bytes]]) -> None:
+    """Tasks arriving for as long as the demo runs, in the TUI or as lines."""
+    with Client.for_root(root) as client:
+        client.call("schedule-add", name="mirror-check", replace=True,
+                    schedule={"every": SCHEDULE_EVERY,
+                              "task": {"text": "check the package mirrors"}})  # fmt: skip
+    exe = Path(sys.executable).parent / "colibri"
+    colibri = str(exe) if exe.exists() else "colibri"
+    pids = ", ".join(str(p.pid) for p in processes)
+    show_tui = can_show_tui()
+    print(
+        f"\nThe daemon and its agents (pids {pids}) keep running while the demo does; quitting "
+        f"the demo ({'q' if show_tui else 'Ctrl+C'}) stops them. Meanwhile, in another "
+        f"terminal:\n  export COLIBRI_ROOT={root}\n"
+        f"  {colibri} submit 'hello from me' --cap python --wait\n"
+        f"  {colibri} tui      (or: {colibri} attach, {colibri} list, {colibri} agents)\n",
+        flush=True,
+    )
+    feeder = Feeder(root)
+    try:
+        if show_tui:
+            from colibri.tui.app import ColibriApp
+
+            feeder.start()
+            ColibriApp(socket_path(root), root=root).run()
+        else:
+            from colibri.cli.stream import Printer, follow
+
+            with Client.for_root(root) as client:
+                follow(client, Printer(as_json=False), subscribed=feeder.start)
     finally:
-        for process in reversed(processes):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in processes:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=10)
-            if process.poll() is None:
-                process.kill()
+        feeder.stopping.set()
+        if feeder.is_alive():
+            feeder.join(timeout=5)
 
 
-def _follow(client: Client, ids: dict[str, str], after: int) -> None:
-    """Print each transition of the demo tasks until every one is closed."""
-    reply = client.call("ledger", after=after, follow=True)
-    open_ids = set(ids)
-    entries = list(reply["entries"])
-
-    def show(entry: dict[str, Any]) -> None:
-        if entry.get("task") not in ids:
-            return
-        arrow = f"{entry.get('from_state') or 'new':>9} → {entry['to_state']:<9}"
-        agent = (
-            f" on {entry['agent']}" if entry.get("agent") and entry["to_state"] == "running" else ""
-        )
-        reason = entry.get("reason") or ""
-        if "family of" in reason:
-            reason = reason.split(" (family of")[0] + " (family)"
-        print(f"  {ids[entry['task']][:40]:40} {arrow}{agent:12} {reason}"[:120], flush=True)
-        if entry["to_state"] == "closed":
-            open_ids.discard(entry["task"])
-
-    for entry in entries:
-        show(entry)
-    if not open_ids:
-        return
-    for event in client.events():
-        if event["event"] == "ledger":
-            show(event["entry"])
-            if not open_ids:
-                return
+def _stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in reversed(processes):
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    for process in processes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=10)
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -281,7 +281,7 @@ def cli(
     Try:     colibri init --starter try && cd try && colibri run
     Agents:  colibri agent --name build-1 --cap python -- ./run-task.sh
     Work:    colibri submit "upgrade zfs" --cap freebsd --cap zfs --wait
-    Watch:   colibri list, colibri agents, colibri ledger --follow
+    Watch:   colibri tui, colibri attach, colibri list, colibri ledger --follow
     """
     ctx.obj = Context(root, connect, token, tls_ca, insecure_loopback)
 
@@ -338,6 +338,7 @@ def main() -> None:
         tasks,
         tls,
         tokens,
+        watch,
         workspaces,
     )
 

@@ -14,36 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+# (here too, as the CLI's modules have always found it)
+from colibri.core.text import printable as printable
+
 if TYPE_CHECKING:
     from rich.text import Text
-
-# C0 controls, DEL, C1 controls (U+009B is a one-character CSI for some terminals), and the
-# bidi embeddings, overrides and isolates, which reorder the text that follows them on screen.
-_LINE_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-# The same, less newline and tab: a block of several lines keeps its layout.
-_BLOCK_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-_NAMED = {"\t": " ", "\n": "\\n", "\r": "\\r"}
-
-
-def _visible(match: re.Match[str]) -> str:
-    char = match.group()
-    named = _NAMED.get(char)
-    if named is not None:
-        return named
-    code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def printable(text: str, *, newlines: bool = False) -> str:
-    """``text`` made safe for a terminal: each control character is written as a visible
-    escape (ESC as ``\\x1b``, BEL as ``\\x07``, U+202E as ``\\u202e``, a newline as ``\\n``),
-    and a tab becomes a space, so the result is one line. With ``newlines``, newlines and tabs
-    are kept, for text laid out over several lines (a task's text or output). Backslashes are
-    left as they are."""
-    unsafe = _BLOCK_UNSAFE if newlines else _LINE_UNSAFE
-    if unsafe.search(text) is None:
-        return text
-    return unsafe.sub(_visible, text)
 
 
 def print_line(text: str, *, flush: bool = False) -> None:

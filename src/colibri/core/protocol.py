@@ -33,6 +33,8 @@ from colibri.core.schedules import ScheduleSpec
 #: Every integer that enters here has an upper bound that SQLite's 64-bit integers, sums over
 #: many rows, JSON and time arithmetic downstream can hold; every float is bounded too.
 SqlInt = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+#: The ledger position past every row there will be: following from it, only new rows come.
+LEDGER_END = 2**63 - 1
 #: Echoed as it came; a string id is bounded by the line limit alone.
 RequestId = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)] | str | None
 Epoch = Annotated[int, msgspec.Meta(ge=0, le=MAX_EPOCH)]

@@ -1,0 +1,65 @@
+"""Watching the swarm live: ``colibri tui`` (Textual) and ``colibri attach`` (lines)."""
+
+from __future__ import annotations
+
+import click
+
+from colibri.cli.main import Context, cli, json_option, pass_ctx
+
+
+@cli.command()
+@pass_ctx
+def tui(ctx: Context) -> None:
+    """The board live in the terminal: tasks, agents, schedules; cancel, pause, answer, submit.
+
+    Press ? inside for the keys. It keeps going when the daemon restarts, and waits for one
+    when none runs.
+    """
+    import sys
+
+    from colibri.client import socket_path
+
+    if not sys.stdout.isatty() or not sys.stdin.isatty():
+        raise click.UsageError(
+            "colibri tui needs a terminal; for a stream of lines use: colibri attach"
+        )
+    from colibri.tui.app import ColibriApp
+
+    remote = ctx.remote()
+    if remote is not None:
+        ColibriApp(remote).run()
+    else:
+        root = ctx.root()
+        ColibriApp(socket_path(root), root=root).run()
+
+
+@cli.command()
+@click.option(
+    "--since",
+    type=click.IntRange(min=0, max=2**63 - 1),
+    metavar="SEQ",
+    help="First show the ledger rows after this position (0: all of it), then follow.",
+)
+@json_option
+@pass_ctx
+def attach(ctx: Context, since: int | None, as_json: bool) -> None:
+    """Follow what the daemon does, one line per event, until it stops (exit 0).
+
+    Task transitions, agents coming and going, schedule fires, questions, pauses: coloured on
+    a terminal; with --json each event as one JSON line (catch-up rows as
+    {"event": "ledger", "entry": …}). Over --connect (a token may not subscribe) it follows
+    the ledger's rows instead.
+    """
+    from colibri.cli.stream import Printer, follow
+
+    printer = Printer(as_json)
+    # Over TCP a token may not subscribe: there the ledger's rows are what is followed.
+    remote = ctx.remote() is not None
+    with ctx.client() as client:
+        status = client.call("status")
+        daemon = status.get("daemon", {})
+        where = f"pid {daemon['pid']}" if "pid" in daemon else f"version {daemon.get('version')}"
+        seq = f", ledger at #{status['ledger_seq']}" if "ledger_seq" in status else ""
+        printer.say(f"attached to the daemon ({where}){seq}; Ctrl+C detaches")
+        follow(client, printer, since=since, subscribe=not remote)
+    printer.say("the daemon stopped; detached")

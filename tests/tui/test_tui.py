@@ -1,0 +1,357 @@
+"""``colibri tui`` driven by Textual's own harness (``App.run_test`` and its Pilot) against a
+real daemon process: what it shows comes from the daemon's events, and what its keys do is
+checked on the daemon's board."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import re
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Static
+
+from colibri.client import socket_path
+from colibri.tui.app import ColibriApp
+from colibri.tui.screens import Confirm, TaskScreen
+from tests.helpers import Daemon, FakeAgent
+
+SIZE = (140, 40)
+
+
+def run(scenario: Callable[[ColibriApp, Pilot[None]], Awaitable[None]], root: Path,
+        size: tuple[int, int] = SIZE) -> None:  # fmt: skip
+    async def main() -> None:
+        app = ColibriApp(socket_path(root), root=root)
+        async with app.run_test(size=size) as pilot:
+            await scenario(app, pilot)
+
+    asyncio.run(main())
+
+
+async def until(pilot: Pilot[None], predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await pilot.pause(0.05)
+
+
+def text_of(app: ColibriApp, selector: str) -> str:
+    return str(app.query_one(selector, Static).render())
+
+
+def shown_on(app: ColibriApp) -> str:
+    """What the terminal shows, as text: the lines of Textual's SVG screenshot."""
+    lines: dict[int, list[str]] = {}
+    svg = app.export_screenshot()
+    for line, fragment in re.findall(
+        r'clip-path="url\(#terminal-\d+-line-(\d+)\)">(.*?)</text>', svg
+    ):
+        lines.setdefault(int(line), []).append(html.unescape(fragment).replace("\xa0", " "))
+    return "\n".join("".join(lines[n]) for n in sorted(lines))
+
+
+def notes(app: ColibriApp) -> str:
+    """The notifications shown (toasts wrap their text across lines of the screen)."""
+    return "\n".join(str(n.message) for n in app._notifications)
+
+
+def row_texts(app: ColibriApp) -> list[str]:
+    return [app.board.tasks[task_id].text for task_id in app.rows]
+
+
+def test_tasks_appear_as_they_are_submitted(daemon: Daemon) -> None:
+    before = daemon.submit("already on the board", capabilities=["nobody-has-this"])
+
+    async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: before["id"] in app.rows)
+        later = [daemon.submit(f"submitted later {n}", capabilities=["gpu"]) for n in (1, 2)]
+        await until(pilot, lambda: all(t["id"] in app.rows for t in later))
+        # Newest first, the header counts them, and the table shows the text and capabilities.
+        assert row_texts(app)[:3] == ["submitted later 2", "submitted later 1",
+                                      "already on the board"]  # fmt: skip
+        await until(pilot, lambda: "3 pending" in text_of(app, "#header"))
+        assert "0 running" in text_of(app, "#header")
+        board = shown_on(app)
+        assert "submitted later 2" in board and "gpu" in board
+
+    run(scenario, daemon.root)
+
+
+def test_cancel_from_the_tui_cancels_the_family(daemon: Daemon) -> None:
+    parent = daemon.submit("the parent", capabilities=["nobody-has-this"])
+    children = [
+        daemon.submit(f"child {n}", capabilities=["nobody-has-this"], parent=parent["id"])
+        for n in (1, 2)
+    ]
+    bystander = daemon.submit("not in the family", capabilities=["nobody-has-this"])
+
+    async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: len(app.rows) == 4)
+        app.set_filter("the parent")
+        assert app.selected_id() == parent["id"]
+        await pilot.press("c")
+        confirm = await until(pilot, lambda: isinstance(app.screen, Confirm) and app.screen)
+        assert "2 open descendants" in confirm.question
+        await pilot.press("y")
+        await until(pilot, lambda: daemon.task(parent["id"])["outcome"] == "cancelled")
+        assert [daemon.task(c["id"])["outcome"] for c in children] == ["cancelled"] * 2
+        assert daemon.task(bystander["id"])["state"] == "pending"
+        # The board shows it from the events.
+        await until(pilot, lambda: app.board.tasks[parent["id"]].outcome == "cancelled")
+
+    run(scenario, daemon.root)
+
+
+def test_cancel_can_be_declined(daemon: Daemon) -> None:
+    task = daemon.submit("keep me", capabilities=["nobody-has-this"])
+
+    async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: app.rows == [task["id"]])
+        await pilot.press("c")
+        confirm = await until(pilot, lambda: isinstance(app.screen, Confirm) and app.screen)
+        assert "descendant" not in confirm.question
+        await pilot.press("n")
+        await pilot.pause(0.3)
+        assert daemon.task(task["id"])["state"] == "pending"
+
+    run(scenario, daemon.root)
+
+
+def test_pause_and_resume_toggle_dispatch(daemon: Daemon) -> None:
+    async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: app.client is not None)
+        await pilot.press("p")
+        await until(pilot, lambda: daemon.call("status")["paused"])
+        await until(pilot, lambda: "PAUSED" in text_of(app, "#banner"))
+        assert app.query_one("#banner").display
+        await pilot.press("p")
+        await until(pilot, lambda: not daemon.call("status")["paused"])
+        await until(pilot, lambda: not app.query_one("#banner").display)
+        # A pause made elsewhere shows too: it comes as an event.
+        daemon.call("toggle-swarm", paused=True)
+        await until(pilot, lambda: app.query_one("#banner").display)
+
+    run(scenario, daemon.root)
+
+
+def test_the_filter_narrows_the_board(daemon: Daemon) -> None:
+    alpha = daemon.submit("alpha: rotate the keys", capabilities=["zfs"])
+    beta = daemon.submit("beta: write the notes", capabilities=["docs"])
+
+    async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: len(app.rows) == 2)
+        await pilot.press("slash")
+        await pilot.press(*"ALPHA", "enter")
+        await until(pilot, lambda: app.rows == [alpha["id"]])
+        await pilot.press("slash")
+        for _ in range(5):
+            await pilot.press("backspace")
+        await pilot.press(*"cap:docs", "enter")
+        await until(pilot, lambda: app.rows == [beta["id"]])
+        await pilot.press("escape")
+        await until(pilot, lambda: len(app.rows) == 2)
+        app.set_filter("state:running")
+        assert app.rows == []
+        app.set_filter("state:pending nothing-matches-this")
+        assert app.rows == []
+
+    run(scenario, daemon.root)
+
+
+def test_the_detail_screen_shows_output_ledger_and_family(daemon: Daemon) -> None:
+    agent = FakeAgent(daemon, "worker-1", ["python"])
+    try:
+        parent = daemon.submit("parent of the work", capabilities=["nobody-has-this"])
+        task = daemon.submit("compute the answer", capabilities=["python"], parent=parent["id"])
+        assign = agent.next_assign()
+        agent.out(assign, output="the answer is 42")
+        daemon.wait_closed(task["id"])
+
+        async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+            await until(pilot, lambda: task["id"] in app.rows)
+            await until(pilot, lambda: app.board.tasks[task["id"]].state == "closed")
+            app.set_filter("compute")
+            await pilot.press("enter")
+            detail = await until(pilot, lambda: isinstance(app.screen, TaskScreen) and app.screen)
+            body = detail.body.plain
+            assert "the answer is 42" in body
+            assert "pending → running" in body and "worker-1" in body  # its ledger rows
+            assert "parent of the work" in body  # its family
+            await pilot.press("escape")
+            await until(pilot, lambda: not isinstance(app.screen, TaskScreen))
+            await pilot.press("2")
+            await until(pilot, lambda: "worker-1" in shown_on(app))
+            assert "0/1" in shown_on(app)
+
+        run(scenario, daemon.root)
+    finally:
+        agent.close()
+
+
+def test_answer_and_submit_from_the_tui(daemon: Daemon) -> None:
+    agent = FakeAgent(daemon, "term-1", ["interactive"])
+    asker = daemon.client()
+    try:
+        task = daemon.submit("migrate the schema", capabilities=["interactive"])
+        assign = agent.next_assign()
+        ask_id = asker.send("ask", task=task["id"], epoch=assign["epoch"], claim=assign["claim"],
+                            question="drop the legacy table too?")  # fmt: skip
+
+        async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+            await until(pilot, lambda: "1 asking" in text_of(app, "#header"))
+            await pilot.press("a")
+            await pilot.pause(0.2)
+            await pilot.press(*"yes, drop it", "enter")
+            await pilot.pause(0.2)
+            await pilot.press("s")
+            await pilot.pause(0.2)
+            await pilot.press(*"a task from the tui")
+            await pilot.press("tab", *"linux, zfs", "enter")
+            await until(pilot, lambda: any(t.text == "a task from the tui"
+                                           for t in app.board.tasks.values()))  # fmt: skip
+
+        run(scenario, daemon.root)
+        reply = asker.read()
+        assert reply["id"] == ask_id and reply["answer"] == "yes, drop it"
+        submitted = [t for t in daemon.call("list")["tasks"] if t["text"] == "a task from the tui"]
+        assert [t["capabilities"] for t in submitted] == [["linux", "zfs"]]
+    finally:
+        asker.close()
+        agent.close()
+
+
+def test_a_daemon_restart_is_survived(daemon: Daemon) -> None:
+    first = daemon.submit("before the restart", capabilities=["nobody-has-this"])
+
+    async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: first["id"] in app.rows)
+        daemon.kill()
+        await until(pilot, lambda: "went away" in text_of(app, "#banner"))
+        assert first["id"] in app.rows  # the board stays in view meanwhile
+        daemon.start()
+        await until(pilot, lambda: not app.lost)
+        await until(pilot, lambda: "the daemon is back" in text_of(app, "#notes"))
+        later = daemon.submit("after the restart")
+        await until(pilot, lambda: later["id"] in app.rows)
+        assert not app.query_one("#banner").display
+
+    run(scenario, daemon.root)
+
+
+def test_no_daemon_shows_how_to_start_one_then_connects(root: Path) -> None:
+    daemon = Daemon(root)
+
+    async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: app.has_class("offline"))
+        message = text_of(app, "#offline")
+        assert "No daemon is answering" in message
+        assert f"colibri --root {root} run" in message
+        assert "colibri demo" in message
+        daemon.start()
+        try:
+            await until(pilot, lambda: not app.has_class("offline"))
+            task = daemon.submit("the first task")
+            await until(pilot, lambda: task["id"] in app.rows)
+        finally:
+            daemon.stop()
+
+    run(scenario, root)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 60)])
+def test_the_main_screens_fit_a_small_and_a_big_terminal(
+    daemon: Daemon, size: tuple[int, int]
+) -> None:
+    daemon.submit("rotate the zfs snapshots", capabilities=["zfs"], priority=5)
+    daemon.call("schedule-add", name="nightly-backup",
+                schedule={"cron": "0 3 * * *", "tz": "Europe/Paris",
+                          "task": {"text": "back up the pools"}})  # fmt: skip
+
+    async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+        words = ("1 pending", "rotate the zfs", "spent", "quit", "STATE")
+        # (Until: the first frames may not have every widget drawn yet.)
+        await until(pilot, lambda: all(word in shown_on(app) for word in words))
+        await pilot.press("3")
+        await until(pilot, lambda: "nightly-backup" in shown_on(app))
+        schedules = shown_on(app)
+        assert "03:00:00 CET" in schedules or "03:00:00 CEST" in schedules
+        await pilot.press("question_mark")
+        await until(pilot, lambda: "pause / resume dispatch" in shown_on(app))
+
+    run(scenario, daemon.root, size)
+
+
+def test_a_task_text_cannot_drive_the_terminal(daemon: Daemon) -> None:
+    """Control characters and bidi overrides in what others wrote are shown as escapes."""
+    task = daemon.submit("clear\x1b[2J the screen \u202eesrever", capabilities=["x"])
+
+    async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: "\\x1b[2J the screen \\u202eesrever" in shown_on(app))
+        await pilot.press("c")
+        confirm = await until(pilot, lambda: isinstance(app.screen, Confirm) and app.screen)
+        assert "\x1b" not in confirm.question and "\\x1b" in confirm.question
+        await pilot.press("n")
+        await pilot.press("enter")
+        detail = await until(pilot, lambda: isinstance(app.screen, TaskScreen) and app.screen)
+        assert "\x1b" not in detail.body.plain and "\u202e" not in detail.body.plain
+        assert task["id"] in detail.body.plain
+
+    run(scenario, daemon.root)
+
+
+def test_workspaces_show_their_harness(root: Path) -> None:
+    """A workspace's harness, started by the daemon: its agent, pid and restarts."""
+    import json
+
+    (root / "api").mkdir()
+    (root / "colibri.jsonc").write_text(json.dumps({"workspaces": {
+        "api": {"capabilities": ["python"], "session": {"command": ["cat"]}},
+    }}))  # fmt: skip
+    daemon = Daemon(root)
+    daemon.start()
+    try:
+
+        async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+            await pilot.press("2")
+            await until(pilot, lambda: "0 restarts" in shown_on(app), timeout=20)
+            line = next(line for line in shown_on(app).splitlines() if "restarts" in line)
+            assert "api" in line and "pid " in line
+            await until(pilot, lambda: "0/1" in shown_on(app), timeout=20)  # its agent came
+
+        run(scenario, root)
+    finally:
+        daemon.stop()
+
+
+def test_attach_needs_a_running_task_and_a_terminal(daemon: Daemon) -> None:
+    agent = FakeAgent(daemon, "term-1", ["interactive"])
+    try:
+        waiting = daemon.submit("nobody takes this", capabilities=["nobody-has-this"])
+        running = daemon.submit("runs now", capabilities=["interactive"])
+        agent.next_assign()
+
+        async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+            await until(pilot, lambda: app.board.tasks.get(running["id"]) is not None
+                        and app.board.tasks[running["id"]].state == "running")  # fmt: skip
+            app.set_filter("nobody")
+            assert app.selected_id() == waiting["id"]
+            await pilot.press("t")
+            await until(pilot, lambda: "put the cursor on a running task" in notes(app))
+            app.set_filter("runs now")
+            await pilot.press("t")  # headless: no terminal to hand over to tmux
+            await until(pilot, lambda: "cannot hand itself over to tmux" in notes(app))
+            assert app.is_running
+
+        run(scenario, daemon.root)
+    finally:
+        agent.close()
