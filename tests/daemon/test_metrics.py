@@ -118,6 +118,12 @@ def test_sessions_never_ready_count_and_trip_the_breaker(root: Path) -> None:
         # the wait from submission to the first assignment, once, not per requeue
         assert sample(samples, "colibri_submit_to_assign_seconds_count") == 1
         assert sample(samples, "colibri_tasks", state="pending") == 1
+        # agents says so too (the TUI shows it): the breaker of flaky is open, not another's.
+        other = FakeAgent(daemon, "steady", ["g"])
+        shown = {a["name"]: a for a in daemon.call("agents")["agents"]}
+        assert shown["flaky"]["breaker_open"] is True
+        assert shown["steady"]["breaker_open"] is False and shown["steady"]["ready"] == 0
+        other.close()
         agent.close()
     finally:
         daemon.stop()

@@ -29,6 +29,8 @@ def test_a_workspace_s_agent_ready_pool_and_harness_restarts_are_scraped(root: P
             lambda: sample(scrape(url), "colibri_ready_sessions", workspace="hot") == 2, timeout=30
         )
         assert sample(scrape(url), "colibri_agents_online", workspace="hot") == 1
+        (hot,) = daemon.call("agents")["agents"]  # and agents says it (the TUI shows it)
+        assert hot["ready"] == 2 and hot["breaker_open"] is False
         task = daemon.submit("hello", workspace="hot")
         assert daemon.wait_closed(task["id"], timeout=30)["outcome"] == "done"
         done = scrape(url)

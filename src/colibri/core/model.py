@@ -127,6 +127,12 @@ class Agent(msgspec.Struct, kw_only=True):
     online: bool = False
     running: list[str] = []
     last_seen: str | None = None
+    #: Warm sessions waiting in its ready pool, as its last heartbeat said (a workspace's
+    #: harness with ``warm``); 0 for others.
+    ready: int = 0
+    #: Its circuit breaker is open: sessions kept failing to become ready, so it gets no work
+    #: for a while (``why`` says until when).
+    breaker_open: bool = False
 
 
 class LedgerEntry(msgspec.Struct, kw_only=True):

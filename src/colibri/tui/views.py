@@ -127,8 +127,10 @@ def agent_cells(agent: Agent, board: Board) -> tuple[Text, ...]:
     warnings = board.status.get("warnings", {}).get(agent.workspace or agent.name)
     if warnings:
         harness += f", {warnings} not ready"
+    if agent.ready:
+        harness += f", {agent.ready} ready"
     online = ("online", "green") if agent.online else ("offline", "bright_black")
-    if board.breaker_open(agent.name):
+    if agent.breaker_open or board.breaker_open(agent.name):
         online = ("breaker open", "bold red")
     sessions = " ".join(short_id(task_id) for task_id in agent.running) or "-"
     return (

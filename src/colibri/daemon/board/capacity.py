@@ -58,7 +58,9 @@ class LiveAgent:
             self.workspace,
         )
 
-    def wire(self) -> Agent:
+    def wire(self, now: float | None = None) -> Agent:
+        """The agent as clients see it; ``now`` (the monotonic clock) says whether its breaker
+        is open, and without it the breaker is reported closed."""
         return Agent(
             name=self.name,
             capabilities=sorted(self.capabilities),
@@ -69,6 +71,8 @@ class LiveAgent:
             online=self.online,
             running=sorted(self.holding),
             last_seen=rfc3339(self.last_seen_wall),
+            ready=self.ready,
+            breaker_open=now is not None and self.unhealthy_until > now,
         )
 
 

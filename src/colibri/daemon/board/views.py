@@ -145,7 +145,8 @@ class Views:
         }
 
     def agent_list(self) -> list[Agent]:
-        live = {a.name: a.wire() for a in self.agents.values()}
+        now = self.clock.monotonic()
+        live = {a.name: a.wire(now) for a in self.agents.values()}
         for stored in self.store.agents():
             live.setdefault(stored.name, stored)
         return [live[name] for name in sorted(live)]
