@@ -145,10 +145,10 @@ def test_writes_racing_takeovers_never_commit_under_a_stale_epoch(board: str) ->
     writer_store = PostgresStore(board)
     marker_store = PostgresStore(board)
     stop = threading.Event()
-    refused = 0
+    refused = written = 0
 
     def write() -> None:
-        nonlocal refused
+        nonlocal refused, written
         lease = BoardLease(board, ttl=30)
         while not stop.is_set():
             if not lease.take():
@@ -161,6 +161,7 @@ def test_writes_racing_takeovers_never_commit_under_a_stale_epoch(board: str) ->
                                                            to_state="x", epoch=lease.epoch,
                                                            reason="write"))  # fmt: skip
                     writer_store.commit()
+                    written += 1
                 except LeaseLost:
                     refused += 1
                     writer_store.rollback()
@@ -174,7 +175,11 @@ def test_writes_racing_takeovers_never_commit_under_a_stale_epoch(board: str) ->
     writer.start()
     try:
         with psycopg.connect(board, autocommit=True) as admin:
-            for _ in range(30):
+            # 30 takeovers, and on until the writer has written enough between them (a busy
+            # machine writes fewer in the same time), within a bound.
+            takeovers, give_up = 0, time.monotonic() + 60
+            while (takeovers < 30 or written <= 100) and time.monotonic() < give_up:
+                takeovers += 1
                 time.sleep(0.02)
                 # Its holder's lease lapses (as if it had stopped renewing); the thief takes it.
                 admin.execute("UPDATE leases SET expires_at = now() - interval '1 ms'")
@@ -187,7 +192,10 @@ def test_writes_racing_takeovers_never_commit_under_a_stale_epoch(board: str) ->
     finally:
         stop.set()
         writer.join(30)
-    rows = marker_store.ledger(0, 1_000_000)
+        rows = marker_store.ledger(0, 1_000_000)
+        thief.close()
+        writer_store.close()
+        marker_store.close()  # (closed here: a failed assertion must not leak them to others)
     writes = [r for r in rows if r.reason == "write"]
     markers = [r for r in rows if r.reason == "marker"]
     assert len(writes) > 100 and len(markers) >= 10 and refused >= 10
@@ -197,6 +205,3 @@ def test_writes_racing_takeovers_never_commit_under_a_stale_epoch(board: str) ->
             newest = max(newest, row.epoch)
         else:
             assert row.epoch > newest, f"a write of epoch {row.epoch} after marker {newest}"
-    thief.close()
-    writer_store.close()
-    marker_store.close()
