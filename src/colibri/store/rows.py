@@ -26,46 +26,55 @@ def encode_cost(cost: Cost | None) -> bytes | None:
     return None if cost is None else _json.encode(cost)
 
 
+#: A task's columns in the order of ``insert_task``'s values (``task_values``), the
+#: fingerprint last; ``task_row`` names them.
+TASK_COLUMNS = (
+    "id", "tenant", "text", "capabilities", "workspace", "agent", "pinned", "parent", "sender",
+    "priority", "min_score", "state", "outcome", "output", "error", "cost", "attempts",
+    "max_attempts", "epoch", "labels", "idempotency_key", "not_before", "schedule", "question",
+    "budget_usd", "created_at", "updated_at",
+)  # fmt: skip
+#: The columns a transition may change, in the order of ``update_task``'s values, then the
+#: row it changes: ``id``, ``expected_state``, ``expected_epoch``.
+CHANGE_COLUMNS = (
+    "state", "outcome", "agent", "output", "error", "cost", "attempts", "epoch", "not_before",
+    "question", "updated_at",
+)  # fmt: skip
+#: A ledger row's columns in the order of ``insert_ledger``'s values (``seq`` is the store's).
+LEDGER_COLUMNS = (
+    "at", "task", "schedule", "tenant", "from_state", "to_state", "agent", "epoch", "reason",
+    "cost", "uid", "pid",
+)  # fmt: skip
+
+
+def task_values(task: Task) -> tuple[Any, ...]:
+    """The task's columns as positional values, in ``TASK_COLUMNS`` order: the hot path of a
+    submission binds these, with no dict and no name looked up per value."""
+    return (
+        task.id, task.tenant, task.text, _json.encode(task.capabilities), task.workspace,
+        task.agent, int(task.pinned), task.parent, task.sender, task.priority, task.min_score,
+        task.state, task.outcome, task.output, task.error, encode_cost(task.cost),
+        task.attempts, task.max_attempts, task.epoch, _json.encode(task.labels),
+        task.idempotency_key, task.not_before, task.schedule, task.question, task.budget_usd,
+        task.created_at, task.updated_at,
+    )  # fmt: skip
+
+
 def task_row(task: Task) -> dict[str, Any]:
-    return {
-        "id": task.id,
-        "tenant": task.tenant,
-        "text": task.text,
-        "capabilities": _json.encode(task.capabilities),
-        "workspace": task.workspace,
-        "agent": task.agent,
-        "pinned": int(task.pinned),
-        "parent": task.parent,
-        "sender": task.sender,
-        "priority": task.priority,
-        "min_score": task.min_score,
-        "state": task.state,
-        "outcome": task.outcome,
-        "output": task.output,
-        "error": task.error,
-        "cost": encode_cost(task.cost),
-        "attempts": task.attempts,
-        "max_attempts": task.max_attempts,
-        "epoch": task.epoch,
-        "labels": _json.encode(task.labels),
-        "idempotency_key": task.idempotency_key,
-        "not_before": task.not_before,
-        "schedule": task.schedule,
-        "question": task.question,
-        "budget_usd": task.budget_usd,
-        "created_at": task.created_at,
-        "updated_at": task.updated_at,
-    }
+    return dict(zip(TASK_COLUMNS, task_values(task), strict=True))
+
+
+def task_change_values(task: Task) -> tuple[Any, ...]:
+    """The columns a transition may change (``update_task``), in ``CHANGE_COLUMNS`` order; the
+    others stay as inserted."""
+    return (
+        task.state, task.outcome, task.agent, task.output, task.error, encode_cost(task.cost),
+        task.attempts, task.epoch, task.not_before, task.question, task.updated_at,
+    )  # fmt: skip
 
 
 def task_change_row(task: Task) -> dict[str, Any]:
-    """The columns a transition may change (``update_task``); the others stay as inserted."""
-    return {
-        "id": task.id, "state": task.state, "outcome": task.outcome, "agent": task.agent,
-        "output": task.output, "error": task.error, "cost": encode_cost(task.cost),
-        "attempts": task.attempts, "epoch": task.epoch, "not_before": task.not_before,
-        "question": task.question, "updated_at": task.updated_at,
-    }  # fmt: skip
+    return {"id": task.id, **dict(zip(CHANGE_COLUMNS, task_change_values(task), strict=True))}
 
 
 def task_from_row(row: Row) -> Task:
@@ -100,22 +109,17 @@ def task_from_row(row: Row) -> Task:
     )
 
 
+def ledger_values(entry: LedgerEntry) -> tuple[Any, ...]:
+    """Every field but ``seq``, which the store assigns, in ``LEDGER_COLUMNS`` order."""
+    return (
+        entry.at, entry.task, entry.schedule, entry.tenant, entry.from_state, entry.to_state,
+        entry.agent, entry.epoch, entry.reason, encode_cost(entry.cost), entry.uid, entry.pid,
+    )  # fmt: skip
+
+
 def ledger_row(entry: LedgerEntry) -> dict[str, Any]:
     """Every field but ``seq``, which the store assigns."""
-    return {
-        "at": entry.at,
-        "task": entry.task,
-        "schedule": entry.schedule,
-        "tenant": entry.tenant,
-        "from_state": entry.from_state,
-        "to_state": entry.to_state,
-        "agent": entry.agent,
-        "epoch": entry.epoch,
-        "reason": entry.reason,
-        "cost": encode_cost(entry.cost),
-        "uid": entry.uid,
-        "pid": entry.pid,
-    }
+    return dict(zip(LEDGER_COLUMNS, ledger_values(entry), strict=True))
 
 
 def ledger_from_row(row: Row) -> LedgerEntry:

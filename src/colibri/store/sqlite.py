@@ -27,10 +27,10 @@ from colibri.store.rows import (
     agent_from_row,
     agent_row,
     ledger_from_row,
-    ledger_row,
-    task_change_row,
+    ledger_values,
+    task_change_values,
     task_from_row,
-    task_row,
+    task_values,
     token_from_row,
     token_row,
 )
@@ -145,18 +145,17 @@ class SqliteStore:
     # -- tasks -------------------------------------------------------------------------------
 
     def _ledger(self, conn: sqlite3.Connection, entry: LedgerEntry) -> LedgerEntry:
-        cursor = conn.execute(_Q["insert_ledger"], ledger_row(entry))
+        cursor = conn.execute(_Q["insert_ledger"], ledger_values(entry))
         entry.seq = cursor.lastrowid or 0
         return entry
 
     def insert_task(
         self, task: Task, entry: LedgerEntry, fingerprint: str | None = None
     ) -> LedgerEntry:
-        row = task_row(task)
-        row["fingerprint"] = fingerprint
+        values = (*task_values(task), fingerprint)
         with self._writing() as conn:
             try:
-                conn.execute(_Q["insert_task"], row)
+                conn.execute(_Q["insert_task"], values)
             except sqlite3.IntegrityError as exc:
                 # Only this statement is undone (SQLite aborts the statement, not the
                 # transaction): the batch's earlier writes stand, as the contract says.
@@ -174,11 +173,9 @@ class SqliteStore:
         entry: LedgerEntry,
         *more: LedgerEntry,
     ) -> LedgerEntry:
-        row = task_change_row(task)
-        row["expected_state"] = expected_state
-        row["expected_epoch"] = expected_epoch
+        values = (*task_change_values(task), task.id, expected_state, expected_epoch)
         with self._writing() as conn:
-            if conn.execute(_Q["update_task"], row).rowcount != 1:
+            if conn.execute(_Q["update_task"], values).rowcount != 1:
                 raise StoreConflict(
                     f"task {task.id} is not {expected_state} at epoch {expected_epoch} "
                     "(or does not exist); it was not written"

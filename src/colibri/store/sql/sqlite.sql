@@ -117,27 +117,26 @@ CREATE TABLE tokens (
 ) WITHOUT ROWID;
 
 -- name: insert_task
+-- Positional values, in the order of colibri.store.rows.TASK_COLUMNS, then the fingerprint.
 INSERT INTO tasks (id, tenant, text, capabilities, workspace, agent, pinned, parent, sender, priority,
                    min_score, state, outcome, output, error, cost, attempts, max_attempts, epoch,
                    labels, idempotency_key, not_before, schedule, question, budget_usd, created_at,
                    updated_at, fingerprint)
-VALUES (:id, :tenant, :text, :capabilities, :workspace, :agent, :pinned, :parent, :sender, :priority,
-        :min_score, :state, :outcome, :output, :error, :cost, :attempts, :max_attempts, :epoch,
-        :labels, :idempotency_key, :not_before, :schedule, :question, :budget_usd, :created_at,
-        :updated_at, :fingerprint);
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: update_task
+-- Positional values, in the order of colibri.store.rows.CHANGE_COLUMNS, then the id, the
+-- expected state and the expected epoch (the compare-and-set).
 UPDATE tasks
-   SET state = :state, outcome = :outcome, agent = :agent, output = :output, error = :error,
-       cost = :cost, attempts = :attempts, epoch = :epoch, not_before = :not_before,
-       question = :question, updated_at = :updated_at
- WHERE id = :id AND state = :expected_state AND epoch = :expected_epoch;
+   SET state = ?, outcome = ?, agent = ?, output = ?, error = ?, cost = ?, attempts = ?,
+       epoch = ?, not_before = ?, question = ?, updated_at = ?
+ WHERE id = ? AND state = ? AND epoch = ?;
 
 -- name: insert_ledger
+-- Positional values, in the order of colibri.store.rows.LEDGER_COLUMNS.
 INSERT INTO ledger (at, task, schedule, tenant, from_state, to_state, agent, epoch, reason, cost,
                     uid, pid)
-VALUES (:at, :task, :schedule, :tenant, :from_state, :to_state, :agent, :epoch, :reason, :cost,
-        :uid, :pid);
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: get_task
 SELECT * FROM tasks WHERE id = ?;
