@@ -16,9 +16,7 @@ import msgspec
 from colibri.cli.main import Context, json_option, pass_ctx
 from colibri.cli.output import print_json_line, print_line, printable
 from colibri.cli.tasks import ledger
-from colibri.core import protocol as p
 from colibri.core.errors import BadRequest, ColibriError
-from colibri.core.model import ShortStr
 
 #: Progress is redrawn at most this often (rows or tasks), on a terminal only.
 PROGRESS_EVERY = 500
@@ -29,10 +27,22 @@ CSV_COLUMNS = [
 ]  # fmt: skip
 
 
-class BulkTask(p.TaskFields, kw_only=True, forbid_unknown_fields=True):
-    """One line of ``submit --from``: a submission's fields; ``agent`` pins it (create-task)."""
+def bulk_task_type() -> type[Any]:
+    """One line of ``submit --from``: a submission's fields; ``agent`` pins it (create-task).
+    Made when first asked for: the wire's structs are not loaded for ``colibri --help``."""
+    global _bulk_task
+    if _bulk_task is None:
+        from colibri.core import protocol as p
+        from colibri.core.model import ShortStr
 
-    agent: ShortStr | None = None
+        _bulk_task = msgspec.defstruct(
+            "BulkTask", [("agent", ShortStr | None, None)], bases=(p.TaskFields,),
+            kw_only=True, forbid_unknown_fields=True,
+        )  # fmt: skip
+    return _bulk_task
+
+
+_bulk_task: type[Any] | None = None
 
 
 class Progress:
@@ -61,12 +71,12 @@ class Progress:
             sys.stderr.flush()
 
 
-def read_tasks(source: IO[str], name: str) -> list[tuple[int, BulkTask]]:
+def read_tasks(source: IO[str], name: str) -> list[tuple[int, Any]]:
     """Every task of a JSON lines file, checked before any is sent: a bad line stops the whole
     submission with ``FILE:LINE: what is wrong``, and nothing is submitted. Blank lines and
     lines starting with ``#`` are skipped."""
-    decoder = msgspec.json.Decoder(BulkTask)
-    tasks: list[tuple[int, BulkTask]] = []
+    decoder = msgspec.json.Decoder(bulk_task_type())
+    tasks: list[tuple[int, Any]] = []
     for number, line in enumerate(source, 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
