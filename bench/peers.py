@@ -242,6 +242,10 @@ def main() -> int:
     counts = args.daemons.split(",")
     if not all(c.strip().isdigit() and 1 <= int(c) <= 9 for c in counts):
         ap.error(f"--daemons {args.daemons!r}: daemon counts from 1 to 9, e.g. 1,2,3")
+    if args.tasks < 2 or args.probes < 1 or args.probe_warmup < 0:
+        ap.error("--tasks must be at least 2, --probes at least 1, --probe-warmup at least 0")
+    if args.procrastinate_concurrency < 1:
+        ap.error(f"--procrastinate-concurrency {args.procrastinate_concurrency}: at least 1")
     if peers != ["huey"]:
         return postgresql(args, peers)
     if importlib.util.find_spec("huey") is None:
@@ -295,7 +299,7 @@ def main() -> int:
 
 def postgresql(args: argparse.Namespace, peers: list[str]) -> int:
     """The PostgreSQL comparison; skipped with one line when it cannot run."""
-    reason, ready = peers_pg.unavailable(peers)
+    reason, ready = peers_pg.unavailable(peers, args.pgqueuer_driver)
     if reason is None and not ready:
         reason = f"none of {', '.join(peers)} is installed ({INSTALL})"
     if reason is not None:

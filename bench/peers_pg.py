@@ -10,11 +10,12 @@ the ratios compare figures taken under the same conditions. Two figures for each
   Colibri: one daemon on the board, the tasks submitted with no agent registered, then
   bench/throughput.py's 10 stub agents (32 slots each, answering every ``assign`` with ``out``
   at once); a task counts when its ``out`` is acknowledged (closed, committed). pgqueuer: one
-  ``QueueManager`` with its defaults (batches of 10, no concurrency cap). procrastinate: one
+  ``QueueManager`` with its defaults (batches of 10, no concurrency cap) on asyncpg
+  (``--pgqueuer-driver``). procrastinate: one
   worker, its default concurrency 1 (``--procrastinate-concurrency``). The peers' consumers run
   in a process of their own (bench/_pg_worker.py), like the daemon.
 * **latency** — submit → start, one task at a time: the time from the producer's submit call to
-  the moment the consumer starts the task, p50/p99 of ``--probes`` tasks. Colibri: bench/
+  the moment the consumer starts the task, p50/p90/p99/max of ``--probes`` tasks. Colibri: bench/
   latency.py's submit → ``assign`` (the next task only once the previous one is closed); the
   peers: the enqueue/defer call to the job function's first line, then a 20 ms pause so the
   consumer's own bookkeeping of the finished job is not in the next probe.
@@ -58,7 +59,7 @@ INSTALL = f"{Path(PYTHON).parent / 'pip'} install -e '.[peers]'"
 PROBE_PAUSE = 0.02
 
 
-def unavailable(peers: list[str]) -> tuple[str | None, list[str]]:
+def unavailable(peers: list[str], pgqueuer_driver: str) -> tuple[str | None, list[str]]:
     """Why the PostgreSQL comparison cannot run at all (or None), and the peers it can run."""
     if importlib.util.find_spec("psycopg") is None:
         return f"psycopg is not installed ({INSTALL})", []
@@ -71,8 +72,10 @@ def unavailable(peers: list[str]) -> tuple[str | None, list[str]]:
         return f"PostgreSQL at {PG_DSN} is unreachable: {str(e).strip().splitlines()[0]}", []
     ready = []
     for peer in peers:
-        if importlib.util.find_spec(peer) is None:
-            note(f"{peer} is not installed; skipped. Install it with: {INSTALL}")
+        needs = [peer, pgqueuer_driver] if peer == "pgqueuer" else [peer]
+        missing = [m for m in needs if importlib.util.find_spec(m) is None]
+        if missing:
+            note(f"{peer} is skipped: {' and '.join(missing)} not installed ({INSTALL})")
         else:
             ready.append(peer)
     return None, ready

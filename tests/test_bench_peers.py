@@ -34,6 +34,9 @@ def peers(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
         (["--peers", "pgqueuer", "--daemons", "0"], "daemon counts from 1 to 9"),
         (["--peers", "pgqueuer", "--daemons", "1,x"], "daemon counts from 1 to 9"),
         (["--peers", "pgqueuer", "--pgqueuer-driver", "pg8000"], "invalid choice"),
+        (["--peers", "pgqueuer", "--tasks", "1"], "--tasks must be at least 2"),
+        (["--peers", "procrastinate", "--probes", "0"], "--probes at least 1"),
+        (["--peers", "procrastinate", "--procrastinate-concurrency", "0"], "at least 1"),
     ],
 )
 def test_a_wrong_choice_is_refused_in_one_line(given: list[str], said: str) -> None:
