@@ -21,8 +21,14 @@ Huey run by run, so the ratio compares figures taken under the same conditions.
 
 Huey is not a dependency of Colibri. Install it into the virtualenv to run this comparison:
 
-    .venv/bin/pip install huey
+    .venv/bin/pip install -e '.[peers]'
     .venv/bin/python bench/peers.py --tasks 20000 --repeat 3
+
+``--peers pgqueuer,procrastinate`` runs the PostgreSQL comparison instead (bench/peers_pg.py):
+Colibri on a PostgreSQL board next to pgqueuer and procrastinate on the same server, drain
+rate and submit → start latency:
+
+    .venv/bin/python bench/peers.py --peers pgqueuer,procrastinate --tasks 5000 --repeat 3
 """
 
 from __future__ import annotations
@@ -41,13 +47,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import peers_pg
 import throughput
 from _support import PYTHON, emit, median, note
 
 #: Huey's SqliteHuey as it comes (synchronous=FULL: a durable commit per enqueue and per
 #: dequeue), and with ``fsync=False`` (synchronous=OFF: not durable, its fastest setting).
 HUEY_MODES = ("default", "off")
-INSTALL = f"{Path(PYTHON).parent / 'pip'} install huey"
+INSTALL = f"{Path(PYTHON).parent / 'pip'} install -e '.[peers]'"
+#: Who can be compared: Huey on SQLite (peers.py itself), the rest on PostgreSQL (peers_pg.py).
+PEERS = ("huey", *peers_pg.PEERS)
 
 HUEY_MODULE = textwrap.dedent(
     """
@@ -195,7 +204,50 @@ def main() -> int:
     ap.add_argument("--huey-workers", type=int, default=1, help="Huey consumer thread workers")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument(
+        "--peers",
+        default="huey",
+        help="comma-separated, among: huey (SQLite, the default), pgqueuer, procrastinate "
+        "(PostgreSQL, with Colibri on a PostgreSQL board); huey cannot be mixed with the others",
+    )
+    pg = ap.add_argument_group("the PostgreSQL comparison")
+    pg.add_argument("--probes", type=int, default=500, help="submit → start probes per run")
+    pg.add_argument("--probe-warmup", type=int, default=50)
+    pg.add_argument(
+        "--daemons",
+        default="1",
+        help="Colibri daemons on the board for the drain, comma-separated (1,2,3: one serves, "
+        "the others stand by)",
+    )
+    pg.add_argument(
+        "--procrastinate-concurrency",
+        type=int,
+        default=1,
+        help="procrastinate's worker concurrency (its default is 1)",
+    )
+    pg.add_argument(
+        "--pgqueuer-driver",
+        choices=["asyncpg", "psycopg"],
+        default="asyncpg",
+        help="pgqueuer's database driver (asyncpg, its first choice, by default)",
+    )
     args = ap.parse_args()
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    unknown = sorted(set(peers) - set(PEERS))
+    if unknown or not peers or ("huey" in peers and len(peers) > 1):
+        ap.error(
+            f"--peers {args.peers!r}: name huey alone, or any of pgqueuer, procrastinate "
+            f"(unknown: {', '.join(unknown) or 'none'})"
+        )
+    counts = args.daemons.split(",")
+    if not all(c.strip().isdigit() and 1 <= int(c) <= 9 for c in counts):
+        ap.error(f"--daemons {args.daemons!r}: daemon counts from 1 to 9, e.g. 1,2,3")
+    if args.tasks < 2 or args.probes < 1 or args.probe_warmup < 0:
+        ap.error("--tasks must be at least 2, --probes at least 1, --probe-warmup at least 0")
+    if args.procrastinate_concurrency < 1:
+        ap.error(f"--procrastinate-concurrency {args.procrastinate_concurrency}: at least 1")
+    if peers != ["huey"]:
+        return postgresql(args, peers)
     if importlib.util.find_spec("huey") is None:
         note(f"huey is not installed; the peer comparison is skipped. Install it with: {INSTALL}")
         emit({"bench": "peers", "skipped": f"huey not installed ({INSTALL})"})
@@ -242,6 +294,19 @@ def main() -> int:
             "huey": huey,
         }
     )
+    return 0
+
+
+def postgresql(args: argparse.Namespace, peers: list[str]) -> int:
+    """The PostgreSQL comparison; skipped with one line when it cannot run."""
+    reason, ready = peers_pg.unavailable(peers, args.pgqueuer_driver)
+    if reason is None and not ready:
+        reason = f"none of {', '.join(peers)} is installed ({INSTALL})"
+    if reason is not None:
+        note(f"the PostgreSQL peer comparison is skipped: {reason}")
+        emit({"bench": "peers-postgresql", "skipped": reason})
+        return 0
+    emit(peers_pg.compare(args, ready))
     return 0
 
 
