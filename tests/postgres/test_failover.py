@@ -205,3 +205,44 @@ def test_writes_racing_takeovers_never_commit_under_a_stale_epoch(board: str) ->
             newest = max(newest, row.epoch)
         else:
             assert row.epoch > newest, f"a write of epoch {row.epoch} after marker {newest}"
+
+
+def test_a_renewal_never_waits_behind_a_batch_and_a_takeover_always_does(board: str) -> None:
+    """The fence holds the lease row FOR KEY SHARE: the serving daemon's renewal (its expiry
+    only) goes through while a batch of its own is open — back-to-back batches under load once
+    starved it past its ttl — and a takeover (a new owner and epoch) still waits for the batch."""
+    import psycopg
+
+    lease = BoardLease(board, ttl=30)
+    thief = BoardLease(board, ttl=30)
+    store = PostgresStore(board)
+    try:
+        assert lease.take()
+        store.fence = (lease.owner, lease.epoch)
+        row = LedgerEntry(at="2026-01-01T00:00:00.000Z", to_state="x", epoch=lease.epoch)
+        store.append_ledger(row)  # a batch is open, the fence held
+        renewed: list[bool] = []
+        renewal = threading.Thread(target=lambda: renewed.append(lease.renew()))
+        renewal.start()
+        renewal.join(5)
+        assert renewed == [True], "the renewal waited for the serving daemon's own batch"
+        store.commit()
+
+        store.append_ledger(row)  # another batch open
+        with psycopg.connect(board, autocommit=True) as admin:  # the lease lapses ...
+            admin.execute("UPDATE leases SET expires_at = now() - interval '1 ms'")
+        took: list[bool] = []
+        takeover = threading.Thread(target=lambda: took.append(thief.take()))
+        takeover.start()
+        takeover.join(1.0)
+        assert takeover.is_alive() and took == []  # ... but the batch still holds it
+        store.commit()  # the batch ends: its write stands, under the epoch it began with
+        takeover.join(10)
+        assert took == [True] and thief.epoch == lease.epoch + 1
+        with pytest.raises(LeaseLost):
+            store.append_ledger(row)
+        store.rollback()
+    finally:
+        lease.close()
+        thief.close()
+        store.close()

@@ -138,6 +138,12 @@ CREATE TABLE hives (
     last_beat  TIMESTAMPTZ NOT NULL
 );
 
+-- name: migration_4
+-- The lease's holder (owner and epoch) as a key of the row: an update that changes them (a
+-- takeover) is a key update, which waits for the FOR KEY SHARE the fence holds, while a renewal
+-- (expires_at only) is not, and never queues behind the serving daemon's own batches.
+CREATE UNIQUE INDEX leases_holder ON leases (name, owner, epoch);
+
 -- name: hive_beat
 INSERT INTO hives (id, address, host, pid, root, ttl, started_at, last_beat)
 VALUES (%(id)s, %(address)s, %(host)s, %(pid)s, %(root)s, %(ttl)s, now(), now())
@@ -181,9 +187,11 @@ UPDATE leases SET expires_at = now() - interval '1 millisecond'
  WHERE name = 'board' AND owner = %(owner)s AND epoch = %(epoch)s;
 
 -- name: lease_fence
+-- FOR KEY SHARE: a takeover (it changes owner and epoch, keys of leases_holder) waits for the
+-- batch to end; a renewal (expires_at) does not, so it cannot be starved by back-to-back batches.
 SELECT 1 AS held FROM leases
  WHERE name = 'board' AND owner = %s AND epoch = %s AND expires_at > now()
-   FOR SHARE;
+   FOR KEY SHARE;
 
 -- name: insert_task
 INSERT INTO tasks (id, tenant, text, capabilities, workspace, agent, pinned, parent, sender, priority,
