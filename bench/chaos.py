@@ -1,11 +1,15 @@
 """Chaos, long form: the submit storm (A1) at full size, every crash point (A2) ×50, the Board
 state machine (D4) at 2,000 sequences × 50 steps, restart with 500 running tasks (D1), the
-claim race of 200 agents over 100,000 tasks (B1), 100 + 25 power cuts (A3) and 100,000 fuzzed
-requests on one connection (G).
+claim race of 200 agents over 100,000 tasks (B1), 100 + 25 power cuts (A3), 1,000 schedules
+on the daemons of one PostgreSQL board through 50 kills of the serving one (H1), 20,000 tasks
+run by agents over TCP through such a kill (H2) and 100,000 fuzzed requests on one connection
+(G).
 
-    .venv/bin/python bench/chaos.py                      # about 20 minutes on 2 cores
+    .venv/bin/python bench/chaos.py                      # about 40 minutes on 2 cores
     .venv/bin/python bench/chaos.py --runs 5 --submits 250 --kills 5 --d4-examples 200 \
-        --claim-tasks 5000 --power-cuts 10 --fuzz 2000   # quick
+        --claim-tasks 5000 --power-cuts 10 --h1-schedules 300 --h1-kills 5 --h2-tasks 2000 \
+        --fuzz 2000                                      # quick
+    .venv/bin/python bench/chaos.py --only H1,H2         # some of them
     .venv/bin/python bench/chaos.py --only D1,B1         # some of them
 
 A1: 8 clients submit 1,250 tasks each with idempotency keys, 20 stub agents run them, the
@@ -30,6 +34,22 @@ claim_race). One daemon on SQLite; the form with several daemons needs the Postg
 A3: ``--power-cuts`` seeded power cuts with durability full and a quarter as many with relaxed
 (tests/reliability/power_loss.py): the store on a FUSE file system that forgets unsynced
 writes, cut under load; full must lose no acknowledged submit or ``out``, relaxed is reported.
+
+H1: ``--h1-schedules`` interval schedules (every ``--h1-every`` seconds, 10–20 by default)
+across ``--h1-tenants`` tenants on a PostgreSQL board (``COLIBRI_TEST_PG``, the local test
+server by default) that ``--h1-daemons`` daemons share; the serving one is SIGKILLed while fires
+flow, ``--h1-kills`` times, a standby takes over each time and the killed daemon comes back as a
+standby (tests/postgres/schedule_fires.py). Then, from the board: tasks per (schedule, nominal
+time) — 0 duplicates —, every nominal time due in the run fired or recorded missed, none missed
+by a ``catch_up: all`` schedule, a ``catch_up: one`` schedule's missed times each followed by a
+fire; the time from each kill to the next daemon's taking the lease (``--h1-ttl``, 5 s).
+
+H2: ``--h2-tasks`` tasks submitted with idempotency keys to the serving daemon of
+``--h1-daemons`` on a PostgreSQL board, run by ``--h2-agents`` stub agents (``--h2-per-process``
+in a process, each with its own agent token) given every daemon's TCP address; the serving
+daemon is SIGKILLed once half are done (tests/postgres/agents_through_kill.py). Then the history
+checker: 0 acknowledged tasks lost, 0 sessions started twice, 0 re-spawns; the time from the
+kill to the standby's taking the lease and to the next assignment.
 
 G: ``--fuzz`` Hypothesis-generated request lines (tests/reliability/test_socket_abuse.py: fuzz),
 one at a time on one connection of a daemon: every reply ``ok`` or a known error code, the
@@ -65,7 +85,7 @@ from tests.reliability.test_socket_abuse import fuzz
 from colibri.config import init_root
 
 #: What ``--only`` selects from.
-SCENARIO_NAMES = ("A1", "A2", "D4", "D1", "B1", "A3", "G")
+SCENARIO_NAMES = ("A1", "A2", "D4", "D1", "B1", "A3", "H1", "H2", "G")
 #: The plan's bound on any one reply to a fuzzed request (a hang).
 FUZZ_SLOWEST_S = 1.0
 
@@ -270,6 +290,102 @@ def run_fuzz(examples: int) -> dict[str, Any]:
     }
 
 
+def run_hive_schedules(args: argparse.Namespace) -> dict[str, Any]:
+    """H1: schedules across the daemons of one PostgreSQL board, the serving one killed."""
+    from _pytest.outcomes import Skipped
+    from tests.postgres.schedule_fires import schedules_through_kills
+    from tests.store.conftest import pg_schema
+
+    try:
+        board, drop = pg_schema()
+    except Skipped as why:
+        note(f"H1 skipped: {why}")
+        return {"skipped": str(why), "passed": True}
+    workdir = Path(tempfile.mkdtemp(prefix="ch", dir="/tmp"))
+    low, _, high = args.h1_every.partition("-")
+    note(
+        f"H1: {args.h1_schedules} schedules every {args.h1_every} s across {args.h1_tenants} "
+        f"tenants, {args.h1_daemons} daemons, {args.h1_kills} kills (roots under {workdir})"
+    )
+    try:
+        result = schedules_through_kills(
+            workdir,
+            board,
+            daemons=args.h1_daemons,
+            schedules=args.h1_schedules,
+            tenants=args.h1_tenants,
+            every=(float(low), float(high or low)),
+            kills=args.h1_kills,
+            ttl=args.h1_ttl,
+            seed=args.seed,
+            log=note,
+        )
+    except Exception as exc:
+        note(f"H1 FAILED (roots kept at {workdir}):")
+        note("".join(traceback.format_exception(exc))[-3000:])
+        return {"passed": False, "error": repr(exc)[:2000]}
+    finally:
+        drop()
+    figures = dict(result.figures, passed=not result.problems, problems=result.problems[:20])
+    if figures["passed"]:
+        shutil.rmtree(workdir, ignore_errors=True)
+    else:
+        note(f"H1 FAILED (roots kept at {workdir}): {result.problems[:20]}")
+    note(f"H1: {'passed' if figures['passed'] else 'FAILED'} in {figures['seconds']} s")
+    return figures
+
+
+def run_hive_agents(args: argparse.Namespace) -> dict[str, Any]:
+    """H2: agents over TCP following the serving daemon of a PostgreSQL board through its kill."""
+    from _pytest.outcomes import Skipped
+    from tests.postgres.agents_through_kill import tasks_through_owner_kill
+    from tests.store.conftest import pg_schema
+
+    try:
+        board, drop = pg_schema()
+    except Skipped as why:
+        note(f"H2 skipped: {why}")
+        return {"skipped": str(why), "passed": True}
+    workdir = Path(tempfile.mkdtemp(prefix="ch", dir="/tmp"))
+    note(
+        f"H2: {args.h2_tasks:,} tasks, {args.h2_agents} agents over TCP, {args.h1_daemons} "
+        f"daemons, the serving one killed halfway (roots under {workdir})"
+    )
+    return judged(
+        "H2",
+        workdir,
+        lambda: _finally(
+            lambda: tasks_through_owner_kill(
+                workdir,
+                board,
+                daemons=args.h1_daemons,
+                tasks=args.h2_tasks,
+                clients=4,
+                processes=args.h2_agents // args.h2_per_process,
+                per_process=args.h2_per_process,
+                ttl=2.0,
+                seed=args.seed,
+                log=note,
+            ),
+            drop,
+        ),
+        lambda f: (
+            f["acknowledged"] == f["tasks"]
+            and sum(f["outcomes"].values()) == f["tasks"]
+            and f["outcomes"].get("failed", 0) == f["failed_claim_lost_to_kill"]
+            and f["session_starts"] == f["outcomes"].get("done", 0)
+        ),
+        args.h2_tasks,
+    )
+
+
+def _finally(run: Callable[[], RunResult], then: Callable[[], None]) -> RunResult:
+    try:
+        return run()
+    finally:
+        then()
+
+
 def run_points(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     results: dict[str, dict[str, Any]] = {}
     for point in args.points:
@@ -362,6 +478,8 @@ def table(
     race: dict[str, Any] | None = None,
     power: dict[str, Any] | None = None,
     fuzzed: dict[str, Any] | None = None,
+    hive: dict[str, Any] | None = None,
+    hive_agents: dict[str, Any] | None = None,
 ) -> str:
     lines = ["| test | what must hold | result | figures |", "| --- | --- | --- | --- |"]
     if storm is not None:
@@ -445,6 +563,52 @@ def table(
             f"{relaxed['cuts']} cuts lost work, {relaxed['lost']:,} of "
             f"{relaxed['acknowledged']:,} submits; {power['seconds']} s |"
         )
+    if hive is not None and "skipped" in hive:
+        lines.append(f"| H1 | schedules across daemons | skipped | {hive['skipped']} |")
+    elif hive is not None and "error" in hive:
+        lines.append(f"| H1 | schedules across daemons | FAIL | {hive['error']} |")
+    elif hive is not None:
+        tenants = ", ".join(f"{t} {n:,}" for t, n in hive["tasks_per_tenant"].items())
+        lines.append(
+            f"| H1 | {hive['schedules']:,} schedules, {hive['kills']} kills of the serving daemon"
+            " while firing: 0 duplicate fires, every due time fired or recorded missed, none "
+            f"missed under catch_up all | {'pass' if hive['passed'] else 'FAIL'} | "
+            f"{hive['daemons']} daemons, lease ttl {hive['lease_ttl_s']:g} s, epoch "
+            f"{hive['lease_epoch']}; {hive['due']:,} nominal times due, {hive['fires_fired']:,}"
+            f" fired ({hive['fired_late']:,} caught up late), {hive['fires_missed']:,} missed "
+            f"(catch_up one), {hive['missed_under_catch_up_all']} missed under catch_up all, "
+            f"{hive['unrecorded']} unrecorded, {hive['off_timetable']} off the timetable; "
+            f"{hive['tasks']:,} tasks ({tenants}),"
+            f" {hive['duplicate_fires']} duplicate fires; kill to takeover median "
+            f"{hive['takeover_s_median']} s, max {hive['takeover_s_max']} s; "
+            f"{hive['takeovers_unforced']} takeovers without a kill; {hive['seconds']} s"
+            + (f"; {hive['problems']}" if hive["problems"] else "")
+            + " |"
+        )
+    if hive_agents is not None and "skipped" in hive_agents:
+        skipped = hive_agents["skipped"]
+        lines.append(f"| H2 | agents over TCP through a kill | skipped | {skipped} |")
+    elif hive_agents is not None:
+        h2 = hive_agents
+        lines.append(
+            f"| H2 | {h2['tasks']:,} tasks, the serving daemon killed halfway, agents over TCP "
+            "following it: 0 acknowledged lost, 0 run twice | "
+            + (
+                f"{'pass' if h2['passed'] else 'FAIL'} | {h2['daemons']} daemons, {h2['agents']}"
+                f" agents; {h2['acknowledged']:,} acknowledged, killed with {h2['done_at_kill']:,}"
+                f" done; lost {h2['anomaly_lost']}, duplicate starts "
+                f"{h2['anomaly_duplicate_starts']}, re-spawns {h2['anomaly_respawns']}, phantom "
+                f"starts {h2['anomaly_phantom_starts']}, illegal "
+                f"{h2['anomaly_illegal_transitions']}, stuck {h2['anomaly_stuck_running']}; "
+                f"{h2['session_starts']:,} session starts; outcomes {h2['outcomes']} "
+                f"({h2['failed_claim_lost_to_kill']} failed: a claim whose assign the kill cut "
+                f"off, never run); lease taken {h2['takeover_s']} s after the kill, next "
+                f"assignment {h2['kill_to_next_assignment_s']} s after it, all closed "
+                f"{h2['all_closed_s']} s after it; {h2['seconds']} s |"
+                if "acknowledged" in h2
+                else f"FAIL | {h2['error']} |"
+            )
+        )
     if fuzzed is not None:
         outcomes = ", ".join(f"{code} {n:,}" for code, n in fuzzed["outcomes"].items())
         lines.append(
@@ -476,6 +640,15 @@ def main() -> None:
     parser.add_argument("--claim-agents", type=int, default=200)
     parser.add_argument("--claim-per-process", type=int, default=1, help="B1 agents a process")
     parser.add_argument("--power-cuts", type=int, default=100, help="A3 with full; 0 skips it")
+    parser.add_argument("--h1-schedules", type=int, default=1000, help="H1; 0 skips it")
+    parser.add_argument("--h1-every", default="10-20", help="H1 intervals: seconds, LOW-HIGH")
+    parser.add_argument("--h1-ttl", type=float, default=5.0, help="H1 lease ttl, seconds")
+    parser.add_argument("--h1-tenants", type=int, default=3)
+    parser.add_argument("--h1-daemons", type=int, default=3)
+    parser.add_argument("--h1-kills", type=int, default=50)
+    parser.add_argument("--h2-tasks", type=int, default=20_000, help="H2; 0 skips it")
+    parser.add_argument("--h2-agents", type=int, default=40)
+    parser.add_argument("--h2-per-process", type=int, default=10, help="H2 agents a process")
     parser.add_argument("--fuzz", type=int, default=100_000, help="G requests; 0 skips it")
     parser.add_argument(
         "--only", help=f"run only these, e.g. D1,B1 (of {', '.join(SCENARIO_NAMES)})"
@@ -498,6 +671,8 @@ def main() -> None:
         args.claim_tasks = args.claim_tasks if "B1" in only else 0
         args.power_cuts = args.power_cuts if "A3" in only else 0
         args.fuzz = args.fuzz if "G" in only else 0
+        args.h1_schedules = args.h1_schedules if "H1" in only else 0
+        args.h2_tasks = args.h2_tasks if "H2" in only else 0
     if args.restart_tasks and not args.restart_agents >= 2:
         parser.error(f"--restart-agents must be at least 2, got {args.restart_agents}")
     if args.claim_tasks and (
@@ -507,6 +682,26 @@ def main() -> None:
             f"--claim-agents ({args.claim_agents}) must be a multiple of --claim-per-process"
             f" ({args.claim_per_process})"
         )
+    if args.h1_schedules and not (
+        args.h1_daemons >= 2 and args.h1_kills >= 1 and args.h1_tenants >= 1 and args.h1_ttl >= 1
+    ):
+        parser.error(
+            "H1 needs --h1-daemons 2 or more, --h1-kills and --h1-tenants 1 or more, "
+            "--h1-ttl 1 or more"
+        )
+    if args.h2_tasks and (
+        args.h2_per_process < 1 or args.h2_agents < 1 or args.h2_agents % args.h2_per_process
+    ):
+        parser.error(
+            f"--h2-agents ({args.h2_agents}) must be a multiple of --h2-per-process"
+            f" ({args.h2_per_process})"
+        )
+    low, _, high = args.h1_every.partition("-")
+    try:
+        if not 1 <= float(low) <= float(high or low):
+            raise ValueError
+    except ValueError:
+        parser.error(f"--h1-every {args.h1_every!r}: seconds, or LOW-HIGH, each 1 or more")
     started = time.monotonic()
     storm = None if args.no_storm else run_storm(args)
     points = run_points(args)
@@ -514,8 +709,13 @@ def main() -> None:
     restart = run_restart(args) if args.restart_tasks else None
     race = run_claim_race(args) if args.claim_tasks else None
     power = run_power_cuts(args.power_cuts) if args.power_cuts else None
+    hive = run_hive_schedules(args) if args.h1_schedules else None
+    hive_agents = run_hive_agents(args) if args.h2_tasks else None
     fuzzed = run_fuzz(args.fuzz) if args.fuzz else None
-    print(table(storm, points, machine_run, restart, race, power, fuzzed), flush=True)
+    print(
+        table(storm, points, machine_run, restart, race, power, fuzzed, hive, hive_agents),
+        flush=True,
+    )
     passed = (
         (storm is None or storm["passed"])
         and all(r["passed"] == r["runs"] for r in points.values())
@@ -524,6 +724,8 @@ def main() -> None:
         and (race is None or race["passed"])
         and (power is None or power["passed"])
         and (fuzzed is None or fuzzed["passed"])
+        and (hive is None or hive["passed"])
+        and (hive_agents is None or hive_agents["passed"])
     )
     emit(
         {
@@ -537,6 +739,8 @@ def main() -> None:
             "claim_race": race,
             "power_loss": power,
             "fuzz": fuzzed,
+            "hive_schedules": hive,
+            "hive_agents": hive_agents,
             "machine": machine(),
         }
     )

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.postgres.hive import Relay, relayed
 from tests.store.conftest import pg_schema
 
 
@@ -17,3 +18,13 @@ def board() -> Iterator[str]:
         yield dsn
     finally:
         drop()
+
+
+@pytest.fixture
+def relayed_board(board: str) -> Iterator[tuple[Relay, str]]:
+    """A relay to the server, and the board's connection string through it."""
+    relay, through = relayed(board)
+    try:
+        yield relay, through
+    finally:
+        relay.close()

@@ -8,88 +8,13 @@ the daemon can tell, without stopping the server other tests use.
 
 from __future__ import annotations
 
-import asyncio
-import socket
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import Daemon, FakeAgent, error_code, wait_until, write_config
-from tests.store.conftest import PG_DSN, pg_schema
-
-
-class Relay:
-    """127.0.0.1:port → the PostgreSQL server, in a thread of its own; ``cut`` and ``restore``."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.loop = asyncio.new_event_loop()
-        self.server: asyncio.Server | None = None
-        self.writers: set[asyncio.StreamWriter] = set()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.restore()
-
-    def _run(self, coroutine: object) -> None:
-        asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(10)  # type: ignore[arg-type]
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        except (ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
-
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*self.target)
-        self.writers |= {writer, up_writer}
-        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
-
-    def restore(self) -> None:
-        async def start() -> None:
-            self.server = await asyncio.start_server(self._client, "127.0.0.1", self.port)
-
-        self._run(start())
-
-    def cut(self) -> None:
-        async def stop() -> None:
-            assert self.server is not None
-            self.server.close()
-            for writer in list(self.writers):
-                writer.transport.abort()
-            self.writers.clear()
-
-        self._run(stop())
-
-    def close(self) -> None:
-        self.cut()
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-        self.loop.close()
-
-
-@pytest.fixture
-def relayed_board() -> Iterator[tuple[Relay, str]]:
-    from psycopg.conninfo import conninfo_to_dict
-
-    dsn, drop = pg_schema()
-    parts = conninfo_to_dict(PG_DSN)
-    relay = Relay((str(parts.get("host") or "127.0.0.1"), int(parts.get("port") or 5432)))
-    relayed = dsn.replace(f":{parts.get('port') or 5432}/", f":{relay.port}/", 1)
-    assert relayed != dsn
-    try:
-        yield relay, relayed
-    finally:
-        relay.close()
-        drop()
+from tests.postgres.hive import Relay
+from tests.store.conftest import PG_DSN
 
 
 def test_postgresql_away_for_a_while_loses_nothing_and_the_daemon_comes_back_by_itself(

@@ -82,9 +82,13 @@ def start_agents(
     prefix: str = "stub",
     per_process: int = 1,
     hold: bool = False,
+    connect: str | None = None,
+    tokens: Path | None = None,
 ) -> StubAgents:
     """``count`` stub agent processes of ``per_process`` agents each (named ``prefix-n``, or
-    ``prefix-n-i`` when several share a process); ``hold``: sessions wait for SIGUSR1."""
+    ``prefix-n-i`` when several share a process); ``hold``: sessions wait for SIGUSR1.
+    ``connect``: TCP addresses (``tcp://a,tcp://b``) instead of the root's socket, with each
+    agent's token in the JSON file ``tokens``."""
     agents = StubAgents()
     for n in range(count):
         name = f"{prefix}-{n}"
@@ -95,7 +99,8 @@ def start_agents(
                 PYTHON,
                 str(STUB_AGENT),
                 "--socket",
-                str(root / ".colibri" / "colibri.sock"),
+                connect or str(root / ".colibri" / "colibri.sock"),
+                *(["--tokens", str(tokens)] if tokens is not None else []),
                 "--name",
                 name,
                 "--log",

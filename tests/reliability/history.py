@@ -95,6 +95,11 @@ def read_board(daemon: Any, *, integrity_check: bool = True) -> StoreSnapshot:
     if board is None:
         return read_store(daemon.root / ".colibri" / "colibri.sqlite",
                           integrity_check=integrity_check)  # fmt: skip
+    return read_pg_board(board)
+
+
+def read_pg_board(board: str) -> StoreSnapshot:
+    """A PostgreSQL board (its connection string), read straight from the database."""
     import psycopg
     from psycopg.rows import dict_row
 

@@ -1,7 +1,7 @@
 """A stub agent: a real process that speaks the protocol with ``colibri.client``, as a harness does.
 
     python tests/reliability/stub_agent.py --socket S --name N --log L [--slots 2] [--ttl 3]
-        [--agents K] [--hold]
+        [--agents K] [--hold] [--tokens FILE]
 
 Each ``assign`` starts a "session" (a short sleep); the agent appends ``{"task_id", "epoch",
 "event": "start"}`` to its log and fsyncs it *before* the session starts, and ``"finish"`` when it
@@ -14,6 +14,11 @@ when the connection drops it reconnects, registers again with the sessions it st
 connection and registration, sharing the log: a fleet of hundreds of agents then costs tens of
 processes, not hundreds. ``--hold`` keeps every session running after its sleep until the process
 gets SIGUSR1, so a test can hold work in flight through a daemon kill for as long as it needs.
+
+``--socket tcp://A,tcp://B`` connects over plain TCP on loopback instead (the daemons run with
+``--insecure-loopback``), trying the addresses in turn at every reconnect — the daemons of a
+PostgreSQL board, of which the serving one listens — each agent authenticated with its own
+token from ``--tokens`` (a JSON object: agent name → secret).
 
 The log is the agent's own account, written by a process the daemon cannot roll back: the
 history checker counts session starts from it.
@@ -30,7 +35,7 @@ import signal
 import time
 from typing import Any
 
-from colibri.client import AsyncClient
+from colibri.client import AsyncClient, Remote
 from colibri.core.errors import ColibriError, DaemonNotRunning
 
 #: Replies after which a report is kept and made again after the next registration.
@@ -59,7 +64,7 @@ class StubAgent:
     def __init__(
         self,
         *,
-        socket: str,
+        socket: str | Remote,
         name: str,
         log: Log,
         slots: int,
@@ -143,7 +148,8 @@ class StubAgent:
         while True:
             try:
                 client = await AsyncClient(self.socket, self.on_event).connect()
-            except (DaemonNotRunning, OSError):
+            except (DaemonNotRunning, OSError, ColibriError):
+                # (Over TCP: no address answered, or a daemon that stops refused.)
                 await asyncio.sleep(0.05)
                 continue
             try:
@@ -189,9 +195,19 @@ async def run_agents(args: argparse.Namespace) -> None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, release.set)
     log = Log(args.log)
     names = [args.name] if args.agents == 1 else [f"{args.name}-{i}" for i in range(args.agents)]
+    tokens: dict[str, str] = {}
+    if args.tokens:
+        with open(args.tokens) as f:
+            tokens = json.load(f)
+
+    def target(name: str) -> str | Remote:
+        if not args.socket.startswith("tcp://"):
+            return str(args.socket)
+        return Remote.parse(args.socket, token=tokens[name], insecure_loopback=True)
+
     agents = [
         StubAgent(
-            socket=args.socket,
+            socket=target(name),
             name=name,
             log=log,
             slots=args.slots,
@@ -217,6 +233,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--agents", type=int, default=1, help="agents in this process")
     parser.add_argument("--hold", action="store_true", help="sessions end only after SIGUSR1")
+    parser.add_argument("--tokens", help="over TCP: a JSON file of agent name → token")
     args = parser.parse_args()
     if args.agents < 1:
         parser.error(f"--agents must be at least 1, got {args.agents}")

@@ -408,28 +408,36 @@ async def serve(config: Config) -> int:
 async def keep_lease(lease: BoardLease, server: Server) -> None:
     """Renew the board's lease every third of its ttl, for as long as the daemon runs — through
     its stopping too, when the harnesses' last reports are still written. Stop serving by this
-    daemon's own deadline (the last renewal's start + ttl - margin, on the monotonic clock)
-    when renewals fail, and at once when the lease has passed to another."""
-    loop = asyncio.get_running_loop()
+    daemon's own deadline (when the last statement that renewed it was sent + ttl - margin, on
+    the monotonic clock) when renewals fail or hang, and at once when the lease has passed to
+    another."""
+    loop = asyncio.get_running_loop()  # its time() is time.monotonic(), as lease.held_since
     margin = min(1.0, lease.ttl / 10)
-    valid_until = loop.time() + lease.ttl - margin
+    why = "PostgreSQL did not answer in time, or this daemon was held up past it"
+    every = 0.0  # the first renewal at once: building the board took some of the ttl
     while True:
-        await asyncio.sleep(lease.ttl / 3)
-        started = loop.time()
+        valid_until = lease.held_since + lease.ttl - margin
+        # The next renewal, or the deadline if that comes first: failing renewals must not
+        # carry the daemon past it (a third of the ttl later, the lease could be another's).
+        await asyncio.sleep(max(0.0, min(every, valid_until - loop.time())))
+        every = lease.ttl / 3
         try:
-            renewed = await asyncio.to_thread(lease.renew)
-        except StorageUnavailable as exc:
             if loop.time() >= valid_until:
-                server.fatal(
-                    f"the board's lease could not be renewed within its ttl ({exc.message}); "
-                    "stopping, so that another daemon may take the board"
-                )
-                return
+                raise TimeoutError
+            async with asyncio.timeout(valid_until - loop.time()):
+                renewed = await asyncio.to_thread(lease.renew)
+        except StorageUnavailable as exc:
+            why = exc.message
             continue
+        except TimeoutError:
+            server.fatal(
+                f"the board's lease could not be renewed within its ttl ({why}); "
+                "stopping, so that another daemon may take the board"
+            )
+            return
         if not renewed:
             server.fatal("the board's lease has passed to another daemon")
             return
-        valid_until = started + lease.ttl - margin
         with contextlib.suppress(StorageUnavailable):
             await asyncio.to_thread(lease.beat)
 

@@ -22,6 +22,7 @@ hive's leases per tenant), row-level security.
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -600,6 +601,9 @@ class BoardLease:
         self.root = root
         self.owner = str(uuid.uuid4())
         self.epoch = 0
+        #: When (``time.monotonic()``) the last statement that took or renewed the lease was
+        #: sent: the lease runs out no sooner than this + ttl, whatever PostgreSQL's clock says.
+        self.held_since = 0.0
         self._conn: psycopg.Connection[dict[str, Any]] | None = None
 
     def _connection(self) -> psycopg.Connection[dict[str, Any]]:
@@ -622,11 +626,13 @@ class BoardLease:
 
     def take(self) -> bool:
         """Take the lease if nobody holds it (or its holder's has expired); True if taken."""
+        sent = time.monotonic()
         row = self._run("lease_take", {"owner": self.owner, "address": self.address,
                                        "ttl": self.ttl})  # fmt: skip
         if row is None:
             return False
         self.epoch = int(row["epoch"])
+        self.held_since = sent
         return True
 
     def holder(self) -> dict[str, Any] | None:
@@ -635,9 +641,13 @@ class BoardLease:
 
     def renew(self) -> bool:
         """Extend it by ``ttl`` from now; False if it is no longer ours (another took it)."""
+        sent = time.monotonic()
         row = self._run("lease_renew", {"owner": self.owner, "epoch": self.epoch,
                                         "ttl": self.ttl})  # fmt: skip
-        return row is not None
+        if row is None:
+            return False
+        self.held_since = sent
+        return True
 
     def beat(self) -> None:
         """Say this daemon is there, serving or standing by (``colibri hive list``)."""

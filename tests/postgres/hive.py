@@ -1,0 +1,120 @@
+"""What the hive's tests and long runs share: daemons of one PostgreSQL board, and a TCP relay
+to the server that can be cut."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+from tests.helpers import Daemon, wait_until
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Member(Daemon):
+    """A daemon of the board, on its own root and TCP port (plain TCP on loopback)."""
+
+    def __init__(
+        self,
+        root: Path,
+        board: str,
+        *,
+        ttl: str = "2s",
+        env: dict[str, str] | None = None,
+        log_level: str = "info",
+    ) -> None:
+        root.mkdir()
+        self.port = free_port()
+        self.address = f"tcp://127.0.0.1:{self.port}"
+        super().__init__(root, "--store", board, "--lease-ttl", ttl, "--listen", self.address,
+                         "--insecure-loopback", env=env, log_level=log_level)  # fmt: skip
+
+    def stand_by(self) -> None:
+        """Start it while another serves: it waits, without a socket, until it takes over."""
+        log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log,
+                                        stderr=log, start_new_session=True,
+                                        env={**os.environ, **self.env})  # fmt: skip
+        log.close()
+        wait_until(lambda: "standby: daemon" in self.log(), timeout=30)
+
+    def serving(self) -> bool:
+        try:
+            self.call("ping")
+        except Exception:
+            return False
+        return True
+
+
+class Relay:
+    """127.0.0.1:port → the PostgreSQL server, in a thread of its own; ``cut`` and ``restore``."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = free_port()
+        self.loop = asyncio.new_event_loop()
+        self.server: asyncio.Server | None = None
+        self.writers: set[asyncio.StreamWriter] = set()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.restore()
+
+    def _run(self, coroutine: object) -> None:
+        asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(10)  # type: ignore[arg-type]
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        self.writers |= {writer, up_writer}
+        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+
+    def restore(self) -> None:
+        async def start() -> None:
+            self.server = await asyncio.start_server(self._client, "127.0.0.1", self.port)
+
+        self._run(start())
+
+    def cut(self) -> None:
+        async def stop() -> None:
+            assert self.server is not None
+            self.server.close()
+            for writer in list(self.writers):
+                writer.transport.abort()
+            self.writers.clear()
+
+        self._run(stop())
+
+    def close(self) -> None:
+        self.cut()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
+def relayed(dsn: str) -> tuple[Relay, str]:
+    """A relay to the server of ``dsn``, and ``dsn`` through it."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    parts = conninfo_to_dict(dsn)
+    port = int(parts.get("port") or 5432)
+    relay = Relay((str(parts.get("host") or "127.0.0.1"), port))
+    through = dsn.replace(f":{port}/", f":{relay.port}/", 1)
+    assert through != dsn
+    return relay, through

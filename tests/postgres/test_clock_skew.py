@@ -1,0 +1,125 @@
+"""Two daemons of one board whose wall clocks are two minutes apart (one 60 s ahead of the
+machine, one 60 s behind, by libfaketime): the lease is judged by PostgreSQL's clock alone, so
+the standby ahead never takes it early, and the owner behind still stops by its own monotonic
+deadline when PostgreSQL is cut off."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from colibri.core.model import parse_rfc3339
+from tests.helpers import wait_until
+from tests.postgres.hive import Member, Relay
+from tests.reliability.test_clock_jumps import LIBFAKETIME, Jumps
+
+pytestmark = pytest.mark.skipif(
+    not LIBFAKETIME.is_file(), reason="needs libfaketime (Debian package libfaketime)"
+)
+
+SKEW = 60
+
+
+def lease(board: str) -> tuple[int, float]:
+    """The lease's epoch and its seconds left, by PostgreSQL's clock (0, 0 with none)."""
+    import psycopg
+
+    with psycopg.connect(board, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT epoch, EXTRACT(EPOCH FROM expires_at - now())::float8 FROM leases"
+        ).fetchone()
+    return (0, 0.0) if row is None else (int(row[0]), float(row[1]))
+
+
+def skewed(root: Path, board: str, offset: int, ttl: str) -> Member:
+    clock = Jumps(root.parent / f"{root.name}.faketime")
+    clock.set(offset)
+    return Member(root, board, ttl=ttl, env=clock.env)
+
+
+def until_epoch(board: str, epoch: int, timeout: float) -> float:
+    """Poll the lease every 10 ms until its epoch is ``epoch``; the monotonic time it was seen."""
+    deadline = time.monotonic() + timeout
+    while lease(board)[0] != epoch:
+        assert time.monotonic() < deadline, f"epoch {epoch} not taken within {timeout}s"
+        time.sleep(0.01)
+    return time.monotonic()
+
+
+def test_a_standby_whose_clock_runs_ahead_takes_the_lease_only_when_postgresql_says(
+    tmp_path: Path, board: str
+) -> None:
+    ttl = 4.0
+    owner = skewed(tmp_path / "behind", board, -SKEW, f"{ttl:g}s")
+    standby = skewed(tmp_path / "ahead", board, +SKEW, f"{ttl:g}s")
+    owner.start()
+    try:
+        standby.stand_by()
+        before = owner.submit("under the owner", capabilities=["nobody"])
+        # Two ttls while the owner lives: by the standby's clock its lease expired long ago.
+        watched = time.monotonic()
+        while time.monotonic() - watched < 2 * ttl:
+            assert lease(board)[0] == 1
+            assert owner.serving() and "took the board's lease" not in standby.log()
+            time.sleep(0.1)
+        owner.kill()
+        # The lease left after the kill (a renewal in flight has landed or never will).
+        epoch, left = lease(board)
+        asked = time.monotonic()
+        assert epoch == 1 and 0 < left <= ttl
+        took = until_epoch(board, 2, timeout=ttl + 10)
+        expired = asked + left
+        # Not before PostgreSQL's expiry (a standby trusting its own clock would have taken
+        # it at once), and soon after it (the standby polls when the lease is due): about the
+        # ttl after the kill, the lease's last renewal a third of it or less before.
+        assert took >= expired - 0.05, (took - asked, left)
+        assert took - expired < 2.0, (took - asked, left)
+        assert took - asked > ttl * 2 / 3 - 0.2, (took - asked, left)
+        wait_until(standby.serving, timeout=15)
+        after = standby.submit("under the standby", capabilities=["nobody"])
+        # The skew is real: the two daemons' clocks stamped the tasks two minutes apart.
+        apart = parse_rfc3339(after["created_at"]) - parse_rfc3339(before["created_at"])
+        assert 2 * SKEW - 5 < apart < 2 * SKEW + 60, apart
+        assert standby.task(before["id"])["state"] == "pending"
+    finally:
+        for member in (owner, standby):
+            if member.process is not None and member.process.poll() is None:
+                member.stop()
+
+
+def test_an_owner_whose_clock_runs_behind_stops_by_its_own_deadline_when_cut_off(
+    tmp_path: Path, board: str, relayed_board: tuple[Relay, str]
+) -> None:
+    relay, through = relayed_board
+    ttl = 3.0
+    owner = skewed(tmp_path / "behind", through, -SKEW, f"{ttl:g}s")
+    standby = skewed(tmp_path / "ahead", board, +SKEW, f"{ttl:g}s")
+    owner.start()
+    try:
+        standby.stand_by()
+        owner.submit("under the owner", capabilities=["nobody"])
+        time.sleep(ttl)  # a few renewals through the relay
+        relay.cut()
+        cut = time.monotonic()
+        epoch, left = lease(board)
+        expires = time.monotonic() + left
+        assert epoch == 1 and 0 < left <= ttl
+
+        def stopped() -> bool:
+            return "could not be renewed within its ttl" in owner.log()
+
+        stopped_at = wait_until(lambda: stopped() and time.monotonic(), timeout=3 * ttl)
+        took = until_epoch(board, 2, timeout=3 * ttl)
+        assert owner.process is not None and owner.process.wait(timeout=15) == 1
+        # It stopped serving before its lease could pass to anyone, by PostgreSQL's clock …
+        assert stopped_at < expires, (stopped_at - cut, expires - cut)
+        assert stopped_at < took, (stopped_at - cut, took - cut)
+        # … and within a ttl of the cut: a clock behind does not lengthen its deadline.
+        assert stopped_at - cut < ttl, stopped_at - cut
+        wait_until(standby.serving, timeout=15)
+    finally:
+        for member in (owner, standby):
+            if member.process is not None and member.process.poll() is None:
+                member.stop()
