@@ -72,11 +72,11 @@ def test_a_standby_whose_clock_runs_ahead_takes_the_lease_only_when_postgresql_s
         took = until_epoch(board, 2, timeout=ttl + 10)
         expired = asked + left
         # Not before PostgreSQL's expiry (a standby trusting its own clock would have taken
-        # it at once), and soon after it (the standby polls when the lease is due): about the
-        # ttl after the kill, the lease's last renewal a third of it or less before.
+        # it at once), and soon after it (the standby polls when the lease is due): well over
+        # half the ttl after the kill — renewals come every third of it, later on a busy host.
         assert took >= expired - 0.05, (took - asked, left)
         assert took - expired < 2.0, (took - asked, left)
-        assert took - asked > ttl * 2 / 3 - 0.2, (took - asked, left)
+        assert took - asked > ttl / 2, (took - asked, left)
         wait_until(standby.serving, timeout=15)
         after = standby.submit("under the standby", capabilities=["nobody"])
         # The skew is real: the two daemons' clocks stamped the tasks two minutes apart.
