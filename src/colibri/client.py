@@ -163,7 +163,7 @@ def _connect_unix(path: str, root: Path | None, timeout: float | None) -> socket
 
         now = time.monotonic()
         if give_up is None:
-            give_up = now + STARTING_PATIENCE
+            give_up = now + min(STARTING_PATIENCE, timeout or STARTING_PATIENCE)
         if root is None or now >= give_up or not daemon_starting(root):
             raise DaemonNotRunning(str(root or Path(path).parent.parent)) from None
         time.sleep(0.05)
@@ -176,9 +176,11 @@ def daemon_starting(root: Path) -> bool:
 
 
 def daemon_pid(root: Path) -> int | None:
-    """The pid of the live process holding ``root``'s daemon lock, or None. The pid it wrote is
+    """The pid of the live daemon holding ``root``'s daemon lock, or None. The pid it wrote is
     read, never the lock taken: taking it, even for a moment, could make a daemon starting at
-    that moment believe another one runs."""
+    that moment believe another one runs. A pid is believed only from a process that had
+    started when the file was written: a daemon that crashed leaves its pid behind, and the
+    system may give that pid to another process since."""
     from colibri import host
 
     try:
@@ -186,12 +188,17 @@ def daemon_pid(root: Path) -> int | None:
     except OSError:
         return None
     try:
+        written = os.fstat(fd).st_mtime
         text = os.read(fd, 32).decode(errors="replace").strip()
     except OSError:
         return None
     finally:
         os.close(fd)
-    return int(text) if text.isdigit() and host.alive(int(text)) else None
+    if not (text.isascii() and text.isdigit()) or not host.alive(pid := int(text)):
+        return None
+    started = host.started_at(pid)
+    # (A second of slack: the portable clock of a start is whole seconds.)
+    return pid if started is not None and started <= written + 1.0 else None
 
 
 def _closed(why: str = "") -> ConnectionClosed:
@@ -252,15 +259,23 @@ class Client:
                 except OSError as exc:  # ssl.SSLError and its kin are OSErrors
                     sock.close()
                     raise _tls_failed(address, exc) from None
-            sock.settimeout(timeout)
+            # A peer that took the connection and says nothing must not hold the client for
+            # ever: the answer to auth is waited for CONNECT_TIMEOUT at most.
+            sock.settimeout(CONNECT_TIMEOUT if timeout is None else min(timeout, CONNECT_TIMEOUT))
             client = cls.__new__(cls)
             client.path = str(address)
             client._open(sock)
             try:
                 client.call("auth", token=remote.token)
+            except TimeoutError:
+                client.close()
+                raise DaemonNotRunning.at(
+                    str(address), f"no answer to auth within {CONNECT_TIMEOUT:g}s"
+                ) from None
             except BaseException:
                 client.close()
                 raise
+            sock.settimeout(timeout)
             return client
         raise DaemonNotRunning.at(str(remote), "; ".join(failures))
 
@@ -426,7 +441,13 @@ class AsyncClient:
         self._reader_task = asyncio.create_task(self._read(reader), name="client-reader")
         if isinstance(self.target, Remote):
             try:
-                self.principal = await self.call("auth", token=self.target.token)
+                async with asyncio.timeout(CONNECT_TIMEOUT):  # a peer that says nothing
+                    self.principal = await self.call("auth", token=self.target.token)
+            except TimeoutError:
+                await self.close()
+                raise DaemonNotRunning.at(
+                    str(self.path), f"no answer to auth within {CONNECT_TIMEOUT:g}s"
+                ) from None
             except BaseException:
                 await self.close()
                 raise

@@ -125,6 +125,20 @@ def start_time(pid: int) -> int | None:
         return None
 
 
+def started_at(pid: int) -> float | None:
+    """When ``pid`` started, in seconds since the epoch (to the clock tick natively, to the
+    second the portable way); None if it is gone or cannot be told."""
+    ticks = start_time(pid)
+    if ticks is None or not _native_processes():
+        return None if ticks is None else float(ticks)
+    try:
+        with open("/proc/stat", "rb") as stat:
+            boot = next(int(line.split()[1]) for line in stat if line.startswith(b"btime "))
+    except (OSError, StopIteration, ValueError):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
 def _ps(*args: str) -> str:
     """What ``ps ARGS`` prints, in the C locale and UTC; "" if it fails or there is none."""
     command = next((p for p in ("/bin/ps", "/usr/bin/ps") if os.path.exists(p)), "ps")

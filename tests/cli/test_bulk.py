@@ -23,6 +23,10 @@ def _lines(path: Path, *objects: object) -> Path:
 def test_submit_from_a_file_takes_every_task_and_honours_idempotency_keys(
     daemon: Daemon, tmp_path: Path
 ) -> None:
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + json.dumps({"text": "written by a BOM-happy editor"})
+                    .encode() + b"\n")  # fmt: skip
+    assert len(ok(colibri("submit", "--from", str(bom), root=daemon.root)).split()) == 1
     source = _lines(
         tmp_path / "tasks.jsonl",
         {"text": "one", "capabilities": ["python"], "priority": 3, "labels": ["bulk"]},
@@ -41,7 +45,7 @@ def test_submit_from_a_file_takes_every_task_and_honours_idempotency_keys(
     assert any("1 task waits: no agent named ghost has registered yet" in x for x in summary)
     assert any("1 task waits: no agent has registered with python yet" in x for x in summary)
     tasks = {t["id"]: t for t in daemon.call("list", limit=10)["tasks"]}
-    assert len(tasks) == 3
+    assert len(tasks) == 4
     assert tasks[ids[0]]["priority"] == 3 and tasks[ids[0]]["labels"] == ["bulk"]
     assert tasks[ids[3]]["agent"] == "ghost" and tasks[ids[3]]["pinned"]
     # --json: one task a line, with whether it was made now.
@@ -60,6 +64,11 @@ def test_a_bad_line_stops_the_whole_file_before_anything_is_sent(
         ('{"text": "x"', "truncated"),
         ('["text"]', "Expected `object`"),
         ('{"text": "x", "claim": "c"}', "claim is for sessions"),
+        ('{"text": "x", "capabilities": ["BAD CAP"]}', "invalid capability 'bad cap'"),
+        ('{"text": "x", "workspace": "no/slash"}', "invalid workspace 'no/slash'"),
+        ('{"text": "x", "agent": " "}', "invalid agent name ' '"),
+        ('{"text": "x", "tenant": "A B"}', "invalid tenant 'A B'"),
+        ('{"text": "  "}', "text is empty"),
     ]:  # fmt: skip
         source = tmp_path / "tasks.jsonl"
         source.write_text('{"text": "fine"}\n' + bad + "\n")
@@ -83,7 +92,10 @@ def test_a_refusal_midway_says_where_and_how_many_went_before(
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"colibri: {source}:3: ") and "ffffffff-0000" in line
     assert line.endswith("; the 2 before it were submitted")
-    assert [t["text"] for t in daemon.call("list")["tasks"]] == ["a", "b"]
+    one = _lines(tmp_path / "one.jsonl", {"text": "e"}, {"text": "f", "parent": "ffffffff-0000"})
+    (said,) = colibri("submit", "--from", str(one), root=daemon.root).stderr.strip().splitlines()
+    assert said.endswith("; the 1 before it was submitted")
+    assert [t["text"] for t in daemon.call("list")["tasks"]] == ["a", "b", "e"]
 
 
 def test_progress_shows_on_a_terminal_only(daemon: Daemon, tmp_path: Path) -> None:
@@ -137,8 +149,10 @@ def test_ledger_export_writes_every_row_as_json_lines_or_csv(
     )
     late = colibri("ledger", "export", "--since", "2999-01-01", root=daemon.root)
     assert as_json_lines(late) == []
-    bad = colibri("ledger", "export", "--since", "yesterday", root=daemon.root)
-    assert bad.returncode == 2 and "neither a seq nor a time" in bad.stderr
+    for since, says in [("yesterday", "neither a seq nor a time"), ("²", "neither a seq nor"),
+                        ("9" * 30, "past the last seq")]:  # fmt: skip
+        bad = colibri("ledger", "export", "--since", since, root=daemon.root)
+        assert bad.returncode == 2 and says in bad.stderr, (since, bad.stderr)
     out = tmp_path / "ledger.csv"
     summary = as_json(colibri("ledger", "export", "--format", "csv", "--out", str(out), "--json",
                               root=daemon.root))  # fmt: skip

@@ -101,6 +101,12 @@ def test_an_ambiguous_prefix_is_refused_in_one_line_naming_some_of_them(daemon: 
         "ambiguous_task"
     )
     assert all(daemon.task(i)["state"] == "pending" for i in ids)  # nothing was cancelled
+    # Fewer than four characters name nothing: `cancel 0` must not take a family by chance.
+    short = json_error(colibri("cancel", ids[0][:3], "--json", root=daemon.root))
+    assert short["code"] == "bad_request" and "at least 4 characters" in short["message"]
+    assert all(daemon.task(i)["state"] == "pending" for i in ids)
+    # A whole id in capitals is the id.
+    assert as_json(colibri("show", ids[4].upper(), "--json", root=daemon.root))["id"] == ids[4]
     # What starts no id, or is no id at all, is unknown as before.
     for unknown in ("ffff", "zz", "0%", "0_"):
         assert json_error(colibri("show", unknown, "--json", root=daemon.root))["code"] == (
@@ -263,3 +269,62 @@ def test_workspace_show_prints_settings_as_people_read_them(root: Path) -> None:
     assert shown["command"] == "/bin/echo 'two words'"
     assert shown["budget_usd_daily"] == "-" and shown["env"] == "-"
     assert not any(v.startswith(("[", "{")) or v == "None" for v in shown.values()), shown
+
+
+def test_a_pid_left_in_the_daemon_lock_by_a_crash_is_not_believed(root: Path) -> None:
+    """A crashed daemon's pid stays in daemon.lock, and the system may give it to another
+    process: stop must not signal that process, and commands must not wait for it to serve."""
+    lock = root / ".colibri" / "daemon.lock"
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        lock.write_text(f"{other.pid}\n")
+        written = time.time() - 60  # the file was written a minute before that process started
+        os.utime(lock, (written, written))
+        started = time.monotonic()
+        assert error_line(colibri("status", root=root)).startswith("colibri: no daemon is running")
+        assert time.monotonic() - started < 14  # not the 15 s a starting daemon is given
+        assert error_line(colibri("stop", root=root)).startswith("colibri: no daemon is running")
+        assert other.poll() is None  # not signalled
+        for junk in ("²", "-1", "12 34", "\x00"):
+            lock.write_text(junk)
+            assert error_line(colibri("stop", root=root)).startswith(
+                "colibri: no daemon is running"
+            ), junk
+        # A real daemon's own pid is believed: run --detach, then stop.
+        pid = int(ok(colibri("run", "--detach", root=root)).split()[2])
+        assert ok(colibri("stop", root=root)).startswith(f"stopped the daemon (pid {pid})")
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_tenants_hint_names_nothing_of_another_tenant_or_of_colibri_jsonc(root: Path) -> None:
+    """The hint counts only what the task's own tenant could run on: another tenant's agents
+    do not silence it, and colibri.jsonc's workspaces (the default tenant's) are never named
+    to another tenant, nor told apart from workspaces that do not exist."""
+    (root / "colibri.jsonc").write_text(json.dumps(
+        {"workspaces": {"ops": {"capabilities": ["zfs"], "session": {"command": ["cat"]}}}}
+    ))  # fmt: skip
+    daemon = Daemon(root)
+    daemon.start()
+    agent = FakeAgent(daemon, "acme-1", ["arm"], tenant="acme")
+    try:
+
+        def waits(**fields: Any) -> str | None:
+            cmd = "create-task" if "agent" in fields else "submit"
+            hint: str | None = daemon.call(cmd, text="x", **fields).get("waits")
+            return hint
+
+        assert waits(workspace="ops") is None  # the default tenant's own workspace
+        said = [waits(workspace=w, tenant="acme") or "" for w in ("ops", "nosuch")]
+        assert said[0].replace("ops", "W") == said[1].replace("nosuch", "W")  # told apart? no
+        assert waits(workspace="ops", tenant="acme") == (
+            "no agent of workspace ops has registered yet"
+        )
+        assert waits(agent="ops", tenant="acme") == "no agent named ops has registered yet"
+        assert waits(capabilities=["arm"], tenant="acme") is None  # acme's own agent has it
+        assert waits(capabilities=["arm"]) == "no agent has registered with arm yet"
+        assert waits(agent="acme-1") == "no agent named acme-1 has registered yet"
+    finally:
+        agent.close()
+        daemon.stop()

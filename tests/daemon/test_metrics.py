@@ -290,13 +290,19 @@ def test_the_endpoint_answers_only_what_it_serves(root: Path) -> None:
     daemon = serving(root)
     try:
         url = metrics_url(daemon)
-        silent = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1].split("/")[0])))
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        from colibri.daemon.metrics import MAX_CLIENTS
+
+        # Peers that say nothing — as many as the endpoint takes at once, and more — hold up
+        # neither a scrape (the one silent longest makes room for it) nor the daemon.
+        silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_CLIENTS + 4)]
         try:
-            # a peer that says nothing holds up neither a scrape nor the daemon
-            assert sample(scrape(url), "colibri_tasks_submitted_total") == 0
+            for _ in range(3):
+                assert sample(scrape(url), "colibri_tasks_submitted_total") == 0
             daemon.submit("still served")
         finally:
-            silent.close()
+            for conn in silent:
+                conn.close()
         get = http(url, b"GET /metrics?x=1 HTTP/1.1\r\nHost: x\r\n\r\n")
         assert get.startswith(b"HTTP/1.1 200 ") and b"colibri_tasks_submitted_total 1.0" in get
         head = http(url, b"HEAD /metrics HTTP/1.1\r\n\r\n")

@@ -4,6 +4,7 @@ PostgreSQL board, then served there by a real daemon; and every refusal writes n
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -341,6 +342,16 @@ def test_a_missing_source_or_a_target_that_is_no_postgresql_is_one_line(
     assert sqlite.returncode == 1
     assert "is not a PostgreSQL board: give --to postgresql://" in one_line(sqlite.stderr)
     assert list(tmp_path.iterdir()) == []
+    link = tmp_path / "link.sqlite"
+    link.symlink_to(source.path)
+    linked = copy("--from", str(link), "--to", board, "--tenant", "acme")
+    assert linked.returncode == 1
+    assert one_line(linked.stderr) == (
+        f"colibri: {link} is a symbolic link: give --from the board's own path, "
+        f"{os.path.realpath(source.path)}"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.sqlite"]  # no lock beside it
+    link.unlink()
     from_pg = copy("--from", board, "--to", board, "--tenant", "acme")
     assert from_pg.returncode == 1
     assert one_line(from_pg.stderr) == (

@@ -465,3 +465,39 @@ def test_an_agent_name_belongs_to_one_tenant(tls_daemon: TlsDaemon) -> None:
         assert "default" not in error["message"]  # it does not say whose
     finally:
         local.close()
+
+
+def test_a_peer_that_takes_the_connection_and_says_nothing_does_not_hold_a_client(
+    tmp_path: Path,
+) -> None:
+    """Something listening where a daemon should be, silent after the connection: the CLI and
+    the client library give up on the answer to auth (no_daemon, one line), not hang."""
+    import asyncio
+
+    from colibri.client import CONNECT_TIMEOUT, AsyncClient
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    address = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+    token = "colibri_0123456789ab_" + "x" * 43
+    try:
+        done = colibri(None, "--connect", address, "--insecure-loopback", "--token", token,
+                       "status", timeout=CONNECT_TIMEOUT + 30)  # fmt: skip
+        assert done.returncode == 1
+        assert one_line(done.stderr) == (
+            f"colibri: no daemon answers at {address}: no answer to auth within "
+            f"{CONNECT_TIMEOUT:g}s"
+        )
+
+        async def connect() -> str:
+            remote = Remote.parse(address, token=token, insecure_loopback=True)
+            try:
+                await AsyncClient(remote).connect()
+            except ColibriError as exc:
+                return exc.code
+            return "connected"
+
+        assert asyncio.run(asyncio.wait_for(connect(), CONNECT_TIMEOUT + 20)) == "no_daemon"
+    finally:
+        silent.close()

@@ -75,6 +75,8 @@ def read_tasks(source: IO[str], name: str) -> list[tuple[int, Any]]:
     """Every task of a JSON lines file, checked before any is sent: a bad line stops the whole
     submission with ``FILE:LINE: what is wrong``, and nothing is submitted. Blank lines and
     lines starting with ``#`` are skipped."""
+    from colibri.core.model import checked_names
+
     decoder = msgspec.json.Decoder(bulk_task_type())
     tasks: list[tuple[int, Any]] = []
     for number, line in enumerate(source, 1):
@@ -86,6 +88,10 @@ def read_tasks(source: IO[str], name: str) -> list[tuple[int, Any]]:
             raise BadRequest(f"{name}:{number}: {_plain(exc)}; nothing was submitted") from None
         if task.claim is not None:
             raise BadRequest(f"{name}:{number}: claim is for sessions; nothing was submitted")
+        try:
+            checked_names(task.spec())  # what the daemon would refuse, refused before any is sent
+        except BadRequest as exc:
+            raise BadRequest(f"{name}:{number}: {exc.message}; nothing was submitted") from None
         tasks.append((number, task))
     return tasks
 
@@ -106,7 +112,7 @@ def submit_file(ctx: Context, path: str, as_json: bool) -> None:
         if path == "-":
             tasks = read_tasks(sys.stdin, name)
         else:
-            with Path(path).open(encoding="utf-8") as source:
+            with Path(path).open(encoding="utf-8-sig") as source:  # a BOM is not JSON
                 tasks = read_tasks(source, name)
     except UnicodeDecodeError:
         raise BadRequest(f"{name} is not UTF-8 text; nothing was submitted") from None
@@ -120,7 +126,12 @@ def submit_file(ctx: Context, path: str, as_json: bool) -> None:
                 reply = client.call("create-task" if task.agent else "submit", **fields)
             except ColibriError as exc:
                 progress.done()
-                done = f"the {made + again} before it were" if made + again else "none was"
+                before = made + again
+                done = (
+                    f"the {before} before it {'was' if before == 1 else 'were'}"
+                    if before
+                    else ("none was")
+                )
                 exc.message = f"{name}:{number}: {exc.message}; {done} submitted"
                 raise
             created = reply.get("created", True)
@@ -158,7 +169,10 @@ def _since(value: str | None) -> tuple[int, str]:
     """``--since``: a ledger seq (rows after it), or a date or instant (rows at or after it)."""
     if value is None:
         return 0, ""
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
+        if int(value) >= 1 << 63:
+            raise click.BadParameter(f"{value} is past the last seq there can be",
+                                     param_hint="--since")  # fmt: skip
         return int(value), ""
     from colibri.core.model import parse_rfc3339, rfc3339
 
@@ -225,6 +239,11 @@ def ledger_export(
                 else:
                     sink.write(encode(entry).decode() + "\n")
                 progress.step()
+    except BaseException:
+        if out is not None:  # a part of the ledger would pass for all of it: not left behind
+            sink.close()
+            out.unlink(missing_ok=True)
+        raise
     finally:
         if out is not None:
             sink.close()

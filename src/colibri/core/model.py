@@ -187,5 +187,21 @@ def normalize_names(values: list[str], what: str) -> list[str]:
     return list(dict.fromkeys(check_name(raw.strip().lower(), what) for raw in values))
 
 
+def checked_names(spec: TaskSpec) -> tuple[list[str], list[str], str | None]:
+    """What intake refuses of a spec before it writes, and the names it keeps: the text must
+    say something; the tenant, the workspace and the pinned agent must be names; capabilities
+    and labels are normalised (``normalize_names``). Returns (capabilities, labels, workspace).
+    Intake and ``submit --from`` (which checks every line before it sends one) both ask here."""
+    if not spec.text.strip():
+        raise BadRequest("text is empty: say what the task is")
+    if spec.tenant:
+        check_name(spec.tenant, "tenant")
+    if spec.agent is not None:
+        check_name(spec.agent, "agent name")
+    workspace = check_name(spec.workspace, "workspace") if spec.workspace else None
+    capabilities = normalize_names(spec.capabilities, "capability")
+    return capabilities, normalize_names(spec.labels, "label"), workspace
+
+
 #: The fields of a ``TaskSpec`` (every one of them is a field of ``Task`` too).
 SPEC_FIELDS: tuple[str, ...] = TaskSpec.__struct_fields__

@@ -57,6 +57,8 @@ LEDGER_SCAN = 20_000
 #: made of these may be a prefix of ids, as git and docker take them.
 WHOLE_ID = 36
 ID_CHARACTERS = "0123456789abcdef-"
+#: The shortest prefix taken, as git's: ``cancel 0`` must not name a family by accident.
+SHORTEST_PREFIX = 4
 
 
 class Commands:
@@ -140,11 +142,18 @@ class Commands:
         """The whole id of the one task whose id starts with ``task_id``, among the tasks the
         connection may see (a token's prefix never counts another tenant's); ``task_id`` itself
         when it is a whole id or starts none, for the caller's ``unknown_task``."""
-        if len(task_id) >= WHOLE_ID or task_id in self.board.tasks:
+        if task_id in self.board.tasks:
             return task_id
         prefix = task_id.lower()
         if not prefix or prefix.strip(ID_CHARACTERS):
             return task_id  # not the start of any id: a pattern could not match either
+        if len(prefix) >= WHOLE_ID:
+            return prefix  # a whole id, in whatever case it was written
+        if len(prefix) < SHORTEST_PREFIX:
+            raise BadRequest(
+                f"{task_id!r} is too short to name a task: give at least {SHORTEST_PREFIX} "
+                "characters of its id"
+            )
         query = TaskFilter(prefix=prefix, tenant=self._principal(conn).tenant, limit=3)
         found = self.board.list_tasks(query)
         if len(found) == 1:

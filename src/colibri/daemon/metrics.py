@@ -63,7 +63,8 @@ MAX_HEAD = 8192
 REQUEST_TIMEOUT = 10.0
 #: Header lines read at most before a request is dropped.
 MAX_HEADERS = 100
-#: Scrapes answered at once; more are closed as they come (Prometheus sends one at a time).
+#: Connections at once (Prometheus sends one scrape at a time); past it, a newcomer takes the
+#: place of the one that has waited longest without a whole request, as on the daemon's socket.
 MAX_CLIENTS = 16
 
 
@@ -255,7 +256,8 @@ class MetricsEndpoint:
         self.metrics = metrics
         self.address = parse_metrics_address(address)
         self._server: asyncio.Server | None = None
-        self._clients = 0
+        #: The connections being answered, oldest first, and whether each has sent its request.
+        self._clients: dict[asyncio.Task[None], bool] = {}
         #: Where it listens, as bound (a port 0 replaced by the one given).
         self.bound: TcpAddress | None = None
 
@@ -285,13 +287,21 @@ class MetricsEndpoint:
             self._server.close()
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._clients >= MAX_CLIENTS:
-            writer.close()
-            return
-        self._clients += 1
+        if len(self._clients) >= MAX_CLIENTS:
+            silent = next((t for t, asked in self._clients.items() if not asked), None)
+            if silent is None:  # every one is being answered: the newcomer waits its turn
+                writer.close()
+                return
+            silent.cancel()  # peers that connect and say nothing cannot keep a scrape out
+            del self._clients[silent]
+        me = asyncio.current_task()
+        assert me is not None
+        self._clients[me] = False
         try:
             async with asyncio.timeout(REQUEST_TIMEOUT):
                 request = await _read_head(reader)
+                if me in self._clients:
+                    self._clients[me] = True
                 status, headers, body = self._respond(request)
                 writer.write(
                     f"HTTP/1.1 {status}\r\n{headers}Content-Length: {len(body)}\r\n"
@@ -302,8 +312,10 @@ class MetricsEndpoint:
                 await writer.drain()
         except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, ValueError):
             pass  # a client that hung up or dawdled: nothing to tell it
+        except asyncio.CancelledError:
+            pass  # made room for a newcomer (the daemon's stop closes the server, not these)
         finally:
-            self._clients -= 1
+            self._clients.pop(me, None)
             writer.close()
 
     def _respond(self, request: tuple[str, str] | None) -> tuple[str, str, bytes]:

@@ -121,6 +121,12 @@ def check_source(source: str) -> None:
         raise ConfigError(
             "the board to copy is in PostgreSQL already: give --from with an SQLite board's path"
         )
+    if os.path.islink(source):
+        # As a daemon refuses to open its board through a link: nothing is made beside it.
+        raise ConfigError(
+            f"{source} is a symbolic link: give --from the board's own path, "
+            f"{os.path.realpath(source)}"
+        )
     if not os.path.isfile(source):
         raise ConfigError(f"no SQLite board at {source}: give the board to copy with --from PATH")
 

@@ -30,8 +30,7 @@ from colibri.core.model import (
     DEFAULT_TENANT,
     Task,
     TaskSpec,
-    check_name,
-    normalize_names,
+    checked_names,
     rfc3339,
 )
 from colibri.core.states import State
@@ -103,9 +102,8 @@ class Intake:
         """Write a new pending task durably (on commit); return it and whether it is new."""
         pin = req.agent
         text = req.text  # kept byte for byte: it is the session's input
-        if not text.strip():
-            raise BadRequest("text is empty: say what the task is")
-        tenant = check_name(req.tenant, "tenant") if req.tenant else DEFAULT_TENANT
+        names, label_names, workspace = checked_names(req)
+        tenant = req.tenant or DEFAULT_TENANT
         if req.parent is not None:
             # A child is of its parent's tenant: a hand-off never carries work across tenants.
             above = self.tasks.get(req.parent) or self.store.get_task(req.parent)
@@ -116,11 +114,8 @@ class Intake:
                         "(leave --tenant out)"
                     )
                 tenant = above.tenant
-        capabilities = self.queue.shared(normalize_names(req.capabilities, "capability"))
-        labels = self.queue.shared(normalize_names(req.labels, "label"))
-        workspace = check_name(req.workspace, "workspace") if req.workspace else None
-        if pin is not None:
-            check_name(pin, "agent name")
+        capabilities = self.queue.shared(names)
+        labels = self.queue.shared(label_names)
         fingerprint = None
         if idempotency_key is not None:
             # Before the quotas: a retry of a submission that did commit gets its task back.

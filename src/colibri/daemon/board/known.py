@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from colibri.core.matching import Shape
-from colibri.core.model import Agent
+from colibri.core.model import DEFAULT_TENANT, Agent
 
 
 class KnownAgents:
@@ -41,19 +41,23 @@ class KnownAgents:
     def unplaceable(self, shape: Shape) -> str | None:
         """Why no agent known to this board could take a task of ``shape``, or None."""
         tenant = shape.tenant
+        # The workspaces of colibri.jsonc are the default tenant's (their harnesses register
+        # there): for another tenant they count as nothing, and are never named to it.
+        configured = self.workspaces if tenant == DEFAULT_TENANT else frozenset()
         if shape.pin is not None:
-            if self._tenant_of.get(shape.pin) == tenant or shape.pin in self.workspaces:
+            if self._tenant_of.get(shape.pin) == tenant or shape.pin in configured:
                 return None
             return f"no agent named {shape.pin} has registered yet"
+        workspace = shape.workspace
         if (
-            shape.workspace is not None
-            and shape.workspace not in self.workspaces
-            and shape.workspace not in self._served.get(tenant, ())
+            workspace is not None
+            and workspace not in configured
+            and workspace not in self._served.get(tenant, ())
         ):
-            return (
-                f"no agent of workspace {shape.workspace} has registered yet, and colibri.jsonc "
-                "defines no such workspace"
+            undefined = (
+                ", and colibri.jsonc defines no such workspace" if tenant == DEFAULT_TENANT else ""
             )
+            return f"no agent of workspace {workspace} has registered yet{undefined}"
         required = shape.capabilities
         if not required:
             return None
