@@ -107,6 +107,30 @@ def error_code(call: Callable[[], Any]) -> str:
     return caught.value.code
 
 
+def on_a_terminal(
+    args: list[str], timeout: float = 120.0
+) -> tuple[subprocess.CompletedProcess[str], bytes]:
+    """Run ``args`` with stderr on a pseudo-terminal (stdout piped, as when a person pipes a
+    command on): the finished process, and what it wrote to the terminal."""
+    leader, follower = os.openpty()
+    try:
+        process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=follower)
+        os.close(follower)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal's other end is closed: all of it was read
+                break
+            if not chunk:
+                break
+            shown += chunk
+        out, _ = process.communicate(timeout=timeout)
+    finally:
+        os.close(leader)
+    return subprocess.CompletedProcess(args, process.returncode, out.decode(), ""), shown
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
     """Poll until ``predicate`` returns something truthy; fail the test on timeout."""
     deadline = time.monotonic() + timeout

@@ -5,14 +5,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import pty
 import subprocess
 import sys
 from pathlib import Path
 
 from tests.cli.test_cli import as_json, colibri, error_line, ok
-from tests.helpers import Daemon
+from tests.helpers import Daemon, on_a_terminal
 
 
 def _lines(path: Path, *objects: object) -> Path:
@@ -100,25 +98,10 @@ def test_a_refusal_midway_says_where_and_how_many_went_before(
 
 def test_progress_shows_on_a_terminal_only(daemon: Daemon, tmp_path: Path) -> None:
     source = _lines(tmp_path / "t.jsonl", *({"text": f"t{i}"} for i in range(600)))
-    leader, follower = pty.openpty()
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "colibri", "--root", str(daemon.root), "submit", "--from",
-             str(source)],
-            stdout=subprocess.PIPE, stderr=follower, timeout=120, check=False,
-        )  # fmt: skip
-        os.close(follower)
-        shown = b""
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            shown += chunk
-    finally:
-        os.close(leader)
+    done, shown = on_a_terminal(
+        [sys.executable, "-m", "colibri", "--root", str(daemon.root), "submit", "--from",
+         str(source)],
+    )  # fmt: skip
     assert done.returncode == 0 and len(done.stdout.split()) == 600
     assert b"\rsubmitted 500/600" in shown and b"\rsubmitted 600/600" in shown
     piped = colibri("ledger", "export", root=daemon.root)

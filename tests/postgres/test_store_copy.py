@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import Daemon, FakeAgent, colibri, one_line, wait_until, write_config
+from tests.helpers import (
+    Daemon,
+    FakeAgent,
+    colibri,
+    on_a_terminal,
+    one_line,
+    wait_until,
+    write_config,
+)
 
 #: The tables a copy writes, counted before and after a refusal.
 TABLES = ("tenants", "tasks", "ledger", "agents", "skills", "schedules", "schedule_fires", "leases")
@@ -390,31 +398,14 @@ def test_keys_of_two_source_tenants_that_would_meet_in_one_are_refused(board: st
 
 
 def test_progress_goes_to_stderr_on_a_terminal_only(source: Source, board: str) -> None:
-    import os
-    import subprocess
     import sys
 
     piped = copy("--from", str(source.path), "--to", board, "--tenant", "acme", "--dry-run")
     assert piped.returncode == 0 and piped.stderr == ""  # not a terminal: no progress
-    leader, follower = os.openpty()
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "colibri", "store", "copy", "--from", str(source.path),
-             "--to", board, "--tenant", "acme"],
-            stdout=subprocess.PIPE, stderr=follower, text=True, timeout=60, check=False,
-        )  # fmt: skip
-        os.close(follower)
-        shown = b""
-        while True:
-            try:
-                chunk = os.read(leader, 4096)
-            except OSError:  # the terminal's other end is closed: all of it was read
-                break
-            if not chunk:
-                break
-            shown += chunk
-    finally:
-        os.close(leader)
+    done, shown = on_a_terminal(
+        [sys.executable, "-m", "colibri", "store", "copy", "--from", str(source.path),
+         "--to", board, "--tenant", "acme"], timeout=60,
+    )  # fmt: skip
     assert done.returncode == 0
     assert f"copying tasks: {len(source.tasks)} of {len(source.tasks)}".encode() in shown
     assert f"copying ledger: {len(source.ledger)} of {len(source.ledger)}".encode() in shown
