@@ -84,6 +84,10 @@ def test_a_unique_prefix_names_a_task_everywhere_an_id_is_taken(daemon: Daemon) 
     assert [json.loads(line)["task"] for line in lines] == [first]
     children = as_json(colibri("list", "--parent", prefix, "--json", root=daemon.root))
     assert [t["id"] for t in children] == [child]
+    # attach-session names the tmux session by the whole id, whatever prefix it was given
+    given = second[:-1] if second[:-1] != first[:-1] else second
+    refused = error_line(colibri("attach-session", given, root=daemon.root))
+    assert refused == f"colibri: task {second} is pending: no session to attach to"
     cancelled = ok(colibri("cancel", prefix.upper(), root=daemon.root))
     assert first in cancelled and child in cancelled
     assert daemon.task(first)["outcome"] == "cancelled"

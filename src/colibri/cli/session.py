@@ -248,6 +248,7 @@ def attach_session(ctx: Context, task_id: str) -> None:
     from colibri.core.errors import NoSession
 
     task = ctx.call("get", task=task_id)["task"]
+    task_id = task["id"]  # the whole id, as the tmux session is named, where a prefix was given
     if task["state"] != "running" or not task.get("agent"):
         raise NoSession(f"task {task_id} is {task['state']}: no session to attach to")
     sock = socket_for(ctx.root(), task["agent"])
