@@ -56,7 +56,7 @@ from colibri.core.model import Task
 from colibri.endpoints import TcpAddress, parse_connect
 from colibri.layout import RootLayout
 
-#: How long a client waits for its root's daemon while it starts (``daemon_starting``).
+#: How long a client waits for its root's daemon while it starts (``daemon_pid`` says one runs).
 STARTING_PATIENCE = 15.0
 
 if TYPE_CHECKING:
@@ -164,15 +164,9 @@ def _connect_unix(path: str, root: Path | None, timeout: float | None) -> socket
         now = time.monotonic()
         if give_up is None:
             give_up = now + min(STARTING_PATIENCE, timeout or STARTING_PATIENCE)
-        if root is None or now >= give_up or not daemon_starting(root):
+        if root is None or now >= give_up or daemon_pid(root) is None:
             raise DaemonNotRunning(str(root or Path(path).parent.parent)) from None
         time.sleep(0.05)
-
-
-def daemon_starting(root: Path) -> bool:
-    """Whether a live process holds ``root``'s daemon lock — a daemon starting, or one that
-    serves with its socket gone."""
-    return daemon_pid(root) is not None
 
 
 def daemon_pid(root: Path) -> int | None:

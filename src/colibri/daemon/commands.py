@@ -61,6 +61,11 @@ ID_CHARACTERS = "0123456789abcdef-"
 SHORTEST_PREFIX = 4
 
 
+def _past(query: TaskFilter, last: str) -> TaskFilter:
+    """``query`` from beyond ``last`` on, in its order: the next page's filter."""
+    return replace(query, before=last) if query.newest else replace(query, after=last)
+
+
 class Commands:
     def __init__(
         self,
@@ -287,8 +292,9 @@ class Commands:
         last = tasks[-1].id if tasks and not exhausted else None
         reply: dict[str, Any] = {"tasks": tasks, "next": last}
         if req.count:
-            beyond = replace(query, before=last) if req.newest else replace(query, after=last)
-            reply["remaining"] = 0 if last is None else self.board.store.count_tasks(beyond)
+            reply["remaining"] = (
+                0 if last is None else self.board.store.count_tasks(_past(query, last))
+            )
         return reply
 
     def _list_page(self, query: TaskFilter) -> tuple[list[Task], bool]:
@@ -306,7 +312,7 @@ class Commands:
             if len(page) < want:
                 return tasks, True
             last = page[-1].id
-            query = replace(query, before=last) if query.newest else replace(query, after=last)
+            query = _past(query, last)
         return tasks, False
 
     def cancel(self, req: p.Cancel, conn: Connection) -> Reply:
