@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -234,20 +235,35 @@ def test_an_agent_whose_command_cannot_run_refuses_to_start(
 
 
 def test_run_detach_returns_once_it_serves_and_stop_waits_until_it_is_gone(root: Path) -> None:
-    started = colibri("run", "--detach", root=root)
-    assert ok(started).startswith("daemon pid ") and "stop it with: colibri stop" in started.stdout
-    pid = int(started.stdout.split()[2])
-    assert ok(colibri("status", root=root)).startswith(f"daemon   pid {pid},")  # at once
-    again = error_line(colibri("run", "--detach", root=root))
-    assert again == f"colibri: another daemon (pid {pid}) is already running for {root.resolve()}"
-    assert ok(colibri("stop", root=root)) == f"stopped the daemon (pid {pid}) of {root.resolve()}\n"
-    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
-    assert "daemon stopped" in (root / ".colibri" / "daemon.log").read_text()
-    nothing = error_line(colibri("stop", root=root))
-    assert nothing.startswith("colibri: no daemon is running for")
-    # A daemon that cannot start says why, in one line, from its log.
-    refused = error_line(colibri("run", "--detach", "--listen", "tcp://127.0.0.1:1", root=root))
-    assert "it stopped as it started: listening on tcp://127.0.0.1:1 needs TLS" in refused
+    try:
+        started = colibri("run", "--detach", root=root)
+        assert ok(started).startswith("daemon pid ")
+        assert "stop it with: colibri stop" in started.stdout
+        pid = int(started.stdout.split()[2])
+        assert ok(colibri("status", root=root)).startswith(f"daemon   pid {pid},")  # at once
+        again = error_line(colibri("run", "--detach", root=root))
+        where = root.resolve()
+        assert again == f"colibri: another daemon (pid {pid}) is already running for {where}"
+        assert ok(colibri("stop", root=root)) == f"stopped the daemon (pid {pid}) of {where}\n"
+        proc = Path(f"/proc/{pid}")
+        assert not proc.exists() or "zombie" in (proc / "status").read_text()
+        assert "daemon stopped" in (root / ".colibri" / "daemon.log").read_text()
+        nothing = error_line(colibri("stop", root=root))
+        assert nothing.startswith("colibri: no daemon is running for")
+        # A daemon that cannot start says why, in one line, from its log.
+        refused = error_line(colibri("run", "--detach", "--listen", "tcp://127.0.0.1:1", root=root))
+        assert "it stopped as it started: listening on tcp://127.0.0.1:1 needs TLS" in refused
+    finally:
+        _no_daemon_left(root)
+
+
+def _no_daemon_left(root: Path) -> None:
+    """A detached daemon a failed assertion left running is killed, not left to the machine."""
+    from colibri.client import daemon_pid
+
+    pid = daemon_pid(root)
+    if pid is not None:
+        os.kill(pid, signal.SIGKILL)
 
 
 def test_schedule_times_are_shown_in_the_schedules_own_time_zone(daemon: Daemon) -> None:
@@ -300,6 +316,7 @@ def test_a_pid_left_in_the_daemon_lock_by_a_crash_is_not_believed(root: Path) ->
     finally:
         other.kill()
         other.wait()
+        _no_daemon_left(root)
 
 
 def test_a_tenants_hint_names_nothing_of_another_tenant_or_of_colibri_jsonc(root: Path) -> None:
