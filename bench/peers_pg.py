@@ -290,7 +290,11 @@ class Standby(Daemon):
             time.sleep(0.05)
 
 
-async def colibri_fill_and_drain(daemon: Daemon, args: argparse.Namespace) -> float:
+async def colibri_fill_and_drain(
+    daemon: Daemon, args: argparse.Namespace, agents: int = 10, slots: int = 32
+) -> float:
+    """Tasks/s of ``agents`` stub agents of ``slots`` each draining ``args.tasks`` queued tasks,
+    from the first task closed to the last."""
     tally = DrainTally()
     submitters = []
     for _ in range(4):
@@ -310,14 +314,14 @@ async def colibri_fill_and_drain(daemon: Daemon, args: argparse.Namespace) -> fl
             raise Failure(f"filling the board: {tally.errors or status['tasks']}")
         await asyncio.sleep(0.1)
     tally.reset(args.tasks)
-    agents = []
-    for n in range(10):
+    registered = []
+    for n in range(agents):
         agent = await connect(daemon.socket, lambda: throughput.BenchAgent(tally))
         assert isinstance(agent, throughput.BenchAgent)
-        agent.register(f"bench-{n:02d}", ["bench", f"host-{n:02d}"], 32)
-        agents.append(agent)
+        agent.register(f"bench-{n:02d}", ["bench", f"host-{n:02d}"], slots)
+        registered.append(agent)
     await asyncio.wait_for(tally.done, args.timeout)
-    for proto in [*agents, *submitters]:
+    for proto in [*registered, *submitters]:
         assert proto.transport is not None
         proto.transport.close()
     return (args.tasks - 1) / (tally.end - tally.first)

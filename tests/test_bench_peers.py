@@ -28,9 +28,11 @@ def peers(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
 @pytest.mark.parametrize(
     ("given", "said"),
     [
-        (["--peers", "celery"], "unknown: celery"),
-        (["--peers", "huey,pgqueuer"], "name huey alone"),
-        (["--peers", ","], "name huey alone"),
+        (["--peers", "rq"], "unknown: rq"),
+        (["--peers", "huey,pgqueuer"], "unknown: huey"),
+        (["--peers", ","], "unknown: none"),
+        (["--peers", "celery,procrastinate"], "procrastinate alone"),
+        (["--repeat", "0"], "--repeat at least 1"),
         (["--peers", "pgqueuer", "--daemons", "0"], "daemon counts from 1 to 9"),
         (["--peers", "pgqueuer", "--daemons", "1,x"], "daemon counts from 1 to 9"),
         (["--peers", "pgqueuer", "--pgqueuer-driver", "pg8000"], "invalid choice"),
