@@ -58,7 +58,7 @@ import latency
 import memory
 import peers_pg
 import throughput
-from _support import PYTHON, Daemon, emit, median, note, percentile
+from _support import PYTHON, Daemon, emit, machine, median, note, percentile
 
 INSTALL = f"{Path(PYTHON).parent / 'pip'} install -e '.[peers]'"
 #: The peers of the table: Huey and Celery (bench/_queue_peers.py) and pgqueuer.
@@ -175,7 +175,7 @@ def table(args: argparse.Namespace, peers: list[str]) -> int:
         note(f"peers round {n + 1}/{args.repeat}: " + "; ".join(
             f"{s} {brief(r[-1])}" for s, r in runs.items()
         ))  # fmt: skip
-    result = summarize(args, runs)
+    result = summarize(args, runs) | {"machine": machine()}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "peers.json").write_text(json.dumps(result, indent=2) + "\n")

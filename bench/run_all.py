@@ -33,7 +33,9 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "memory": ([], ["--tasks", "20000"]),
     "cli_startup": ([], ["--runs", "10"]),
     "config_load": ([], ["--runs", "2"]),
-    "peers": ([], ["--tasks", "5000"]),
+    # The two Huey peers on SQLite, as before; bench/peers.py alone runs the whole peer table.
+    "peers": (["--peers", "huey-sqlite,huey-sqlite-nofsync", "--tasks", "10000"],
+              ["--tasks", "3000", "--probes", "100"]),  # fmt: skip
     "schedules": ([], ["--schedules", "2000", "--idle", "3"]),
     "sessions": ([], ["--tasks", "50", "--burst", "50"]),
     "abuse": ([], ["--pings", "500"]),
@@ -171,15 +173,18 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             ("100,000 open brackets, refused", f"{result['nested_100k_ms']:.1f} ms", "", ""),
         ]
     if name == "peers":
-        out = [("Colibri end to end (same run)", f"{result['colibri_tasks_per_s']:,.0f} tasks/s")]
-        for mode, label in (("default", "as it comes, durable"), ("off", "fsync=False")):
-            h = result["huey"][mode]
+        m, ratios = result["medians"], result["colibri_vs"]
+        out = [("Colibri end to end (same run)", f"{m['colibri']['e2e']:,.0f} tasks/s")]
+        for peer, label in (("huey-sqlite", "as it comes, durable"),
+                            ("huey-sqlite-nofsync", "fsync=False")):  # fmt: skip
+            if peer not in m:
+                continue
             out += [
-                (f"Huey SqliteHuey ({label}) end to end", f"{h['e2e_tasks_per_s']:,.0f} tasks/s"),
-                (f"Huey ({label}) consumer drain only", f"{h['drain_tasks_per_s']:,.0f} tasks/s"),
+                (f"Huey SqliteHuey ({label}) end to end", f"{m[peer]['e2e']:,.0f} tasks/s"),
+                (f"Huey ({label}) consumer drain only", f"{m[peer]['drain']:,.0f} tasks/s"),
                 (
-                    f"ratio Colibri / Huey ({label}): e2e, drain",
-                    f"{h['ratio_e2e']:.2f}×, {h['ratio_drain']:.2f}×",
+                    f"ratio Colibri / Huey ({label}): e2e, drain (10 agents)",
+                    f"{ratios[peer]['e2e']:.2f}×, {ratios[peer]['drain_10x32']:.2f}×",
                 ),
             ]
         return [(figure, value, "", "") for figure, value in out]

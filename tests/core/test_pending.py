@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-import uuid6
-
 from colibri.core.matching import Shape
 from colibri.core.pending import PendingTasks, sort_key
+from colibri.daemon.board import new_task_id
 
 ANY = Shape(frozenset())
 BSD = Shape(frozenset({"freebsd"}))
@@ -18,7 +17,7 @@ GPU = Shape(frozenset({"gpu"}))
 
 def new_id() -> str:
     """Task ids as the board makes them: UUIDv7, time-ordered."""
-    return str(uuid6.uuid7())
+    return new_task_id()
 
 
 def always(agent: str = "a") -> Callable[[Shape], str | None]:

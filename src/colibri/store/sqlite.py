@@ -79,6 +79,11 @@ class SqliteStore:
         #: ``rollback``).
         self._dirty = False
         self._lost = ""
+        #: The next ledger seq of the open batch (known once the batch has written a row), and
+        #: the batch's ledger rows, numbered but not yet written: they go in one
+        #: ``executemany`` before the commit, or before a read of the ledger.
+        self._next_seq: int | None = None
+        self._unsent: list[tuple[Any, ...]] = []
 
     # -- unit of work ------------------------------------------------------------------------
 
@@ -111,24 +116,32 @@ class SqliteStore:
                 # itself (an I/O error or a full disk met by a read's cache spill, say). The
                 # writes are gone: say so, never let them be acknowledged.
                 self._dirty = False
+                self._forget_ledger()
                 raise StorageUnavailable(
                     "the board's store lost the batch it was writing (an I/O error or a full "
                     "disk); nothing was changed"
                 )
             return
         try:
+            self._send_ledger()
             self._conn.execute("COMMIT")
             self._dirty = False
         except sqlite3.Error as exc:
             self.rollback()
             raise _storage_error(exc) from None
+        self._next_seq = None
 
     def rollback(self) -> None:
         self._dirty = False
         self._lost = ""
         self._abort()
 
+    def _forget_ledger(self) -> None:
+        self._next_seq = None
+        self._unsent.clear()
+
     def _abort(self) -> None:
+        self._forget_ledger()
         if self._conn.in_transaction:
             try:
                 self._conn.execute("ROLLBACK")
@@ -145,9 +158,27 @@ class SqliteStore:
     # -- tasks -------------------------------------------------------------------------------
 
     def _ledger(self, conn: sqlite3.Connection, entry: LedgerEntry) -> LedgerEntry:
-        cursor = conn.execute(_Q["insert_ledger"], ledger_values(entry))
-        entry.seq = cursor.lastrowid or 0
+        """Number a ledger row (one more than the highest: the batch holds the write lock, so
+        nobody else numbers meanwhile) and keep it for ``_send_ledger``."""
+        if self._next_seq is None:
+            self._next_seq = int(conn.execute(_Q["max_ledger_seq"]).fetchone()[0]) + 1
+        entry.seq = self._next_seq
+        self._next_seq += 1
+        self._unsent.append((entry.seq, *ledger_values(entry)))
         return entry
+
+    def _send_ledger(self) -> None:
+        """Write the batch's numbered ledger rows, all in one ``executemany`` (one prepared
+        statement stepped in C, not a Python call per row)."""
+        if self._unsent:
+            rows, self._unsent = self._unsent, []
+            self._conn.executemany(_Q["insert_ledger"], rows)
+
+    def _ledger_read(self) -> None:
+        """Before a read of the ledger: the batch's own rows are part of what it reads."""
+        if self._unsent:
+            with self._writing():
+                self._send_ledger()
 
     def insert_task(
         self, task: Task, entry: LedgerEntry, fingerprint: str | None = None
@@ -239,6 +270,7 @@ class SqliteStore:
     # -- ledger ------------------------------------------------------------------------------
 
     def ledger(self, after: int, limit: int, task: str | None = None) -> list[LedgerEntry]:
+        self._ledger_read()
         if task is None:
             rows = self._conn.execute(_Q["ledger_after"], (after, limit))
         else:
@@ -246,6 +278,7 @@ class SqliteStore:
         return [ledger_from_row(r) for r in rows]
 
     def max_ledger_seq(self) -> int:
+        self._ledger_read()
         return int(self._conn.execute(_Q["max_ledger_seq"]).fetchone()[0])
 
     # -- agents, tenants, skills -------------------------------------------------------------
@@ -319,6 +352,7 @@ class SqliteStore:
         return [dict(r) for r in self._conn.execute(_Q["fires_of"], (schedule, limit))]
 
     def cost_totals(self, by: str, since: str, tenant: str | None = None) -> list[dict[str, Any]]:
+        self._ledger_read()
         query = sql.cost_query(_Q["cost_totals"], by)
         return [
             {

@@ -133,10 +133,10 @@ UPDATE tasks
  WHERE id = ? AND state = ? AND epoch = ?;
 
 -- name: insert_ledger
--- Positional values, in the order of colibri.store.rows.LEDGER_COLUMNS.
-INSERT INTO ledger (at, task, schedule, tenant, from_state, to_state, agent, epoch, reason, cost,
-                    uid, pid)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+-- Positional values: the seq the store numbered, then colibri.store.rows.LEDGER_COLUMNS.
+INSERT INTO ledger (seq, at, task, schedule, tenant, from_state, to_state, agent, epoch, reason,
+                    cost, uid, pid)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: get_task
 SELECT * FROM tasks WHERE id = ?;
