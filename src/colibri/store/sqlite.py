@@ -91,6 +91,12 @@ class SqliteStore:
     def _writing(self) -> Iterator[sqlite3.Connection]:
         if self._lost:
             raise StorageUnavailable(self._lost)
+        if self._dirty and not self._conn.in_transaction:
+            # SQLite rolled the batch back by itself (an I/O error or a full disk met by a
+            # read): what it wrote is gone, so nothing more may be written into a new
+            # transaction and committed as if the batch were whole.
+            self._lose_batch("the board's store lost the batch it was writing (an I/O error or "
+                             "a full disk); nothing was changed")  # fmt: skip
         try:
             if not self._conn.in_transaction:
                 self._conn.execute("BEGIN IMMEDIATE")
@@ -136,6 +142,12 @@ class SqliteStore:
         self._lost = ""
         self._abort()
 
+    def _lose_batch(self, why: str) -> None:
+        """Give the open batch up: nothing of it commits until ``rollback``."""
+        self._abort()
+        self._lost = why
+        raise StorageUnavailable(why)
+
     def _forget_ledger(self) -> None:
         self._next_seq = None
         self._unsent.clear()
@@ -175,10 +187,15 @@ class SqliteStore:
             self._conn.executemany(_Q["insert_ledger"], rows)
 
     def _ledger_read(self) -> None:
-        """Before a read of the ledger: the batch's own rows are part of what it reads."""
+        """Before a read of the ledger: the batch's own rows are part of what it reads. If they
+        cannot be written, the batch is lost (a read must not leave half its rows behind)."""
         if self._unsent:
-            with self._writing():
-                self._send_ledger()
+            try:
+                with self._writing():
+                    self._send_ledger()
+            except sqlite3.Error as exc:
+                self._lose_batch(f"the board's store could not write its ledger rows ({exc}); "
+                                 "nothing was changed")  # fmt: skip
 
     def insert_task(
         self, task: Task, entry: LedgerEntry, fingerprint: str | None = None

@@ -35,7 +35,7 @@ from colibri.daemon.board.audience import Audience, Subscription
 from colibri.daemon.board.batch import Batch, Message, Peer
 from colibri.daemon.board.capacity import BREAKER_AFTER, BREAKER_COOL_DOWN, Capacity, LiveAgent
 from colibri.daemon.board.dispatch import Dispatcher
-from colibri.daemon.board.intake import Intake, new_task_id
+from colibri.daemon.board.intake import Intake, continue_after, new_task_id
 from colibri.daemon.board.known import KnownAgents
 from colibri.daemon.board.presence import Presence
 from colibri.daemon.board.queue import Queue
@@ -43,7 +43,7 @@ from colibri.daemon.board.reports import ASK_GRACE, Reports
 from colibri.daemon.board.transitions import MAX_RETRY_DELAY, Transitions
 from colibri.daemon.board.views import Views
 from colibri.daemon.clock import Clock
-from colibri.store import Store
+from colibri.store import Store, TaskFilter
 
 __all__ = [
     "ASK_GRACE",
@@ -165,6 +165,9 @@ class Board:
         for agent in self.agents.values():
             agent.holding.clear()
         self.transitions.load(self.store.open_tasks())
+        newest = self.store.list_tasks(TaskFilter(newest=True, limit=1))
+        if newest:
+            continue_after(newest[0].id)
         deadline = self.clock.monotonic() + self.settings.agent_ttl
         for task in self.tasks.values():
             if task.state == State.PENDING:

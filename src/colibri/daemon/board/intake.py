@@ -63,6 +63,21 @@ def _random_int(size: int) -> int:
     return int.from_bytes(_random[_random_at - size : _random_at])
 
 
+def continue_after(task_id: str) -> None:
+    """Make every id from now on sort after ``task_id`` (the board's newest, at start-up):
+    ids stay first in, first out across a restart, also when the clock was set back, or ids
+    of an older Colibri ran ahead of it."""
+    global _last_ms, _last_random
+    try:
+        n = int(task_id.replace("-", ""), 16)
+    except ValueError:
+        return  # not a UUID (a board's own ids always are): nothing to follow
+    ms = n >> 80
+    bits = ((n >> 64) & 0xFFF) << _RAND_B_BITS | (n & ((1 << _RAND_B_BITS) - 1))
+    if (ms, bits) > (_last_ms, _last_random):
+        _last_ms, _last_random = ms, bits
+
+
 def new_task_id() -> str:
     """A UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, then 74 random bits. Ids sort first
     in, first out: within one millisecond (or while the clock is set back) each id's random
