@@ -15,6 +15,7 @@ from colibri.agent.harness import Harness
 from colibri.agent.session import Session
 from colibri.agent.spec import AgentSpec
 from colibri.client import AsyncClient
+from colibri.locks import holder_pid
 from tests.helpers import Daemon, online, wait_until
 from tests.sessions.support import PY
 
@@ -157,14 +158,16 @@ def test_a_failure_reported_after_a_restart_fits_a_small_line(
     task = daemon.call("submit", text="fails loudly while the daemon is away", workspace="w")
     task_id = task["task"]["id"]
     wait_until(lambda: daemon.call("get", task=task_id)["task"]["state"] == "running")
-    # The harness that runs the session (read now: on a busy machine the one started after the
-    # restart may still be replacing one that found the old harness's lock held).
-    harness = next(h["pid"] for h in daemon.call("status")["harnesses"])
+    # The harness that runs the session: the process holding the workspace's lock (the
+    # supervisor's status may still name a harness it started that found the lock held).
+    lock = root / ".colibri" / "harness" / "w.lock"
+    harness = holder_pid(lock)
+    assert harness is not None
     daemon.kill()
     go.write_text("")
     time.sleep(1.0)  # the session fails while no daemon listens
     daemon.start()
     final = daemon.wait_closed(task_id, timeout=40)
     assert final["outcome"] == "failed" and final["error"].startswith("exit 3: eee"), final
-    assert next(h["pid"] for h in daemon.call("status")["harnesses"]) == harness
+    assert holder_pid(lock) == harness  # the same harness: not killed by its own report
     assert "Traceback" not in (root / ".colibri" / "harness" / "w.log").read_text()
