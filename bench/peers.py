@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -122,8 +123,9 @@ def colibri_memory(args: argparse.Namespace) -> float:
 
 def colibri_help_ms() -> float:
     command = [*cli_startup.colibri_command(), "--help"]
-    cli_startup.wall_ms(command, 2, {})
-    return round(median(cli_startup.wall_ms(command, 10, {})), 1)
+    env = {k: v for k, v in os.environ.items() if k != "COLIBRI_ROOT"}  # as cli_startup.py
+    cli_startup.wall_ms(command, 2, env)  # warm the page cache
+    return round(median(cli_startup.wall_ms(command, 10, env)), 1)
 
 
 def quantiles(ms: list[float]) -> dict[str, float]:
@@ -144,10 +146,9 @@ def measure(system: str, args: argparse.Namespace) -> dict[str, Any]:
             "help_ms": colibri_help_ms(),
         }
     if system == "pgqueuer":
-        pg_args = argparse.Namespace(**{**vars(args), "procrastinate_concurrency": 1})
         return {
-            "drain": round(asyncio.run(peers_pg.peer_drain("pgqueuer", pg_args)), 1),
-            "latency_ms": asyncio.run(peers_pg.peer_latency("pgqueuer", pg_args)),
+            "drain": round(asyncio.run(peers_pg.peer_drain("pgqueuer", args)), 1),
+            "latency_ms": asyncio.run(peers_pg.peer_latency("pgqueuer", args)),
         }
     figures = _queue_peers.e2e_and_drain(system, args.tasks, args.warmup, args.timeout)
     lat = _queue_peers.latency(system, args.probes, args.probe_warmup)

@@ -270,6 +270,16 @@ class Daemon:
         self.start()
 
 
+def harness_pid(root: Path, workspace: str) -> int | None:
+    """The pid of the harness that holds ``workspace``'s lock: the one running its sessions.
+    (The supervisor's ``status`` may for a moment name one it has just started that found the
+    lock held.)"""
+    from colibri.layout import RootLayout
+    from colibri.locks import holder_pid
+
+    return holder_pid(RootLayout(root).harness_lock(workspace))
+
+
 def online(daemon: Daemon, *names: str) -> bool:
     """Every agent of ``names`` is registered and online."""
     agents = {a["name"]: a for a in daemon.call("agents")["agents"]}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from colibri.host import alive
-from tests.helpers import Daemon, group_members, wait_until
+from tests.helpers import Daemon, group_members, harness_pid, wait_until
 
 #: Starts a grandchild that would live 1000 s, records its pid and group, then waits or exits.
 SPAWNS = (
@@ -65,7 +65,8 @@ def test_sessions_of_a_killed_harness_are_gone_within_10s(root: Path, host: str)
     try:
         task = daemon.call("submit", text="wait", workspace="w")["task"]
         child, pgid = pids(root, task["id"])
-        harness = next(h["pid"] for h in daemon.call("status")["harnesses"])
+        harness = harness_pid(root, "w")
+        assert harness is not None
         os.killpg(harness, signal.SIGKILL)  # the harness dies; the supervisor starts another
         wait_until(lambda: not alive(child) and not group_members(pgid), timeout=10)
         final = daemon.wait_closed(task["id"], timeout=40)
@@ -150,7 +151,8 @@ def test_a_detached_grandchild_of_a_killed_harness_is_found_by_the_next(root: Pa
     try:
         task = daemon.call("submit", text="wait", workspace="w")["task"]
         grandchild = detached(root, task["id"])
-        harness = next(h["pid"] for h in daemon.call("status")["harnesses"])
+        harness = harness_pid(root, "w")
+        assert harness is not None
         os.killpg(harness, signal.SIGKILL)
         wait_until(lambda: not alive(grandchild), timeout=15)
     finally:

@@ -15,8 +15,7 @@ from colibri.agent.harness import Harness
 from colibri.agent.session import Session
 from colibri.agent.spec import AgentSpec
 from colibri.client import AsyncClient
-from colibri.locks import holder_pid
-from tests.helpers import Daemon, online, wait_until
+from tests.helpers import Daemon, harness_pid, online, wait_until
 from tests.sessions.support import PY
 
 
@@ -57,7 +56,8 @@ def test_a_huge_output_is_capped_while_read(fleet: Callable[..., Daemon], root: 
     daemon = fleet({"w": {"session": {"command": prints(300_000_000, "y"),
                                       "output_limit": 65536}}})  # fmt: skip
     wait_until(lambda: online(daemon, "w"))
-    harness = next(h["pid"] for h in daemon.call("status")["harnesses"])
+    harness = harness_pid(root, "w")
+    assert harness is not None
     task = daemon.call("submit", text="print a gigabyte's worth", workspace="w")["task"]
     final = daemon.wait_closed(task["id"], timeout=60)
     assert final["outcome"] == "done"
@@ -158,10 +158,7 @@ def test_a_failure_reported_after_a_restart_fits_a_small_line(
     task = daemon.call("submit", text="fails loudly while the daemon is away", workspace="w")
     task_id = task["task"]["id"]
     wait_until(lambda: daemon.call("get", task=task_id)["task"]["state"] == "running")
-    # The harness that runs the session: the process holding the workspace's lock (the
-    # supervisor's status may still name a harness it started that found the lock held).
-    lock = root / ".colibri" / "harness" / "w.lock"
-    harness = holder_pid(lock)
+    harness = harness_pid(root, "w")  # the one running the session
     assert harness is not None
     daemon.kill()
     go.write_text("")
@@ -169,5 +166,5 @@ def test_a_failure_reported_after_a_restart_fits_a_small_line(
     daemon.start()
     final = daemon.wait_closed(task_id, timeout=40)
     assert final["outcome"] == "failed" and final["error"].startswith("exit 3: eee"), final
-    assert holder_pid(lock) == harness  # the same harness: not killed by its own report
+    assert harness_pid(root, "w") == harness  # the same one: not killed by its own report
     assert "Traceback" not in (root / ".colibri" / "harness" / "w.log").read_text()
