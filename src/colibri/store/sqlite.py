@@ -68,6 +68,13 @@ def _storage_error(exc: sqlite3.Error) -> StorageUnavailable:
     return StorageUnavailable(f"the board's store could not write ({exc}); nothing was changed")
 
 
+#: A batch written to whose transaction SQLite rolled back by itself.
+_ROLLED_BACK_BY_SQLITE = (
+    "the board's store lost the batch it was writing (an I/O error or a full disk); nothing "
+    "was changed"
+)
+
+
 class SqliteStore:
     """The ``Store`` on an SQLite file; each method keeps the contract ``store.base`` states."""
 
@@ -95,8 +102,7 @@ class SqliteStore:
             # SQLite rolled the batch back by itself (an I/O error or a full disk met by a
             # read): what it wrote is gone, so nothing more may be written into a new
             # transaction and committed as if the batch were whole.
-            self._lose_batch("the board's store lost the batch it was writing (an I/O error or "
-                             "a full disk); nothing was changed")  # fmt: skip
+            self._lose_batch(_ROLLED_BACK_BY_SQLITE)
         try:
             if not self._conn.in_transaction:
                 self._conn.execute("BEGIN IMMEDIATE")
@@ -123,10 +129,7 @@ class SqliteStore:
                 # writes are gone: say so, never let them be acknowledged.
                 self._dirty = False
                 self._forget_ledger()
-                raise StorageUnavailable(
-                    "the board's store lost the batch it was writing (an I/O error or a full "
-                    "disk); nothing was changed"
-                )
+                raise StorageUnavailable(_ROLLED_BACK_BY_SQLITE)
             return
         try:
             self._send_ledger()
