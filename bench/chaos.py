@@ -51,6 +51,13 @@ daemon is SIGKILLed once half are done (tests/postgres/agents_through_kill.py). 
 checker: 0 acknowledged tasks lost, 0 sessions started twice, 0 re-spawns; the time from the
 kill to the standby's taking the lease and to the next assignment.
 
+A7: ``--a7-submits`` tasks submitted by 8 clients with idempotency keys and run by
+``--a7-agents`` stub agents, on a PostgreSQL server of the run's own (initdb; the machine's
+server is not touched) that is restarted cleanly, killed and started again (WAL recovery),
+then stopped for ``--a7-away`` seconds, under load (tests/postgres/restart.py). The daemon is
+never restarted: refusals while the server is away, serving again by itself, its agents'
+connections kept, and the history checker's 0 acknowledged lost, 0 run twice.
+
 G: ``--fuzz`` Hypothesis-generated request lines (tests/reliability/test_socket_abuse.py: fuzz),
 one at a time on one connection of a daemon: every reply ``ok`` or a known error code, the
 daemon alive after each, the slowest reply under a second.
@@ -85,7 +92,7 @@ from tests.reliability.test_socket_abuse import fuzz
 from colibri.config import init_root
 
 #: What ``--only`` selects from.
-SCENARIO_NAMES = ("A1", "A2", "D4", "D1", "B1", "A3", "H1", "H2", "G")
+SCENARIO_NAMES = ("A1", "A2", "D4", "D1", "B1", "A3", "H1", "H2", "A7", "G")
 #: The plan's bound on any one reply to a fuzzed request (a hang).
 FUZZ_SLOWEST_S = 1.0
 
@@ -379,6 +386,53 @@ def run_hive_agents(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
+def run_pg_restarts(args: argparse.Namespace) -> dict[str, Any]:
+    """A7 with a real server: restarted, killed and stopped under load."""
+    from tests.postgres.cluster import PrivateServer, unavailable
+    from tests.postgres.restart import restarts_under_load
+
+    why = unavailable()
+    if why is not None:
+        note(f"A7 skipped: {why}")
+        return {"skipped": why, "passed": True}
+    server = PrivateServer()
+    server.start()
+    root = fresh_root()
+    clients = 8
+    faults = [("restart", "fast"), ("restart", "immediate"), ("away", args.a7_away)]
+    # The lease must outlast the outage, or the daemon stops by its own deadline (HIVE.md).
+    ttl = f"{max(10.0, 2 * args.a7_away):g}s"
+    note(f"A7: {args.a7_submits:,} submits, {args.a7_agents} agents, faults {faults}, lease "
+         f"ttl {ttl} (root {root}, server {server.base})")  # fmt: skip
+    return judged(
+        "A7",
+        root,
+        lambda: _finally(
+            lambda: restarts_under_load(
+                root,
+                server,
+                clients=clients,
+                submits=args.a7_submits // clients,
+                agents=args.a7_agents,
+                faults=faults,
+                seed=args.seed,
+                lease_ttl=ttl,
+                log=note,
+            ),
+            server.close,
+        ),
+        lambda f: (
+            f["acknowledged"] == f["keys_with_a_task"] == f["tasks_in_store"] == f["submits"]
+            and f["done"] + f["failed"] == f["submits"]
+            and f["daemon_pid_unchanged"]
+            and f["witness_kept"]
+            and f["refused_other"] == 0
+            and f["quiescent"]
+        ),
+        args.a7_submits,
+    )
+
+
 def _finally(run: Callable[[], RunResult], then: Callable[[], None]) -> RunResult:
     try:
         return run()
@@ -480,6 +534,7 @@ def table(
     fuzzed: dict[str, Any] | None = None,
     hive: dict[str, Any] | None = None,
     hive_agents: dict[str, Any] | None = None,
+    pg_restarts: dict[str, Any] | None = None,
 ) -> str:
     lines = ["| test | what must hold | result | figures |", "| --- | --- | --- | --- |"]
     if storm is not None:
@@ -609,6 +664,29 @@ def table(
                 else f"FAIL | {h2['error']} |"
             )
         )
+    if pg_restarts is not None and "skipped" in pg_restarts:
+        skipped = pg_restarts["skipped"]
+        lines.append(f"| A7 | PostgreSQL restarted under load | skipped | {skipped} |")
+    elif pg_restarts is not None:
+        a7 = pg_restarts
+        lines.append(
+            "| A7 | PostgreSQL restarted, killed and stopped under load: refused while away, "
+            "serving again by itself, agents kept, 0 acknowledged lost, 0 run twice | "
+            + (
+                f"{'pass' if a7['passed'] else 'FAIL'} | {a7['submits']:,} submits, "
+                f"{a7['agents']} agents; faults {', '.join(a7['faults'])}; "
+                f"{a7['acknowledged']:,} acknowledged, {a7['tasks_in_store']:,} tasks, "
+                f"{a7['refused_storage_unavailable']:,} submits refused storage_unavailable "
+                f"(retried), {a7['refused_other']} refused otherwise; lost {a7['anomaly_lost']}, "
+                f"duplicate starts {a7['anomaly_duplicate_starts']}, stuck "
+                f"{a7['anomaly_stuck_running']}; done {a7['done']:,}, failed {a7['failed']}; "
+                f"daemon the same process {a7['daemon_pid_unchanged']}, agent connection kept "
+                f"{a7['witness_kept']}; first acknowledgement after the server was back "
+                f"{a7['back_to_serving_s']} s; {a7['seconds']} s |"
+                if "acknowledged" in a7
+                else f"FAIL | {a7['error']} |"
+            )
+        )
     if fuzzed is not None:
         outcomes = ", ".join(f"{code} {n:,}" for code, n in fuzzed["outcomes"].items())
         lines.append(
@@ -649,6 +727,9 @@ def main() -> None:
     parser.add_argument("--h2-tasks", type=int, default=20_000, help="H2; 0 skips it")
     parser.add_argument("--h2-agents", type=int, default=40)
     parser.add_argument("--h2-per-process", type=int, default=10, help="H2 agents a process")
+    parser.add_argument("--a7-submits", type=int, default=10_000, help="A7; 0 skips it")
+    parser.add_argument("--a7-agents", type=int, default=10)
+    parser.add_argument("--a7-away", type=float, default=30.0, help="A7 outage, seconds")
     parser.add_argument("--fuzz", type=int, default=100_000, help="G requests; 0 skips it")
     parser.add_argument(
         "--only", help=f"run only these, e.g. D1,B1 (of {', '.join(SCENARIO_NAMES)})"
@@ -673,6 +754,7 @@ def main() -> None:
         args.fuzz = args.fuzz if "G" in only else 0
         args.h1_schedules = args.h1_schedules if "H1" in only else 0
         args.h2_tasks = args.h2_tasks if "H2" in only else 0
+        args.a7_submits = args.a7_submits if "A7" in only else 0
     if args.restart_tasks and not args.restart_agents >= 2:
         parser.error(f"--restart-agents must be at least 2, got {args.restart_agents}")
     if args.claim_tasks and (
@@ -711,9 +793,12 @@ def main() -> None:
     power = run_power_cuts(args.power_cuts) if args.power_cuts else None
     hive = run_hive_schedules(args) if args.h1_schedules else None
     hive_agents = run_hive_agents(args) if args.h2_tasks else None
+    pg_restarts = run_pg_restarts(args) if args.a7_submits else None
     fuzzed = run_fuzz(args.fuzz) if args.fuzz else None
     print(
-        table(storm, points, machine_run, restart, race, power, fuzzed, hive, hive_agents),
+        table(
+            storm, points, machine_run, restart, race, power, fuzzed, hive, hive_agents, pg_restarts
+        ),
         flush=True,
     )
     passed = (
@@ -726,6 +811,7 @@ def main() -> None:
         and (fuzzed is None or fuzzed["passed"])
         and (hive is None or hive["passed"])
         and (hive_agents is None or hive_agents["passed"])
+        and (pg_restarts is None or pg_restarts["passed"])
     )
     emit(
         {
@@ -741,6 +827,7 @@ def main() -> None:
             "fuzz": fuzzed,
             "hive_schedules": hive,
             "hive_agents": hive_agents,
+            "pg_restarts": pg_restarts,
             "machine": machine(),
         }
     )

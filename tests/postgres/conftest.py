@@ -6,8 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.postgres.cluster import PrivateServer, unavailable
 from tests.postgres.hive import Relay, relayed
-from tests.store.conftest import pg_schema
+from tests.store.conftest import PG_REQUIRED, pg_schema
 
 
 @pytest.fixture
@@ -28,3 +29,19 @@ def relayed_board(board: str) -> Iterator[tuple[Relay, str]]:
         yield relay, through
     finally:
         relay.close()
+
+
+@pytest.fixture
+def private_server() -> Iterator[PrivateServer]:
+    """A PostgreSQL server of the test's own, running, which it may restart or stop."""
+    why = unavailable()
+    if why is not None:
+        if PG_REQUIRED:
+            raise AssertionError(f"a private PostgreSQL server is needed here: {why}")
+        pytest.skip(f"{why}; install PostgreSQL's server to run this test")
+    server = PrivateServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()

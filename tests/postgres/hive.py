@@ -55,7 +55,9 @@ class Member(Daemon):
 
 
 class Relay:
-    """127.0.0.1:port → the PostgreSQL server, in a thread of its own; ``cut`` and ``restore``."""
+    """127.0.0.1:port → the PostgreSQL server, in a thread of its own; ``cut`` and ``restore``.
+    While ``deaf`` is set, what the server says is dropped: the client's statements still reach
+    it (and commit), their answers never come back."""
 
     def __init__(self, target: tuple[str, int]) -> None:
         self.target = target
@@ -63,6 +65,10 @@ class Relay:
         self.loop = asyncio.new_event_loop()
         self.server: asyncio.Server | None = None
         self.writers: set[asyncio.StreamWriter] = set()
+        self.deaf = False
+        #: Once a client's bytes contain this, the relay turns ``deaf`` and sets ``deafened``.
+        self.deaf_after: bytes | None = None
+        self.deafened = threading.Event()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.restore()
@@ -70,10 +76,17 @@ class Relay:
     def _run(self, coroutine: object) -> None:
         asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(10)  # type: ignore[arg-type]
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pipe(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, answers: bool = False
+    ) -> None:
         try:
             while data := await reader.read(65536):
+                if answers and self.deaf:
+                    continue
                 writer.write(data)
+                if not answers and self.deaf_after is not None and self.deaf_after in data:
+                    self.deaf, self.deaf_after = True, None
+                    self.deafened.set()
                 await writer.drain()
         except (ConnectionError, asyncio.CancelledError):
             pass
@@ -83,7 +96,9 @@ class Relay:
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection(*self.target)
         self.writers |= {writer, up_writer}
-        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+        await asyncio.gather(
+            self._pipe(reader, up_writer), self._pipe(up_reader, writer, answers=True)
+        )
 
     def restore(self) -> None:
         async def start() -> None:
@@ -100,6 +115,16 @@ class Relay:
             self.writers.clear()
 
         self._run(stop())
+
+    def drop(self) -> None:
+        """Break every connection through it; new ones are let through."""
+
+        async def abort() -> None:
+            for writer in list(self.writers):
+                writer.transport.abort()
+            self.writers.clear()
+
+        self._run(abort())
 
     def close(self) -> None:
         self.cut()

@@ -8,13 +8,19 @@ the daemon can tell, without stopping the server other tests use.
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from colibri.core.errors import StorageUnavailable
+from colibri.store.postgres import PostgresStore
 from tests.helpers import Daemon, FakeAgent, error_code, wait_until, write_config
 from tests.postgres.hive import Relay
 from tests.store.conftest import PG_DSN
+from tests.store.values import add, make_task
 
 
 def test_postgresql_away_for_a_while_loses_nothing_and_the_daemon_comes_back_by_itself(
@@ -43,8 +49,6 @@ def test_postgresql_away_for_a_while_loses_nothing_and_the_daemon_comes_back_by_
             agent.client.call("heartbeat")
         wait_until(lambda: "refusing every request until it is back" in daemon.log())
         # Longer than the agent's TTL: once back, its silence meanwhile must not count.
-        import time
-
         time.sleep(3)
         relay.restore()
         wait_until(lambda: "the store answers again" in daemon.log(), timeout=15)
@@ -129,4 +133,216 @@ def test_connections_killed_and_cut_during_a_submit_storm_lose_and_double_nothin
     finally:
         done.set()
         submitter.join(120)
+        daemon.stop()
+
+
+def _answers_lost_then(relay: Relay, after: float, *, restore: bool) -> threading.Thread:
+    """From now on the server's answers are dropped; ``after`` seconds later every connection
+    is broken, and new ones are let through (``restore``) or refused."""
+
+    def later() -> None:
+        time.sleep(after)
+        relay.deaf = False
+        if restore:
+            relay.drop()
+        else:
+            relay.cut()
+
+    relay.deaf = True
+    thread = threading.Thread(target=later, daemon=True)
+    thread.start()
+    return thread
+
+
+def _present(board: str, task_id: str) -> bool:
+    import psycopg
+
+    with psycopg.connect(board) as db:
+        return db.execute("SELECT 1 FROM tasks WHERE id = %s", (task_id,)).fetchone() is not None
+
+
+def test_a_commit_whose_answer_was_lost_is_asked_of_postgresql_and_counts_as_committed(
+    board: str, relayed_board: tuple[Relay, str]
+) -> None:
+    """The COMMIT reaches the server and commits; its answer never comes back and the
+    connection breaks. The store asks PostgreSQL (``pg_xact_status``) over a new connection
+    and reports the batch committed, as it was, rather than "nothing was changed"."""
+    relay, through = relayed_board
+    store = PostgresStore(through)
+    try:
+        add(store, make_task("lost-answer"))
+        store.max_ledger_seq()  # the batch's ledger rows sent: only the COMMIT is left
+        cutter = _answers_lost_then(relay, 0.5, restore=True)
+        store.commit()  # no exception: it committed
+        cutter.join(5)
+        assert _present(board, "lost-answer")
+        assert [e.task for e in store.ledger(0, 10)] == ["lost-answer"]
+        add(store, make_task("next"))  # the store writes on, on its new connection
+        store.commit()
+        assert _present(board, "next")
+    finally:
+        store.close()
+
+
+def test_a_commit_whose_outcome_cannot_be_known_says_so_and_never_nothing_was_changed(
+    board: str, relayed_board: tuple[Relay, str]
+) -> None:
+    relay, through = relayed_board
+    store = PostgresStore(through)
+    try:
+        add(store, make_task("unknown-outcome"))
+        store.max_ledger_seq()  # the batch's ledger rows sent: only the COMMIT is left
+        cutter = _answers_lost_then(relay, 0.5, restore=False)
+        with pytest.raises(StorageUnavailable) as refused:
+            store.commit()
+        cutter.join(5)
+        message = str(refused.value)
+        assert "whether it was written is not known" in message, message
+        assert "nothing was changed" not in message
+        assert _present(board, "unknown-outcome")  # it had committed: the message was right
+        relay.restore()
+        store.rollback()  # the daemon's next step after a failed batch: connect again
+        assert store.get_task("unknown-outcome") is not None
+    finally:
+        store.close()
+
+
+def test_a_connection_lost_before_the_commit_was_sent_changed_nothing(
+    board: str, relayed_board: tuple[Relay, str]
+) -> None:
+    relay, through = relayed_board
+    store = PostgresStore(through)
+    try:
+        add(store, make_task("never-committed"))
+        relay.cut()
+        relay.restore()
+        with pytest.raises(StorageUnavailable, match="nothing was changed"):
+            store.commit()
+        assert not _present(board, "never-committed")
+        store.rollback()
+        add(store, make_task("after"))
+        store.commit()
+        assert _present(board, "after")
+    finally:
+        store.close()
+
+
+def _claim_whose_commit_answer_is_lost(
+    tmp_path: Path, relayed_board: tuple[Relay, str], *, server_back: bool
+) -> tuple[Daemon, FakeAgent, Relay, dict[str, Any]]:
+    """A daemon and an agent; a submit whose batch claims the task for the agent, and whose
+    COMMIT reaches the server and commits while its answer is lost; then every connection is
+    broken — with ``server_back``, new ones let through at once, else refused until the caller
+    restores the relay. The submit's reply (ok or not) is returned."""
+    relay, dsn = relayed_board
+    root = tmp_path / "r"
+    root.mkdir()
+    write_config(root, tick="1s")
+    daemon = Daemon(root, "--store", dsn, "--lease-ttl", "5s")
+    daemon.start()
+    agent = FakeAgent(daemon, "a1", ["py"])
+    relay.deaf_after = b"COMMIT"
+    replies: list[dict[str, Any]] = []
+
+    def submit() -> None:
+        with daemon.client() as client:
+            client.send("submit", text="claimed in the lost commit", capabilities=["py"])
+            replies.append(client.read())
+
+    submitter = threading.Thread(target=submit, daemon=True)
+    submitter.start()
+    assert relay.deafened.wait(10), replies
+    time.sleep(0.3)  # the COMMIT has committed on the server by now; its answer is dropped
+    relay.deaf = False
+    if server_back:
+        relay.drop()
+    else:
+        relay.cut()
+    submitter.join(15)
+    assert replies, "the submit was never answered"
+    return daemon, agent, relay, replies[0]
+
+
+def test_a_claim_whose_commit_answer_was_lost_is_confirmed_and_its_agent_told(
+    tmp_path: Path, relayed_board: tuple[Relay, str]
+) -> None:
+    daemon, agent, _, reply = _claim_whose_commit_answer_is_lost(
+        tmp_path, relayed_board, server_back=True
+    )
+    try:
+        assert reply["ok"], reply  # committed, and the daemon found out from PostgreSQL
+        assign = agent.next_assign()
+        assert assign["task"]["id"] == reply["task"]["id"]
+        agent.out(assign, "ran once")
+        assert daemon.wait_closed(reply["task"]["id"])["output"] == "ran once"
+        agent.close()
+    finally:
+        daemon.stop()
+
+
+def test_a_claim_committed_while_the_daemon_could_not_tell_reaches_its_agent_once_back(
+    tmp_path: Path, relayed_board: tuple[Relay, str]
+) -> None:
+    """The commit's outcome cannot be known (the server unreachable): the submit is refused
+    saying so, and the board waits for the server. Once back, the board rebuilt from it holds
+    the task running on the agent — which was never sent the assign, its batch having failed
+    as far as the daemon knew. The daemon sends it then, on the agent's same connection;
+    without that the task would stay running with nobody running it."""
+    daemon, agent, relay, reply = _claim_whose_commit_answer_is_lost(
+        tmp_path, relayed_board, server_back=False
+    )
+    try:
+        assert not reply["ok"] and reply["error"]["code"] == "storage_unavailable", reply
+        assert "whether it was written is not known" in reply["error"]["message"]
+        relay.restore()
+        wait_until(lambda: "the store answers again" in daemon.log(), timeout=15)
+        assign = agent.next_assign()
+        assert "claims committed after all" in daemon.log()
+        task_id = assign["task"]["id"]
+        assert daemon.task(task_id)["text"] == "claimed in the lost commit"
+        agent.out(assign, "ran once")
+        assert daemon.wait_closed(task_id)["output"] == "ran once"
+        starts = [e for e in daemon.ledger(task_id) if e["to_state"] == "running"]
+        assert len(starts) == 1, starts  # one claim: the one committed, told late
+        agent.close()
+    finally:
+        daemon.stop()
+
+
+def test_a_wait_answered_in_a_commit_whose_outcome_was_unknown_is_answered_once_back(
+    tmp_path: Path, relayed_board: tuple[Relay, str]
+) -> None:
+    """The agent's ``out`` closes the task in a batch whose COMMIT commits while its answer is
+    lost and the server cannot be reached: the ``wait`` it answered is put back with the
+    batch. Once the server is back and the board rebuilt, the task is closed in it: the wait
+    is answered then, instead of waiting for an end that has come."""
+    relay, dsn = relayed_board
+    root = tmp_path / "r"
+    root.mkdir()
+    write_config(root, tick="1s")
+    daemon = Daemon(root, "--store", dsn, "--lease-ttl", "5s")
+    daemon.start()
+    try:
+        agent = FakeAgent(daemon, "a1", ["py"])
+        task = daemon.submit("waited for", capabilities=["py"])
+        assign = agent.next_assign()
+        waiter = daemon.client(timeout=30)
+        wait_id = waiter.send("wait", task=task["id"])
+        time.sleep(0.2)  # the wait is registered
+        relay.deaf_after = b"COMMIT"
+        agent_id = agent.client.send("out", task=task["id"], epoch=assign["epoch"], output="r")
+        assert relay.deafened.wait(10)
+        time.sleep(0.3)
+        relay.deaf = False
+        relay.cut()
+        out_reply = agent.client.read()
+        assert out_reply["id"] == agent_id and not out_reply["ok"], out_reply
+        assert "not known" in out_reply["error"]["message"]
+        relay.restore()
+        reply = waiter.read()
+        assert reply["id"] == wait_id and reply["ok"], reply
+        assert reply["task"]["state"] == "closed" and reply["task"]["output"] == "r"
+        waiter.close()
+        agent.close()
+    finally:
         daemon.stop()

@@ -218,8 +218,8 @@ class SubmitClient(threading.Thread):
                     if exc.code not in ("closed", "standby"):
                         op["outcome"] = "err"
                         op["error"] = exc.code
-                    elif exc.code == "standby":
-                        time.sleep(0.02)
+                    if exc.code in ("standby", "storage_unavailable"):
+                        time.sleep(0.02)  # (its store away: refused until it is back)
                     client.close()
                     client = None
                 except OSError:

@@ -405,6 +405,10 @@ async def serve(config: Config) -> int:
         os.close(lock_fd)
 
 
+#: How soon a renewal that failed is tried again (seconds; a third of the ttl if that is less).
+RENEW_RETRY = 0.2
+
+
 async def keep_lease(lease: BoardLease, server: Server) -> None:
     """Renew the board's lease every third of its ttl, for as long as the daemon runs — through
     its stopping too, when the harnesses' last reports are still written. Stop serving by this
@@ -428,6 +432,9 @@ async def keep_lease(lease: BoardLease, server: Server) -> None:
                 renewed = await asyncio.to_thread(lease.renew)
         except StorageUnavailable as exc:
             why = exc.message
+            # Again soon, not a third of the ttl later: a server back after a restart or a
+            # blip must find the lease renewed well before the deadline.
+            every = min(every, RENEW_RETRY)
             continue
         except TimeoutError:
             server.fatal(

@@ -70,6 +70,13 @@ _TAKEN = {
 }
 #: The advisory lock of a board's writers: one key per schema (a board), held per batch.
 _BOARD_KEY = "SELECT hashtextextended('colibri board ' || current_schema(), 0)"
+#: What every write transaction takes first (after the fence): the lock that queues the
+#: writers of one board, and the transaction's id.
+_WRITERS_LOCK = (
+    "SELECT pg_advisory_xact_lock((" + _BOARD_KEY + ")), pg_current_xact_id()::text AS xid"
+).encode()
+#: How long a commit whose answer was lost waits for PostgreSQL to finish it.
+_OUTCOME_WAIT = 5.0
 
 
 def is_postgres(location: str) -> bool:
@@ -135,6 +142,8 @@ class PostgresStore:
         #: ``(owner, epoch)`` of the lease this store writes under: every batch checks it
         #: first, holding the lease row so that no takeover can commit in between.
         self.fence: tuple[str, int] | None = None
+        #: The open batch's transaction id (see ``_writing``).
+        self._xid: str | None = None
 
     def _setup(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
         if self._durability == "relaxed":
@@ -208,7 +217,11 @@ class PostgresStore:
                             "passed to another daemon; nothing was written"
                         )
                         raise LeaseLost(self._lost)
-                conn.execute("SELECT pg_advisory_xact_lock((" + _BOARD_KEY + "))")
+                # The transaction's id, taken with the writers' lock (no round trip of its
+                # own): if the connection breaks while the COMMIT is on its way, PostgreSQL
+                # can still say whether it committed (``_commit_outcome``).
+                locked = conn.execute(_WRITERS_LOCK).fetchone()
+                self._xid = None if locked is None else locked["xid"]
             yield conn
         except (psycopg.OperationalError, psycopg.errors.InternalError) as exc:
             self._lose(exc)
@@ -229,24 +242,69 @@ class PostgresStore:
             raise StorageUnavailable(self._lost)
         if not self._dirty:
             return
+        xid, sent = self._xid, False
         try:
             self._send_ledger()
+            sent = True
             self._conn.execute("COMMIT")
         except psycopg.Error as exc:
             self._dirty = False
             self._next_seq = None
+            self._xid = None
             self._unsent.clear()
             self._reset()
+            if sent and xid is not None:
+                # The COMMIT may have reached the server, and committed, before its answer
+                # was lost (a server shut down or crashing answers FATAL, not always on a
+                # connection psycopg marks broken yet): ask PostgreSQL, never guess.
+                outcome = self._commit_outcome(xid)
+                if outcome == "committed":
+                    return
+                if outcome is None:
+                    raise StorageUnavailable(
+                        f"the PostgreSQL board's connection broke while this batch was being "
+                        f"committed ({_first_line(exc)}), and whether it was written is not "
+                        "known until the server answers; retry with the same idempotency key, "
+                        "or look the task up once the daemon serves again"
+                    ) from None
             raise StorageUnavailable(
                 f"the PostgreSQL board could not commit ({_first_line(exc)}); nothing was changed"
             ) from None
         self._dirty = False
         self._next_seq = None
+        self._xid = None
+
+    def _commit_outcome(self, xid: str) -> str | None:
+        """``committed`` or ``aborted``: what became of transaction ``xid``, asked over the
+        connection made again; None if the server cannot say now (unreachable, or still
+        finishing it after ``_OUTCOME_WAIT`` seconds)."""
+        import time
+
+        import psycopg
+
+        if self._lost:
+            return None  # the connection could not be made again
+        deadline = time.monotonic() + _OUTCOME_WAIT
+        while True:
+            try:
+                row = self._conn.execute(
+                    "SELECT pg_xact_status(%s::xid8) AS status", (xid,)
+                ).fetchone()
+            except psycopg.Error:
+                self._reset()
+                return None
+            status = None if row is None else row["status"]
+            if status in ("committed", "aborted"):
+                return str(status)
+            if status is None or time.monotonic() > deadline:
+                return None  # (None: too old to be known, which a batch just sent is not)
+            time.sleep(0.01)  # in progress: the old connection's backend is finishing it
 
     def rollback(self) -> None:
         self._dirty = False
         self._lost = ""
         self._next_seq = None
+        self._xid = None
         self._unsent.clear()
         self._reset()
 

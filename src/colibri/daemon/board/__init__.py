@@ -28,6 +28,7 @@ import logging
 from collections.abc import Callable
 
 from colibri.config import SchedulerSettings
+from colibri.core import states
 from colibri.core.claims import Claims
 from colibri.core.model import LedgerEntry, Task
 from colibri.core.states import State
@@ -158,7 +159,6 @@ class Board:
     def rebuild(self) -> None:
         """Reload memory from the store: at start-up, and after a failed commit."""
         capacity = self.capacity
-        capacity.load_budgets()
         self.known.load(self.store.agents())
         self.audience.restore(self.batch.drop())
         self.queue.clear()
@@ -168,6 +168,9 @@ class Board:
         newest = self.store.list_tasks(TaskFilter(newest=True, limit=1))
         if newest:
             continue_after(newest[0].id)
+        # After the reads that fail when the store is away: the budgets' own failure is only
+        # logged (they derive from the ledger), and would be logged at every retry.
+        capacity.load_budgets()
         deadline = self.clock.monotonic() + self.settings.agent_ttl
         for task in self.tasks.values():
             if task.state == State.PENDING:
@@ -181,6 +184,19 @@ class Board:
         capacity.orphans = {t: d for t, d in capacity.orphans.items() if t in self.tasks}
         self.reports.load()
         capacity.reindex()
+        for task_id in self.audience.waited_for():
+            # A wait put back with a failed batch whose task ended after all (the commit's
+            # answer was lost, not the commit): answer it now, or it waits for ever.
+            waited = self.tasks.get(task_id) or self.store.get_task(task_id)
+            if waited is not None and waited.state in states.ENDED:
+                self.audience.answer(waited)
+        told = self.dispatcher.tell_unconfirmed()
+        if told:
+            log.warning(
+                f"{told} claims committed after all (their commit's answer was lost): their "
+                "agents are told now",
+                extra={"event": "claims_confirmed", "tasks": told},
+            )
         self.batch.dispatch_wanted = True
 
     # -- effects and connections -------------------------------------------------------------

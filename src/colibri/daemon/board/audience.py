@@ -75,6 +75,14 @@ class Audience:
         for task_id, peer, request_id in answered:
             self.wait_for(peer, request_id, task_id)
 
+    def waited_for(self) -> list[str]:
+        return list(self.waiters)
+
+    def answer(self, task: Task) -> None:
+        """``task`` has ended (found so in the store): answer every wait for it."""
+        for peer, request_id in self.waiters.pop(task.id, []):
+            self.batch.emit(peer, {"id": request_id, "ok": True, "task": task})
+
     def waits(self, peer: Peer) -> bool:
         return any(p is peer for waiting in self.waiters.values() for p, _ in waiting)
 

@@ -38,6 +38,13 @@ class Batch:
         self.outbox: list[tuple[Peer, Message]] = []
         #: ``wait`` requests answered in this batch: (task id, peer, request id).
         self.answered: list[tuple[str, Peer, Any]] = []
+        #: Claims made in this batch, whose ``assign`` is in the outbox: (task id, epoch,
+        #: the agent's connection).
+        self.placed: list[tuple[str, int, Peer]] = []
+        #: Claims of batches that did not commit as far as the daemon could tell; after the
+        #: board is rebuilt, those the store has after all (a commit whose answer was lost)
+        #: are told to their agents (``Board.rebuild``).
+        self.unconfirmed: list[tuple[str, int, Peer]] = []
         #: Whether a dispatch pass should run before the commit.
         self.dispatch_wanted = False
         #: Called when a new deadline may be earlier than the sweep's next wake.
@@ -57,11 +64,12 @@ class Batch:
     def take(self) -> tuple[list[LedgerEntry], list[tuple[Peer, Message]]]:
         """After a commit: hand over the ledger rows and messages; start a new batch."""
         rows, outbox = self.ledger_rows, self.outbox
-        self.ledger_rows, self.outbox, self.answered = [], [], []
+        self.ledger_rows, self.outbox, self.answered, self.placed = [], [], [], []
         return rows, outbox
 
     def drop(self) -> list[tuple[str, Peer, Any]]:
         """After a rollback: nothing of it happened. Return the waits it had answered."""
         answered = self.answered
-        self.ledger_rows, self.outbox, self.answered = [], [], []
+        self.unconfirmed.extend(self.placed)
+        self.ledger_rows, self.outbox, self.answered, self.placed = [], [], [], []
         return answered

@@ -65,11 +65,35 @@ class Dispatcher:
             batch.emit(
                 agent.peer, events.assign(claimed, self.claims.secret(task_id, claimed.epoch))
             )
+            batch.placed.append((task_id, claimed.epoch, agent.peer))
             placed += 1
             if not capacity.has_free():
                 break
         batch.dispatch_wanted = False
         return placed
+
+    def tell_unconfirmed(self) -> int:
+        """After a rebuild: the claims of failed batches that the store has after all (their
+        commit's answer was lost, the commit was not) are sent to their agents, still on the
+        connection they were made for — otherwise nobody would ever run them. How many."""
+        told = 0
+        unconfirmed, self.batch.unconfirmed = self.batch.unconfirmed, []
+        for task_id, epoch, peer in unconfirmed:
+            task = self.transitions.tasks.get(task_id)
+            agent = self.capacity.agents.get(task.agent or "") if task is not None else None
+            if (
+                task is None
+                or task.state != State.RUNNING
+                or task.epoch != epoch
+                or agent is None
+                or agent.peer is not peer
+                or not agent.online
+                or peer.closing
+            ):
+                continue  # not committed, or no longer that agent's on that connection
+            self.batch.emit(peer, events.assign(task, self.claims.secret(task_id, epoch)))
+            told += 1
+        return told
 
     def toggle(self, paused: bool | None) -> bool:
         """Pause or resume dispatch (``None``: the other way round); return whether paused."""
