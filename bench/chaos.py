@@ -2,8 +2,9 @@
 state machine (D4) at 2,000 sequences × 50 steps, restart with 500 running tasks (D1), the
 claim race of 200 agents over 100,000 tasks (B1), 100 + 25 power cuts (A3), 1,000 schedules
 on the daemons of one PostgreSQL board through 50 kills of the serving one (H1), 20,000 tasks
-run by agents over TCP through such a kill (H2) and 100,000 fuzzed requests on one connection
-(G).
+run by agents over TCP through such a kill (H2), a private PostgreSQL server restarted, killed
+and stopped for 30 s under 10,000 submits (A7), 10,000 writes racing 500 takeovers of the lease
+(F1) and 100,000 fuzzed requests on one connection (G).
 
     .venv/bin/python bench/chaos.py                      # about 40 minutes on 2 cores
     .venv/bin/python bench/chaos.py --runs 5 --submits 250 --kills 5 --d4-examples 200 \
@@ -58,6 +59,11 @@ then stopped for ``--a7-away`` seconds, under load (tests/postgres/restart.py). 
 never restarted: refusals while the server is away, serving again by itself, its agents'
 connections kept, and the history checker's 0 acknowledged lost, 0 run twice.
 
+F1: ``--f1-writes`` write transactions racing ``--f1-takeovers`` takeovers of a PostgreSQL
+board's lease (tests/postgres/fence_race.py): a writer commits as fast as it can under the lease
+it took, another daemon's lease takes it from it again and again and writes a marker row each
+time; in the ledger's order, no write of an epoch may follow a later epoch's marker.
+
 G: ``--fuzz`` Hypothesis-generated request lines (tests/reliability/test_socket_abuse.py: fuzz),
 one at a time on one connection of a daemon: every reply ``ok`` or a known error code, the
 daemon alive after each, the slowest reply under a second.
@@ -92,7 +98,7 @@ from tests.reliability.test_socket_abuse import fuzz
 from colibri.config import init_root
 
 #: What ``--only`` selects from.
-SCENARIO_NAMES = ("A1", "A2", "D4", "D1", "B1", "A3", "H1", "H2", "A7", "G")
+SCENARIO_NAMES = ("A1", "A2", "D4", "D1", "B1", "A3", "H1", "H2", "A7", "F1", "G")
 #: The plan's bound on any one reply to a fuzzed request (a hang).
 FUZZ_SLOWEST_S = 1.0
 
@@ -433,6 +439,36 @@ def run_pg_restarts(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
+def run_fence_race(args: argparse.Namespace) -> dict[str, Any]:
+    """F1: ``--f1-writes`` writes racing ``--f1-takeovers`` takeovers of the lease."""
+    from _pytest.outcomes import Skipped
+    from tests.postgres.fence_race import writes_racing_takeovers
+    from tests.store.conftest import pg_schema
+
+    try:
+        board, drop = pg_schema()
+    except Skipped as why:
+        note(f"F1 skipped: {why}")
+        return {"skipped": str(why), "passed": True}
+    note(f"F1: {args.f1_writes:,} writes racing {args.f1_takeovers} lease takeovers")
+    try:
+        figures = writes_racing_takeovers(
+            board, writes=args.f1_writes, takeovers=args.f1_takeovers, give_up_s=900
+        )
+    except Exception as exc:
+        note("".join(traceback.format_exception(exc))[-3000:])
+        return {"passed": False, "error": repr(exc)[:2000]}
+    finally:
+        drop()
+    figures["passed"] = (
+        figures["stale"] == 0
+        and figures["writes"] >= args.f1_writes
+        and figures["takeovers"] >= args.f1_takeovers
+    )
+    note(f"F1: {'passed' if figures['passed'] else 'FAILED'} in {figures['seconds']} s: {figures}")
+    return figures
+
+
 def _finally(run: Callable[[], RunResult], then: Callable[[], None]) -> RunResult:
     try:
         return run()
@@ -535,6 +571,7 @@ def table(
     hive: dict[str, Any] | None = None,
     hive_agents: dict[str, Any] | None = None,
     pg_restarts: dict[str, Any] | None = None,
+    fence: dict[str, Any] | None = None,
 ) -> str:
     lines = ["| test | what must hold | result | figures |", "| --- | --- | --- | --- |"]
     if storm is not None:
@@ -687,6 +724,20 @@ def table(
                 else f"FAIL | {a7['error']} |"
             )
         )
+    if fence is not None and "skipped" in fence:
+        lines.append(f"| F1 | writes racing lease takeovers | skipped | {fence['skipped']} |")
+    elif fence is not None:
+        lines.append(
+            "| F1 | writes racing lease takeovers: 0 rows committed under a stale epoch | "
+            + (
+                f"{'pass' if fence['passed'] else 'FAIL'} | {fence['writes']:,} writes "
+                f"committed, {fence['takeovers']} takeovers (epoch {fence['epochs']}), "
+                f"{fence['refused_lease_lost']} writes refused `lease_lost`; "
+                f"**{fence['stale']}** under a stale epoch; {fence['seconds']} s |"
+                if "writes" in fence
+                else f"FAIL | {fence['error']} |"
+            )
+        )
     if fuzzed is not None:
         outcomes = ", ".join(f"{code} {n:,}" for code, n in fuzzed["outcomes"].items())
         lines.append(
@@ -730,6 +781,8 @@ def main() -> None:
     parser.add_argument("--a7-submits", type=int, default=10_000, help="A7; 0 skips it")
     parser.add_argument("--a7-agents", type=int, default=10)
     parser.add_argument("--a7-away", type=float, default=30.0, help="A7 outage, seconds")
+    parser.add_argument("--f1-writes", type=int, default=10_000, help="F1; 0 skips it")
+    parser.add_argument("--f1-takeovers", type=int, default=500)
     parser.add_argument("--fuzz", type=int, default=100_000, help="G requests; 0 skips it")
     parser.add_argument(
         "--only", help=f"run only these, e.g. D1,B1 (of {', '.join(SCENARIO_NAMES)})"
@@ -755,6 +808,7 @@ def main() -> None:
         args.h1_schedules = args.h1_schedules if "H1" in only else 0
         args.h2_tasks = args.h2_tasks if "H2" in only else 0
         args.a7_submits = args.a7_submits if "A7" in only else 0
+        args.f1_writes = args.f1_writes if "F1" in only else 0
     if args.restart_tasks and not args.restart_agents >= 2:
         parser.error(f"--restart-agents must be at least 2, got {args.restart_agents}")
     if args.claim_tasks and (
@@ -794,10 +848,21 @@ def main() -> None:
     hive = run_hive_schedules(args) if args.h1_schedules else None
     hive_agents = run_hive_agents(args) if args.h2_tasks else None
     pg_restarts = run_pg_restarts(args) if args.a7_submits else None
+    fence = run_fence_race(args) if args.f1_writes else None
     fuzzed = run_fuzz(args.fuzz) if args.fuzz else None
     print(
         table(
-            storm, points, machine_run, restart, race, power, fuzzed, hive, hive_agents, pg_restarts
+            storm,
+            points,
+            machine_run,
+            restart,
+            race,
+            power,
+            fuzzed,
+            hive,
+            hive_agents,
+            pg_restarts,
+            fence,
         ),
         flush=True,
     )
@@ -812,6 +877,7 @@ def main() -> None:
         and (hive is None or hive["passed"])
         and (hive_agents is None or hive_agents["passed"])
         and (pg_restarts is None or pg_restarts["passed"])
+        and (fence is None or fence["passed"])
     )
     emit(
         {
@@ -828,6 +894,7 @@ def main() -> None:
             "hive_schedules": hive,
             "hive_agents": hive_agents,
             "pg_restarts": pg_restarts,
+            "fence_race": fence,
             "machine": machine(),
         }
     )
