@@ -21,7 +21,7 @@ from colibri.core.model import LedgerEntry
 from colibri.store.postgres import BoardLease, PostgresStore
 from tests.helpers import PYTHON, colibri, one_line, wait_until
 from tests.postgres.fence_race import writes_racing_takeovers
-from tests.postgres.hive import Member
+from tests.postgres.hive import Member, Relay
 
 
 def test_a_standby_takes_over_when_the_owner_dies_and_the_agent_follows(
@@ -162,3 +162,42 @@ def test_a_renewal_never_waits_behind_a_batch_and_a_takeover_always_does(board: 
         lease.close()
         thief.close()
         store.close()
+
+
+def test_an_owner_cut_off_for_a_third_of_its_lease_keeps_it_and_serves_again(
+    tmp_path: Path, board: str, relayed_board: tuple[Relay, str]
+) -> None:
+    """PostgreSQL out of the owner's reach for less than its lease (a third of it) while a
+    standby watches: by PostgreSQL's clock the lease never lapses, so there is no takeover;
+    the owner refuses meanwhile and serves again by itself, under the same epoch."""
+    import psycopg
+
+    relay, through = relayed_board
+    ttl = 6.0
+    owner = Member(tmp_path / "a", through, ttl=f"{ttl:g}s")
+    standby = Member(tmp_path / "b", board, ttl=f"{ttl:g}s")
+    owner.start()
+    try:
+        standby.stand_by()
+        before = owner.submit("before the cut", capabilities=["nobody"])
+        relay.cut()
+        time.sleep(ttl / 3)
+        with pytest.raises(ColibriError) as refused:
+            owner.submit("during", capabilities=["nobody"])
+        assert refused.value.code == "storage_unavailable"
+        relay.restore()
+        wait_until(lambda: "the store answers again" in owner.log(), timeout=ttl)
+        after = owner.submit("after", capabilities=["nobody"])
+        time.sleep(ttl)  # a whole ttl more: the lease renewed, never lapsed
+        with psycopg.connect(board, autocommit=True) as db:
+            row = db.execute("SELECT epoch, expires_at > now() AS live FROM leases").fetchone()
+        assert row == (1, True), row
+        assert "took the board's lease" not in standby.log()
+        assert owner.process is not None and owner.process.poll() is None
+        assert {t["id"] for t in owner.call("list", state="pending")["tasks"]} == {
+            before["id"], after["id"]
+        }
+    finally:
+        for member in (owner, standby):
+            if member.process is not None and member.process.poll() is None:
+                member.stop()
