@@ -76,8 +76,10 @@ class PrivateServer:
             raise AssertionError(f"{program} {' '.join(args)}: exit {done.returncode}\n"
                                  f"{done.stdout}{done.stderr}")  # fmt: skip
 
-    def start(self) -> None:
+    def start(self, *settings: str) -> None:
+        """Start it; ``settings`` are more ``name=value`` of the server's configuration."""
         options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.data} -c fsync=on"
+        options += "".join(f" -c {setting}" for setting in settings)
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.base / "server.log"), "-w",
                   "-t", "60", "-o", options, "start")  # fmt: skip
         self.running = True
@@ -87,9 +89,9 @@ class PrivateServer:
         self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
         self.running = False
 
-    def restart(self, mode: str = "fast") -> None:
+    def restart(self, mode: str = "fast", *settings: str) -> None:
         self.stop(mode)
-        self.start()
+        self.start(*settings)
 
     def close(self) -> None:
         try:

@@ -69,6 +69,9 @@ class Relay:
         #: Once a client's bytes contain this, the relay turns ``deaf`` and sets ``deafened``.
         self.deaf_after: bytes | None = None
         self.deafened = threading.Event()
+        #: Each client's connection to the server, and those ``strand`` keeps open.
+        self.upstream: dict[asyncio.StreamWriter, asyncio.StreamWriter] = {}
+        self.held: set[asyncio.StreamWriter] = set()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.restore()
@@ -91,11 +94,13 @@ class Relay:
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
-            writer.close()
+            if answers or writer not in self.held:
+                writer.close()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection(*self.target)
         self.writers |= {writer, up_writer}
+        self.upstream[writer] = up_writer
         await asyncio.gather(
             self._pipe(reader, up_writer), self._pipe(up_reader, writer, answers=True)
         )
@@ -126,7 +131,23 @@ class Relay:
 
         self._run(abort())
 
+    def strand(self) -> None:
+        """Break every client's side of its connection while its server side stays open and
+        silent: the server's backends wait on, in whatever transaction they were in, as
+        behind a network that dropped the client without telling the server."""
+
+        async def abort() -> None:
+            for client, server in list(self.upstream.items()):
+                if client in self.writers:
+                    self.held.add(server)
+                    client.transport.abort()
+                    self.writers.discard(client)
+
+        self._run(abort())
+
     def close(self) -> None:
+        for server in list(self.held):
+            self.loop.call_soon_threadsafe(server.transport.abort)
         self.cut()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)

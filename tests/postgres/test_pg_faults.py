@@ -18,6 +18,7 @@ import pytest
 from colibri.core.errors import StorageUnavailable
 from colibri.store.postgres import PostgresStore
 from tests.helpers import Daemon, FakeAgent, error_code, wait_until, write_config
+from tests.postgres.cluster import PrivateServer
 from tests.postgres.hive import Relay
 from tests.store.conftest import PG_DSN
 from tests.store.values import add, make_task
@@ -200,6 +201,10 @@ def test_a_commit_whose_outcome_cannot_be_known_says_so_and_never_nothing_was_ch
         assert "whether it was written is not known" in message, message
         assert "nothing was changed" not in message
         assert _present(board, "unknown-outcome")  # it had committed: the message was right
+        # Until the server can say, the board must not be read again (rebuilt from before a
+        # commit that may land later, it would be wrong): the rollback refuses.
+        with pytest.raises(StorageUnavailable, match="cannot say yet"):
+            store.rollback()
         relay.restore()
         store.rollback()  # the daemon's next step after a failed batch: connect again
         assert store.get_task("unknown-outcome") is not None
@@ -346,3 +351,67 @@ def test_a_wait_answered_in_a_commit_whose_outcome_was_unknown_is_answered_once_
         agent.close()
     finally:
         daemon.stop()
+
+
+def test_a_commit_that_never_reached_the_server_is_settled_by_ending_its_backend(
+    board: str, relayed_board: tuple[Relay, str]
+) -> None:
+    """The connection is lost on the store's side only: the server's backend waits on, idle
+    in the batch's transaction (its locks held). Asked, the server says "in progress" — for
+    as long as it has not noticed. The store ends that backend (``pg_terminate_backend``),
+    and the transaction, which never got its COMMIT, is aborted: nothing was changed."""
+    relay, through = relayed_board
+    store = PostgresStore(through)
+    try:
+        add(store, make_task("stranded"))
+        store.max_ledger_seq()
+        relay.strand()
+        with pytest.raises(StorageUnavailable, match="nothing was changed"):
+            store.commit()
+        assert not _present(board, "stranded")
+        store.rollback()
+        add(store, make_task("after"))  # the writers' lock is free again: not held by it
+        store.commit()
+        assert _present(board, "after")
+    finally:
+        store.close()
+
+
+def test_a_transaction_id_handed_out_again_after_a_crash_is_not_taken_for_the_batch(
+    private_server: PrivateServer,
+) -> None:
+    """The batch's transaction has its id, and the server crashes before any of it reached
+    its disk (the WAL writer held back): started again, it hands the same id to the next
+    transaction, which commits. The id's status now says "committed" — of another
+    transaction. The store sees the server started again since the batch began and looks
+    for the batch's own ledger row instead: absent, so nothing of it was written."""
+    import psycopg
+
+    server = private_server
+    server.restart("fast", "wal_writer_delay=10000ms", "wal_writer_flush_after=0")
+    store = PostgresStore(server.dsn)
+    try:
+        add(store, make_task("lost-in-the-crash"))
+        store.max_ledger_seq()
+        with psycopg.connect(server.dsn, autocommit=True) as probe:
+            xid = probe.execute(
+                "SELECT backend_xid::text::bigint FROM pg_stat_activity "
+                "WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()"
+            ).fetchone()
+        assert xid is not None
+        server.stop("immediate")
+        server.start("wal_writer_delay=10000ms", "wal_writer_flush_after=0")
+        with psycopg.connect(server.dsn, autocommit=True) as other:
+            reused = False
+            for _ in range(50):  # transactions of its own (each takes an id), to the batch's id
+                mine = other.execute("SELECT txid_current() % 4294967296").fetchone()
+                assert mine is not None
+                if mine[0] >= xid[0]:
+                    reused = mine[0] == xid[0]
+                    break
+        with pytest.raises(StorageUnavailable, match="nothing was changed"):
+            store.commit()
+        assert store.get_task("lost-in-the-crash") is None
+        assert reused, "the id was not handed out again: this run did not test it"
+    finally:
+        store.close()

@@ -25,6 +25,7 @@ import secrets
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -73,10 +74,25 @@ _BOARD_KEY = "SELECT hashtextextended('colibri board ' || current_schema(), 0)"
 #: What every write transaction takes first (after the fence): the lock that queues the
 #: writers of one board, and the transaction's id.
 _WRITERS_LOCK = (
-    "SELECT pg_advisory_xact_lock((" + _BOARD_KEY + ")), pg_current_xact_id()::text AS xid"
+    "SELECT pg_advisory_xact_lock((" + _BOARD_KEY + ")), txid_current() AS xid, "
+    "pg_backend_pid() AS backend, pg_postmaster_start_time() AS started"
 ).encode()
-#: How long a commit whose answer was lost waits for PostgreSQL to finish it.
-_OUTCOME_WAIT = 5.0
+_SERVER_STARTED = b"SELECT pg_postmaster_start_time() AS started"
+_XACT_STATUS = b"SELECT txid_status(%s) AS status"
+_END_BACKEND = b"SELECT pg_terminate_backend(%s)"
+_LEDGER_ROW = b"SELECT at, task, schedule, to_state, epoch, reason FROM ledger WHERE seq = %s"
+#: How long the loop waits for a commit whose answer was lost to settle on the server.
+_OUTCOME_WAIT = 1.0
+
+
+@dataclass
+class _InDoubt:
+    """A batch whose COMMIT was sent and whose answer was lost."""
+
+    #: The row of ``_WRITERS_LOCK``: xid, backend, started.
+    opened: dict[str, Any]
+    #: Its first ledger row as written (``seq`` included), if it wrote one.
+    first_row: dict[str, Any] | None
 
 
 def is_postgres(location: str) -> bool:
@@ -142,8 +158,12 @@ class PostgresStore:
         #: ``(owner, epoch)`` of the lease this store writes under: every batch checks it
         #: first, holding the lease row so that no takeover can commit in between.
         self.fence: tuple[str, int] | None = None
-        #: The open batch's transaction id (see ``_writing``).
-        self._xid: str | None = None
+        #: The open batch's transaction id, backend and server start (see ``_writing``), and
+        #: its first ledger row; a batch whose COMMIT's answer was lost and whose outcome the
+        #: server could not tell yet (``rollback`` waits for it).
+        self._opened: dict[str, Any] | None = None
+        self._first_row: dict[str, Any] | None = None
+        self._in_doubt: _InDoubt | None = None
 
     def _setup(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
         if self._durability == "relaxed":
@@ -217,11 +237,11 @@ class PostgresStore:
                             "passed to another daemon; nothing was written"
                         )
                         raise LeaseLost(self._lost)
-                # The transaction's id, taken with the writers' lock (no round trip of its
-                # own): if the connection breaks while the COMMIT is on its way, PostgreSQL
-                # can still say whether it committed (``_commit_outcome``).
-                locked = conn.execute(_WRITERS_LOCK).fetchone()
-                self._xid = None if locked is None else locked["xid"]
+                # The transaction's id, its backend and the server's start, taken with the
+                # writers' lock (no round trip of their own): if the connection breaks while
+                # the COMMIT is on its way, PostgreSQL can still say whether it committed
+                # (``_outcome``).
+                self._opened = conn.execute(_WRITERS_LOCK).fetchone()
             yield conn
         except (psycopg.OperationalError, psycopg.errors.InternalError) as exc:
             self._lose(exc)
@@ -242,25 +262,26 @@ class PostgresStore:
             raise StorageUnavailable(self._lost)
         if not self._dirty:
             return
-        xid, sent = self._xid, False
+        opened, first, sent = self._opened, self._first_row, False
         try:
             self._send_ledger()
             sent = True
             self._conn.execute("COMMIT")
         except psycopg.Error as exc:
-            self._dirty = False
-            self._next_seq = None
-            self._xid = None
-            self._unsent.clear()
+            self._end_batch()
             self._reset()
-            if sent and xid is not None:
+            if sent and opened is not None:
                 # The COMMIT may have reached the server, and committed, before its answer
                 # was lost (a server shut down or crashing answers FATAL, not always on a
                 # connection psycopg marks broken yet): ask PostgreSQL, never guess.
-                outcome = self._commit_outcome(xid)
+                doubt = _InDoubt(opened, first)
+                outcome = self._outcome(doubt)
                 if outcome == "committed":
                     return
                 if outcome is None:
+                    # Until it is known, the board must not be read again (``rollback``): a
+                    # board rebuilt from before a commit that lands later would not be true.
+                    self._in_doubt = doubt
                     raise StorageUnavailable(
                         f"the PostgreSQL board's connection broke while this batch was being "
                         f"committed ({_first_line(exc)}), and whether it was written is not "
@@ -270,43 +291,77 @@ class PostgresStore:
             raise StorageUnavailable(
                 f"the PostgreSQL board could not commit ({_first_line(exc)}); nothing was changed"
             ) from None
+        self._end_batch()
+
+    def _end_batch(self) -> None:
         self._dirty = False
         self._next_seq = None
-        self._xid = None
+        self._opened = None
+        self._first_row = None
+        self._unsent.clear()
 
-    def _commit_outcome(self, xid: str) -> str | None:
-        """``committed`` or ``aborted``: what became of transaction ``xid``, asked over the
-        connection made again; None if the server cannot say now (unreachable, or still
-        finishing it after ``_OUTCOME_WAIT`` seconds)."""
-        import time
-
+    def _outcome(self, doubt: _InDoubt) -> str | None:
+        """``committed`` or ``aborted``: what became of a batch whose COMMIT's answer was lost,
+        asked over the connection made again; None while the server cannot say."""
         import psycopg
 
         if self._lost:
             return None  # the connection could not be made again
-        deadline = time.monotonic() + _OUTCOME_WAIT
-        while True:
-            try:
-                row = self._conn.execute(
-                    "SELECT pg_xact_status(%s::xid8) AS status", (xid,)
-                ).fetchone()
-            except psycopg.Error:
-                self._reset()
-                return None
-            status = None if row is None else row["status"]
-            if status in ("committed", "aborted"):
-                return str(status)
-            if status is None or time.monotonic() > deadline:
-                return None  # (None: too old to be known, which a batch just sent is not)
-            time.sleep(0.01)  # in progress: the old connection's backend is finishing it
+        conn = self._conn
+        try:
+            now = conn.execute(_SERVER_STARTED).fetchone()
+            if now is None or now["started"] != doubt.opened["started"]:
+                # The server started again (or another took its place) since the batch began:
+                # a transaction id whose commit never reached its disk is handed out again, so
+                # the id's status may be another transaction's. The batch's own rows decide.
+                return self._outcome_from_ledger(doubt)
+            deadline = time.monotonic() + _OUTCOME_WAIT
+            ended_backend = False
+            while True:
+                row = conn.execute(_XACT_STATUS, (doubt.opened["xid"],)).fetchone()
+                status = None if row is None else row["status"]
+                if status in ("committed", "aborted"):
+                    return str(status)
+                if status is None:  # too old to be known: the rows decide
+                    return self._outcome_from_ledger(doubt)
+                # In progress: the old connection's backend still has it, finishing the
+                # commit or waiting for a COMMIT that never came. Ended, it settles at once
+                # (a commit under way completes first).
+                if not ended_backend:
+                    conn.execute(_END_BACKEND, (doubt.opened["backend"],))
+                    ended_backend = True
+                if time.monotonic() > deadline:
+                    return None
+                time.sleep(0.005)
+        except psycopg.Error:
+            self._reset()
+            return None
+
+    def _outcome_from_ledger(self, doubt: _InDoubt) -> str | None:
+        """Whether the batch's first ledger row is in the ledger, as the batch wrote it; None
+        for a batch that wrote none (nothing of it can be told from another's)."""
+        first = doubt.first_row
+        if first is None:
+            return None
+        row = self._conn.execute(_LEDGER_ROW, (first["seq"],)).fetchone()
+        if row is None:
+            return "aborted"
+        same = all(row[key] == first[key] for key in ("at", "task", "schedule", "to_state",
+                                                       "epoch", "reason"))  # fmt: skip
+        return "committed" if same else "aborted"
 
     def rollback(self) -> None:
-        self._dirty = False
         self._lost = ""
-        self._next_seq = None
-        self._xid = None
-        self._unsent.clear()
+        self._end_batch()
         self._reset()
+        if self._in_doubt is not None:
+            outcome = self._outcome(self._in_doubt)
+            if outcome is None:
+                raise StorageUnavailable(
+                    "the PostgreSQL board cannot say yet whether a batch whose commit's answer "
+                    "was lost was written; the daemon reads the board again once it can"
+                )
+            self._in_doubt = None
 
     def _reset(self) -> None:
         """End whatever transaction is open; connect again if the connection is gone."""
@@ -328,7 +383,10 @@ class PostgresStore:
     def close(self) -> None:
         if self._conn.closed:
             return
-        self.rollback()
+        try:
+            self.rollback()
+        except StorageUnavailable:
+            pass  # a batch in doubt: the next daemon's board is read from what the server has
         self._conn.close()
 
     # -- reads -------------------------------------------------------------------------------
@@ -355,6 +413,8 @@ class PostgresStore:
             self._next_seq = int(found["seq"] if found else 0) + 1
         row = _text(ledger_row(entry))
         row["seq"] = self._next_seq
+        if self._first_row is None:
+            self._first_row = row
         self._unsent.append(row)
         entry.seq = self._next_seq
         self._next_seq += 1

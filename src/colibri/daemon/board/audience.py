@@ -81,6 +81,7 @@ class Audience:
     def answer(self, task: Task) -> None:
         """``task`` has ended (found so in the store): answer every wait for it."""
         for peer, request_id in self.waiters.pop(task.id, []):
+            self.batch.answered.append((task.id, peer, request_id))  # put back if it fails
             self.batch.emit(peer, {"id": request_id, "ok": True, "task": task})
 
     def waits(self, peer: Peer) -> bool:

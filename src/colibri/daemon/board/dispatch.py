@@ -92,6 +92,8 @@ class Dispatcher:
             ):
                 continue  # not committed, or no longer that agent's on that connection
             self.batch.emit(peer, events.assign(task, self.claims.secret(task_id, epoch)))
+            # Part of this batch now: should it fail too, the claim is kept for the next try.
+            self.batch.placed.append((task_id, epoch, peer))
             told += 1
         return told
 
