@@ -303,17 +303,27 @@ def run_fuzz(examples: int) -> dict[str, Any]:
     }
 
 
-def run_hive_schedules(args: argparse.Namespace) -> dict[str, Any]:
-    """H1: schedules across the daemons of one PostgreSQL board, the serving one killed."""
+def _pg_board(name: str) -> tuple[str, Callable[[], None], dict[str, Any] | None]:
+    """A fresh PostgreSQL board for scenario ``name`` (and its removal), or what to report
+    when no server answers: the scenario skipped, with the line that says how to enable it."""
     from _pytest.outcomes import Skipped
-    from tests.postgres.schedule_fires import schedules_through_kills
     from tests.store.conftest import pg_schema
 
     try:
         board, drop = pg_schema()
     except Skipped as why:
-        note(f"H1 skipped: {why}")
-        return {"skipped": str(why), "passed": True}
+        note(f"{name} skipped: {why}")
+        return "", lambda: None, {"skipped": str(why), "passed": True}
+    return board, drop, None
+
+
+def run_hive_schedules(args: argparse.Namespace) -> dict[str, Any]:
+    """H1: schedules across the daemons of one PostgreSQL board, the serving one killed."""
+    from tests.postgres.schedule_fires import schedules_through_kills
+
+    board, drop, skipped = _pg_board("H1")
+    if skipped is not None:
+        return skipped
     workdir = Path(tempfile.mkdtemp(prefix="ch", dir="/tmp"))
     low, _, high = args.h1_every.partition("-")
     note(
@@ -350,15 +360,11 @@ def run_hive_schedules(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_hive_agents(args: argparse.Namespace) -> dict[str, Any]:
     """H2: agents over TCP following the serving daemon of a PostgreSQL board through its kill."""
-    from _pytest.outcomes import Skipped
     from tests.postgres.agents_through_kill import tasks_through_owner_kill
-    from tests.store.conftest import pg_schema
 
-    try:
-        board, drop = pg_schema()
-    except Skipped as why:
-        note(f"H2 skipped: {why}")
-        return {"skipped": str(why), "passed": True}
+    board, drop, skipped = _pg_board("H2")
+    if skipped is not None:
+        return skipped
     workdir = Path(tempfile.mkdtemp(prefix="ch", dir="/tmp"))
     note(
         f"H2: {args.h2_tasks:,} tasks, {args.h2_agents} agents over TCP, {args.h1_daemons} "
@@ -441,15 +447,11 @@ def run_pg_restarts(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_fence_race(args: argparse.Namespace) -> dict[str, Any]:
     """F1: ``--f1-writes`` writes racing ``--f1-takeovers`` takeovers of the lease."""
-    from _pytest.outcomes import Skipped
     from tests.postgres.fence_race import writes_racing_takeovers
-    from tests.store.conftest import pg_schema
 
-    try:
-        board, drop = pg_schema()
-    except Skipped as why:
-        note(f"F1 skipped: {why}")
-        return {"skipped": str(why), "passed": True}
+    board, drop, skipped = _pg_board("F1")
+    if skipped is not None:
+        return skipped
     note(f"F1: {args.f1_writes:,} writes racing {args.f1_takeovers} lease takeovers")
     try:
         figures = writes_racing_takeovers(

@@ -19,7 +19,14 @@ from typing import Any
 from tests.helpers import Daemon, FakeAgent, write_config
 from tests.postgres.cluster import PrivateServer
 from tests.reliability import history
-from tests.reliability.fleet import Progress, RunResult, SubmitClient, start_agents, wait_quiescent
+from tests.reliability.fleet import (
+    Progress,
+    RunResult,
+    SubmitClient,
+    finish,
+    start_agents,
+    wait_quiescent,
+)
 
 #: A fault: ("restart", "fast"), ("restart", "immediate") or ("away", seconds).
 Fault = tuple[str, Any]
@@ -75,13 +82,8 @@ def restarts_under_load(
             if log is not None:
                 log(f"{kind} {arg}: acknowledged again {back_to_serving[-1]:.2f} s after the "
                     f"server was back ({progress.acked}/{total})")  # fmt: skip
-        for worker in workers:
-            worker.join(timeout=600)
+        finish(workers, timeout=600)
         submitted_in = time.monotonic() - started
-        errors = [w.error for w in workers if w.error is not None]
-        if errors:
-            raise errors[0]
-        assert not any(w.is_alive() for w in workers), "a client did not finish"
         quiet = wait_quiescent(daemon, total, timeout=agent_ttl + 60)
         events = fleet.events()
         live = history.live_sessions(events) if fleet.all_alive() else set()

@@ -415,3 +415,28 @@ def test_a_transaction_id_handed_out_again_after_a_crash_is_not_taken_for_the_ba
         assert reused, "the id was not handed out again: this run did not test it"
     finally:
         store.close()
+
+
+def test_a_batch_without_ledger_rows_lost_in_a_crash_does_not_wedge_the_store(
+    private_server: PrivateServer,
+) -> None:
+    """A batch that wrote no ledger row (an agent's registration, say), its COMMIT's answer
+    lost in a server crash: after the restart nothing tells it from another transaction, so
+    its outcome is not known — but no backend can hold it any more, so whatever it was is
+    settled in the data. The store says "not known" once, then reads and writes again (a
+    store that waited for an outcome nobody can give would refuse every request for ever)."""
+    server = private_server
+    store = PostgresStore(server.dsn)
+    try:
+        store.ensure_tenant("acme", "2026-01-02T03:04:05.678Z")  # no ledger row
+        server.stop("immediate")
+        server.start()
+        with pytest.raises(StorageUnavailable, match="not known"):
+            store.commit()
+        store.rollback()  # no refusal: the board may be read again
+        assert store.get_task("nothing") is None
+        add(store, make_task("after-the-crash"))
+        store.commit()
+        assert store.get_task("after-the-crash") is not None
+    finally:
+        store.close()

@@ -236,6 +236,16 @@ class SubmitClient(threading.Thread):
             client.close()
 
 
+def finish(workers: list[SubmitClient], timeout: float) -> None:
+    """Wait for the clients; raise what one of them met, or say which did not finish."""
+    for worker in workers:
+        worker.join(timeout=timeout)
+    errors = [w.error for w in workers if w.error is not None]
+    if errors:
+        raise errors[0]
+    assert not any(w.is_alive() for w in workers), "a client did not finish"
+
+
 # -- the storm -------------------------------------------------------------------------------------
 
 
@@ -295,13 +305,8 @@ def submit_storm(
             restarts.append(time.monotonic() - t0)
             if log is not None:
                 log(f"kill {len(restarts)}/{kills} at {progress.acked}/{total} acknowledged")
-        for worker in workers:
-            worker.join(timeout=300)
+        finish(workers, timeout=300)
         submitted_in = time.monotonic() - started
-        errors = [w.error for w in workers if w.error is not None]
-        if errors:
-            raise errors[0]
-        assert not any(w.is_alive() for w in workers), "a client did not finish"
         quiet = wait_quiescent(daemon, total, timeout=agent_ttl + 20)
         events = fleet.events()
         live = history.live_sessions(events) if fleet.all_alive() else set()

@@ -278,10 +278,11 @@ class PostgresStore:
                 outcome = self._outcome(doubt)
                 if outcome == "committed":
                     return
-                if outcome is None:
-                    # Until it is known, the board must not be read again (``rollback``): a
-                    # board rebuilt from before a commit that lands later would not be true.
-                    self._in_doubt = doubt
+                if outcome in (None, "unknowable"):
+                    if outcome is None:
+                        # Until it is settled, the board must not be read again (``rollback``):
+                        # rebuilt from before a commit that lands later, it would not be true.
+                        self._in_doubt = doubt
                     raise StorageUnavailable(
                         f"the PostgreSQL board's connection broke while this batch was being "
                         f"committed ({_first_line(exc)}), and whether it was written is not "
@@ -302,7 +303,8 @@ class PostgresStore:
 
     def _outcome(self, doubt: _InDoubt) -> str | None:
         """``committed`` or ``aborted``: what became of a batch whose COMMIT's answer was lost,
-        asked over the connection made again; None while the server cannot say."""
+        asked over the connection made again; ``unknowable`` when it is settled either way but
+        cannot be told (see ``_outcome_from_ledger``); None while the server cannot say."""
         import psycopg
 
         if self._lost:
@@ -337,12 +339,15 @@ class PostgresStore:
             self._reset()
             return None
 
-    def _outcome_from_ledger(self, doubt: _InDoubt) -> str | None:
-        """Whether the batch's first ledger row is in the ledger, as the batch wrote it; None
-        for a batch that wrote none (nothing of it can be told from another's)."""
+    def _outcome_from_ledger(self, doubt: _InDoubt) -> str:
+        """Whether the batch's first ledger row is in the ledger, as the batch wrote it; for a
+        batch that wrote none, ``unknowable`` (nothing of it can be told from another's). Only
+        asked when no backend can still hold the transaction — the server started again, or
+        the transaction is too old for its status to be kept — so whatever it was, it is
+        settled in the data: the board may be read again."""
         first = doubt.first_row
         if first is None:
-            return None
+            return "unknowable"
         row = self._conn.execute(_LEDGER_ROW, (first["seq"],)).fetchone()
         if row is None:
             return "aborted"
