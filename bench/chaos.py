@@ -50,7 +50,9 @@ H2: ``--h2-tasks`` tasks submitted with idempotency keys to the serving daemon o
 in a process, each with its own agent token) given every daemon's TCP address; the serving
 daemon is SIGKILLed once half are done (tests/postgres/agents_through_kill.py). Then the history
 checker: 0 acknowledged tasks lost, 0 sessions started twice, 0 re-spawns; the time from the
-kill to the standby's taking the lease and to the next assignment.
+kill to the standby's taking the lease and to the next assignment. With
+``--h2-submit-through-kill`` the clients submit over TCP (every daemon's address, an operator
+token) while the agents work, and the kill comes once half the tasks are acknowledged.
 
 A7: ``--a7-submits`` tasks submitted by 8 clients with idempotency keys and run by
 ``--a7-agents`` stub agents, on a PostgreSQL server of the run's own (initdb; the machine's
@@ -384,6 +386,7 @@ def run_hive_agents(args: argparse.Namespace) -> dict[str, Any]:
                 per_process=args.h2_per_process,
                 ttl=2.0,
                 seed=args.seed,
+                submit_through_kill=args.h2_submit_through_kill,
                 log=note,
             ),
             drop,
@@ -689,10 +692,17 @@ def table(
             "following it: 0 acknowledged lost, 0 run twice | "
             + (
                 f"{'pass' if h2['passed'] else 'FAIL'} | {h2['daemons']} daemons, {h2['agents']}"
-                f" agents; {h2['acknowledged']:,} acknowledged, killed with {h2['done_at_kill']:,}"
-                f" done; lost {h2['anomaly_lost']}, duplicate starts "
-                f"{h2['anomaly_duplicate_starts']}, re-spawns {h2['anomaly_respawns']}, phantom "
-                f"starts {h2['anomaly_phantom_starts']}, illegal "
+                f" agents; {h2['acknowledged']:,} acknowledged"
+                + (
+                    f" ({h2['acknowledged_at_kill']:,} before the kill, the clients following "
+                    f"the standby; next acknowledged {h2['kill_to_next_acknowledgement_s']} s "
+                    "after it)"
+                    if "acknowledged_at_kill" in h2
+                    else ""
+                )
+                + f", killed with {h2['done_at_kill']:,} done; lost {h2['anomaly_lost']}, "
+                f"duplicate starts {h2['anomaly_duplicate_starts']}, re-spawns "
+                f"{h2['anomaly_respawns']}, phantom starts {h2['anomaly_phantom_starts']}, illegal "
                 f"{h2['anomaly_illegal_transitions']}, stuck {h2['anomaly_stuck_running']}; "
                 f"{h2['session_starts']:,} session starts; outcomes {h2['outcomes']} "
                 f"({h2['failed_claim_lost_to_kill']} failed: a claim whose assign the kill cut "
@@ -780,6 +790,11 @@ def main() -> None:
     parser.add_argument("--h2-tasks", type=int, default=20_000, help="H2; 0 skips it")
     parser.add_argument("--h2-agents", type=int, default=40)
     parser.add_argument("--h2-per-process", type=int, default=10, help="H2 agents a process")
+    parser.add_argument(
+        "--h2-submit-through-kill",
+        action="store_true",
+        help="H2 with the clients submitting over TCP while the agents work, through the kill",
+    )
     parser.add_argument("--a7-submits", type=int, default=10_000, help="A7; 0 skips it")
     parser.add_argument("--a7-agents", type=int, default=10)
     parser.add_argument("--a7-away", type=float, default=30.0, help="A7 outage, seconds")

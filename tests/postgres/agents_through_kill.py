@@ -19,11 +19,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from colibri.client import Remote
 from tests.helpers import wait_until, write_config
 from tests.postgres.hive import Member
 from tests.postgres.schedule_fires import board_rows, serving_pid
 from tests.reliability import history
-from tests.reliability.fleet import Progress, RunResult, StubAgents, SubmitClient, start_agents
+from tests.reliability.fleet import (
+    Progress,
+    RunResult,
+    StubAgents,
+    SubmitClient,
+    finish,
+    start_agents,
+)
 
 
 def closed(board: str) -> int:
@@ -43,9 +51,15 @@ def tasks_through_owner_kill(
     agent_ttl: float = 5.0,
     work: tuple[float, float] = (0.02, 0.1),
     seed: int = 1,
+    submit_through_kill: bool = False,
     log: Callable[[str], None] = lambda _: None,
 ) -> RunResult:
-    """The run, then the history checker; the figures of the kill and the takeover."""
+    """The run, then the history checker; the figures of the kill and the takeover.
+
+    ``submit_through_kill``: the clients submit while the agents work, over TCP to every
+    daemon's address with an operator token, and the serving daemon is killed once half of
+    the tasks are acknowledged: the clients follow it to the standby that takes over, as the
+    agents do (each submission retried with its key until acknowledged)."""
     members = [Member(workdir / f"d{n}", board, ttl=f"{ttl:g}s") for n in range(daemons)]
     for member in members:
         # A claim of the killed daemon's no agent holds fails once the agents' ttl has passed.
@@ -69,26 +83,40 @@ def tasks_through_owner_kill(
         token_file = workdir / "tokens.json"
         token_file.write_text(json.dumps(tokens))
         token_file.chmod(0o600)
+        addresses = ",".join(m.address for m in members)
+        target: Path | Remote = owner.socket
+        if submit_through_kill:
+            operator = owner.call("token-create", role="operator", tenant="default")["secret"]
+            target = Remote.parse(addresses, token=operator, insecure_loopback=True)
         submitters = [
-            SubmitClient(owner.socket, c, tasks // clients + (c < tasks % clients), progress)
+            SubmitClient(target, c, tasks // clients + (c < tasks % clients), progress)
             for c in range(clients)
         ]
-        for submitter in submitters:
-            submitter.start()
-        for submitter in submitters:
-            submitter.join(max(120.0, tasks / 20))
-        assert all(s.error is None for s in submitters), [s.error for s in submitters]
-        figures["acknowledged"] = progress.acked
-        # The agents come once every task is acknowledged: the kill lands mid-run.
-        agents = start_agents(workdir, processes, per_process=per_process, ttl=agent_ttl,
-                              work=work, seed=seed, prefix="far",
-                              connect=",".join(m.address for m in members),
-                              tokens=token_file)  # fmt: skip
-        # Half of them done: the serving daemon dies with work assigned and running.
+
+        def agents_start() -> StubAgents:
+            return start_agents(workdir, processes, per_process=per_process, ttl=agent_ttl,
+                                work=work, seed=seed, prefix="far", connect=addresses,
+                                tokens=token_file)  # fmt: skip
+
         patience = max(120.0, tasks / 20)  # at 20 tasks/s at least
-        wait_until(lambda: closed(board) >= tasks // 2, timeout=patience, interval=0.01)
+        if submit_through_kill:
+            agents = agents_start()
+            for submitter in submitters:
+                submitter.start()
+            # Half of them acknowledged: the clients are in mid-stream when the daemon dies.
+            wait_until(lambda: progress.acked >= tasks // 2, timeout=patience, interval=0.005)
+        else:
+            for submitter in submitters:
+                submitter.start()
+            finish(submitters, patience)
+            figures["acknowledged"] = progress.acked
+            # The agents come once every task is acknowledged: the kill lands mid-run.
+            agents = agents_start()
+            # Half of them done: the serving daemon dies with work assigned and running.
+            wait_until(lambda: closed(board) >= tasks // 2, timeout=patience, interval=0.01)
         epoch: tuple[int, int] = wait_until(lambda: serving_pid(board))
         figures["done_at_kill"] = closed(board)
+        acknowledged_at_kill = progress.acked
         owner.kill()
         killed_wall, killed = time.time(), time.monotonic()
         took = wait_until(lambda: (now := serving_pid(board)) is not None and now[0] > epoch[0]
@@ -96,6 +124,15 @@ def tasks_through_owner_kill(
         figures["takeover_s"] = round(took - killed, 2)
         log(f"H2: killed with {figures['done_at_kill']} of {tasks} done; taken over in "
             f"{figures['takeover_s']} s")  # fmt: skip
+        if submit_through_kill:
+            figures["acknowledged_at_kill"] = acknowledged_at_kill
+            finish(submitters, patience)
+            figures["acknowledged"] = progress.acked
+            resumed = [op["complete_t"] for s in submitters for op in s.ops
+                       if op["outcome"] == "ok" and op["complete_t"] > killed_wall]  # fmt: skip
+            figures["kill_to_next_acknowledgement_s"] = (
+                round(min(resumed) - killed_wall, 2) if resumed else None
+            )
         wait_until(lambda: closed(board) == tasks, timeout=patience, interval=0.05)
         figures["all_closed_s"] = round(time.monotonic() - killed, 2)
         starts = sorted(e["t"] for e in agents.events()

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from colibri.client import Client
+from colibri.client import Client, Remote
 from colibri.core.errors import ColibriError, DaemonNotRunning
 from colibri.core.model import parse_rfc3339
 from tests.helpers import PYTHON, Daemon, claim_of, wait_until, write_config
@@ -157,7 +157,7 @@ class SubmitClient(threading.Thread):
 
     def __init__(
         self,
-        socket: Path,
+        socket: Path | Remote,
         cid: int,
         count: int,
         progress: Progress,
@@ -183,8 +183,12 @@ class SubmitClient(threading.Thread):
             self.error = exc
 
     def _connect(self, deadline: float) -> Client:
+        """Its daemon's socket, or (a ``Remote``) the first of the daemons' TCP addresses that
+        answers: through a kill of the serving one, the standby that takes over."""
         while True:
             try:
+                if isinstance(self.socket, Remote):
+                    return Client.remote(self.socket, timeout=30)
                 return Client(self.socket, timeout=30)
             except DaemonNotRunning:
                 if time.monotonic() > deadline:
