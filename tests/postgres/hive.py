@@ -72,6 +72,8 @@ class Relay:
         #: Each client's connection to the server, and those ``strand`` keeps open.
         self.upstream: dict[asyncio.StreamWriter, asyncio.StreamWriter] = {}
         self.held: set[asyncio.StreamWriter] = set()
+        #: Every connection it ever made, both sides: all are closed by ``close``.
+        self.every: set[asyncio.StreamWriter] = set()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.restore()
@@ -98,7 +100,13 @@ class Relay:
                 writer.close()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        self.every.add(writer)
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.transport.abort()  # the server is away: so is this connection
+            return
+        self.every.add(up_writer)
         self.writers |= {writer, up_writer}
         self.upstream[writer] = up_writer
         await asyncio.gather(
@@ -146,9 +154,17 @@ class Relay:
         self._run(abort())
 
     def close(self) -> None:
-        for server in list(self.held):
-            self.loop.call_soon_threadsafe(server.transport.abort)
-        self.cut()
+        async def shut() -> None:
+            if self.server is not None:
+                self.server.close()
+            for writer in self.every:
+                writer.transport.abort()
+            # Aborted transports close their sockets in a callback of the loop's next turn:
+            # let it run, or the sockets are left for the garbage collector to find open.
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+
+        self._run(shut())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
         self.loop.close()

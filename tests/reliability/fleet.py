@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from colibri.client import Client, Remote
-from colibri.core.errors import ColibriError, DaemonNotRunning
+from colibri.core.errors import ColibriError
 from colibri.core.model import parse_rfc3339
 from tests.helpers import PYTHON, Daemon, claim_of, wait_until, write_config
 from tests.reliability import history
@@ -190,7 +190,15 @@ class SubmitClient(threading.Thread):
                 if isinstance(self.socket, Remote):
                     return Client.remote(self.socket, timeout=30)
                 return Client(self.socket, timeout=30)
-            except DaemonNotRunning:
+            except (ColibriError, OSError) as exc:
+                # No daemon, or (over TCP) one that took the connection and dropped it before
+                # its ``auth`` was answered: killed, or stopping. Another comes.
+                if isinstance(exc, ColibriError) and exc.code not in (
+                    "no_daemon",
+                    "closed",
+                    "standby",
+                ):
+                    raise
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.01)
