@@ -26,23 +26,3 @@ def test_agents_over_tcp_follow_the_serving_daemon_and_nothing_is_lost_or_run_tw
     assert outcomes.get("failed", 0) == figures["failed_claim_lost_to_kill"] <= 8 * 2
     assert figures["session_starts"] == outcomes["done"]  # each done task's session started once
 
-
-def test_clients_submitting_over_tcp_follow_the_serving_daemon_through_its_kill(
-    tmp_path: Path, board: str
-) -> None:
-    """The same, with the clients submitting while the agents work: the serving daemon dies
-    with half the submissions acknowledged; the clients, given every daemon's address and an
-    operator token, find the standby that took over and go on (each submission retried with
-    its idempotency key until acknowledged): none lost, none doubled, none run twice."""
-    result = tasks_through_owner_kill(tmp_path, board, daemons=3, tasks=300, processes=2,
-                                      per_process=4, ttl=2.0, seed=4,
-                                      submit_through_kill=True)  # fmt: skip
-    figures = result.figures
-    assert result.report.problems() == {}, (result.report.problems(), figures)
-    assert figures["acknowledged"] == 300, figures
-    assert 150 <= figures["acknowledged_at_kill"] < 300, figures
-    assert figures["kill_to_next_acknowledgement_s"] is not None, figures
-    outcomes = figures["outcomes"]
-    assert sum(outcomes.values()) == 300 and set(outcomes) <= {"done", "failed"}, outcomes
-    assert outcomes.get("failed", 0) == figures["failed_claim_lost_to_kill"] <= 8 * 2
-    assert figures["session_starts"] == outcomes["done"]
