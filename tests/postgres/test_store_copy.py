@@ -511,3 +511,62 @@ def copied_from(path: Path, board: str, tenant: str) -> dict[str, Any]:
     assert done.returncode == 0, done.stderr
     summary: dict[str, Any] = json.loads(done.stdout)
     return summary
+
+
+def test_a_copy_whose_commit_answer_is_lost_does_not_say_nothing_was_copied(
+    source: Source, board: str, relayed_board: tuple[Any, str]
+) -> None:
+    """The copy's COMMIT reaches the server and commits; the answer is lost with the
+    connection. The copy says its outcome is not known (it was written), never "nothing was
+    copied"; copying again is refused as a copy already made."""
+    import threading
+    import time
+
+    relay, through = relayed_board
+    from colibri.store.postgres import PostgresStore
+
+    PostgresStore(board).close()  # the board's tables made: the COMMIT lost is the copy's
+    relay.deaf_after = b"COMMIT"
+
+    def cut_once_deaf() -> None:
+        if relay.deafened.wait(60):
+            time.sleep(0.5)
+            relay.deaf = False
+            relay.drop()
+
+    cutter = threading.Thread(target=cut_once_deaf, daemon=True)
+    cutter.start()
+    done = copy("--from", str(source.path), "--to", through, "--tenant", "acme")
+    cutter.join(10)
+    assert done.returncode == 1, done.stderr
+    line = one_line(done.stderr)
+    assert "whether it was written is not known" in line and "nothing was copied" not in line
+    written = counts(board)
+    again = copy("--from", str(source.path), "--to", board, "--tenant", "acme")
+    assert again.returncode == 1, again.stderr  # refused: it had been written
+    assert counts(board) == written
+
+
+def test_a_connection_broken_while_the_tables_are_made_is_one_line(
+    source: Source, relayed_board: tuple[Any, str]
+) -> None:
+    import threading
+    import time
+
+    relay, through = relayed_board
+    relay.deaf_after = b"COMMIT"  # the first COMMIT: the one that makes the board's tables
+
+    def cut_once_deaf() -> None:
+        if relay.deafened.wait(60):
+            time.sleep(0.5)
+            relay.deaf = False
+            relay.drop()
+
+    cutter = threading.Thread(target=cut_once_deaf, daemon=True)
+    cutter.start()
+    done = copy("--from", str(source.path), "--to", through, "--tenant", "acme")
+    cutter.join(10)
+    assert done.returncode == 1
+    assert "broke while its tables were being made" in one_line(done.stderr)
+    again = copy("--from", str(source.path), "--to", through, "--tenant", "acme")
+    assert again.returncode == 0, again.stderr  # made again, or found made: the copy goes on

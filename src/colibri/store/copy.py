@@ -176,12 +176,21 @@ class _Transaction:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: Any) -> None:
         import psycopg
 
+        committing = kind is None and not self.dry_run
         try:
-            if kind is None and not self.dry_run:
+            if committing:
                 self.conn.execute("COMMIT")
             else:
                 self._rollback()
         except psycopg.Error as failed:
+            if committing and (self.conn.broken or isinstance(failed, psycopg.OperationalError)):
+                # The COMMIT may have reached the server and committed before the answer was
+                # lost: say so, never "nothing was copied". Copying again tells which.
+                raise StorageUnavailable(
+                    f"the connection to {self.where} broke while the copy was being committed "
+                    f"({_first_line(failed)}), so whether it was written is not known; run "
+                    "the same copy again: it is refused (copy_conflict) if it was written"
+                ) from None
             raise StorageUnavailable(
                 f"the copy to {self.where} could not commit ({_first_line(failed)}); "
                 "nothing was copied"

@@ -72,7 +72,8 @@ _TAKEN = {
 #: The advisory lock of a board's writers: one key per schema (a board), held per batch.
 _BOARD_KEY = "SELECT hashtextextended('colibri board ' || current_schema(), 0)"
 #: What every write transaction takes first (after the fence): the lock that queues the
-#: writers of one board, and the transaction's id.
+#: writers of one board, and what tells its outcome if the COMMIT's answer is lost — the
+#: transaction's id, its backend and the server's start (``PostgresStore._outcome``).
 _WRITERS_LOCK = (
     "SELECT pg_advisory_xact_lock((" + _BOARD_KEY + ")), txid_current() AS xid, "
     "pg_backend_pid() AS backend, pg_postmaster_start_time() AS started"
@@ -180,6 +181,19 @@ class PostgresStore:
         return int(row["version"]) if row else 0
 
     def _migrate(self) -> None:
+        import psycopg
+
+        try:
+            self._make_tables()
+        except psycopg.OperationalError as exc:
+            # (Its COMMIT's answer may be what was lost: the tables may be there. Making them
+            # again is safe — the version says what is left to do.)
+            raise StorageUnavailable(
+                f"the connection to the PostgreSQL board at {self.location} broke while its "
+                f"tables were being made ({_first_line(exc)}); run the command again"
+            ) from None
+
+    def _make_tables(self) -> None:
         import psycopg
 
         if self._version() == SCHEMA_VERSION:
