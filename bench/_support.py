@@ -137,6 +137,14 @@ class PgBoard:
         with psycopg.connect(PG_DSN, autocommit=True) as admin:
             admin.execute(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
 
+    def as_app_role(self) -> str:
+        """The board granted to the role ``colibri hive grant`` makes, as the suite's
+        (tests/store/conftest.py): the connection string of a daemon held to row-level
+        security."""
+        from tests.store.conftest import as_app_role
+
+        return as_app_role(self.dsn)
+
 
 def proc_status(pid: int) -> dict[str, int]:
     """VmRSS, VmHWM and friends of a process, in KiB."""

@@ -4,7 +4,8 @@ claim race of 200 agents over 100,000 tasks (B1), 100 + 25 power cuts (A3), 1,00
 on the daemons of one PostgreSQL board through 50 kills of the serving one (H1), 20,000 tasks
 run by agents over TCP through such a kill (H2), a private PostgreSQL server restarted, killed
 and stopped for 30 s under 10,000 submits (A7), 10,000 writes racing 500 takeovers of the lease
-(F1) and 100,000 fuzzed requests on one connection (G).
+(F1), two tenants' 20,000 operations interleaved over 4 connections under row-level security
+(S4) and 100,000 fuzzed requests on one connection (G).
 
     .venv/bin/python bench/chaos.py                      # about 40 minutes on 2 cores
     .venv/bin/python bench/chaos.py --runs 5 --submits 250 --kills 5 --d4-examples 200 \
@@ -66,6 +67,11 @@ board's lease (tests/postgres/fence_race.py): a writer commits as fast as it can
 it took, another daemon's lease takes it from it again and again and writes a marker row each
 time; in the ledger's order, no write of an epoch may follow a later epoch's marker.
 
+S4: ``--s4-operations`` store operations of two tenants interleaved over 4 connections to a
+PostgreSQL board, as the role ``colibri hive grant`` makes (tests/postgres/tenants_apart.py):
+each transaction names its tenant; 0 reads of the other tenant's rows, 0 writes under the wrong
+tenant, 0 gaps in the one ledger.
+
 G: ``--fuzz`` Hypothesis-generated request lines (tests/reliability/test_socket_abuse.py: fuzz),
 one at a time on one connection of a daemon: every reply ``ok`` or a known error code, the
 daemon alive after each, the slowest reply under a second.
@@ -100,7 +106,7 @@ from tests.reliability.test_socket_abuse import fuzz
 from colibri.config import init_root
 
 #: What ``--only`` selects from.
-SCENARIO_NAMES = ("A1", "A2", "D4", "D1", "B1", "A3", "H1", "H2", "A7", "F1", "G")
+SCENARIO_NAMES = ("A1", "A2", "D4", "D1", "B1", "A3", "H1", "H2", "A7", "F1", "S4", "G")
 #: The plan's bound on any one reply to a fuzzed request (a hang).
 FUZZ_SLOWEST_S = 1.0
 
@@ -474,6 +480,34 @@ def run_fence_race(args: argparse.Namespace) -> dict[str, Any]:
     return figures
 
 
+def run_tenants_apart(args: argparse.Namespace) -> dict[str, Any]:
+    """S4: two tenants' operations interleaved over 4 connections under row-level security."""
+    from tests.postgres.tenants_apart import tenants_interleaved
+    from tests.store.conftest import as_app_role
+
+    board, drop, skipped = _pg_board("S4")
+    if skipped is not None:
+        return skipped
+    note(f"S4: {args.s4_operations:,} operations of 2 tenants over 4 connections, RLS bound")
+    try:
+        figures = tenants_interleaved(
+            as_app_role(board), board, operations=args.s4_operations, connections=4
+        )
+    except Exception as exc:
+        note("".join(traceback.format_exception(exc))[-3000:])
+        return {"passed": False, "error": repr(exc)[:2000]}
+    finally:
+        drop()
+    figures["passed"] = (
+        figures["crossed_reads"] == 0
+        and figures["misplaced_writes"] == 0
+        and figures["own_task_missed"] == 0
+        and figures["ledger_gaps"] == 0
+    )
+    note(f"S4: {'passed' if figures['passed'] else 'FAILED'} in {figures['seconds']} s: {figures}")
+    return figures
+
+
 def _finally(run: Callable[[], RunResult], then: Callable[[], None]) -> RunResult:
     try:
         return run()
@@ -577,6 +611,7 @@ def table(
     hive_agents: dict[str, Any] | None = None,
     pg_restarts: dict[str, Any] | None = None,
     fence: dict[str, Any] | None = None,
+    apart: dict[str, Any] | None = None,
 ) -> str:
     lines = ["| test | what must hold | result | figures |", "| --- | --- | --- | --- |"]
     if storm is not None:
@@ -750,6 +785,23 @@ def table(
                 else f"FAIL | {fence['error']} |"
             )
         )
+    if apart is not None and "skipped" in apart:
+        lines.append(f"| S4 | tenants kept apart by RLS | skipped | {apart['skipped']} |")
+    elif apart is not None:
+        lines.append(
+            "| S4 | two tenants interleaved over 4 connections under RLS: 0 crossed | "
+            + (
+                f"{'pass' if apart['passed'] else 'FAIL'} | {apart['operations']:,} "
+                f"operations ({apart['tasks']['acme']:,} + {apart['tasks']['beta']:,} tasks "
+                f"written, {apart['ledger_rows_read']:,} ledger rows read): "
+                f"**{apart['crossed_reads']}** reads of the other tenant's rows, "
+                f"**{apart['misplaced_writes']}** writes under the wrong tenant, "
+                f"{apart['own_task_missed']} own tasks missed, {apart['ledger_gaps']} ledger "
+                f"gaps; {apart['seconds']} s |"
+                if "operations" in apart
+                else f"FAIL | {apart['error']} |"
+            )
+        )
     if fuzzed is not None:
         outcomes = ", ".join(f"{code} {n:,}" for code, n in fuzzed["outcomes"].items())
         lines.append(
@@ -800,6 +852,7 @@ def main() -> None:
     parser.add_argument("--a7-away", type=float, default=30.0, help="A7 outage, seconds")
     parser.add_argument("--f1-writes", type=int, default=10_000, help="F1; 0 skips it")
     parser.add_argument("--f1-takeovers", type=int, default=500)
+    parser.add_argument("--s4-operations", type=int, default=20_000, help="S4; 0 skips it")
     parser.add_argument("--fuzz", type=int, default=100_000, help="G requests; 0 skips it")
     parser.add_argument(
         "--only", help=f"run only these, e.g. D1,B1 (of {', '.join(SCENARIO_NAMES)})"
@@ -826,6 +879,7 @@ def main() -> None:
         args.h2_tasks = args.h2_tasks if "H2" in only else 0
         args.a7_submits = args.a7_submits if "A7" in only else 0
         args.f1_writes = args.f1_writes if "F1" in only else 0
+        args.s4_operations = args.s4_operations if "S4" in only else 0
     if args.restart_tasks and not args.restart_agents >= 2:
         parser.error(f"--restart-agents must be at least 2, got {args.restart_agents}")
     if args.claim_tasks and (
@@ -866,6 +920,7 @@ def main() -> None:
     hive_agents = run_hive_agents(args) if args.h2_tasks else None
     pg_restarts = run_pg_restarts(args) if args.a7_submits else None
     fence = run_fence_race(args) if args.f1_writes else None
+    tenants = run_tenants_apart(args) if args.s4_operations else None
     fuzzed = run_fuzz(args.fuzz) if args.fuzz else None
     print(
         table(
@@ -880,6 +935,7 @@ def main() -> None:
             hive_agents,
             pg_restarts,
             fence,
+            tenants,
         ),
         flush=True,
     )
@@ -895,6 +951,7 @@ def main() -> None:
         and (hive_agents is None or hive_agents["passed"])
         and (pg_restarts is None or pg_restarts["passed"])
         and (fence is None or fence["passed"])
+        and (tenants is None or tenants["passed"])
     )
     emit(
         {
@@ -912,6 +969,7 @@ def main() -> None:
             "hive_agents": hive_agents,
             "pg_restarts": pg_restarts,
             "fence_race": fence,
+            "tenants_apart": tenants,
             "machine": machine(),
         }
     )

@@ -249,7 +249,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     both`` each repeat runs SQLite and PostgreSQL one after the other (the order flipping)."""
     pin_self(1 if args.pin else None)
     runs = []
-    stores = ["sqlite", "postgresql"] if args.store == "both" else [args.store]
+    stores = ["sqlite", "postgresql"] if args.store == "both" else args.store.split(",")
     for n in range(args.repeat):
         for store in stores if n % 2 == 0 else stores[::-1]:
             result = once(args, store)
@@ -266,7 +266,8 @@ def once(args: argparse.Namespace, store: str) -> dict[str, Any]:
             with scraping(daemon, args.metrics):
                 return {"store": store, **asyncio.run(measure_once(daemon, args))}
     with PgBoard() as board:
-        extra = ["--store", board.dsn, *metrics]
+        dsn = board.as_app_role() if store == "postgresql-rls" else board.dsn
+        extra = ["--store", dsn, *metrics]
         with Daemon(durability=args.durability, cpu=cpu, extra_args=extra) as daemon:
             with scraping(daemon, args.metrics):
                 return {"store": store, **asyncio.run(measure_once(daemon, args))}
@@ -299,6 +300,18 @@ def scraping(daemon: Daemon, every: float | None) -> Iterator[None]:
         thread.join()
 
 
+STORES = ("sqlite", "postgresql", "postgresql-rls")
+
+
+def stores(text: str) -> str:
+    """``--store``: one of STORES, several comma-separated, or ``both``."""
+    if text == "both" or all(name in STORES for name in text.split(",")):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"{text!r}: give {', '.join(STORES)} (comma-separated), or both"
+    )
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--tasks", type=int, default=20_000, help="tasks per measured run")
@@ -311,10 +324,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument(
         "--store",
-        choices=["sqlite", "postgresql", "both"],
+        type=stores,
         default="sqlite",
         help="the board: the root's SQLite file, a fresh schema on COLIBRI_TEST_PG's server "
-        "(default postgresql://postgres@127.0.0.1:5432/test), or both in turn",
+        "(default postgresql://postgres@127.0.0.1:5432/test) as its owner, or as the role "
+        "`colibri hive grant` makes (postgresql-rls); several, comma-separated, run in turn; "
+        "both: sqlite,postgresql",
     )
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per phase at most")
     ap.add_argument(

@@ -164,6 +164,8 @@ class Daemon:
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = root / "daemon.log"
         self._pg_board: str | None = None
+        #: The same board as its tables' owner, for a test's own reads (RLS binds the daemon's).
+        self.pg_owner_board: str | None = None
 
     @property
     def socket(self) -> Path:
@@ -187,10 +189,13 @@ class Daemon:
         """This daemon's PostgreSQL board, made on first use and kept across restarts (its
         schema is dropped with the test server's other test schemas, by name ``t_…``)."""
         if self._pg_board is None:
-            from tests.store.conftest import pg_schema
+            from tests.store.conftest import as_app_role, pg_schema
 
-            self._pg_board, drop = pg_schema()
+            self.pg_owner_board, drop = pg_schema()
             PG_BOARDS_TO_DROP.append(drop)
+            # The daemon connects as the role the hive's daemons should: row-level security
+            # binds it, so every path it takes is shown to keep to the policies.
+            self._pg_board = as_app_role(self.pg_owner_board)
         return self._pg_board
 
     def start(self, timeout: float = 15.0) -> None:
@@ -370,10 +375,10 @@ def claim_of(daemon: Daemon, task_id: str, epoch: int) -> str:
 
     from colibri.core.claims import claim_secret
 
-    if daemon._pg_board is not None:
+    if daemon.pg_owner_board is not None:
         import psycopg
 
-        with psycopg.connect(daemon._pg_board) as pg:
+        with psycopg.connect(daemon.pg_owner_board) as pg:
             row = pg.execute("SELECT value FROM meta WHERE name = 'claim_key'").fetchone()
             assert row is not None
             return claim_secret(bytes(row[0]), task_id, epoch)

@@ -215,6 +215,9 @@ STARTS_THE_DAEMON = {
     # Not a daemon, but the board itself: a PostgreSQL board's daemons, read where no daemon
     # may serve (a standby has no socket).
     ("colibri/cli/hive.py", "list_hive"): ("colibri.store.postgres",),
+    # The role the hive's daemons connect as, granted on the board by its tables' owner.
+    ("colibri/cli/hive.py", "grant"): ("colibri.store.postgres",),
+    ("colibri/cli/hive.py", "_postgres_board"): ("colibri.store.postgres",),
     # Not a daemon either: the copy of an SQLite board into the hive, made while no daemon
     # serves either board (it refuses otherwise).
     ("colibri/cli/store.py", "copy_store"): ("colibri.store.copy",),

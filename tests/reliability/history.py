@@ -91,7 +91,7 @@ _TASK_COLUMNS = (
 def read_board(daemon: Any, *, integrity_check: bool = True) -> StoreSnapshot:
     """The board of a test daemon: its SQLite file, or its PostgreSQL schema (under
     ``COLIBRI_TEST_STORE=postgresql``), read straight from the database."""
-    board = getattr(daemon, "_pg_board", None)
+    board = getattr(daemon, "pg_owner_board", None)
     if board is None:
         return read_store(daemon.root / ".colibri" / "colibri.sqlite",
                           integrity_check=integrity_check)  # fmt: skip

@@ -170,16 +170,45 @@ def pg_schema(dsn: str = PG_DSN) -> tuple[str, Callable[[], None]]:
     return f"{dsn}{separator}options=-csearch_path%3D{name}", drop
 
 
+#: The role the suite's stores and daemons connect as, held to row-level security (made once,
+#: never dropped: roles belong to the server, not to a schema). It logs in without a password,
+#: as the suite's server trusts its users.
+PG_APP_ROLE = "colibri_test_app"
+
+
+def as_app_role(dsn: str) -> str:
+    """The board at ``dsn`` (a fresh schema, connected to as its owner) granted to
+    ``PG_APP_ROLE`` by ``colibri hive grant``'s own function; the DSN that connects as it."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    import psycopg
+
+    from colibri.store.postgres import grant_role
+
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        try:
+            admin.execute(f"CREATE ROLE {PG_APP_ROLE} LOGIN")
+        except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
+            pass  # made before, or by another worker at the same moment
+    grant_role(dsn, PG_APP_ROLE)
+    parts = urlsplit(dsn)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{PG_APP_ROLE}@{host}"))
+
+
 @backend_fixture
 def postgresql() -> Iterator[Backend]:
     from colibri.store.postgres import PostgresStore, shown_location
 
-    dsn, drop = pg_schema()
+    owner_dsn, drop = pg_schema()
+    # Every contract test runs as a role that row-level security binds (the superuser that
+    # made the board is not bound by it: the direct reads of ``query`` see every row).
+    dsn = as_app_role(owner_dsn)
 
     def query(text: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         import psycopg
 
-        with psycopg.connect(dsn) as conn:
+        with psycopg.connect(owner_dsn) as conn:
             return [tuple(row) for row in conn.execute(text.replace("?", "%s"), args)]
 
     backend = Backend(

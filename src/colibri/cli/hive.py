@@ -23,19 +23,9 @@ def hive() -> None:
 def list_hive(ctx: Context, store: str | None, as_json: bool) -> None:
     """Each daemon of the board: serving (with its lease) or standing by, and when it last
     said so. Read from PostgreSQL: it works while no daemon serves, and on any host."""
-    from colibri.core.errors import ConfigError
-    from colibri.store.postgres import hive_list, is_postgres
+    from colibri.store.postgres import hive_list
 
-    if store is None:
-        from colibri.config import load_config
-
-        store = load_config(ctx.root()).store
-    if not is_postgres(store):
-        raise ConfigError(
-            f"the board {store} is an SQLite file: one daemon, no hive (give --store "
-            "postgresql://… to read a PostgreSQL board)"
-        )
-    rows = hive_list(store)
+    rows = hive_list(_postgres_board(ctx, store))
     if as_json:
         print_json(rows)
         return
@@ -65,3 +55,46 @@ def list_hive(ctx: Context, store: str | None, as_json: bool) -> None:
         ],  # fmt: skip
         empty="no daemon has run on this board",
     )
+
+
+@hive.command("grant")
+@click.argument("role")
+@click.option(
+    "--store", metavar="postgresql://…",
+    help="The board, connected to as the owner of its tables (default: this root's store).",
+)  # fmt: skip
+@json_option
+@pass_ctx
+def grant(ctx: Context, role: str, store: str | None, as_json: bool) -> None:
+    """Make ROLE the one the board's daemons connect as, held to row-level security: made if
+    it does not exist (LOGIN, no password), given the rows of the board's tables and nothing
+    more. Run as the tables' owner; it makes or migrates the board first."""
+    from colibri.store.postgres import grant_role
+
+    done = grant_role(_postgres_board(ctx, store), role)
+    if as_json:
+        print_json(done)
+        return
+    made = "made role" if done["created"] else "role"
+    click.echo(
+        f"{made} {done['role']}: the rows of the {len(done['tables'])} tables of schema "
+        f"{done['schema']} at {done['board']}, row-level security forced on every one; "
+        f"start daemons with the same connection string and user={done['role']}"
+    )
+
+
+def _postgres_board(ctx: Context, store: str | None) -> str:
+    """``--store``, or the root's; refused unless it is a PostgreSQL board."""
+    from colibri.core.errors import ConfigError
+    from colibri.store.postgres import is_postgres
+
+    if store is None:
+        from colibri.config import load_config
+
+        store = load_config(ctx.root()).store
+    if not is_postgres(store):
+        raise ConfigError(
+            f"the board {store} is an SQLite file: one daemon, no hive (give --store "
+            "postgresql://… to name a PostgreSQL board)"
+        )
+    return store

@@ -32,6 +32,7 @@ from colibri.store import sql
 from colibri.store.postgres import (
     _BOARD_KEY,
     _MIGRATIONS,
+    _NAME_TENANTS,
     SCHEMA_VERSION,
     PostgresStore,
     _connect,
@@ -150,6 +151,9 @@ class _Transaction:
     def __enter__(self) -> psycopg.Connection[dict[str, Any]]:
         try:
             self.conn.execute("BEGIN")
+            # Row-level security: the copy reads the whole board (names taken in any tenant)
+            # and writes into one tenant; it names them all, for its transaction alone.
+            self.conn.execute(_NAME_TENANTS, ("*",))
             if self.dry_run:
                 self._make_board_inside()
         except BaseException as exc:
@@ -317,7 +321,7 @@ def _copy_ledger(
     fires = conn.cursor()
     fires.executemany(
         _PG["copy_insert_fire"].encode(),
-        [tuple(r) for r in reader.execute(_SQLITE["copy_fires"])],
+        [(*r, tenant) for r in reader.execute(_SQLITE["copy_fires"])],
     )
     summary["fires"] = max(fires.rowcount, 0)
 
@@ -378,6 +382,6 @@ def _copy_schedules(
         )
         conn.execute(
             _PG["upsert_schedule"].encode(),
-            (moved.name, moved.next_fire_at, _json.encode(moved).decode()),
+            (moved.name, tenant, moved.next_fire_at, _json.encode(moved).decode()),
         )
     summary["schedules"] = len(schedules)

@@ -16,11 +16,21 @@ the next ``rollback`` connects again (or keeps saying so). ``durability="relaxed
 
 One daemon serves a board at a time, by its lease (``BoardLease``); the others wait as
 standbys and take over when it expires. Not yet here: tenants owned by different daemons (the
-hive's leases per tenant), row-level security.
+hive's leases per tenant).
+
+Row-level security (migration 5): every row is seen and written only by a transaction that
+named its tenants — ``set_config('colibri.tenants', …, true)``, for that transaction alone,
+never for the connection. ``PostgresStore.tenants`` is what this store names: ``*``, every
+tenant, while one daemon serves the whole board. A batch names them in the statement that takes
+the writers' lock (no round trip of its own); a read outside a batch, on a connection that RLS
+binds (neither a superuser nor ``BYPASSRLS``), goes in a transaction of its own, pipelined:
+``BEGIN``, the tenants, the query, ``COMMIT`` in one round trip. ``grant_role`` makes the role
+that daemons should connect as.
 """
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from collections.abc import Iterator
@@ -31,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from colibri.core.errors import ConfigError, LeaseLost, StorageUnavailable
-from colibri.core.model import Agent, LedgerEntry, Task
+from colibri.core.model import DEFAULT_TENANT, Agent, LedgerEntry, Task
 from colibri.core.schedules import Schedule
 from colibri.core.tokens import Token
 from colibri.store import sql
@@ -76,8 +86,15 @@ _BOARD_KEY = "SELECT hashtextextended('colibri board ' || current_schema(), 0)"
 #: transaction's id, its backend and the server's start (``PostgresStore._outcome``).
 _WRITERS_LOCK = (
     "SELECT pg_advisory_xact_lock((" + _BOARD_KEY + ")), txid_current() AS xid, "
-    "pg_backend_pid() AS backend, pg_postmaster_start_time() AS started"
+    "pg_backend_pid() AS backend, pg_postmaster_start_time() AS started, "
+    "set_config('colibri.tenants', %s, true) AS tenants"
 ).encode()
+#: The tenants a transaction sees and writes (row-level security), named for it alone.
+_NAME_TENANTS = b"SELECT set_config('colibri.tenants', %s, true)"
+#: Whether PostgreSQL holds this connection's role to row-level security at all.
+_RLS_BINDS = (
+    b"SELECT NOT (rolsuper OR rolbypassrls) AS binds FROM pg_roles WHERE rolname = current_user"
+)
 _SERVER_STARTED = b"SELECT pg_postmaster_start_time() AS started"
 _XACT_STATUS = b"SELECT txid_status(%s) AS status"
 _END_BACKEND = b"SELECT pg_terminate_backend(%s)"
@@ -147,8 +164,12 @@ class PostgresStore:
         self._durability = durability
         self.location = shown_location(dsn)
         self._conn = _connect(dsn)
-        self._setup(self._conn)
-        self._migrate()
+        try:
+            self._setup(self._conn)
+            self._migrate()
+        except BaseException:
+            self._conn.close()  # refused (a newer schema, a role that cannot migrate): let go
+            raise
         self._dirty = False
         self._lost = ""
         #: The next ledger seq of the open batch (known once the batch has written a row).
@@ -166,9 +187,27 @@ class PostgresStore:
         self._first_row: dict[str, Any] | None = None
         self._in_doubt: _InDoubt | None = None
 
+    #: The tenants this store's transactions name for row-level security: ``*`` is every one.
+    tenants: str = "*"
+    #: Whether row-level security binds the connection's role (see ``_setup``).
+    _rls = False
+
     def _setup(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
-        if self._durability == "relaxed":
-            conn.execute("SET synchronous_commit TO off")
+        import psycopg
+
+        try:
+            if self._durability == "relaxed":
+                conn.execute("SET synchronous_commit TO off")
+            row = conn.execute(_RLS_BINDS).fetchone()
+        except psycopg.OperationalError as exc:
+            conn.close()
+            raise StorageUnavailable(
+                f"the PostgreSQL board at {self.location} broke off as it was being connected "
+                f"to ({_first_line(exc)})"
+            ) from None
+        # A superuser, or a role with BYPASSRLS, sees every row whatever the transaction
+        # names: its reads need no transaction of their own.
+        self._rls = bool(row and row["binds"])
 
     def _version(self) -> int | None:
         """The board's schema version; None when the schema holds no board yet."""
@@ -226,6 +265,14 @@ class PostgresStore:
                     conn.execute(_MIGRATIONS[n].encode())
                     conn.execute("UPDATE colibri_schema SET version = %s", (n,))
             except psycopg.errors.InsufficientPrivilege as exc:
+                if version:
+                    raise ConfigError(
+                        f"the board at {self.location} has schema version {version} and this "
+                        f"Colibri needs {SCHEMA_VERSION}, which only the owner of its tables "
+                        f"can make ({_first_line(exc)}); run `colibri hive grant ROLE --store` "
+                        "with the owner's connection string once (it migrates the board), then "
+                        "start again"
+                    ) from None
                 raise ConfigError(
                     f"cannot create the board's tables in {self.location}: {exc}".strip()
                 ) from None
@@ -255,7 +302,7 @@ class PostgresStore:
                 # writers' lock (no round trip of their own): if the connection breaks while
                 # the COMMIT is on its way, PostgreSQL can still say whether it committed
                 # (``_outcome``).
-                self._opened = conn.execute(_WRITERS_LOCK).fetchone()
+                self._opened = conn.execute(_WRITERS_LOCK, (self.tenants,)).fetchone()
             yield conn
         except (psycopg.OperationalError, psycopg.errors.InternalError) as exc:
             self._lose(exc)
@@ -362,9 +409,10 @@ class PostgresStore:
         first = doubt.first_row
         if first is None:
             return "unknowable"
-        row = self._conn.execute(_LEDGER_ROW, (first["seq"],)).fetchone()
-        if row is None:
+        rows = self._read(_LEDGER_ROW, (first["seq"],))
+        if not rows:
             return "aborted"
+        row = rows[0]
         same = all(row[key] == first[key] for key in ("at", "task", "schedule", "to_state",
                                                        "epoch", "reason"))  # fmt: skip
         return "committed" if same else "aborted"
@@ -414,11 +462,39 @@ class PostgresStore:
         import psycopg
 
         try:
-            return self._conn.execute(query.encode(), args).fetchall()
+            if self._dirty:
+                return self._conn.execute(query.encode(), args).fetchall()
+            return self._read(query.encode(), args)
         except psycopg.OperationalError as exc:
             raise StorageUnavailable(
                 f"the PostgreSQL board could not be read ({_first_line(exc)})"
             ) from None
+
+    def _read(self, query: bytes, args: Any = ()) -> list[dict[str, Any]]:
+        """A read outside a batch. Each statement is then a transaction of its own, and
+        row-level security shows it only the rows of the tenants it names: where RLS binds,
+        the read goes in a transaction that names them, pipelined (one round trip)."""
+        import psycopg
+
+        conn = self._conn
+        if not self._rls:
+            return conn.execute(query, args).fetchall()
+        try:
+            with conn.pipeline():
+                conn.execute(b"BEGIN")
+                conn.execute(_NAME_TENANTS, (self.tenants,))
+                cursor = conn.execute(query, args)
+                conn.execute(b"COMMIT")
+        except psycopg.Error:
+            # A statement refused skips the rest of the pipeline, COMMIT too: end the
+            # transaction here, or the next batch would begin inside a failed one.
+            if (
+                not conn.broken
+                and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+            ):
+                conn.execute(b"ROLLBACK")
+            raise
+        return cursor.fetchall()
 
     def _one(self, query: str, args: Any = ()) -> dict[str, Any] | None:
         rows = self._rows(query, args)
@@ -428,7 +504,7 @@ class PostgresStore:
 
     def _ledger(self, conn: psycopg.Connection[dict[str, Any]], entry: LedgerEntry) -> LedgerEntry:
         if self._next_seq is None:
-            found = conn.execute(_Q["max_ledger_seq"].encode()).fetchone()
+            found = conn.execute(_Q["ledger_top"].encode()).fetchone()
             self._next_seq = int(found["seq"] if found else 0) + 1
         row = _text(ledger_row(entry))
         row["seq"] = self._next_seq
@@ -626,7 +702,12 @@ class PostgresStore:
         with self._writing() as conn:
             conn.execute(
                 _Q["upsert_schedule"].encode(),
-                (schedule.name, schedule.next_fire_at, _json.encode(schedule).decode()),
+                (
+                    schedule.name,
+                    schedule.task.tenant or DEFAULT_TENANT,
+                    schedule.next_fire_at,
+                    _json.encode(schedule).decode(),
+                ),
             )
 
     def get_schedule(self, name: str) -> Schedule | None:
@@ -655,8 +736,10 @@ class PostgresStore:
             try:
                 with self._refusable(conn):
                     conn.execute(
-                        _Q["insert_fire"].encode(), (schedule, nominal, outcome, task, at, reason)
-                    )
+                        _Q["insert_fire"].encode(),
+                        {"schedule": schedule, "nominal": nominal, "outcome": outcome,
+                         "task": task, "at": at, "reason": reason},
+                    )  # fmt: skip
             except psycopg.errors.UniqueViolation:
                 return False
             return True
@@ -710,6 +793,80 @@ def hive_list(dsn: str) -> list[dict[str, Any]]:
         return [dict(r) for r in conn.execute(_Q["hive_list"].encode()).fetchall()]
     finally:
         conn.close()
+
+
+#: A role's name as ``colibri hive grant`` takes it: an SQL identifier that needs no quoting.
+_ROLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def grant_role(dsn: str, role: str) -> dict[str, Any]:
+    """Make ``role`` the one daemons connect as, row-level security binding it: made (LOGIN,
+    no password) if it does not exist; refused if it is a superuser, bypasses RLS or owns a
+    table of the board — PostgreSQL holds none of those to the policies. It may read and write
+    the rows of the board's tables (no TRUNCATE, which RLS does not govern), those of tables
+    later migrations make too, and nothing else. Run with the tables' owner's connection
+    string: the board is made or migrated first, as a daemon starting on it would."""
+    import psycopg
+    from psycopg import sql as pgsql
+
+    if not _ROLE_NAME.fullmatch(role):
+        raise ConfigError(
+            f"role name {role!r} is not one this command takes: 1 to 63 of a-z, 0-9 and _, "
+            "not starting with a digit"
+        )
+    PostgresStore(dsn).close()
+    conn = _connect(dsn)
+    try:
+        with conn.transaction():
+            found = conn.execute(_Q["grant_role_found"].encode(), (role,)).fetchone()
+            assert found is not None
+            if found["me"] == role:
+                raise ConfigError(
+                    f"role {role} is the one this command connects as, the tables' owner: "
+                    "daemons need a role of their own, which owns nothing"
+                )
+            if found["superuser"] or found["bypassrls"]:
+                why = "a superuser" if found["superuser"] else "a role with BYPASSRLS"
+                raise ConfigError(
+                    f"role {role} is {why}, which row-level security never binds: give a role "
+                    "of its own to the daemons"
+                )
+            if found["owns"]:
+                raise ConfigError(
+                    f"role {role} owns table {found['owns']} of the board, and an owner may turn "
+                    "row-level security off: give the daemons a role that owns none"
+                )
+            ident, schema = pgsql.Identifier(role), pgsql.Identifier(found["schema"])
+            if not found["exists"]:
+                conn.execute(pgsql.SQL("CREATE ROLE {} LOGIN").format(ident))
+            for statement in (
+                "GRANT USAGE ON SCHEMA {schema} TO {role}",
+                "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}",
+                "ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} "
+                "GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {role}",
+            ):
+                conn.execute(pgsql.SQL(statement).format(schema=schema, role=ident))
+            tables = conn.execute(_Q["board_tables_rls"].encode()).fetchall()
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise ConfigError(
+            f"cannot grant {role} the board at {shown_location(dsn)}: {_first_line(exc)} "
+            "(connect as the owner of its tables, with the right to make roles)"
+        ) from None
+    except psycopg.OperationalError as exc:
+        raise StorageUnavailable(
+            f"the connection to {shown_location(dsn)} broke ({_first_line(exc)}); nothing was "
+            "granted: run the command again"
+        ) from None
+    finally:
+        conn.close()
+    return {
+        "role": role,
+        "created": not found["exists"],
+        "schema": found["schema"],
+        "board": shown_location(dsn),
+        "tables": [t["name"] for t in tables],
+        "forced": all(t["forced"] for t in tables),
+    }
 
 
 def _first_line(exc: BaseException) -> str:

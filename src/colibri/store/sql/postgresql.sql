@@ -144,6 +144,75 @@ CREATE TABLE hives (
 -- (expires_at only) is not, and never queues behind the serving daemon's own batches.
 CREATE UNIQUE INDEX leases_holder ON leases (name, owner, epoch);
 
+-- name: migration_5
+-- Row-level security: every row is seen and written only by a transaction that named its
+-- tenant — set_config('colibri.tenants', 'a,b', true), or '*' for every tenant, at the start of
+-- each transaction, never for a connection. FORCE: the tables' owner is held to it too (only a
+-- superuser, or a role with BYPASSRLS, is not; `colibri hive grant` makes a role that is).
+-- Schedules and their fire records carry their tenant as a column now.
+ALTER TABLE schedules ADD COLUMN tenant TEXT COLLATE "C";
+UPDATE schedules SET tenant = COALESCE(doc::jsonb -> 'task' ->> 'tenant', 'default');
+ALTER TABLE schedules ALTER COLUMN tenant SET NOT NULL;
+ALTER TABLE schedule_fires ADD COLUMN tenant TEXT COLLATE "C";
+UPDATE schedule_fires f SET tenant = COALESCE(
+    (SELECT s.tenant FROM schedules s WHERE s.name = f.schedule), 'default');
+ALTER TABLE schedule_fires ALTER COLUMN tenant SET NOT NULL;
+-- Whether the transaction named tenant t (inlined by the planner: one expression per row).
+CREATE FUNCTION colibri_sees(t TEXT) RETURNS BOOLEAN LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT current_setting('colibri.tenants', true) = '*'
+        OR t = ANY (string_to_array(current_setting('colibri.tenants', true), ','))
+$$;
+-- Whether it named any: the rows of the whole board (the claim key, the skills) need that much.
+CREATE FUNCTION colibri_named() RETURNS BOOLEAN LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT COALESCE(current_setting('colibri.tenants', true), '') <> ''
+$$;
+-- The ledger's highest seq over every tenant's rows: a batch numbers its rows after it, whatever
+-- tenants its transaction names (the seq is the whole board's, gap-free).
+CREATE FUNCTION colibri_ledger_top() RETURNS BIGINT LANGUAGE sql STABLE
+    SET colibri.tenants = '*' AS $$
+    SELECT COALESCE(MAX(seq), 0) FROM ledger
+$$;
+ALTER TABLE tasks ENABLE ROW LEVEL SECURITY;
+ALTER TABLE tasks FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_rows ON tasks USING (colibri_sees(tenant)) WITH CHECK (colibri_sees(tenant));
+ALTER TABLE ledger ENABLE ROW LEVEL SECURITY;
+ALTER TABLE ledger FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_rows ON ledger USING (colibri_sees(tenant)) WITH CHECK (colibri_sees(tenant));
+ALTER TABLE agents ENABLE ROW LEVEL SECURITY;
+ALTER TABLE agents FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_rows ON agents USING (colibri_sees(tenant)) WITH CHECK (colibri_sees(tenant));
+ALTER TABLE tokens ENABLE ROW LEVEL SECURITY;
+ALTER TABLE tokens FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_rows ON tokens USING (colibri_sees(tenant)) WITH CHECK (colibri_sees(tenant));
+ALTER TABLE schedules ENABLE ROW LEVEL SECURITY;
+ALTER TABLE schedules FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_rows ON schedules
+    USING (colibri_sees(tenant)) WITH CHECK (colibri_sees(tenant));
+ALTER TABLE schedule_fires ENABLE ROW LEVEL SECURITY;
+ALTER TABLE schedule_fires FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_rows ON schedule_fires
+    USING (colibri_sees(tenant)) WITH CHECK (colibri_sees(tenant));
+ALTER TABLE tenants ENABLE ROW LEVEL SECURITY;
+ALTER TABLE tenants FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_rows ON tenants USING (colibri_sees(name)) WITH CHECK (colibri_sees(name));
+ALTER TABLE meta ENABLE ROW LEVEL SECURITY;
+ALTER TABLE meta FORCE ROW LEVEL SECURITY;
+CREATE POLICY board_rows ON meta USING (colibri_named()) WITH CHECK (colibri_named());
+ALTER TABLE skills ENABLE ROW LEVEL SECURITY;
+ALTER TABLE skills FORCE ROW LEVEL SECURITY;
+CREATE POLICY board_rows ON skills USING (colibri_named()) WITH CHECK (colibri_named());
+-- Who serves, which daemons there are, the schema's version: no tenant's data, and read before
+-- any tenant is known (taking the lease, `colibri hive list`, opening the board).
+ALTER TABLE leases ENABLE ROW LEVEL SECURITY;
+ALTER TABLE leases FORCE ROW LEVEL SECURITY;
+CREATE POLICY any_rows ON leases USING (true) WITH CHECK (true);
+ALTER TABLE hives ENABLE ROW LEVEL SECURITY;
+ALTER TABLE hives FORCE ROW LEVEL SECURITY;
+CREATE POLICY any_rows ON hives USING (true) WITH CHECK (true);
+ALTER TABLE colibri_schema ENABLE ROW LEVEL SECURITY;
+ALTER TABLE colibri_schema FORCE ROW LEVEL SECURITY;
+CREATE POLICY any_rows ON colibri_schema USING (true) WITH CHECK (true);
+
 -- name: hive_beat
 INSERT INTO hives (id, address, host, pid, root, ttl, started_at, last_beat)
 VALUES (%(id)s, %(address)s, %(host)s, %(pid)s, %(root)s, %(ttl)s, now(), now())
@@ -257,6 +326,10 @@ SELECT * FROM ledger WHERE task = %s AND seq > %s ORDER BY seq LIMIT %s;
 -- name: max_ledger_seq
 SELECT COALESCE(MAX(seq), 0) AS seq FROM ledger;
 
+-- name: ledger_top
+-- What a batch numbers its ledger rows after: the whole board's, not only its tenants'.
+SELECT colibri_ledger_top() AS seq;
+
 -- name: count_by_state
 SELECT state, COUNT(*) AS n FROM tasks GROUP BY state;
 
@@ -291,8 +364,9 @@ SELECT s.name, s.description,
   FROM skills s ORDER BY s.name;
 
 -- name: upsert_schedule
-INSERT INTO schedules (name, next_fire_at, doc) VALUES (%s, %s, %s)
-ON CONFLICT (name) DO UPDATE SET next_fire_at = excluded.next_fire_at, doc = excluded.doc;
+INSERT INTO schedules (name, tenant, next_fire_at, doc) VALUES (%s, %s, %s, %s)
+ON CONFLICT (name) DO UPDATE
+   SET tenant = excluded.tenant, next_fire_at = excluded.next_fire_at, doc = excluded.doc;
 
 -- name: all_schedules
 SELECT doc FROM schedules ORDER BY name;
@@ -304,8 +378,10 @@ SELECT doc FROM schedules WHERE name = %s;
 DELETE FROM schedules WHERE name = %s;
 
 -- name: insert_fire
-INSERT INTO schedule_fires (schedule, nominal, outcome, task, at, reason)
-VALUES (%s, %s, %s, %s, %s, %s);
+-- The fire is its schedule's tenant's (a schedule deleted since: the default tenant's).
+INSERT INTO schedule_fires (schedule, nominal, outcome, task, at, reason, tenant)
+VALUES (%(schedule)s, %(nominal)s, %(outcome)s, %(task)s, %(at)s, %(reason)s,
+        COALESCE((SELECT tenant FROM schedules WHERE name = %(schedule)s), 'default'));
 
 -- name: fire_recorded
 SELECT 1 FROM schedule_fires WHERE schedule = %s AND nominal = %s;
@@ -370,8 +446,8 @@ SELECT id, idempotency_key FROM tasks WHERE tenant = %s AND idempotency_key = AN
 -- name: copy_insert_fire
 -- A fire the target recorded already (a schedule of that name it had) stays as it is: either
 -- record says the nominal time was handled, which is all a record is for.
-INSERT INTO schedule_fires (schedule, nominal, outcome, task, at, reason)
-VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (schedule, nominal) DO NOTHING;
+INSERT INTO schedule_fires (schedule, nominal, outcome, task, at, reason, tenant)
+VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (schedule, nominal) DO NOTHING;
 
 -- name: copy_agent_clash
 SELECT name, tenant FROM agents WHERE name = ANY(%s) AND tenant <> %s ORDER BY name LIMIT 1;
@@ -400,3 +476,22 @@ SELECT to_regclass('colibri_schema') IS NOT NULL AS made;
 
 -- name: copy_board_version
 SELECT version FROM colibri_schema;
+
+-- name: grant_role_found
+-- colibri hive grant: the role (if it exists), who runs the command, and a table of the board
+-- the role owns, if any.
+SELECT current_user AS me, current_schema() AS schema,
+       r.rolname IS NOT NULL AS exists, COALESCE(r.rolsuper, false) AS superuser,
+       COALESCE(r.rolbypassrls, false) AS bypassrls,
+       (SELECT c.relname FROM pg_class c
+          JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.relowner = r.oid
+         ORDER BY c.relname LIMIT 1) AS owns
+  FROM (SELECT %s::name AS wanted) w LEFT JOIN pg_roles r ON r.rolname = w.wanted;
+
+-- name: board_tables_rls
+-- The board's tables, and whether row-level security is forced on each (owner included).
+SELECT c.relname AS name, c.relrowsecurity AND c.relforcerowsecurity AS forced
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = current_schema() AND c.relkind = 'r'
+ ORDER BY c.relname;

@@ -1,0 +1,302 @@
+"""Row-level security (S4): PostgreSQL itself keeps the tenants apart, under the role that
+``colibri hive grant`` makes, whatever the daemon asks of it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from colibri.core.errors import ConfigError
+from colibri.core.model import Agent, Task, TaskSpec
+from colibri.core.tokens import PREFIX, Token
+from colibri.store.postgres import PostgresStore, grant_role
+from tests.helpers import Daemon, colibri, one_line
+from tests.postgres.tenants_apart import tenants_interleaved
+from tests.store.conftest import PG_APP_ROLE, PG_REQUIRED, as_app_role
+from tests.store.values import entry_for, make_task, schedule
+
+#: Every table of a board that holds a tenant's rows, and its tenant column.
+TENANT_TABLES = {
+    "tasks": "tenant", "ledger": "tenant", "agents": "tenant", "tokens": "tenant",
+    "schedules": "tenant", "schedule_fires": "tenant", "tenants": "name",
+}  # fmt: skip
+#: The board's own rows: seen by a transaction that names any tenant, and by none that names
+#: no tenant.
+BOARD_TABLES = ("meta", "skills")
+
+
+@pytest.fixture
+def app_board(board: str) -> str:
+    """The board granted to the suite's application role: its connection string as that role."""
+    return as_app_role(board)
+
+
+def _task(task_id: str, tenant: str, text: str) -> Task:
+    return make_task(task_id, tenant=tenant, text=text)
+
+
+def _fill(dsn: str) -> dict[str, str]:
+    """Rows of tenants acme and beta in every table, written through the store as the
+    application role (naming every tenant, as a daemon serving the whole board does)."""
+    store = PostgresStore(dsn)
+    try:
+        ids = {}
+        for n, tenant in enumerate(("acme", "beta")):
+            task = _task(f"01a2-{tenant}", tenant, f"{tenant}'s plans")
+            store.ensure_tenant(tenant, task.created_at)
+            store.insert_task(task, entry_for(task))
+            store.upsert_agent(
+                Agent(name=f"{tenant}-1", capabilities=["x"], slots=1, ttl=30.0, tenant=tenant),
+                task.created_at,
+            )
+            nightly = schedule(f"{tenant}-nightly", task=TaskSpec(text="t", tenant=tenant))
+            store.upsert_schedule(nightly)
+            assert store.record_fire(nightly.name, f"2026-12-0{n + 1}T00:00:00Z", "fired",
+                                     task.id, task.created_at)  # fmt: skip
+            store.insert_token(
+                Token(id=f"{n:012x}", tenant=tenant, role="operator", created_at=task.created_at),
+                f"{n}" * 64,
+            )
+            ids[tenant] = task.id
+        store.ensure_skills(["x"])
+        store.claim_key()
+        store.commit()
+        return ids
+    finally:
+        store.close()
+
+
+def _app_connection(dsn: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(dsn, autocommit=True)
+
+
+def test_the_daemons_role_is_bound_by_row_level_security_on_every_table(
+    board: str, app_board: str
+) -> None:
+    with psycopg.connect(board, autocommit=True) as admin:
+        role = admin.execute(
+            "SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = %s", (PG_APP_ROLE,)
+        ).fetchone()
+        assert role == (False, False)
+        tables = admin.execute(
+            "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity, "
+            "pg_get_userbyid(c.relowner) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+        ).fetchall()
+    names = {t[0] for t in tables}
+    assert set(TENANT_TABLES) | set(BOARD_TABLES) <= names
+    for name, enabled, forced, owner in tables:
+        assert enabled and forced, f"table {name} is not held to row-level security"
+        assert owner != PG_APP_ROLE, f"the daemons' role owns table {name}"
+
+
+def test_a_transaction_that_names_no_tenant_sees_no_row(board: str, app_board: str) -> None:
+    _fill(app_board)
+    with psycopg.connect(board) as admin:  # the superuser sees them all: they are there
+        for table in (*TENANT_TABLES, *BOARD_TABLES):
+            (count,) = admin.execute(f"SELECT COUNT(*) FROM {table}").fetchone()  # type: ignore[misc]
+            assert count >= 1, table
+    with _app_connection(app_board) as conn:
+        # A tenant named by an earlier transaction of the same connection is not carried over.
+        with conn.transaction():
+            conn.execute("SELECT set_config('colibri.tenants', '*', true)")
+        for table in (*TENANT_TABLES, *BOARD_TABLES):
+            with conn.transaction():
+                (count,) = conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()  # type: ignore[misc]
+            assert count == 0, f"{table}: {count} rows seen without a tenant named"
+        with conn.transaction():
+            written = conn.execute("UPDATE tasks SET text = 'overwritten'").rowcount
+        assert written == 0
+
+
+def test_a_transaction_of_one_tenant_cannot_read_or_write_anothers_rows(
+    board: str, app_board: str
+) -> None:
+    ids = _fill(app_board)
+    with _app_connection(app_board) as conn:
+        with conn.transaction():
+            conn.execute("SELECT set_config('colibri.tenants', 'beta', true)")
+            for table, column in TENANT_TABLES.items():
+                seen = {r[0] for r in conn.execute(f"SELECT {column} FROM {table}")}
+                assert seen == {"beta"}, table
+            # Crafted ids: acme's task by its id is not there, for reading or writing.
+            acme = ids["acme"]
+            assert conn.execute("SELECT * FROM tasks WHERE id = %s", (acme,)).fetchone() is None
+            assert conn.execute(
+                "UPDATE tasks SET state = 'cancelled' WHERE id = %s", (acme,)
+            ).rowcount == 0  # fmt: skip
+            assert conn.execute("DELETE FROM agents WHERE name = 'acme-1'").rowcount == 0
+            assert conn.execute("DELETE FROM schedules WHERE name = 'acme-nightly'").rowcount == 0
+        # Writing a row into another tenant, or moving one there: WITH CHECK refuses it.
+        for statement in (
+            "INSERT INTO ledger (seq, at, tenant, to_state, epoch) "
+            "VALUES (1000, 'x', 'acme', 'pending', 0)",
+            "UPDATE tasks SET tenant = 'acme' WHERE tenant = 'beta'",
+            "INSERT INTO tokens (id, tenant, role, capabilities, secret_hash, created_at) "
+            "VALUES ('t1', 'acme', 'operator', '[]', 'h', 'x')",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
+                with conn.transaction():
+                    conn.execute("SELECT set_config('colibri.tenants', 'beta', true)")
+                    conn.execute(statement)
+    with psycopg.connect(board) as admin:
+        states: dict[str, str] = dict(admin.execute("SELECT tenant, state FROM tasks").fetchall())
+    assert states == {"acme": "pending", "beta": "pending"}
+
+
+def test_a_store_that_names_one_tenant_reads_and_writes_only_its_rows(
+    board: str, app_board: str
+) -> None:
+    """The store's own reads and batches go through the same policies: a store naming beta
+    (as a daemon owning only beta will) finds nothing of acme's, by any path, and numbers its
+    ledger rows after every tenant's."""
+    from colibri.store.base import TaskFilter
+
+    ids = _fill(app_board)
+    store = PostgresStore(app_board)
+    try:
+        store.tenants = "beta"
+        assert [t.id for t in store.list_tasks(TaskFilter(limit=10))] == [ids["beta"]]
+        assert store.get_task(ids["acme"]) is None
+        assert {a.name for a in store.agents()} == {"beta-1"}
+        assert [s.name for s in store.schedules()] == ["beta-nightly"]
+        assert store.fires("acme-nightly", 10) == []
+        assert {e.tenant for e in store.ledger(0, 100)} == {"beta"}
+        before = store.count_by_state()
+        task = _task("01a2-beta-2", "beta", "more")
+        entry = store.insert_task(task, entry_for(task))
+        store.commit()
+        assert entry.seq == 3  # after acme's row, which it cannot see
+        assert store.count_by_state() == {"pending": before["pending"] + 1}
+    finally:
+        store.close()
+
+
+def test_two_tenants_interleaved_over_four_connections_never_cross(
+    board: str, app_board: str
+) -> None:
+    """S4 at the suite's size (``bench/chaos.py --only S4``: the plan's): 2 tenants, 1,000
+    operations interleaved over a pool of 4 connections, each transaction naming its tenant."""
+    figures = tenants_interleaved(app_board, board, operations=1000)
+    assert figures["tasks"]["acme"] >= 300 and figures["tasks"]["beta"] >= 300
+    assert figures["ledger_rows_read"] > 1000  # the reads did find rows: their own
+    assert figures["crossed_reads"] == 0
+    assert figures["own_task_missed"] == 0
+    assert figures["misplaced_writes"] == 0
+    assert figures["ledger_gaps"] == 0  # one ledger, numbered across the tenants
+
+
+def test_hive_grant_refuses_a_role_that_rls_would_not_bind(board: str, scratch: Path) -> None:
+    import uuid
+
+    owner = f"colibri_owner_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(board, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {owner}")
+        PostgresStore(board).close()  # the board's tables, made
+        admin.execute(f"ALTER TABLE skills OWNER TO {owner}")
+    try:
+        for role, why in (
+            ("postgres", "is the one this command connects as"),
+            (owner, "owns table skills of the board"),
+            ("Robert'); DROP TABLE tasks;--", "is not one this command takes"),
+        ):
+            result = colibri(None, "hive", "grant", role, "--store", board, cwd=scratch)
+            assert result.returncode == 1
+            assert why in one_line(result.stderr)
+        with pytest.raises(ConfigError, match="a superuser, which row-level security never"):
+            _grant_superuser(board)
+    finally:
+        with psycopg.connect(board, autocommit=True) as admin:
+            admin.execute(f"ALTER TABLE skills OWNER TO current_user; DROP ROLE {owner}")
+    with psycopg.connect(board) as admin:
+        assert admin.execute("SELECT COUNT(*) FROM tasks").fetchone() == (0,)
+
+
+def _grant_superuser(board: str) -> None:
+    """Grant to a superuser that exists on every server: the one the suite connects as."""
+    from urllib.parse import urlsplit
+
+    with psycopg.connect(board) as admin:
+        (me,) = admin.execute("SELECT current_user").fetchone()  # type: ignore[misc]
+    assert urlsplit(board).username == me
+    other = f"su_probe_{int(time.time() * 1000) % 100000}"
+    with psycopg.connect(board, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {other} SUPERUSER")
+    try:
+        grant_role(board, other)
+    finally:
+        with psycopg.connect(board, autocommit=True) as admin:
+            admin.execute(f"DROP ROLE {other}")
+
+
+def test_hive_grant_says_what_it_did(board: str, scratch: Path) -> None:
+    import json
+
+    result = colibri(None, "hive", "grant", PG_APP_ROLE, "--store", board, "--json", cwd=scratch)
+    assert result.returncode == 0, result.stderr
+    done = json.loads(result.stdout)
+    assert done["role"] == PG_APP_ROLE and done["forced"] is True
+    assert set(TENANT_TABLES) | set(BOARD_TABLES) <= set(done["tables"])
+    again = colibri(None, "hive", "grant", PG_APP_ROLE, "--store", board, cwd=scratch)
+    assert again.returncode == 0 and again.stdout.count("\n") == 1
+    assert f"role {PG_APP_ROLE}: the rows of the" in again.stdout  # granted again: the same
+
+
+def test_the_daemons_role_cannot_migrate_and_says_who_can(board: str, app_board: str) -> None:
+    with psycopg.connect(board, autocommit=True) as admin:
+        admin.execute("UPDATE colibri_schema SET version = 4")
+        admin.execute("ALTER TABLE schedules DROP COLUMN tenant CASCADE")
+    with pytest.raises(ConfigError) as caught:
+        PostgresStore(app_board)
+    message = caught.value.message
+    assert "has schema version 4 and this Colibri needs" in message
+    assert "only the owner of its tables" in message and "\n" not in message
+
+
+@pytest.fixture
+def pg_dump() -> str:
+    found = shutil.which("pg_dump")
+    if found is None:
+        if PG_REQUIRED:
+            raise AssertionError("pg_dump is needed here (PostgreSQL's client programs)")
+        pytest.skip("pg_dump is not installed: install PostgreSQL's client programs")
+    return found
+
+
+@pytest.fixture
+def app_daemon(root: Path, app_board: str) -> Iterator[Daemon]:
+    d = Daemon(root, "--store", app_board, "--lease-ttl", "2s")
+    d.start()
+    yield d
+    d.stop()
+
+
+def test_a_pg_dump_holds_no_token_in_plain_text(
+    board: str, app_daemon: Daemon, pg_dump: str
+) -> None:
+    secrets = [
+        str(app_daemon.call("token-create", role=role, tenant=tenant, **extra)["secret"])
+        for role, tenant, extra in (
+            ("operator", "default", {}), ("operator", "acme", {}),
+            ("agent", "acme", {"agent": "far-1"}), ("agent", "beta", {"agent": "far-2"}),
+        )
+    ]  # fmt: skip
+    from urllib.parse import parse_qs, urlsplit
+
+    schema = parse_qs(urlsplit(board).query)["options"][0].removeprefix("-csearch_path=")
+    dump = subprocess.run(
+        [pg_dump, "--data-only", "--schema", schema, board.split("?")[0]],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    assert dump.count("COPY ") >= 10 and "far-1" in dump  # the tokens' rows are in it
+    for secret in secrets:
+        assert secret not in dump
+        assert secret[len(PREFIX) + 13 :] not in dump  # nor its secret part alone
