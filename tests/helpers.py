@@ -22,6 +22,8 @@ PYTHON = sys.executable
 #: its own on ``COLIBRI_TEST_PG``'s server) instead of its root's SQLite file. Read here, at
 #: import: each test's environment is cleared of COLIBRI_* variables.
 STORE_BACKEND = os.environ.get("COLIBRI_TEST_STORE", "sqlite")
+
+
 #: A test that reads or plants rows in the board's SQLite file itself.
 def sqlite_only(test: Callable[..., Any]) -> Callable[..., Any]:
     import pytest
@@ -263,6 +265,23 @@ class Daemon:
         self.process.send_signal(signal.SIGTERM)
         code = self.process.wait(timeout=15)
         assert code == 0, f"daemon exited with {code}:\n{self.log()}"
+
+    def stop_with(self, *others: Daemon) -> None:
+        """Stop this daemon and ``others`` (a test's teardown): each one, even when an earlier
+        one fails to stop cleanly — a daemon left running would be reported in whichever test
+        runs next. The first failure is raised after."""
+        failures: list[BaseException] = []
+        for daemon in (self, *others):
+            try:
+                daemon.stop()
+            except BaseException as exc:  # every one is stopped regardless
+                failures.append(exc)
+            finally:
+                if daemon.process is not None and daemon.process.poll() is None:
+                    daemon.process.kill()
+                    daemon.process.wait(timeout=10)
+        if failures:
+            raise failures[0]
 
     def kill(self) -> None:
         """SIGKILL, as a crash."""

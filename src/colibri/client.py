@@ -68,6 +68,8 @@ _decoder = msgspec.json.Decoder(dict[str, Any])
 STREAM_LIMIT = 64 * 1024 * 1024
 #: How long one TCP address is given to accept and finish the TLS handshake.
 CONNECT_TIMEOUT = 10.0
+#: How long ``AsyncClient.close`` waits for the connection to end cleanly before cutting it.
+CLOSE_WAIT = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -563,11 +565,22 @@ class AsyncClient:
         import asyncio
 
         if self._writer is not None:
-            self._writer.close()
+            writer = self._writer
+            writer.close()
+            closed = False
             try:
-                await self._writer.wait_closed()
-            except (ConnectionError, OSError):
+                # Over TLS the close waits for the daemon's close_notify; a daemon that never
+                # sends it (gone, stopped) would keep the socket until asyncio's own 30 s.
+                async with asyncio.timeout(CLOSE_WAIT):
+                    await writer.wait_closed()
+                closed = True
+            except (ConnectionError, OSError, TimeoutError):
                 pass
+            finally:
+                if not closed:
+                    # Timed out, refused, or cancelled while waiting (a loop being shut down):
+                    # the socket goes now, not left for the garbage collector to find open.
+                    writer.transport.abort()
         if self._reader_task is not None:
             self._reader_task.cancel()
             try:

@@ -276,3 +276,43 @@ def test_sigterm_exits_zero_and_removes_the_socket(daemon: Daemon, spawn: Spawn)
     daemon.process.send_signal(signal.SIGTERM)
     assert daemon.process.wait(timeout=15) == 0
     assert not path.exists()
+
+
+@sqlite_only
+def test_a_sigterm_while_the_board_is_being_built_stops_the_daemon_cleanly(root: Path) -> None:
+    """Between taking its locks and serving, the daemon builds its board (every open task read
+    back): on a large board that takes a while, and a SIGTERM then must not end it by the
+    signal's default action. It is noted, and the daemon stops as it would once serving."""
+    import time
+
+    from colibri.locks import holder_pid
+    from colibri.store.sqlite import SqliteStore
+    from tests.store.values import add, make_task
+
+    store = SqliteStore(str(root / ".colibri" / "colibri.sqlite"))
+    for n in range(30_000):
+        add(store, make_task(f"01a2b3c4-0000-7000-8000-{n:012x}", capabilities=["nobody"]))
+    store.commit()
+    store.close()
+    daemon = Daemon(root)
+    log = open(daemon.log_path, "ab")
+    daemon.process = subprocess.Popen(
+        daemon.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+        start_new_session=True,
+    )  # fmt: skip
+    log.close()
+    try:
+        lock = root / ".colibri" / "daemon.lock"
+        deadline = time.monotonic() + 30
+        while holder_pid(lock) != daemon.pid:
+            assert daemon.process.poll() is None, daemon.log()
+            assert time.monotonic() < deadline, "the daemon never took its lock"
+            time.sleep(0.005)
+        daemon.process.send_signal(signal.SIGTERM)
+        assert daemon.process.wait(timeout=60) == 0, daemon.log()
+    finally:
+        if daemon.process.poll() is None:
+            daemon.process.kill()
+            daemon.process.wait(timeout=10)
+    assert "daemon stopped" in daemon.log()
+    assert not socket_path(root).exists()

@@ -51,16 +51,19 @@ def until_epoch(board: str, epoch: int, timeout: float) -> float:
 def test_a_standby_whose_clock_runs_ahead_takes_the_lease_only_when_postgresql_says(
     tmp_path: Path, board: str
 ) -> None:
-    ttl = 4.0
+    # Long enough that the owner's renewals (every third of it, under libfaketime on a busy
+    # host) keep it through the watch: the test is about the standby, not the owner's speed.
+    ttl = 6.0
     owner = skewed(tmp_path / "behind", board, -SKEW, f"{ttl:g}s")
     standby = skewed(tmp_path / "ahead", board, +SKEW, f"{ttl:g}s")
     owner.start()
     try:
         standby.stand_by()
         before = owner.submit("under the owner", capabilities=["nobody"])
-        # Two ttls while the owner lives: by the standby's clock its lease expired long ago.
+        # A ttl and more while the owner lives: by the standby's clock its lease expired long
+        # ago (its clock is two minutes ahead of the owner's).
         watched = time.monotonic()
-        while time.monotonic() - watched < 2 * ttl:
+        while time.monotonic() - watched < 1.5 * ttl:
             assert lease(board)[0] == 1
             assert owner.serving() and "took the board's lease" not in standby.log()
             time.sleep(0.1)
@@ -84,9 +87,7 @@ def test_a_standby_whose_clock_runs_ahead_takes_the_lease_only_when_postgresql_s
         assert 2 * SKEW - 5 < apart < 2 * SKEW + 60, apart
         assert standby.task(before["id"])["state"] == "pending"
     finally:
-        for member in (owner, standby):
-            if member.process is not None and member.process.poll() is None:
-                member.stop()
+        owner.stop_with(standby)
 
 
 def test_an_owner_whose_clock_runs_behind_stops_by_its_own_deadline_when_cut_off(
@@ -120,6 +121,4 @@ def test_an_owner_whose_clock_runs_behind_stops_by_its_own_deadline_when_cut_off
         assert stopped_at - cut < ttl, stopped_at - cut
         wait_until(standby.serving, timeout=15)
     finally:
-        for member in (owner, standby):
-            if member.process is not None and member.process.poll() is None:
-                member.stop()
+        owner.stop_with(standby)

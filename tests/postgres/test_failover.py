@@ -77,9 +77,7 @@ def test_a_standby_takes_over_when_the_owner_dies_and_the_agent_follows(
             agent.send_signal(signal.SIGTERM)
             agent.wait(timeout=20)
         shutil.rmtree(state, ignore_errors=True)
-        for member in (first, second):
-            if member.process is not None and member.process.poll() is None:
-                member.stop()
+        first.stop_with(second)
 
 
 def test_an_owner_stopped_past_its_lease_writes_nothing_when_it_wakes(
@@ -105,11 +103,9 @@ def test_an_owner_stopped_past_its_lease_writes_nothing_when_it_wakes(
         assert second.ledger() == rows  # not a row from the woken one
         assert second.task(mine["id"])["state"] == "pending"
     finally:
-        for member in (first, second):
-            if member.process is not None and member.process.poll() is None:
-                if member is first:
-                    member.process.send_signal(signal.SIGCONT)
-                member.stop()
+        if first.process is not None and first.process.poll() is None:
+            first.process.send_signal(signal.SIGCONT)
+        first.stop_with(second)
 
 
 def test_writes_racing_takeovers_never_commit_under_a_stale_epoch(board: str) -> None:
@@ -195,9 +191,8 @@ def test_an_owner_cut_off_for_a_third_of_its_lease_keeps_it_and_serves_again(
         assert "took the board's lease" not in standby.log()
         assert owner.process is not None and owner.process.poll() is None
         assert {t["id"] for t in owner.call("list", state="pending")["tasks"]} == {
-            before["id"], after["id"]
+            before["id"],
+            after["id"],
         }
     finally:
-        for member in (owner, standby):
-            if member.process is not None and member.process.poll() is None:
-                member.stop()
+        owner.stop_with(standby)

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,9 @@ def _fill(dsn: str) -> dict[str, str]:
     store = PostgresStore(dsn)
     try:
         ids = {}
-        for n, tenant in enumerate(("acme", "beta")):
+        # beta first: acme's rows are the ledger's newest, which a store naming beta must number
+        # its own after without seeing them.
+        for n, tenant in enumerate(("beta", "acme")):
             task = _task(f"01a2-{tenant}", tenant, f"{tenant}'s plans")
             store.ensure_tenant(tenant, task.created_at)
             store.insert_task(task, entry_for(task))
@@ -174,8 +177,11 @@ def test_a_store_that_names_one_tenant_reads_and_writes_only_its_rows(
         task = _task("01a2-beta-2", "beta", "more")
         entry = store.insert_task(task, entry_for(task))
         store.commit()
-        assert entry.seq == 3  # after acme's row, which it cannot see
+        assert entry.seq == 3  # after acme's row (seq 2), which it cannot see
         assert store.count_by_state() == {"pending": before["pending"] + 1}
+        # Named for each transaction, never for the connection: between them it names none.
+        after = store._conn.execute("SELECT current_setting('colibri.tenants', true) AS t")
+        assert after.fetchone() == {"t": ""}
     finally:
         store.close()
 
@@ -207,11 +213,13 @@ def test_hive_grant_refuses_a_role_that_rls_would_not_bind(board: str, scratch: 
             ("postgres", "is the one this command connects as"),
             (owner, "owns table skills of the board"),
             ("Robert'); DROP TABLE tasks;--", "is not one this command takes"),
+            ("pg_monitor", "is not one this command takes"),
+            ("public", "is not one this command takes"),
         ):
             result = colibri(None, "hive", "grant", role, "--store", board, cwd=scratch)
             assert result.returncode == 1
             assert why in one_line(result.stderr)
-        with pytest.raises(ConfigError, match="a superuser, which row-level security never"):
+        with pytest.raises(ConfigError, match="is a superuser: row-level security would not"):
             _grant_superuser(board)
     finally:
         with psycopg.connect(board, autocommit=True) as admin:
@@ -243,7 +251,7 @@ def test_hive_grant_says_what_it_did(board: str, scratch: Path) -> None:
     result = colibri(None, "hive", "grant", PG_APP_ROLE, "--store", board, "--json", cwd=scratch)
     assert result.returncode == 0, result.stderr
     done = json.loads(result.stdout)
-    assert done["role"] == PG_APP_ROLE and done["forced"] is True
+    assert done["role"] == PG_APP_ROLE and done["not_forced"] == []
     assert set(TENANT_TABLES) | set(BOARD_TABLES) <= set(done["tables"])
     again = colibri(None, "hive", "grant", PG_APP_ROLE, "--store", board, cwd=scratch)
     assert again.returncode == 0 and again.stdout.count("\n") == 1
@@ -300,3 +308,175 @@ def test_a_pg_dump_holds_no_token_in_plain_text(
     for secret in secrets:
         assert secret not in dump
         assert secret[len(PREFIX) + 13 :] not in dump  # nor its secret part alone
+
+
+def _role_dsn(board: str, role: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(board)
+    return urlunsplit(parts._replace(netloc=f"{role}@{parts.netloc.rpartition('@')[2]}"))
+
+
+@pytest.fixture
+def roles(board: str) -> Iterator[Callable[[str], str]]:
+    """Make roles for one test (``make("LOGIN BYPASSRLS")`` → its name); dropped after it,
+    with whatever they own."""
+    import uuid
+
+    made: list[str] = []
+
+    def make(attributes: str = "LOGIN") -> str:
+        name = f"colibri_t_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(board, autocommit=True) as admin:
+            admin.execute(f"CREATE ROLE {name} {attributes}")
+        made.append(name)
+        return name
+
+    yield make
+    with psycopg.connect(board, autocommit=True) as admin:
+        for name in made:
+            admin.execute(f"DROP OWNED BY {name} CASCADE")
+            admin.execute(f"DROP ROLE {name}")
+
+
+def test_hive_grant_refuses_a_role_that_could_get_past_the_policies(
+    board: str, roles: Callable[[str], str]
+) -> None:
+    """Not only the role's own attributes: membership of a role RLS does not bind lets it
+    SET ROLE to that one, and CREATEROLE lets it make itself such a member."""
+    PostgresStore(board).close()
+    owner = roles("NOLOGIN")
+    with psycopg.connect(board, autocommit=True) as admin:
+        admin.execute(f"ALTER SCHEMA {_schema(board)} OWNER TO {owner}")
+    bypass = roles("LOGIN BYPASSRLS")
+    member_of_bypass = roles("LOGIN")
+    member_of_owner = roles("LOGIN")
+    creates_roles = roles("LOGIN CREATEROLE")
+    with psycopg.connect(board, autocommit=True) as admin:
+        admin.execute(f"GRANT {bypass} TO {member_of_bypass}")
+        admin.execute(f"GRANT {owner} TO {member_of_owner}")
+    for role, why in (
+        (bypass, "has BYPASSRLS"),
+        (member_of_bypass, f"is a member of {bypass}"),
+        (member_of_owner, f"owns schema {_schema(board)} (or is a member of its owner)"),
+        (creates_roles, "has CREATEROLE"),
+    ):
+        with pytest.raises(ConfigError, match="nothing was granted") as caught:
+            grant_role(board, role)
+        assert why in caught.value.message
+    with psycopg.connect(board) as admin:  # none of them was given a table
+        granted = admin.execute(
+            "SELECT COUNT(*) FROM information_schema.role_table_grants WHERE grantee = ANY(%s)",
+            ([bypass, member_of_bypass, member_of_owner, creates_roles],),
+        ).fetchone()
+    assert granted == (0,)
+
+
+def test_hive_grant_takes_back_what_the_role_had_beyond_rows(board: str, app_board: str) -> None:
+    with psycopg.connect(board, autocommit=True) as admin:
+        admin.execute(f"GRANT TRUNCATE, TRIGGER, REFERENCES ON tasks TO {PG_APP_ROLE}")
+    grant_role(board, PG_APP_ROLE)
+    with psycopg.connect(board) as admin:
+        kinds = {r[0] for r in admin.execute(
+            "SELECT privilege_type FROM information_schema.role_table_grants "
+            "WHERE grantee = %s AND table_name = 'tasks' AND table_schema = current_schema()",
+            (PG_APP_ROLE,),
+        )}  # fmt: skip
+    assert kinds == {"SELECT", "INSERT", "UPDATE", "DELETE"}
+    with _app_connection(app_board) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("TRUNCATE tasks")
+
+
+def test_a_board_owned_by_a_role_that_is_not_a_superuser_is_made_granted_and_bound(
+    board: str, roles: Callable[[str], str]
+) -> None:
+    """The usual production set-up: the tables' owner is an ordinary role. It can make the
+    board (nothing in the schema needs a superuser) and grant the daemons' role; FORCE holds
+    the owner to the policies too."""
+    owner = roles("LOGIN")
+    with psycopg.connect(board, autocommit=True) as admin:
+        admin.execute(f"ALTER SCHEMA {_schema(board)} OWNER TO {owner}")
+    owner_board = _role_dsn(board, owner)
+    done = grant_role(owner_board, PG_APP_ROLE)
+    assert done["not_forced"] == [] and "tasks" in done["tables"]
+    ids = _fill(_role_dsn(board, PG_APP_ROLE))
+    store = PostgresStore(owner_board)  # the owner's own store names every tenant
+    try:
+        assert store.get_task(ids["acme"]) is not None
+    finally:
+        store.close()
+    with _app_connection(owner_board) as conn, conn.transaction():
+        (count,) = conn.execute("SELECT COUNT(*) FROM tasks").fetchone()  # type: ignore[misc]
+    assert count == 0  # the owner naming no tenant sees nothing either
+
+
+def _schema(board: str) -> str:
+    from urllib.parse import parse_qs, urlsplit
+
+    return parse_qs(urlsplit(board).query)["options"][0].removeprefix("-csearch_path=")
+
+
+def _board_of_version_4(board: str) -> None:
+    from colibri.store.postgres import _MIGRATIONS
+
+    with psycopg.connect(board, autocommit=True) as admin:
+        for n in range(1, 5):
+            admin.execute(_MIGRATIONS[n].encode())
+        admin.execute("UPDATE colibri_schema SET version = 4")
+
+
+def test_migration_5_gives_existing_schedules_and_fires_their_tenant(board: str) -> None:
+    _board_of_version_4(board)
+    with psycopg.connect(board, autocommit=True) as admin:
+        for name, task in (
+            ("acme-nightly", {"text": "a", "tenant": "acme"}),
+            ("plain", {"text": "p"}),
+            ("nulled", {"text": "n", "tenant": None}),
+        ):
+            doc = {"name": name, "kind": "interval", "every": 60.0, "task": task}
+            admin.execute(
+                "INSERT INTO schedules (name, next_fire_at, doc) VALUES (%s, NULL, %s)",
+                (name, json.dumps(doc)),
+            )
+            admin.execute(
+                "INSERT INTO schedule_fires (schedule, nominal, outcome, at) "
+                "VALUES (%s, '2026-01-01T00:00:00Z', 'fired', 'x')",
+                (name,),
+            )
+        admin.execute(
+            "INSERT INTO schedule_fires (schedule, nominal, outcome, at) "
+            "VALUES ('deleted-since', '2026-01-01T00:00:00Z', 'fired', 'x')"
+        )
+    PostgresStore(board).close()
+    with psycopg.connect(board) as admin:
+        schedules: dict[str, str] = dict(admin.execute("SELECT name, tenant FROM schedules"))
+        fires: dict[str, str] = dict(admin.execute("SELECT schedule, tenant FROM schedule_fires"))
+        (version,) = admin.execute("SELECT version FROM colibri_schema").fetchone()  # type: ignore[misc]
+    assert schedules == {"acme-nightly": "acme", "plain": "default", "nulled": "default"}
+    assert fires == {**schedules, "deleted-since": "default"}
+    assert version == 5
+
+
+def test_a_board_is_not_migrated_while_a_daemon_serves_it(board: str, scratch: Path) -> None:
+    """A daemon of the older version serving the board would go on writing the old shape: the
+    newer one refuses to change it, in one line naming who serves, and changes nothing."""
+    _board_of_version_4(board)
+    with psycopg.connect(board, autocommit=True) as admin:
+        admin.execute(
+            "INSERT INTO leases (name, owner, address, epoch, taken_at, expires_at) VALUES "
+            "('board', 'a1b2c3d4-old', 'tcp://10.0.0.9:7433', 3, now(), now() + interval '1 min')"
+        )
+    result = colibri(None, "hive", "grant", PG_APP_ROLE, "--store", board, cwd=scratch)
+    assert result.returncode == 1
+    line = one_line(result.stderr)
+    assert "has schema version 4 and this Colibri needs" in line
+    assert "daemon a1b2c3d4 at tcp://10.0.0.9:7433 holds the board's lease (epoch 3" in line
+    assert "stop the daemons of the older version first" in line
+    with psycopg.connect(board) as admin:
+        assert admin.execute("SELECT version FROM colibri_schema").fetchone() == (4,)
+        # Expired, the lease no longer stands in the way.
+        admin.execute("UPDATE leases SET expires_at = now() - interval '1 second'")
+        admin.commit()
+    PostgresStore(board).close()
+    with psycopg.connect(board) as admin:
+        assert admin.execute("SELECT version FROM colibri_schema").fetchone() == (5,)

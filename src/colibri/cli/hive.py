@@ -76,10 +76,15 @@ def grant(ctx: Context, role: str, store: str | None, as_json: bool) -> None:
         print_json(done)
         return
     made = "made role" if done["created"] else "role"
+    forced = (
+        "row-level security forced on every one"
+        if not done["not_forced"]
+        else f"row-level security NOT forced on {', '.join(done['not_forced'])}"
+    )
     click.echo(
         f"{made} {done['role']}: the rows of the {len(done['tables'])} tables of schema "
-        f"{done['schema']} at {done['board']}, row-level security forced on every one; "
-        f"start daemons with the same connection string and user={done['role']}"
+        f"{done['schema']} at {done['board']}, {forced}; start daemons with the same "
+        f"connection string and user={done['role']}"
     )
 
 

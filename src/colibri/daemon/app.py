@@ -279,6 +279,13 @@ async def serve(config: Config) -> int:
     # SIGUSR1 rotates the ledger once the daemon runs; until then (lock, store, catch-up) its
     # default action would end the process.
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    # SIGINT and SIGTERM, from here to the running daemon's own handlers, are noted and
+    # honoured once it serves (or at once while it stands by): not the default action, which
+    # would end it midway through building its board, a PostgreSQL lease held, nothing stopped.
+    stop_asked = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop_asked.set)
     host.select(config.host)
     crashpoints.arm(config.crashpoint)
     if crashpoints.armed is not None:
@@ -296,14 +303,8 @@ async def serve(config: Config) -> int:
     keeper: asyncio.Task[None] | None = None
     endpoint: MetricsEndpoint | None = None
     try:
-        standing_by = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, standing_by.set)
         advertised = config.server.listen[0] if config.server.listen else None
-        board_hold = await hold_board(config, advertised, standing_by)
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signum)
+        board_hold = await hold_board(config, advertised, stop_asked)
         if board_hold is None:
             log.info("stopped while standing by", extra={"event": "stopped"})
             return 0
@@ -374,7 +375,7 @@ async def serve(config: Config) -> int:
         )
         if daemon.lease is not None:
             keeper = asyncio.create_task(keep_lease(daemon.lease, server), name="lease")
-        await _run_until_stopped(daemon)
+        await _run_until_stopped(daemon, asked_to_stop=stop_asked)
         unix_server.close()
         gateway.close()
         if server.fatal_error is not None:
@@ -449,7 +450,7 @@ async def keep_lease(lease: BoardLease, server: Server) -> None:
             await asyncio.to_thread(lease.beat)
 
 
-async def _run_until_stopped(daemon: Daemon) -> None:
+async def _run_until_stopped(daemon: Daemon, asked_to_stop: asyncio.Event) -> None:
     config, board, server = daemon.config, daemon.board, daemon.server
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -466,6 +467,8 @@ async def _run_until_stopped(daemon: Daemon) -> None:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, signum)
+    if asked_to_stop.is_set():  # a signal came while the board was being built
+        on_signal(signal.SIGTERM)
     server.on_fatal = stop.set
 
     def rotate_ledger() -> None:

@@ -39,6 +39,7 @@ from colibri.store.postgres import (
     _first_line,
     _text,
     is_postgres,
+    live_lease,
     shown_location,
 )
 from colibri.store.rows import (
@@ -218,19 +219,12 @@ class _Transaction:
 
 def _refuse_a_live_lease(conn: psycopg.Connection[dict[str, Any]]) -> None:
     conn.execute(_PG["copy_lock_leases"].encode())
-    live = conn.execute(_PG["copy_live_lease"].encode()).fetchone()
-    if live is None:
-        return
-    who = f"daemon {str(live['owner'])[:8]}"
-    if live["pid"] is not None:
-        who += f" (pid {live['pid']} on {live['host']})"
-    where = f" at {live['address']}" if live["address"] else ""
-    raise LockHeld(
-        str(live["owner"]),
-        f"{who}{where} holds the board's lease (epoch {live['epoch']}, "
-        f"{float(live['left_s']):.1f}s left): stop it first, or wait for its lease to lapse; "
-        "nothing was copied",
-    )
+    holder = live_lease(conn)
+    if holder is not None:
+        raise LockHeld(
+            holder["owner"],
+            f"{holder['said']}: stop it first, or wait for its lease to lapse; nothing was copied",
+        )
 
 
 def _chunks(cursor: sqlite3.Cursor) -> Iterator[list[sqlite3.Row]]:

@@ -22,10 +22,9 @@ Row-level security (migration 5): every row is seen and written only by a transa
 named its tenants — ``set_config('colibri.tenants', …, true)``, for that transaction alone,
 never for the connection. ``PostgresStore.tenants`` is what this store names: ``*``, every
 tenant, while one daemon serves the whole board. A batch names them in the statement that takes
-the writers' lock (no round trip of its own); a read outside a batch, on a connection that RLS
-binds (neither a superuser nor ``BYPASSRLS``), goes in a transaction of its own, pipelined:
-``BEGIN``, the tenants, the query, ``COMMIT`` in one round trip. ``grant_role`` makes the role
-that daemons should connect as.
+the writers' lock (no round trip of its own); a read outside a batch goes in a transaction of
+its own, pipelined: ``BEGIN``, the tenants, the query, ``ROLLBACK`` in one round trip.
+``grant_role`` makes the role that daemons should connect as.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from colibri.core.errors import ConfigError, LeaseLost, StorageUnavailable
+from colibri.core.errors import ConfigError, LeaseLost, LockHeld, StorageUnavailable
 from colibri.core.model import DEFAULT_TENANT, Agent, LedgerEntry, Task
 from colibri.core.schedules import Schedule
 from colibri.core.tokens import Token
@@ -91,10 +90,7 @@ _WRITERS_LOCK = (
 ).encode()
 #: The tenants a transaction sees and writes (row-level security), named for it alone.
 _NAME_TENANTS = b"SELECT set_config('colibri.tenants', %s, true)"
-#: Whether PostgreSQL holds this connection's role to row-level security at all.
-_RLS_BINDS = (
-    b"SELECT NOT (rolsuper OR rolbypassrls) AS binds FROM pg_roles WHERE rolname = current_user"
-)
+
 _SERVER_STARTED = b"SELECT pg_postmaster_start_time() AS started"
 _XACT_STATUS = b"SELECT txid_status(%s) AS status"
 _END_BACKEND = b"SELECT pg_terminate_backend(%s)"
@@ -189,8 +185,6 @@ class PostgresStore:
 
     #: The tenants this store's transactions name for row-level security: ``*`` is every one.
     tenants: str = "*"
-    #: Whether row-level security binds the connection's role (see ``_setup``).
-    _rls = False
 
     def _setup(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
         import psycopg
@@ -198,16 +192,12 @@ class PostgresStore:
         try:
             if self._durability == "relaxed":
                 conn.execute("SET synchronous_commit TO off")
-            row = conn.execute(_RLS_BINDS).fetchone()
         except psycopg.OperationalError as exc:
             conn.close()
             raise StorageUnavailable(
                 f"the PostgreSQL board at {self.location} broke off as it was being connected "
                 f"to ({_first_line(exc)})"
             ) from None
-        # A superuser, or a role with BYPASSRLS, sees every row whatever the transaction
-        # names: its reads need no transaction of their own.
-        self._rls = bool(row and row["binds"])
 
     def _version(self) -> int | None:
         """The board's schema version; None when the schema holds no board yet."""
@@ -260,6 +250,19 @@ class PostgresStore:
                     f"{self.location} has schema version {version}, newer than this Colibri "
                     f"understands ({SCHEMA_VERSION}); upgrade colibri"
                 )
+            # A daemon of the older version serving the board would go on writing the old
+            # shape into the new one: the board is changed only while none serves it.
+            holder = live_lease(conn) if version >= 2 else None
+            if holder is not None:
+                raise LockHeld(
+                    holder["owner"],
+                    f"the board at {self.location} has schema version {version} and this "
+                    f"Colibri needs {SCHEMA_VERSION}, but {holder['said']}: stop the daemons of "
+                    "the older version first (a clean stop gives the lease back at once), then "
+                    "start again",
+                )
+            # Rows a migration moves are every tenant's (the owner is held to RLS too).
+            conn.execute(_NAME_TENANTS, ("*",))
             try:
                 for n in range(version + 1, SCHEMA_VERSION + 1):
                     conn.execute(_MIGRATIONS[n].encode())
@@ -289,7 +292,6 @@ class PostgresStore:
         try:
             if not self._dirty:
                 conn.execute("BEGIN")
-                self._dirty = True
                 if self.fence is not None:
                     held = conn.execute(_Q["lease_fence"].encode(), self.fence).fetchone()
                     if held is None:
@@ -297,12 +299,17 @@ class PostgresStore:
                             f"this daemon's lease on the board (epoch {self.fence[1]}) has "
                             "passed to another daemon; nothing was written"
                         )
+                        # Not left open: the batch's reads would go on in a transaction that
+                        # names no tenant, and see nothing.
+                        conn.execute("ROLLBACK")
                         raise LeaseLost(self._lost)
                 # The transaction's id, its backend and the server's start, taken with the
                 # writers' lock (no round trip of their own): if the connection breaks while
                 # the COMMIT is on its way, PostgreSQL can still say whether it committed
-                # (``_outcome``).
+                # (``_outcome``). The batch's tenants are named in it too: only from here on
+                # do its reads go inside it.
                 self._opened = conn.execute(_WRITERS_LOCK, (self.tenants,)).fetchone()
+                self._dirty = True
             yield conn
         except (psycopg.OperationalError, psycopg.errors.InternalError) as exc:
             self._lose(exc)
@@ -472,19 +479,21 @@ class PostgresStore:
 
     def _read(self, query: bytes, args: Any = ()) -> list[dict[str, Any]]:
         """A read outside a batch. Each statement is then a transaction of its own, and
-        row-level security shows it only the rows of the tenants it names: where RLS binds,
-        the read goes in a transaction that names them, pipelined (one round trip)."""
+        row-level security shows it only the rows of the tenants it names: the read goes in a
+        transaction that names them, pipelined (one round trip), and rolled back. Always —
+        also as a role RLS does not bind now: a role's attributes can change under a live
+        connection, and a board read blind (a rebuild finding no task) must never be what
+        that looks like."""
         import psycopg
 
         conn = self._conn
-        if not self._rls:
-            return conn.execute(query, args).fetchall()
         try:
             with conn.pipeline():
                 conn.execute(b"BEGIN")
                 conn.execute(_NAME_TENANTS, (self.tenants,))
                 cursor = conn.execute(query, args)
-                conn.execute(b"COMMIT")
+                # A read writes nothing: ended so, it cannot keep anything by mistake either.
+                conn.execute(b"ROLLBACK")
         except psycopg.Error:
             # A statement refused skips the rest of the pipeline, COMMIT too: end the
             # transaction here, or the next batch would begin inside a failed one.
@@ -795,51 +804,42 @@ def hive_list(dsn: str) -> list[dict[str, Any]]:
         conn.close()
 
 
-#: A role's name as ``colibri hive grant`` takes it: an SQL identifier that needs no quoting.
-_ROLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+#: A role's name as ``colibri hive grant`` takes it: an SQL identifier that needs no quoting,
+#: not one of PostgreSQL's own (``pg_…``) nor a word it reserves for roles.
+_ROLE_NAME = re.compile(r"(?!pg_)[a-z_][a-z0-9_]{0,62}")
+_RESERVED_ROLES = frozenset({"public", "none", "current_user", "session_user", "current_role"})
 
 
 def grant_role(dsn: str, role: str) -> dict[str, Any]:
     """Make ``role`` the one daemons connect as, row-level security binding it: made (LOGIN,
-    no password) if it does not exist; refused if it is a superuser, bypasses RLS or owns a
-    table of the board — PostgreSQL holds none of those to the policies. It may read and write
-    the rows of the board's tables (no TRUNCATE, which RLS does not govern), those of tables
-    later migrations make too, and nothing else. Run with the tables' owner's connection
+    no password) if it does not exist; refused if PostgreSQL would not hold it to the
+    policies — a superuser, BYPASSRLS, the owner of a table of the board or of its schema, a
+    member of any of those (it could ``SET ROLE`` to one), or CREATEROLE (it could make itself
+    such a member). It may read and write the rows of the board's tables, those of tables later
+    migrations make too, and nothing else: whatever it was granted on them before is taken back
+    first (no TRUNCATE, which RLS does not govern). Run with the tables' owner's connection
     string: the board is made or migrated first, as a daemon starting on it would."""
     import psycopg
     from psycopg import sql as pgsql
 
-    if not _ROLE_NAME.fullmatch(role):
+    if not _ROLE_NAME.fullmatch(role) or role in _RESERVED_ROLES:
         raise ConfigError(
             f"role name {role!r} is not one this command takes: 1 to 63 of a-z, 0-9 and _, "
-            "not starting with a digit"
+            "not starting with a digit or pg_, and not a name PostgreSQL reserves"
         )
     PostgresStore(dsn).close()
+    where = shown_location(dsn)
     conn = _connect(dsn)
     try:
         with conn.transaction():
             found = conn.execute(_Q["grant_role_found"].encode(), (role,)).fetchone()
             assert found is not None
-            if found["me"] == role:
-                raise ConfigError(
-                    f"role {role} is the one this command connects as, the tables' owner: "
-                    "daemons need a role of their own, which owns nothing"
-                )
-            if found["superuser"] or found["bypassrls"]:
-                why = "a superuser" if found["superuser"] else "a role with BYPASSRLS"
-                raise ConfigError(
-                    f"role {role} is {why}, which row-level security never binds: give a role "
-                    "of its own to the daemons"
-                )
-            if found["owns"]:
-                raise ConfigError(
-                    f"role {role} owns table {found['owns']} of the board, and an owner may turn "
-                    "row-level security off: give the daemons a role that owns none"
-                )
+            _refuse_unbound(role, found)
             ident, schema = pgsql.Identifier(role), pgsql.Identifier(found["schema"])
             if not found["exists"]:
                 conn.execute(pgsql.SQL("CREATE ROLE {} LOGIN").format(ident))
             for statement in (
+                "REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role}",
                 "GRANT USAGE ON SCHEMA {schema} TO {role}",
                 "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}",
                 "ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} "
@@ -847,15 +847,19 @@ def grant_role(dsn: str, role: str) -> dict[str, Any]:
             ):
                 conn.execute(pgsql.SQL(statement).format(schema=schema, role=ident))
             tables = conn.execute(_Q["board_tables_rls"].encode()).fetchall()
-    except psycopg.errors.InsufficientPrivilege as exc:
-        raise ConfigError(
-            f"cannot grant {role} the board at {shown_location(dsn)}: {_first_line(exc)} "
-            "(connect as the owner of its tables, with the right to make roles)"
-        ) from None
     except psycopg.OperationalError as exc:
         raise StorageUnavailable(
-            f"the connection to {shown_location(dsn)} broke ({_first_line(exc)}); nothing was "
-            "granted: run the command again"
+            f"the connection to {where} broke ({_first_line(exc)}); nothing was granted: run "
+            "the command again"
+        ) from None
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise ConfigError(
+            f"cannot grant {role} the board at {where}: {_first_line(exc)} (connect as the "
+            "owner of its tables, with the right to make roles)"
+        ) from None
+    except psycopg.Error as exc:
+        raise ConfigError(
+            f"cannot grant {role} the board at {where}: {_first_line(exc)}; nothing was granted"
         ) from None
     finally:
         conn.close()
@@ -863,10 +867,49 @@ def grant_role(dsn: str, role: str) -> dict[str, Any]:
         "role": role,
         "created": not found["exists"],
         "schema": found["schema"],
-        "board": shown_location(dsn),
+        "board": where,
         "tables": [t["name"] for t in tables],
-        "forced": all(t["forced"] for t in tables),
+        "not_forced": [t["name"] for t in tables if not t["forced"]],
     }
+
+
+def _refuse_unbound(role: str, found: dict[str, Any]) -> None:
+    """Refuse a role that row-level security would not bind (``grant_role_found``)."""
+    why = None
+    if found["me"] == role:
+        why = "is the one this command connects as, the tables' owner"
+    elif found["superuser"] or found["bypassrls"]:
+        why = "is a superuser" if found["superuser"] else "has BYPASSRLS"
+    elif found["member_of_unbound"]:
+        why = f"is a member of {found['member_of_unbound']}, which row-level security never binds"
+    elif found["owns"]:
+        why = f"owns table {found['owns']} of the board (or is a member of its owner)"
+    elif found["owns_schema"]:
+        why = f"owns schema {found['schema']} (or is a member of its owner)"
+    elif found["createrole"]:
+        why = "has CREATEROLE, with which it can make itself a member of the tables' owner"
+    if why is not None:
+        raise ConfigError(
+            f"role {role} {why}: row-level security would not hold it; give the daemons a role "
+            "of their own that owns nothing; nothing was granted"
+        )
+
+
+def live_lease(conn: psycopg.Connection[dict[str, Any]]) -> dict[str, Any] | None:
+    """The board's lease if a daemon holds it now (by the server's clock): its ``owner`` and
+    what to say of it (``said``: the daemon, its pid, host and address, epoch, time left)."""
+    live = conn.execute(_Q["live_lease"].encode()).fetchone()
+    if live is None:
+        return None
+    who = f"daemon {str(live['owner'])[:8]}"
+    if live["pid"] is not None:
+        who += f" (pid {live['pid']} on {live['host']})"
+    where = f" at {live['address']}" if live["address"] else ""
+    said = (
+        f"{who}{where} holds the board's lease (epoch {live['epoch']}, "
+        f"{float(live['left_s']):.1f}s left)"
+    )
+    return {"owner": str(live["owner"]), "said": said}
 
 
 def _first_line(exc: BaseException) -> str:

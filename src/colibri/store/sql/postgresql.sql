@@ -167,10 +167,19 @@ CREATE FUNCTION colibri_named() RETURNS BOOLEAN LANGUAGE sql STABLE PARALLEL SAF
     SELECT COALESCE(current_setting('colibri.tenants', true), '') <> ''
 $$;
 -- The ledger's highest seq over every tenant's rows: a batch numbers its rows after it, whatever
--- tenants its transaction names (the seq is the whole board's, gap-free).
-CREATE FUNCTION colibri_ledger_top() RETURNS BIGINT LANGUAGE sql STABLE
-    SET colibri.tenants = '*' AS $$
-    SELECT COALESCE(MAX(seq), 0) FROM ledger
+-- tenants its transaction names (the seq is the whole board's, gap-free). It names every tenant
+-- for its one read and names the caller's again after it (a SET clause on the function would do
+-- the same, but only a superuser may attach a setting of this name to a function).
+CREATE FUNCTION colibri_ledger_top() RETURNS BIGINT LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    named TEXT := COALESCE(current_setting('colibri.tenants', true), '');
+    top BIGINT;
+BEGIN
+    PERFORM set_config('colibri.tenants', '*', true);
+    SELECT COALESCE(MAX(seq), 0) INTO top FROM ledger;
+    PERFORM set_config('colibri.tenants', named, true);
+    RETURN top;
+END
 $$;
 ALTER TABLE tasks ENABLE ROW LEVEL SECURITY;
 ALTER TABLE tasks FORCE ROW LEVEL SECURITY;
@@ -430,7 +439,8 @@ UPDATE tokens SET last_used_at = %s WHERE id = %s;
 -- lease is live makes the copy refuse at once, before anything is written.
 LOCK TABLE leases IN SHARE ROW EXCLUSIVE MODE;
 
--- name: copy_live_lease
+-- name: live_lease
+-- The board's lease while a daemon holds it (store copy and migrations refuse then).
 SELECT l.owner, l.address, l.epoch, EXTRACT(EPOCH FROM l.expires_at - now())::float8 AS left_s,
        h.host, h.pid
   FROM leases l LEFT JOIN hives h ON h.id = l.owner
@@ -478,15 +488,25 @@ SELECT to_regclass('colibri_schema') IS NOT NULL AS made;
 SELECT version FROM colibri_schema;
 
 -- name: grant_role_found
--- colibri hive grant: the role (if it exists), who runs the command, and a table of the board
--- the role owns, if any.
+-- colibri hive grant: the role (if it exists), who runs the command, and what would let the role
+-- past row-level security: being (or being able to become, as a member) a superuser, a role with
+-- BYPASSRLS, the owner of a table of the board or of its schema; or CREATEROLE, with which it can
+-- make itself such a member.
 SELECT current_user AS me, current_schema() AS schema,
        r.rolname IS NOT NULL AS exists, COALESCE(r.rolsuper, false) AS superuser,
        COALESCE(r.rolbypassrls, false) AS bypassrls,
+       COALESCE(r.rolcreaterole, false) AS createrole,
+       (SELECT s.rolname FROM pg_roles s
+         WHERE (s.rolsuper OR s.rolbypassrls) AND s.oid <> r.oid
+           AND pg_has_role(r.oid, s.oid, 'MEMBER')
+         ORDER BY s.rolname LIMIT 1) AS member_of_unbound,
        (SELECT c.relname FROM pg_class c
           JOIN pg_namespace n ON n.oid = c.relnamespace
-         WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.relowner = r.oid
-         ORDER BY c.relname LIMIT 1) AS owns
+         WHERE n.nspname = current_schema() AND c.relkind = 'r'
+           AND pg_has_role(r.oid, c.relowner, 'MEMBER')
+         ORDER BY c.relname LIMIT 1) AS owns,
+       (SELECT pg_has_role(r.oid, n.nspowner, 'MEMBER') FROM pg_namespace n
+         WHERE n.nspname = current_schema()) AS owns_schema
   FROM (SELECT %s::name AS wanted) w LEFT JOIN pg_roles r ON r.rolname = w.wanted;
 
 -- name: board_tables_rls
