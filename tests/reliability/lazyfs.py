@@ -9,6 +9,10 @@ machine would find after rebooting.
 Simplifications, which make it kinder than a real disk, never harsher: creating, renaming and
 removing files reach BACKING at once (a real file system may lose those too without a sync of
 the directory), and writes are lost whole pages at a time, never torn inside a page.
+
+With ``LAZYFS_FAIL_FSYNC=FLAG`` in its environment, the sync of a SQLite WAL fails (EIO) while
+the file FLAG exists (for its next N syncs, if it holds the number N): a disk that reports a
+failed write-back.
 """
 
 from __future__ import annotations
@@ -21,6 +25,25 @@ from typing import Any
 import mfusepy as fuse
 
 PAGE = 4096
+#: While a file of this name exists, every fsync of a SQLite WAL fails with EIO.
+FAIL_FSYNC = os.environ.get("LAZYFS_FAIL_FSYNC", "")
+
+
+def _sync_fails() -> bool:
+    """Whether this sync fails: while FAIL_FSYNC exists; if it holds a number N, for the next
+    N syncs only (then it is removed)."""
+    try:
+        with open(FAIL_FSYNC) as flag:
+            left = flag.read().strip()
+    except FileNotFoundError:
+        return False
+    if left:
+        if int(left) <= 1:
+            os.unlink(FAIL_FSYNC)
+        else:
+            with open(FAIL_FSYNC, "w") as flag:
+                flag.write(str(int(left) - 1))
+    return True
 
 
 class Cached:
@@ -170,6 +193,10 @@ class LoseUnsynced(fuse.Operations):  # type: ignore[misc]
         cached = self.files.get(path)
         if cached is None or not (cached.dirty or cached.resized):
             return 0
+        if FAIL_FSYNC and path.endswith("-wal") and _sync_fails():
+            # A disk that fails the sync: what was written stays where reads find it (as in a
+            # page cache), not on BACKING — a power cut loses it, a crash of a program not.
+            raise fuse.FuseOSError(errno.EIO)
         fd = os.open(self._real(path), os.O_WRONLY)
         try:
             for page in sorted(cached.dirty):

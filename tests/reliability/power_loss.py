@@ -45,20 +45,26 @@ def mounted(path: Path) -> bool:
 class LazyDisk:
     """``backing`` mounted at ``mount`` through lazyfs; ``cut`` is the power cut."""
 
-    def __init__(self, backing: Path, mount: Path) -> None:
+    def __init__(self, backing: Path, mount: Path, fail_fsync: Path | None = None) -> None:
         self.backing, self.mount = backing, mount
+        #: While this file exists, syncs of a SQLite WAL fail (lazyfs's LAZYFS_FAIL_FSYNC).
+        self.fail_fsync = fail_fsync
         backing.mkdir(parents=True, exist_ok=True)
         mount.mkdir(parents=True, exist_ok=True)
         self.process: subprocess.Popen[bytes] | None = None
 
     def attach(self) -> None:
+        import os
+
         log = open(self.mount.parent / "lazyfs.log", "ab")
+        env = {**os.environ, "LAZYFS_FAIL_FSYNC": str(self.fail_fsync or "")}
         self.process = process = subprocess.Popen(
             [PYTHON, "-m", "tests.reliability.lazyfs", str(self.backing), str(self.mount)],
             cwd=REPO,
             stdout=log,
             stderr=log,
             start_new_session=True,
+            env=env,
         )
         log.close()
         wait_until(lambda: mounted(self.mount) or process.poll() is not None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import secrets
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -68,6 +69,16 @@ def _storage_error(exc: sqlite3.Error) -> StorageUnavailable:
     return StorageUnavailable(f"the board's store could not write ({exc}); nothing was changed")
 
 
+#: SQLite's extended code for a failed fsync (``SQLITE_IOERR_FSYNC``): at a COMMIT in WAL mode
+#: the batch's frames, commit frame included, are in the WAL file already, and a crash before
+#: the next commit would let recovery replay them.
+_FSYNC_FAILED = 1034
+_IN_DOUBT = (
+    "the disk did not confirm this batch ({why}), so whether it was written is not known until "
+    "the board's store can write again; retry with the same idempotency key, or look the task "
+    "up once the daemon serves again"
+)
+
 #: A batch written to whose transaction SQLite rolled back by itself.
 _ROLLED_BACK_BY_SQLITE = (
     "the board's store lost the batch it was writing (an I/O error or a full disk); nothing "
@@ -86,6 +97,8 @@ class SqliteStore:
         #: ``rollback``).
         self._dirty = False
         self._lost = ""
+        #: Why a batch whose COMMIT's sync failed is still in doubt ("" when none is).
+        self._in_doubt = ""
         #: The next ledger seq of the open batch (known once the batch has written a row), and
         #: the batch's ledger rows, numbered but not yet written: they go in one
         #: ``executemany`` before the commit, or before a read of the ledger.
@@ -137,13 +150,38 @@ class SqliteStore:
             self._dirty = False
         except sqlite3.Error as exc:
             self.rollback()
+            if getattr(exc, "sqlite_errorcode", None) == _FSYNC_FAILED:
+                # Written to the WAL, not confirmed on disk: neither committed nor not, as far
+                # as the daemon can tell. Settled (a later commit overwrites its frames), it
+                # did not happen; until then it is in doubt, and nothing is read again.
+                self._in_doubt = _IN_DOUBT.format(why=exc)
+                if not self._settle():
+                    raise StorageUnavailable(self._in_doubt) from None
             raise _storage_error(exc) from None
         self._next_seq = None
+
+    def _settle(self) -> bool:
+        """After a COMMIT whose sync failed: commit a write of our own, synced. Its frames go
+        where the failed batch's are (SQLite writes at the end of what it knows committed), so
+        once it is on disk no recovery can replay the failed batch: it did not happen. True
+        then; False while the disk still fails (the batch stays in doubt)."""
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.execute(_Q["put_settled"], (f"{time.time():.6f}".encode(),))
+            self._conn.execute("COMMIT")
+        except sqlite3.Error:
+            self._abort()
+            return False
+        self._in_doubt = ""
+        return True
 
     def rollback(self) -> None:
         self._dirty = False
         self._lost = ""
         self._abort()
+        if self._in_doubt and not self._settle():
+            # Read again now, the board could hold a batch that a crash would bring back.
+            raise StorageUnavailable(self._in_doubt)
 
     def _lose_batch(self, why: str) -> None:
         """Give the open batch up: nothing of it commits until ``rollback``."""

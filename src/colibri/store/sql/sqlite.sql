@@ -150,6 +150,12 @@ SELECT value FROM meta WHERE name = ?;
 -- name: put_meta
 INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING;
 
+-- name: put_settled
+-- A write of the store's own after a COMMIT whose sync failed (SqliteStore._settle): its frames
+-- take the failed batch's place in the WAL.
+INSERT INTO meta (name, value) VALUES ('settled_at', ?)
+ON CONFLICT (name) DO UPDATE SET value = excluded.value;
+
 -- name: fingerprint
 SELECT fingerprint FROM tasks WHERE id = ?;
 
