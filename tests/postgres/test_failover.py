@@ -196,3 +196,38 @@ def test_an_owner_cut_off_for_a_third_of_its_lease_keeps_it_and_serves_again(
         }
     finally:
         owner.stop_with(standby)
+
+
+def test_a_board_that_takes_longer_than_the_lease_to_build_is_kept(
+    tmp_path: Path, board: str
+) -> None:
+    """Building the board (every open task read back) runs on the loop's thread, where the
+    lease's renewals cannot: a thread of its own renews the lease meanwhile. Before, a daemon
+    whose board took longer than the ttl to build stopped by its own deadline as it began to
+    serve — and so would every standby after it."""
+    import psycopg
+
+    PostgresStore(board).close()
+    with psycopg.connect(board, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO tasks (id, tenant, text, capabilities, labels, state, created_at, "
+            "updated_at) SELECT '01a2b3c4-0000-7000-8000-' || lpad(to_hex(g), 12, '0'), "
+            "'default', 'task ' || g, '[\"nobody\"]', '[]', 'pending', "
+            "'2026-12-03T08:00:00.000Z', '2026-12-03T08:00:00.000Z' "
+            "FROM generate_series(1, 200000) g"
+        )
+    member = Member(tmp_path / "big", board, ttl="1s")
+    started = time.monotonic()
+    member.start(timeout=60)
+    try:
+        built_s = time.monotonic() - started
+        time.sleep(2)  # a few of keep_lease's renewals
+        assert member.process is not None and member.process.poll() is None, member.log()
+        assert "could not be renewed" not in member.log()
+        assert member.call("status")["tasks"]["pending"] == 200_000
+        with psycopg.connect(board) as conn:
+            epoch = conn.execute("SELECT epoch FROM leases").fetchone()
+        assert epoch == (1,)
+        assert built_s > 1.0, f"the board was built in {built_s:.2f}s: within the ttl, no proof"
+    finally:
+        member.stop()

@@ -8,7 +8,8 @@ import logging
 import os
 import signal
 import stat
-from collections.abc import Coroutine
+import threading
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -308,29 +309,13 @@ async def serve(config: Config) -> int:
         if board_hold is None:
             log.info("stopped while standing by", extra={"event": "stopped"})
             return 0
-        store = open_store(config.store, durability=config.durability)
-        if board_hold.lease is not None:
-            store.fence = (board_hold.lease.owner, board_hold.lease.epoch)  # type: ignore[attr-defined]
-        caught_up = mirror.open(store)
-        if caught_up:
-            log.info(
-                "ledger mirror caught up from the store",
-                extra={"event": "ledger_caught_up", "rows": caught_up},
-            )
-        daemon = compose(config, store, mirror, SystemClock())
-        daemon.lease = board_hold.lease
+        with _renewed_while_building(board_hold.lease) as lost:
+            store = open_store(config.store, durability=config.durability)
+            daemon = _build(config, board_hold, store, mirror)
+        if lost:
+            log.critical(lost[0], extra={"event": "fatal", "error": lost[0]})
+            return 1
         board, server = daemon.board, daemon.server
-        try:
-            board.rebuild()
-            daemon.schedules.load(config.schedules)
-        except ColibriError:
-            raise
-        except Exception as exc:
-            log.debug("loading the board failed", exc_info=True)
-            raise StorageUnavailable(
-                f"the board in {store.location} could not be loaded ({exc!r}); nothing was changed"
-            ) from None
-        server.flush()  # commit what loading the schedules changed
         if server.fatal_error is not None:
             return 1
         if daemon.metrics is not None and config.server.metrics is not None:
@@ -404,6 +389,69 @@ async def serve(config: Config) -> int:
         if board_hold is not None:
             board_hold.release()
         os.close(lock_fd)
+
+
+def _build(config: Config, hold: _BoardHold, store: Store, mirror: LedgerMirror) -> Daemon:
+    """The daemon's parts on the board just held, the board built from the store: every open
+    task read back (a while, on a large board), the schedules loaded and what that changed
+    committed."""
+    if hold.lease is not None:
+        store.fence = (hold.lease.owner, hold.lease.epoch)  # type: ignore[attr-defined]
+    caught_up = mirror.open(store)
+    if caught_up:
+        log.info(
+            "ledger mirror caught up from the store",
+            extra={"event": "ledger_caught_up", "rows": caught_up},
+        )
+    daemon = compose(config, store, mirror, SystemClock())
+    daemon.lease = hold.lease
+    try:
+        daemon.board.rebuild()
+        daemon.schedules.load(config.schedules)
+    except ColibriError:
+        raise
+    except Exception as exc:
+        log.debug("loading the board failed", exc_info=True)
+        raise StorageUnavailable(
+            f"the board in {store.location} could not be loaded ({exc!r}); nothing was changed"
+        ) from None
+    daemon.server.flush()  # commit what loading the schedules changed
+    return daemon
+
+
+@contextlib.contextmanager
+def _renewed_while_building(lease: BoardLease | None) -> Iterator[list[str]]:
+    """While the board is built — on the loop's thread, which ``keep_lease`` cannot run on
+    meanwhile — renew a PostgreSQL lease from a thread of its own, every third of its ttl (or
+    ``RENEW_RETRY`` after a failure): a board that takes longer than the ttl to build is not
+    given up for it. Yields a list that holds why, if the lease passed to another daemon."""
+    lost: list[str] = []
+    if lease is None:
+        yield lost
+        return
+    done = threading.Event()
+
+    def renew() -> None:
+        wait = lease.ttl / 3
+        while not done.wait(wait):
+            try:
+                if not lease.renew():
+                    lost.append("the board's lease passed to another daemon while the board was "
+                                "being built; stopping")  # fmt: skip
+                    return
+                wait = lease.ttl / 3
+            except StorageUnavailable:
+                wait = min(lease.ttl / 3, RENEW_RETRY)
+
+    renewer = threading.Thread(target=renew, name="lease-while-building", daemon=True)
+    renewer.start()
+    try:
+        yield lost
+    finally:
+        done.set()
+        # (A renewal hanging on the network is not waited for beyond the ttl: keep_lease's
+        # own deadline judges the lease from here on.)
+        renewer.join(lease.ttl)
 
 
 #: How soon a renewal that failed is tried again (seconds; a third of the ttl if that is less).
