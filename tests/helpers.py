@@ -278,7 +278,8 @@ class Daemon:
                 failures.append(exc)
             finally:
                 if daemon.process is not None and daemon.process.poll() is None:
-                    daemon.process.kill()
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(daemon.process.pid, signal.SIGKILL)  # its whole group
                     daemon.process.wait(timeout=10)
         if failures:
             raise failures[0]

@@ -278,11 +278,9 @@ def test_sigterm_exits_zero_and_removes_the_socket(daemon: Daemon, spawn: Spawn)
     assert not path.exists()
 
 
-@sqlite_only
-def test_a_sigterm_while_the_board_is_being_built_stops_the_daemon_cleanly(root: Path) -> None:
-    """Between taking its locks and serving, the daemon builds its board (every open task read
-    back): on a large board that takes a while, and a SIGTERM then must not end it by the
-    signal's default action. It is noted, and the daemon stops as it would once serving."""
+def _building_a_large_board(root: Path) -> Daemon:
+    """A daemon started on a board of 30,000 open tasks, returned once it holds its lock:
+    building the board (every open task read back) then takes it a while."""
     import time
 
     from colibri.locks import holder_pid
@@ -301,13 +299,25 @@ def test_a_sigterm_while_the_board_is_being_built_stops_the_daemon_cleanly(root:
         start_new_session=True,
     )  # fmt: skip
     log.close()
+    lock = root / ".colibri" / "daemon.lock"
+    deadline = time.monotonic() + 30
+    while holder_pid(lock) != daemon.pid:
+        if daemon.process.poll() is not None or time.monotonic() > deadline:
+            daemon.process.kill()
+            daemon.process.wait(timeout=10)
+            raise AssertionError(f"the daemon never took its lock:\n{daemon.log()}")
+        time.sleep(0.005)
+    return daemon
+
+
+@sqlite_only
+def test_a_sigterm_while_the_board_is_being_built_stops_the_daemon_cleanly(root: Path) -> None:
+    """Between taking its locks and serving, the daemon builds its board: on a large board
+    that takes a while, and a SIGTERM then must not end it by the signal's default action. It
+    is noted, and the daemon stops as it would once serving."""
+    daemon = _building_a_large_board(root)
+    assert daemon.process is not None
     try:
-        lock = root / ".colibri" / "daemon.lock"
-        deadline = time.monotonic() + 30
-        while holder_pid(lock) != daemon.pid:
-            assert daemon.process.poll() is None, daemon.log()
-            assert time.monotonic() < deadline, "the daemon never took its lock"
-            time.sleep(0.005)
         daemon.process.send_signal(signal.SIGTERM)
         assert daemon.process.wait(timeout=60) == 0, daemon.log()
     finally:
@@ -316,3 +326,25 @@ def test_a_sigterm_while_the_board_is_being_built_stops_the_daemon_cleanly(root:
             daemon.process.wait(timeout=10)
     assert "daemon stopped" in daemon.log()
     assert not socket_path(root).exists()
+
+
+@sqlite_only
+def test_a_second_signal_while_the_board_is_being_built_ends_the_daemon_at_once(
+    root: Path,
+) -> None:
+    """As once it serves: a second signal is the way to stop a daemon now, not cleanly, and
+    it is taken while the board is still being built (not after it, when the loop runs)."""
+    import time
+
+    daemon = _building_a_large_board(root)
+    assert daemon.process is not None
+    try:
+        daemon.process.send_signal(signal.SIGTERM)
+        time.sleep(0.02)
+        daemon.process.send_signal(signal.SIGINT)
+        assert daemon.process.wait(timeout=60) == 1, daemon.log()
+    finally:
+        if daemon.process.poll() is None:
+            daemon.process.kill()
+            daemon.process.wait(timeout=10)
+    assert "daemon ready" not in daemon.log()

@@ -176,6 +176,10 @@ def test_a_store_that_names_one_tenant_reads_and_writes_only_its_rows(
         before = store.count_by_state()
         task = _task("01a2-beta-2", "beta", "more")
         entry = store.insert_task(task, entry_for(task))
+        # Numbering read the whole ledger, and named beta alone again after: the rest of the
+        # batch still sees nothing of acme's.
+        assert store.get_task(ids["acme"]) is None
+        assert {a.name for a in store.agents()} == {"beta-1"}
         store.commit()
         assert entry.seq == 3  # after acme's row (seq 2), which it cannot see
         assert store.count_by_state() == {"pending": before["pending"] + 1}
@@ -480,3 +484,74 @@ def test_a_board_is_not_migrated_while_a_daemon_serves_it(board: str, scratch: P
     PostgresStore(board).close()
     with psycopg.connect(board) as admin:
         assert admin.execute("SELECT version FROM colibri_schema").fetchone() == (5,)
+
+
+def test_a_lease_lost_at_a_batchs_start_leaves_no_transaction_open(
+    board: str, app_board: str
+) -> None:
+    """Refused by the fence, the batch's transaction is ended at once: the batch's reads do not
+    go on inside a transaction that names no tenant (and would see nothing)."""
+    import psycopg.pq
+
+    from colibri.core.errors import LeaseLost
+
+    ids = _fill(app_board)
+    store = PostgresStore(app_board)
+    try:
+        store.fence = ("a daemon that never held it", 7)
+        with pytest.raises(LeaseLost):
+            store.insert_task(_task("01a2-late", "acme", "late"), entry_for(_task("x", "acme", "")))
+        assert store._conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert store.get_task(ids["acme"]) is not None  # read in a transaction of its own
+    finally:
+        store.close()
+    with psycopg.connect(board) as admin:
+        assert admin.execute("SELECT COUNT(*) FROM tasks WHERE id = '01a2-late'").fetchone() == (0,)
+
+
+def test_a_board_of_version_2_is_migrated_and_its_lease_judged(board: str) -> None:
+    """Version 2 has the lease but not yet the table of daemons: a live lease is still found
+    (and named without a pid), an expired one lets the board be migrated."""
+    from colibri.core.errors import LockHeld
+    from colibri.store.postgres import _MIGRATIONS
+
+    with psycopg.connect(board, autocommit=True) as admin:
+        for n in (1, 2):
+            admin.execute(_MIGRATIONS[n].encode())
+        admin.execute("UPDATE colibri_schema SET version = 2")
+        admin.execute(
+            "INSERT INTO leases (name, owner, address, epoch, taken_at, expires_at) VALUES "
+            "('board', 'feedface-v2', NULL, 1, now(), now() + interval '1 min')"
+        )
+    with pytest.raises(LockHeld, match="daemon feedface holds the board's lease"):
+        PostgresStore(board)
+    with psycopg.connect(board, autocommit=True) as admin:
+        admin.execute("UPDATE leases SET expires_at = now() - interval '1 second'")
+    PostgresStore(board).close()
+    with psycopg.connect(board) as admin:
+        assert admin.execute("SELECT version FROM colibri_schema").fetchone() == (5,)
+
+
+def test_hive_grant_refuses_what_a_role_has_through_its_groups(
+    board: str, roles: Callable[[str], str]
+) -> None:
+    """A member of a role that can make roles could make itself the owner's member; a member
+    of a group that may TRUNCATE a table empties it whatever the policies say. Neither is
+    taken back by revoking what the role was granted by name: both are refused."""
+    PostgresStore(board).close()
+    creator, truncator = roles("NOLOGIN CREATEROLE"), roles("NOLOGIN")
+    under_creator, under_truncator = roles("LOGIN"), roles("LOGIN")
+    with psycopg.connect(board, autocommit=True) as admin:
+        admin.execute(f"GRANT {creator} TO {under_creator}")
+        admin.execute(f"GRANT TRUNCATE ON tasks TO {truncator}")
+        admin.execute(f"GRANT {truncator} TO {under_truncator}")
+    with pytest.raises(ConfigError, match=f"is a member of {creator}"):
+        grant_role(board, under_creator)
+    with pytest.raises(ConfigError, match="may TRUNCATE table tasks of the board through a role"):
+        grant_role(board, under_truncator)
+    with psycopg.connect(board) as admin:
+        granted = admin.execute(
+            "SELECT COUNT(*) FROM information_schema.role_table_grants WHERE grantee = ANY(%s)",
+            ([under_creator, under_truncator],),
+        ).fetchone()
+    assert granted == (0,)

@@ -9,7 +9,7 @@ import os
 import signal
 import stat
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -280,13 +280,10 @@ async def serve(config: Config) -> int:
     # SIGUSR1 rotates the ledger once the daemon runs; until then (lock, store, catch-up) its
     # default action would end the process.
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-    # SIGINT and SIGTERM, from here to the running daemon's own handlers, are noted and
-    # honoured once it serves (or at once while it stands by): not the default action, which
-    # would end it midway through building its board, a PostgreSQL lease held, nothing stopped.
-    stop_asked = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop_asked.set)
+    # SIGINT and SIGTERM from here on: never the default action, which would end the daemon
+    # midway through building its board, a PostgreSQL lease held, nothing stopped.
+    signals = StopSignals(asyncio.get_running_loop())
+    stop_asked = signals.asked
     host.select(config.host)
     crashpoints.arm(config.crashpoint)
     if crashpoints.armed is not None:
@@ -309,7 +306,7 @@ async def serve(config: Config) -> int:
         if board_hold is None:
             log.info("stopped while standing by", extra={"event": "stopped"})
             return 0
-        with _renewed_while_building(board_hold.lease) as lost:
+        with _renewed_while_building(board_hold.lease) as lost, signals.while_building():
             store = open_store(config.store, durability=config.durability)
             daemon = _build(config, board_hold, store, mirror)
         if lost:
@@ -360,7 +357,7 @@ async def serve(config: Config) -> int:
         )
         if daemon.lease is not None:
             keeper = asyncio.create_task(keep_lease(daemon.lease, server), name="lease")
-        await _run_until_stopped(daemon, asked_to_stop=stop_asked)
+        await _run_until_stopped(daemon, signals)
         unix_server.close()
         gateway.close()
         if server.fatal_error is not None:
@@ -417,6 +414,57 @@ def _build(config: Config, hold: _BoardHold, store: Store, mirror: LedgerMirror)
         ) from None
     daemon.server.flush()  # commit what loading the schedules changed
     return daemon
+
+
+class StopSignals:
+    """SIGINT and SIGTERM, from the start of ``serve`` to its end: the first asks the daemon to
+    stop — at once while it stands by, once it serves if it is still building its board, and
+    then cleanly (``on_first``, set by ``_run_until_stopped``) — and a second ends the process
+    at once (``os._exit(1)``), at any moment."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.seen = 0
+        #: Set by the first signal.
+        self.asked = asyncio.Event()
+        #: What the first signal does besides; the running daemon sets its stop here.
+        self.on_first: Callable[[int], None] = lambda signum: None
+        for signum in self.SIGNALS:
+            loop.add_signal_handler(signum, self.received, signum)
+
+    def received(self, signum: int) -> None:
+        self.seen += 1
+        if self.seen > 1:
+            os._exit(1)
+        self.asked.set()
+        self.on_first(signum)
+
+    @contextlib.contextmanager
+    def while_building(self) -> Iterator[None]:
+        """While the board is built the loop runs nothing, so its signal handlers cannot
+        either: a signal would wait for the build to end. Meanwhile Python's own handlers take
+        them, which run at once; the loop's wakeup fd is set aside, so that no signal reaches
+        both (counted twice, one would be taken for a second)."""
+        noted: list[int] = []
+
+        def on_signal(signum: int, frame: object) -> None:
+            noted.append(signum)
+            if self.seen + len(noted) > 1:
+                os._exit(1)
+
+        previous = {signum: signal.signal(signum, on_signal) for signum in self.SIGNALS}
+        wakeup = signal.set_wakeup_fd(-1)
+        try:
+            yield
+        finally:
+            # The loop's own again: its handlers (still registered with it) and its wakeup fd.
+            if wakeup != -1:
+                signal.set_wakeup_fd(wakeup, warn_on_full_buffer=False)
+            for signum in self.SIGNALS:
+                signal.signal(signum, previous[signum])
+            if noted:
+                self.received(noted[0])
 
 
 @contextlib.contextmanager
@@ -498,25 +546,18 @@ async def keep_lease(lease: BoardLease, server: Server) -> None:
             await asyncio.to_thread(lease.beat)
 
 
-async def _run_until_stopped(daemon: Daemon, asked_to_stop: asyncio.Event) -> None:
+async def _run_until_stopped(daemon: Daemon, signals: StopSignals) -> None:
     config, board, server = daemon.config, daemon.board, daemon.server
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    signals = 0
 
-    def on_signal(signum: int) -> None:
-        nonlocal signals
-        signals += 1
-        if signals == 1:
-            log.info("stopping", extra={"event": "stopping", "signal": signal.Signals(signum).name})
-            stop.set()
-        else:
-            os._exit(1)
+    def stopping(signum: int) -> None:
+        log.info("stopping", extra={"event": "stopping", "signal": signal.Signals(signum).name})
+        stop.set()
 
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, on_signal, signum)
-    if asked_to_stop.is_set():  # a signal came while the board was being built
-        on_signal(signal.SIGTERM)
+    signals.on_first = stopping
+    if signals.asked.is_set():  # the first came while the board was being built
+        stopping(signal.SIGTERM)
     server.on_fatal = stop.set
 
     def rotate_ledger() -> None:

@@ -495,7 +495,7 @@ class PostgresStore:
                 # A read writes nothing: ended so, it cannot keep anything by mistake either.
                 conn.execute(b"ROLLBACK")
         except psycopg.Error:
-            # A statement refused skips the rest of the pipeline, COMMIT too: end the
+            # A statement refused skips the rest of the pipeline, its ROLLBACK too: end the
             # transaction here, or the next batch would begin inside a failed one.
             if (
                 not conn.broken
@@ -838,8 +838,21 @@ def grant_role(dsn: str, role: str) -> dict[str, Any]:
             ident, schema = pgsql.Identifier(role), pgsql.Identifier(found["schema"])
             if not found["exists"]:
                 conn.execute(pgsql.SQL("CREATE ROLE {} LOGIN").format(ident))
+            conn.execute(
+                pgsql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role}").format(
+                    schema=schema, role=ident
+                )
+            )
+            # What it still has through a group it is in, or PUBLIC, is not this grant's to
+            # take back: refused (TRUNCATE empties a table whatever the policies say).
+            beyond = conn.execute(_Q["grant_role_beyond_rows"].encode(), (role,)).fetchone()
+            if beyond is not None:
+                raise ConfigError(
+                    f"role {role} may {beyond['what']} table {beyond['name']} of the board "
+                    "through a role it is a member of (or PUBLIC), which row-level security "
+                    "does not govern: revoke that first; nothing was granted"
+                )
             for statement in (
-                "REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role}",
                 "GRANT USAGE ON SCHEMA {schema} TO {role}",
                 "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}",
                 "ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} "
@@ -881,7 +894,10 @@ def _refuse_unbound(role: str, found: dict[str, Any]) -> None:
     elif found["superuser"] or found["bypassrls"]:
         why = "is a superuser" if found["superuser"] else "has BYPASSRLS"
     elif found["member_of_unbound"]:
-        why = f"is a member of {found['member_of_unbound']}, which row-level security never binds"
+        why = (
+            f"is a member of {found['member_of_unbound']}, which row-level security never binds "
+            "(or which can make roles)"
+        )
     elif found["owns"]:
         why = f"owns table {found['owns']} of the board (or is a member of its owner)"
     elif found["owns_schema"]:
@@ -902,8 +918,11 @@ def live_lease(conn: psycopg.Connection[dict[str, Any]]) -> dict[str, Any] | Non
     if live is None:
         return None
     who = f"daemon {str(live['owner'])[:8]}"
-    if live["pid"] is not None:
-        who += f" (pid {live['pid']} on {live['host']})"
+    # (A board of schema version 2 has its lease but no table of daemons yet.)
+    if conn.execute(_Q["hives_made"].encode()).fetchone() == {"made": True}:
+        daemon = conn.execute(_Q["hive_of"].encode(), (live["owner"],)).fetchone()
+        if daemon is not None:
+            who += f" (pid {daemon['pid']} on {daemon['host']})"
     where = f" at {live['address']}" if live["address"] else ""
     said = (
         f"{who}{where} holds the board's lease (epoch {live['epoch']}, "

@@ -441,10 +441,14 @@ LOCK TABLE leases IN SHARE ROW EXCLUSIVE MODE;
 
 -- name: live_lease
 -- The board's lease while a daemon holds it (store copy and migrations refuse then).
-SELECT l.owner, l.address, l.epoch, EXTRACT(EPOCH FROM l.expires_at - now())::float8 AS left_s,
-       h.host, h.pid
-  FROM leases l LEFT JOIN hives h ON h.id = l.owner
- WHERE l.name = 'board' AND l.expires_at > now();
+SELECT owner, address, epoch, EXTRACT(EPOCH FROM expires_at - now())::float8 AS left_s
+  FROM leases WHERE name = 'board' AND expires_at > now();
+
+-- name: hives_made
+SELECT to_regclass('hives') IS NOT NULL AS made;
+
+-- name: hive_of
+SELECT host, pid FROM hives WHERE id = %s;
 
 -- name: copy_task_clash
 SELECT id FROM tasks WHERE id = ANY(%s) ORDER BY id LIMIT 1;
@@ -497,7 +501,7 @@ SELECT current_user AS me, current_schema() AS schema,
        COALESCE(r.rolbypassrls, false) AS bypassrls,
        COALESCE(r.rolcreaterole, false) AS createrole,
        (SELECT s.rolname FROM pg_roles s
-         WHERE (s.rolsuper OR s.rolbypassrls) AND s.oid <> r.oid
+         WHERE (s.rolsuper OR s.rolbypassrls OR s.rolcreaterole) AND s.oid <> r.oid
            AND pg_has_role(r.oid, s.oid, 'MEMBER')
          ORDER BY s.rolname LIMIT 1) AS member_of_unbound,
        (SELECT c.relname FROM pg_class c
@@ -508,6 +512,17 @@ SELECT current_user AS me, current_schema() AS schema,
        (SELECT pg_has_role(r.oid, n.nspowner, 'MEMBER') FROM pg_namespace n
          WHERE n.nspname = current_schema()) AS owns_schema
   FROM (SELECT %s::name AS wanted) w LEFT JOIN pg_roles r ON r.rolname = w.wanted;
+
+-- name: grant_role_beyond_rows
+-- A right on a board's table that row-level security does not govern, which the role holds
+-- (through a group, or PUBLIC) once what was granted to it by name has been taken back.
+SELECT c.relname AS name, p.what
+  FROM pg_class c
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+  CROSS JOIN (VALUES ('TRUNCATE'), ('TRIGGER'), ('REFERENCES')) AS p (what)
+ WHERE n.nspname = current_schema() AND c.relkind = 'r'
+   AND has_table_privilege(%s::name, c.oid, p.what)
+ ORDER BY c.relname, p.what LIMIT 1;
 
 -- name: board_tables_rls
 -- The board's tables, and whether row-level security is forced on each (owner included).
