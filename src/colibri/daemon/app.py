@@ -283,7 +283,6 @@ async def serve(config: Config) -> int:
     # SIGINT and SIGTERM from here on: never the default action, which would end the daemon
     # midway through building its board, a PostgreSQL lease held, nothing stopped.
     signals = StopSignals(asyncio.get_running_loop())
-    stop_asked = signals.asked
     host.select(config.host)
     crashpoints.arm(config.crashpoint)
     if crashpoints.armed is not None:
@@ -302,7 +301,7 @@ async def serve(config: Config) -> int:
     endpoint: MetricsEndpoint | None = None
     try:
         advertised = config.server.listen[0] if config.server.listen else None
-        board_hold = await hold_board(config, advertised, stop_asked)
+        board_hold = await hold_board(config, advertised, signals.asked)
         if board_hold is None:
             log.info("stopped while standing by", extra={"event": "stopped"})
             return 0

@@ -176,15 +176,14 @@ class PostgresStore:
         #: ``(owner, epoch)`` of the lease this store writes under: every batch checks it
         #: first, holding the lease row so that no takeover can commit in between.
         self.fence: tuple[str, int] | None = None
+        #: The tenants this store's transactions name for row-level security: ``*`` is every one.
+        self.tenants = "*"
         #: The open batch's transaction id, backend and server start (see ``_writing``), and
         #: its first ledger row; a batch whose COMMIT's answer was lost and whose outcome the
         #: server could not tell yet (``rollback`` waits for it).
         self._opened: dict[str, Any] | None = None
         self._first_row: dict[str, Any] | None = None
         self._in_doubt: _InDoubt | None = None
-
-    #: The tenants this store's transactions name for row-level security: ``*`` is every one.
-    tenants: str = "*"
 
     def _setup(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
         import psycopg
