@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import gc
 import shutil
 import signal
@@ -82,7 +83,9 @@ class BenchAgent(LineProtocol):
         self.next_id = 1
         self.registered: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
 
-    def register(self, name: str, capabilities: list[str], slots: int) -> None:
+    def register(
+        self, name: str, capabilities: list[str], slots: int, tenant: str | None = None
+    ) -> None:
         self.write(
             encode(
                 {
@@ -91,6 +94,7 @@ class BenchAgent(LineProtocol):
                     "name": name,
                     "capabilities": capabilities,
                     "slots": slots,
+                    "tenant": tenant,
                 }
             )
             + b"\n"
@@ -127,10 +131,11 @@ class BenchAgent(LineProtocol):
 class Submitter(LineProtocol):
     """Keeps ``window`` submits in flight until ``count`` are acknowledged."""
 
-    def __init__(self, tally: Tally, capabilities: list[str]) -> None:
+    def __init__(self, tally: Tally, capabilities: list[str], tenant: str | None = None) -> None:
         super().__init__()
         self.tally = tally
         self.caps = encode(capabilities)
+        self.tenant = encode(tenant)
         self.sent = 0
         self.count = 0
         self.next_id = 0
@@ -140,8 +145,8 @@ class Submitter(LineProtocol):
         for _ in range(n):
             self.next_id += 1
             parts.append(
-                b'{"cmd":"submit","id":%d,"text":"bench task %d","capabilities":%s}\n'
-                % (self.next_id, self.next_id, self.caps)
+                b'{"cmd":"submit","id":%d,"text":"bench task %d","capabilities":%s,"tenant":%s}\n'
+                % (self.next_id, self.next_id, self.caps, self.tenant)
             )
         self.sent += n
         return b"".join(parts)
@@ -177,32 +182,41 @@ async def run_phase(
     return tally.end - start
 
 
-async def measure_once(daemon: Daemon, args: argparse.Namespace) -> dict[str, Any]:
+async def measure_once(daemons: list[Daemon], args: argparse.Namespace) -> dict[str, Any]:
+    """One measured run. With several daemons (``--daemons``, each serving tenant ``tN`` of one
+    PostgreSQL board) the agents and submitters are shared out among them, each working in its
+    daemon's tenant, and the figure is every daemon's tasks together."""
     tally = Tally()
     agents: list[BenchAgent] = []
+    tenant_of = {id(d): (f"t{i}" if len(daemons) > 1 else None) for i, d in enumerate(daemons)}
     for n in range(args.agents):
+        daemon = daemons[n % len(daemons)]
         agent = await connect(daemon.socket, lambda: BenchAgent(tally))
         assert isinstance(agent, BenchAgent)
-        agent.register(f"bench-{n:02d}", ["bench", f"host-{n:02d}"], args.slots)
+        agent.register(
+            f"bench-{n:02d}", ["bench", f"host-{n:02d}"], args.slots, tenant_of[id(daemon)]
+        )
         agents.append(agent)
     for agent in agents:
         reply = await asyncio.wait_for(agent.registered, 30)
         if not reply.ok:
             raise Failure(f"register-agent refused: {reply.error}")
     submitters: list[Submitter] = []
-    for _ in range(args.submitters):
-        s = await connect(daemon.socket, lambda: Submitter(tally, ["bench"]))
+    for n in range(args.submitters):
+        daemon = daemons[n % len(daemons)]
+        tenant = tenant_of[id(daemon)]
+        s = await connect(daemon.socket, functools.partial(Submitter, tally, ["bench"], tenant))
         assert isinstance(s, Submitter)
         submitters.append(s)
     if args.warmup:
         await run_phase(tally, submitters, args.warmup, args.window, args.timeout)
-    profiler = start_profiler(daemon.pid, args.profile) if args.profile else None
+    profiler = start_profiler(daemons[0].pid, args.profile) if args.profile else None
     gc.collect()
     gc.disable()
     try:
-        daemon_cpu, load_cpu = cpu_seconds(daemon.pid), own_cpu_seconds()
+        daemon_cpu, load_cpu = sum(cpu_seconds(d.pid) for d in daemons), own_cpu_seconds()
         seconds = await run_phase(tally, submitters, args.tasks, args.window, args.timeout)
-        daemon_cpu = cpu_seconds(daemon.pid) - daemon_cpu
+        daemon_cpu = sum(cpu_seconds(d.pid) for d in daemons) - daemon_cpu
         load_cpu = own_cpu_seconds() - load_cpu
     finally:
         gc.enable()
@@ -211,8 +225,10 @@ async def measure_once(daemon: Daemon, args: argparse.Namespace) -> dict[str, An
     for proto in [*agents, *submitters]:
         assert proto.transport is not None
         proto.transport.close()
-    status = await asyncio.to_thread(daemon.call, "status")
-    closed = status["tasks"]["closed"]
+    closed = 0
+    for daemon in daemons:
+        status = await asyncio.to_thread(daemon.call, "status")
+        closed += status["tasks"]["closed"]
     if closed != args.tasks + args.warmup:
         raise Failure(f"status says {closed} closed, expected {args.tasks + args.warmup}")
     return {
@@ -264,13 +280,19 @@ def once(args: argparse.Namespace, store: str) -> dict[str, Any]:
     if store == "sqlite":
         with Daemon(durability=args.durability, cpu=cpu, extra_args=metrics) as daemon:
             with scraping(daemon, args.metrics):
-                return {"store": store, **asyncio.run(measure_once(daemon, args))}
-    with PgBoard() as board:
+                return {"store": store, **asyncio.run(measure_once([daemon], args))}
+    with PgBoard() as board, contextlib.ExitStack() as daemons:
         dsn = board.as_app_role() if store == "postgresql-rls" else board.dsn
-        extra = ["--store", dsn, *metrics]
-        with Daemon(durability=args.durability, cpu=cpu, extra_args=extra) as daemon:
-            with scraping(daemon, args.metrics):
-                return {"store": store, **asyncio.run(measure_once(daemon, args))}
+        started = []
+        for n in range(args.daemons):
+            serving = ["--tenants", f"t{n}"] if args.daemons > 1 else []
+            extra = ["--store", dsn, *serving, *metrics]
+            started.append(
+                daemons.enter_context(Daemon(durability=args.durability, cpu=cpu, extra_args=extra))
+            )
+        with scraping(started[0], args.metrics):
+            label = store if args.daemons == 1 else f"{store}x{args.daemons}"
+            return {"store": label, **asyncio.run(measure_once(started, args))}
 
 
 @contextlib.contextmanager
@@ -331,6 +353,13 @@ def parser() -> argparse.ArgumentParser:
         "`colibri hive grant` makes (postgresql-rls); several, comma-separated, run in turn; "
         "both: sqlite,postgresql",
     )
+    ap.add_argument(
+        "--daemons",
+        type=int,
+        default=1,
+        help="on PostgreSQL: this many daemons on the one board, each serving a tenant of its "
+        "own (--tenants tN), the agents and submitters shared out among them",
+    )
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per phase at most")
     ap.add_argument(
         "--profile",
@@ -351,13 +380,16 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main() -> int:
-    args = parser().parse_args()
+    ap = parser()
+    args = ap.parse_args()
+    if args.daemons < 1 or (args.daemons > 1 and "sqlite" in args.store.replace("both", "sqlite")):
+        ap.error("--daemons: 1 or more, and more than 1 only with a PostgreSQL --store")
     runs = run(args)
     by_store = {
         store: median([r["tasks_per_s"] for r in runs if r["store"] == store])
         for store in sorted({r["store"] for r in runs})
     }
-    value = by_store.get("sqlite", by_store.get("postgresql", 0.0))
+    value = by_store.get("sqlite", by_store.get("postgresql", next(iter(by_store.values()))))
     if len(by_store) > 1:
         note(f"tasks/s by store (medians): {by_store}")
     emit(
@@ -365,7 +397,7 @@ def main() -> int:
             "bench": "throughput",
             "params": {
                 k: getattr(args, k)
-                for k in ("tasks", "warmup", "agents", "slots", "submitters", "window")
+                for k in ("tasks", "warmup", "agents", "slots", "submitters", "window", "daemons")
             }
             | {
                 "durability": args.durability,

@@ -202,6 +202,33 @@ def test_store_path_must_be_a_path(root: Path, value: str) -> None:
     assert "store.path must be the path of a file" in message
 
 
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ('"acme"', "store.tenants must be a list of tenant names"),
+        ("[]", "store.tenants must be a list of tenant names"),
+        ("[7]", "store.tenants must be a list of tenant names"),
+        ('["Acme Inc"]', "store.tenants: invalid tenant 'Acme Inc'"),
+        ('["acme"]', "a daemon serves some tenants only of a PostgreSQL board"),
+    ],
+)
+def test_store_tenants_must_name_tenants_of_a_postgresql_board(
+    root: Path, value: str, said: str
+) -> None:
+    text = one_setting("store.tenants", value)
+    message = refused(root, text)
+    assert message.startswith(at(root, text, "tenants")) and said in message, message
+
+
+def test_store_tenants_of_a_postgresql_board_are_served_in_order_once(root: Path) -> None:
+    (root / CONFIG_NAME).write_text(
+        '{ "store": { "path": "postgresql://h/db", "tenants": ["beta", "acme", "beta"] } }'
+    )
+    assert load_config(root).tenants == ("acme", "beta")
+    assert load_config(root, tenants="gamma").tenants == ("gamma",)  # --tenants wins
+    assert load_config(root, store="postgresql://h/db2").tenants == ("acme", "beta")
+
+
 def test_a_socket_group_with_a_nul_is_refused(root: Path) -> None:
     text = one_setting("server.socket_group", '"wheel\\u0000"')
     message = refused(root, text)

@@ -47,6 +47,7 @@ from colibri.core.errors import (
     ConfigError,
     ConnectionClosed,
     DaemonNotRunning,
+    NotOwner,
     TlsFailed,
     UnexpectedReply,
     from_wire,
@@ -70,6 +71,9 @@ STREAM_LIMIT = 64 * 1024 * 1024
 CONNECT_TIMEOUT = 10.0
 #: How long ``AsyncClient.close`` waits for the connection to end cleanly before cutting it.
 CLOSE_WAIT = 2.0
+#: How many ``not_owner`` answers a client follows before it gives up (daemons whose view of
+#: who serves what is a moment behind may point at each other while a lease changes hands).
+MAX_HOPS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +109,21 @@ class Remote:
         from colibri.endpoints import client_context
 
         return client_context(self.ca)
+
+    def toward(self, refusal: NotOwner, hops: int) -> Remote:
+        """Where to go after ``not_owner``: the address it names first, then these again; the
+        refusal itself when it names none, the hops are used up (two daemons each pointing
+        at the other), or its address is not one this remote may reach."""
+        if refusal.address is None or hops >= MAX_HOPS:
+            raise refusal
+        try:
+            (owner,) = parse_connect(refusal.address)
+        except (ConfigError, ValueError):
+            raise refusal from None
+        if self.insecure_loopback and not owner.loopback:
+            raise refusal  # plain text goes to loopback only, whoever says otherwise
+        rest = tuple(a for a in self.addresses if a != owner)
+        return Remote((owner, *rest), self.token, self.ca, self.insecure_loopback)
 
 
 def _closed_early(exc: BaseException) -> bool:
@@ -237,7 +256,18 @@ class Client:
     @classmethod
     def remote(cls, remote: Remote, timeout: float | None = None) -> Client:
         """Connected to the first of ``remote``'s addresses that answers, and authenticated
-        with its token (``unauthorized``, ``forbidden``, ``throttled`` if the daemon says no)."""
+        with its token (``unauthorized``, ``forbidden``, ``throttled`` if the daemon says no);
+        a daemon that serves other tenants than the token's says where its tenant is served
+        (``not_owner``), and the client goes there."""
+        for hops in itertools.count():
+            try:
+                return cls._remote(remote, timeout)
+            except NotOwner as refusal:
+                remote = remote.toward(refusal, hops)
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _remote(cls, remote: Remote, timeout: float | None) -> Client:
         context = remote.context()
         failures = []
         for address in remote.addresses:
@@ -391,13 +421,17 @@ class AsyncClient:
     without one, to ``events()``, typed."""
 
     def __init__(self, path: Path | str | Remote, on_event: EventHandler | None = None) -> None:
-        import asyncio  # here, not at the top: the blocking client (the CLI) needs none of it
-
         #: A Unix socket's path, or a daemon over TCP (connected to and authenticated with).
         self.target = path
         self.path = str(path)
         self.on_event = on_event
         self._ids = itertools.count(1)
+        self._fresh()
+
+    def _fresh(self) -> None:
+        """The state of one connection, as before it is made."""
+        import asyncio  # here, not at the top: the blocking client (the CLI) needs none of it
+
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._reader_task: asyncio.Task[None] | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -421,6 +455,19 @@ class AsyncClient:
         await self.close()
 
     async def connect(self) -> AsyncClient:
+        """Connected (and, over TCP, authenticated); a daemon that serves other tenants than
+        the token's says where its tenant is served (``not_owner``), and the client goes
+        there."""
+        if isinstance(self.target, Remote):
+            for hops in itertools.count():
+                try:
+                    return await self._open()
+                except NotOwner as refusal:
+                    self.target = self.target.toward(refusal, hops)
+                    self._fresh()  # (that connection was closed by _open)
+        return await self._open()
+
+    async def _open(self) -> AsyncClient:
         import asyncio
 
         loop = asyncio.get_running_loop()

@@ -43,7 +43,7 @@ def writes_racing_takeovers(
                 if not lease.take():
                     time.sleep(0.001)
                     continue
-                writer_store.fence = (lease.owner, lease.epoch)
+                writer_store.fence = lease.fence
                 while not stop.is_set():
                     try:
                         entry = LedgerEntry(at=AT, to_state="x", epoch=lease.epoch, reason="write")

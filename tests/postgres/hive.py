@@ -30,12 +30,15 @@ class Member(Daemon):
         ttl: str = "2s",
         env: dict[str, str] | None = None,
         log_level: str = "info",
+        tenants: str | None = None,
     ) -> None:
         root.mkdir()
         self.port = free_port()
         self.address = f"tcp://127.0.0.1:{self.port}"
+        serving = ("--tenants", tenants) if tenants else ()
         super().__init__(root, "--store", board, "--lease-ttl", ttl, "--listen", self.address,
-                         "--insecure-loopback", env=env, log_level=log_level)  # fmt: skip
+                         "--insecure-loopback", *serving, env=env,
+                         log_level=log_level)  # fmt: skip
 
     def stand_by(self) -> None:
         """Start it while another serves: it waits, without a socket, until it takes over."""

@@ -130,7 +130,7 @@ def test_a_renewal_never_waits_behind_a_batch_and_a_takeover_always_does(board: 
     store = PostgresStore(board)
     try:
         assert lease.take()
-        store.fence = (lease.owner, lease.epoch)
+        store.fence = lease.fence
         row = LedgerEntry(at="2026-01-01T00:00:00.000Z", to_state="x", epoch=lease.epoch)
         store.append_ledger(row)  # a batch is open, the fence held
         renewed: list[bool] = []

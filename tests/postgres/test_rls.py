@@ -498,7 +498,7 @@ def test_a_lease_lost_at_a_batchs_start_leaves_no_transaction_open(
     ids = _fill(app_board)
     store = PostgresStore(app_board)
     try:
-        store.fence = ("a daemon that never held it", 7)
+        store.fence = (["board"], "a daemon that never held it", 7)
         with pytest.raises(LeaseLost):
             store.insert_task(_task("01a2-late", "acme", "late"), entry_for(_task("x", "acme", "")))
         assert store._conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE

@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 #: A connection that lasted this long was a good one: the next reconnect starts fast again.
 STABLE_CONNECTION = 5.0
 #: Refusals of a registration worth waiting out; any other stops the harness.
-RETRY_REGISTER = frozenset({"closed", "busy", "no_daemon", "throttled", "standby"})
+#: (``not_owner``: no daemon serves its tenant at the moment, or it was followed too far.)
+RETRY_REGISTER = frozenset({"closed", "busy", "no_daemon", "throttled", "standby", "not_owner"})
 #: How long a stopping harness tries to deliver its sessions' last reports (after the kills,
 #: within the supervisor's 10 s before it SIGKILLs the harness).
 REPORT_TIMEOUT = 4.0

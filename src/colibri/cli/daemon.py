@@ -52,6 +52,12 @@ from colibri.cli.main import Context, cli, json_option, pass_ctx
     "10s by default); a standby takes over that long after a crash.",
 )
 @click.option(
+    "--tenants",
+    metavar="A,B",
+    help="On a PostgreSQL board: serve only these tenants (store.tenants), each by a lease of "
+    "its own, beside daemons serving others; the whole board by default.",
+)
+@click.option(
     "--metrics",
     metavar="HOST:PORT",
     help="Serve Prometheus metrics over HTTP at http://HOST:PORT/metrics (server.metrics; "
@@ -81,6 +87,7 @@ def run(
     tls_cert: str | None,
     tls_key: str | None,
     lease_ttl: str | None,
+    tenants: str | None,
     metrics: str | None,
     insecure_loopback: bool,
     detach: bool,
@@ -105,7 +112,7 @@ def run(
     config = load_config(
         root, store=store, durability=durability, listen=listen, tls_cert=tls_cert,
         tls_key=tls_key, insecure_loopback=insecure_loopback, lease_ttl=lease_ttl,
-        metrics=metrics,
+        metrics=metrics, tenants=tenants,
     )  # fmt: skip
     setup(log_level, log_format)
     raise SystemExit(run_loop(serve(config), loop))

@@ -21,8 +21,9 @@ def hive() -> None:
 @json_option
 @pass_ctx
 def list_hive(ctx: Context, store: str | None, as_json: bool) -> None:
-    """Each daemon of the board: serving (with its lease) or standing by, and when it last
-    said so. Read from PostgreSQL: it works while no daemon serves, and on any host."""
+    """Each daemon of the board: serving (with its lease's epoch and time left) the whole board
+    or some tenants, or standing by, and when it last said so. Read from PostgreSQL: it works
+    while no daemon serves, and on any host."""
     from colibri.store.postgres import hive_list
 
     rows = hive_list(_postgres_board(ctx, store))
@@ -39,11 +40,12 @@ def list_hive(ctx: Context, store: str | None, as_json: bool) -> None:
         return "standby" if alive else "gone"
 
     print_table(
-        ["DAEMON", "ROLE", "ADDRESS", "HOST", "PID", "LAST BEAT", "STARTED", "ROOT"],
+        ["DAEMON", "ROLE", "TENANTS", "ADDRESS", "HOST", "PID", "LAST BEAT", "STARTED", "ROOT"],
         [
             [
                 str(r["id"])[:8],
                 role(r),
+                ",".join(r["tenants"]) or "-",
                 r["address"] or "-",
                 r["host"],
                 r["pid"],

@@ -98,7 +98,7 @@ _KNOWN: dict[str, set[str]] = {
         "auth_failures",
         "metrics",
     },  # fmt: skip
-    "store": {"durability", "path", "lease_ttl"},
+    "store": {"durability", "path", "lease_ttl", "tenants"},
     "supervisor": {"crash_loop", "crash_window", "cool_down", "max_backoff", "harness_log_mib"},
     "ledger": {"rotate_mib", "keep"},
     # names are free in these; each entry is checked as what it is
@@ -137,6 +137,7 @@ def load_config(
     insecure_loopback: bool = False,
     lease_ttl: str | None = None,
     metrics: str | None = None,
+    tenants: str | None = None,
 ) -> Config:
     """Read and validate ``root/colibri.jsonc``; errors say ``file:line: what is wrong``."""
     path = root / CONFIG_NAME
@@ -343,6 +344,7 @@ def load_config(
         store=store_path,
         durability=chosen_durability,
         lease_ttl=_lease_ttl(lease_ttl) if lease_ttl else duration("store.lease_ttl", 10.0),
+        tenants=_tenants(tenants, raw.get("store", {}).get("tenants"), store_path, where),
         scheduler=scheduler,
         server=server,
         supervisor=supervisor,
@@ -380,6 +382,35 @@ def _lease_ttl(text: str) -> float:
         return parse_duration(text, low=low, high=high)
     except BadDuration as exc:
         raise ConfigError(f"--lease-ttl: {exc.message}") from None
+
+
+def _tenants(
+    given: str | None, configured: object, store: str, where: Callable[..., str]
+) -> tuple[str, ...]:
+    """The tenants this daemon serves of a PostgreSQL board: ``--tenants a,b`` or
+    ``store.tenants``; () for the whole board."""
+    from colibri.core.errors import BadRequest
+    from colibri.core.model import check_name
+
+    if given is not None:
+        names: object = [part.strip() for part in given.split(",")]
+        said = "--tenants"
+    else:
+        names, said = configured, f"{where('tenants', 'store')}: store.tenants"
+    if names is None:
+        return ()
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise ConfigError(f'{said} must be a list of tenant names, like ["acme", "beta"]')
+    try:
+        chosen = tuple(sorted({check_name(n, "tenant") for n in names}))
+    except BadRequest as exc:
+        raise ConfigError(f"{said}: {exc.message}") from None
+    if not store.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(
+            f"{said}: a daemon serves some tenants only of a PostgreSQL board (--store "
+            "postgresql://…); one on SQLite serves its whole board"
+        )
+    return chosen
 
 
 def _path_setting(

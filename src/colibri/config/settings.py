@@ -135,6 +135,9 @@ class Config:
     durability: str = "full"
     #: How long a daemon's lease on a PostgreSQL board lasts unrenewed (renewed every third).
     lease_ttl: float = 10.0
+    #: The tenants this daemon serves of a PostgreSQL board, each by a lease of its own;
+    #: () for the whole board, by one lease.
+    tenants: tuple[str, ...] = ()
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     supervisor: SupervisorSettings = field(default_factory=SupervisorSettings)

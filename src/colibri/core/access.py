@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from colibri.core import protocol as p
-from colibri.core.errors import Forbidden, UnknownTask
+from colibri.core.errors import Forbidden, NotOwner, UnknownTask
+from colibri.core.model import DEFAULT_TENANT
 from colibri.core.tokens import Token
 
 Kind = Literal["owner", "agent", "operator"]
@@ -125,3 +126,43 @@ class Principal:
 
 
 OWNER = Principal(kind="owner")
+
+
+@dataclass(slots=True)
+class Tenancy:
+    """The tenants a daemon serves of its board: every one (``served`` None), or — on a
+    PostgreSQL board several daemons serve at once — some, each by a lease of its own. A
+    request for another tenant is refused ``not_owner``, saying where it is served."""
+
+    served: frozenset[str] | None = None
+    #: The other daemons' tenants as last read from the board's leases: tenant → the serving
+    #: daemon's address ("*": one serving the whole board).
+    elsewhere: dict[str, str | None] = field(default_factory=dict)
+
+    def serves(self, tenant: str | None) -> bool:
+        return self.served is None or (tenant or DEFAULT_TENANT) in self.served
+
+    def check(self, tenant: str | None) -> None:
+        """Raise ``NotOwner`` unless this daemon serves ``tenant`` (None: the default)."""
+        if self.serves(tenant):
+            return
+        name = tenant or DEFAULT_TENANT
+        served = sorted(self.served or ())
+        here = f"tenant{'s' * (len(served) != 1)} {', '.join(served)}"
+        key = name if name in self.elsewhere else "*" if "*" in self.elsewhere else None
+        if key is None:
+            raise NotOwner(
+                f"this daemon serves {here}, and no daemon serves tenant {name!r} now "
+                "(its lease is free: one will take it, or start one with --tenants); try again"
+            )
+        address = self.elsewhere[key]
+        if address is None:
+            raise NotOwner(
+                f"tenant {name!r} is served by another daemon of this board, which listens on no "
+                "TCP address; use that daemon's root"
+            )
+        raise NotOwner(
+            f"tenant {name!r} is served by another daemon of this board, at {address}; "
+            "connect there",
+            address,
+        )

@@ -39,6 +39,7 @@ the client (``closed``, ``unexpected_reply``) and by the CLI (``os_error``, ``in
     ├── StorageUnavailable   storage_unavailable the store could not commit (disk full, read-only)
     │   └── LeaseLost        lease_lost          another daemon holds the PostgreSQL board now
     ├── Standby              standby             this daemon stands by: another serves the board
+    ├── NotOwner             not_owner           another daemon serves this tenant (``address``)
     ├── Internal             internal            a bug: logged with its traceback
     │   (the codes below are not sent on the socket: start-up, the client, the CLI)
     ├── ConfigError          config_error        colibri.jsonc (or COLIBRI_HOST) is invalid
@@ -288,6 +289,24 @@ class Standby(ColibriError):
     code = "standby"
 
 
+class NotOwner(ColibriError):
+    """This daemon serves other tenants of a PostgreSQL board: the tenant asked for is another
+    daemon's, at ``address`` (None when none serves it now). The one error whose wire form
+    carries a field beside code and message; ``colibri.client`` follows it."""
+
+    code = "not_owner"
+
+    def __init__(self, message: str, address: str | None = None) -> None:
+        super().__init__(message)
+        self.address = address
+
+    def to_wire(self) -> dict[str, str]:
+        wire = super().to_wire()
+        if self.address is not None:
+            wire["address"] = self.address
+        return wire
+
+
 class Internal(ColibriError):
     code = "internal"
 
@@ -427,4 +446,7 @@ def from_wire(error: object) -> ColibriError:
     ColibriError.__init__(
         made, message
     )  # each class's own __init__ builds a message; this one came made
+    if isinstance(made, NotOwner):
+        address = error.get("address")
+        made.address = address if isinstance(address, str) else None
     return made

@@ -83,8 +83,8 @@ async def hold_board(config: Config, address: str | None, stop: asyncio.Event) -
 
     # The board's tables first (made, or migrated, under the board's lock): the lease is one.
     await asyncio.to_thread(lambda: open_store(config.store, durability=config.durability).close())
-    lease = BoardLease(config.store, config.lease_ttl, address, str(config.root))
-    said = ["standby: the board's lease is being taken"]
+    lease = BoardLease(config.store, config.lease_ttl, address, str(config.root), config.tenants)
+    said = [f"standby: {lease.what} is being taken"]
     # Its root's socket says so meanwhile, rather than leave "no daemon is running" to be said.
     clear_stale_socket(config.layout.socket)
     old_umask = os.umask(0o177)
@@ -112,9 +112,10 @@ async def _stand_by(lease: BoardLease, stop: asyncio.Event, said: list[str]) -> 
             await asyncio.to_thread(lease.beat)
             if await asyncio.to_thread(lease.take):
                 log.info(
-                    f"took the board's lease (epoch {lease.epoch}); serving",
-                    extra={"event": "lease_taken", "epoch": lease.epoch},
-                )
+                    f"took {lease.what} (epoch {lease.epoch}); serving",
+                    extra={"event": "lease_taken", "epoch": lease.epoch,
+                           "tenants": list(lease.tenants) or None},
+                )  # fmt: skip
                 return _BoardHold(lease=lease)
             holder = await asyncio.to_thread(lease.holder)
         except StorageUnavailable as exc:
@@ -125,11 +126,13 @@ async def _stand_by(lease: BoardLease, stop: asyncio.Event, said: list[str]) -> 
         if why:
             said[0] = why
         elif holder is None:
-            said[0] = "standby: the board's lease is being taken"
+            said[0] = f"standby: {lease.what} is being taken"
         else:
             where = holder["address"] or "an unknown address"
+            name = str(holder["name"])
+            held = "the board" if name == "board" else f"tenant {name.removeprefix('tenant/')}"
             said[0] = (
-                f"standby: daemon {str(holder['owner'])[:8]} at {where} holds the board (lease "
+                f"standby: daemon {str(holder['owner'])[:8]} at {where} holds {held} (lease "
                 f"epoch {holder['epoch']}); taking over when its lease expires"
             )
         if said[0] != logged:
@@ -264,7 +267,8 @@ def compose(config: Config, store: Store, mirror: LedgerMirror, clock: Clock) ->
     bus = Bus(board.audience, server.loop, server.schedule_flush)
     schedules = ScheduleRunner(board, board.batch, config.default_tz)
     supervisor = Supervisor(config, clock)
-    commands = Commands(board, server, bus, schedules, supervisor, TokenAuthority(store, clock))
+    tokens = TokenAuthority(store, clock, board.tenancy)
+    commands = Commands(board, server, bus, schedules, supervisor, tokens)
     server.attach(commands.handle, bus, schedules.reload)
     metrics = None
     if config.server.metrics is not None:
@@ -392,7 +396,9 @@ def _build(config: Config, hold: _BoardHold, store: Store, mirror: LedgerMirror)
     task read back (a while, on a large board), the schedules loaded and what that changed
     committed."""
     if hold.lease is not None:
-        store.fence = (hold.lease.owner, hold.lease.epoch)  # type: ignore[attr-defined]
+        # Written under the leases' fence; reading and writing only their tenants' rows.
+        store.fence = hold.lease.fence  # type: ignore[attr-defined]
+        store.tenants = hold.lease.named  # type: ignore[attr-defined]
     caught_up = mirror.open(store)
     if caught_up:
         log.info(
@@ -401,9 +407,17 @@ def _build(config: Config, hold: _BoardHold, store: Store, mirror: LedgerMirror)
         )
     daemon = compose(config, store, mirror, SystemClock())
     daemon.lease = hold.lease
+    tenancy = daemon.board.tenancy
+    if config.tenants:
+        tenancy.served = frozenset(config.tenants)
+    if hold.lease is not None:
+        tenancy.elsewhere = hold.lease.elsewhere
     try:
         daemon.board.rebuild()
-        daemon.schedules.load(config.schedules)
+        # colibri.jsonc's schedules of the tenants served here: the others' daemons fire theirs.
+        daemon.schedules.load(
+            {n: s for n, s in config.schedules.items() if tenancy.serves(s.task.tenant)}
+        )
     except ColibriError:
         raise
     except Exception as exc:
@@ -483,7 +497,7 @@ def _renewed_while_building(lease: BoardLease | None) -> Iterator[list[str]]:
         while not done.wait(wait):
             try:
                 if not lease.renew():
-                    lost.append("the board's lease passed to another daemon while the board was "
+                    lost.append(f"{lease.what} passed to another daemon while the board was "
                                 "being built; stopping")  # fmt: skip
                     return
                 wait = lease.ttl / 3
@@ -534,15 +548,16 @@ async def keep_lease(lease: BoardLease, server: Server) -> None:
             continue
         except TimeoutError:
             server.fatal(
-                f"the board's lease could not be renewed within its ttl ({why}); "
+                f"{lease.what} could not be renewed within its ttl ({why}); "
                 "stopping, so that another daemon may take the board"
             )
             return
         if not renewed:
-            server.fatal("the board's lease has passed to another daemon")
+            server.fatal(f"{lease.what} has passed to another daemon")
             return
         with contextlib.suppress(StorageUnavailable):
             await asyncio.to_thread(lease.beat)
+            server.board.tenancy.elsewhere = lease.elsewhere
 
 
 async def _run_until_stopped(daemon: Daemon, signals: StopSignals) -> None:

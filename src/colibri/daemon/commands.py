@@ -198,6 +198,8 @@ class Commands:
             )
             self.server.login_failed(conn.remote)
             raise
+        # A good token of a tenant another daemon serves: told where (not a failed login).
+        self.board.tenancy.check(principal.tenant)
         if not conn.authenticated(principal):
             return None  # told busy, and closed
         log.info(
@@ -265,6 +267,7 @@ class Commands:
                     self._task(conn, spec.parent)
                 except UnknownTask:
                     raise UnknownParent(spec.parent) from None
+        self.board.tenancy.check(spec.tenant)
         task, created = self.board.submit(
             spec, idempotency_key=req.idempotency_key, claim=req.claim
         )
@@ -282,6 +285,8 @@ class Commands:
         from the store a page at a time, so a long page is never built whole. Oldest first,
         or newest first (``newest``); ``next`` is where the next page starts, in that order."""
         tenant = self._principal(conn).tenant_for(req.tenant)
+        if tenant is not None:
+            self.board.tenancy.check(tenant)
         parent = None if req.parent is None else self._resolve(conn, req.parent)
         query = TaskFilter(
             state=req.state, outcome=req.outcome, agent=req.agent, workspace=req.workspace,
@@ -435,6 +440,7 @@ class Commands:
                 raise Forbidden(
                     f"agent name {req.name!r} is taken; create the token for another name"
                 )
+        self.board.tenancy.check(req.tenant)
         agent, adopted, rejected = self.board.register(req, conn)
         return {
             "agent": agent.wire(),
@@ -502,6 +508,7 @@ class Commands:
     # -- schedules ---------------------------------------------------------------------------
 
     def schedule_add(self, req: p.ScheduleAdd, conn: Connection) -> Reply:
+        self.board.tenancy.check(req.schedule.task.tenant)
         schedule = self.schedules.add(req.name, req.schedule, req.replace)
         return {"schedule": schedule, "next": self.schedules.upcoming(req.name, 1)}
 

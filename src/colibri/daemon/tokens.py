@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from colibri.core import tokens
-from colibri.core.access import Principal
+from colibri.core.access import Principal, Tenancy
 from colibri.core.errors import BadRequest, Unauthorized, UnknownToken
 from colibri.core.model import DEFAULT_TENANT, check_name, normalize_names, rfc3339
 from colibri.core.tokens import Issued, Role, Token
@@ -21,9 +21,11 @@ log = logging.getLogger(__name__)
 
 
 class TokenAuthority:
-    def __init__(self, store: Store, clock: Clock) -> None:
+    def __init__(self, store: Store, clock: Clock, tenancy: Tenancy | None = None) -> None:
         self.store = store
         self.clock = clock
+        #: The tenants served here: a token of another is made, and revoked, by its daemon.
+        self.tenancy = tenancy or Tenancy()
 
     def create(
         self,
@@ -35,6 +37,7 @@ class TokenAuthority:
         workspace: str | None = None,
     ) -> Issued:
         tenant = check_name(tenant, "tenant") if tenant else DEFAULT_TENANT
+        self.tenancy.check(tenant)
         if role == "agent":
             if agent is None:
                 raise BadRequest("an agent token is for one agent: give --agent NAME")
@@ -80,12 +83,14 @@ class TokenAuthority:
         return issued
 
     def list(self) -> list[Token]:
-        return self.store.tokens()
+        return [t for t in self.store.tokens() if self.tenancy.serves(t.tenant)]
 
     def revoke(self, token_id: str) -> Token:
         found = self.store.token(token_id)
         if found is None:
             raise UnknownToken(token_id)
+        # (There, where its connections are, which a revocation closes.)
+        self.tenancy.check(found[0].tenant)
         self.store.revoke_token(token_id, rfc3339(self.clock.time()))
         log.info("token revoked", extra={"event": "token_revoked", "token": token_id})
         stored = self.store.token(token_id)

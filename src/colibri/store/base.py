@@ -94,6 +94,10 @@ class TaskFilter:
 
 
 class Store(Protocol):
+    """The board's storage. "Every tenant" below is every tenant the store serves: all of the
+    board's on SQLite; on PostgreSQL those its ``tenants`` name (a daemon serving some tenants
+    of the board reads and writes only theirs) — except tokens, read whatever their tenant."""
+
     #: Where the board is, as it was opened: a file's path for SQLite. Shown to operators
     #: (``status``, error messages); never parsed.
     location: str

@@ -35,7 +35,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import msgspec
 
@@ -90,6 +90,9 @@ _WRITERS_LOCK = (
 ).encode()
 #: The tenants a transaction sees and writes (row-level security), named for it alone.
 _NAME_TENANTS = b"SELECT set_config('colibri.tenants', %s, true)"
+#: The rows a read finds: those of the tenants named (the queries of postgresql.sql say it too),
+#: also on a connection row-level security does not bind (a superuser's).
+_SEEN = "colibri_sees(tenant)"
 
 _SERVER_STARTED = b"SELECT pg_postmaster_start_time() AS started"
 _XACT_STATUS = b"SELECT txid_status(%s) AS status"
@@ -173,9 +176,10 @@ class PostgresStore:
         #: The batch's ledger rows, numbered but not yet sent: they go in one ``executemany``
         #: (one pipelined round trip) before the commit, or before a read of the ledger.
         self._unsent: list[dict[str, Any]] = []
-        #: ``(owner, epoch)`` of the lease this store writes under: every batch checks it
-        #: first, holding the lease row so that no takeover can commit in between.
-        self.fence: tuple[str, int] | None = None
+        #: ``(lease rows, owner, epoch)`` of the leases this store writes under
+        #: (``BoardLease.fence``): every batch checks them first, holding the rows so that no
+        #: takeover can commit in between.
+        self.fence: tuple[list[str], str, int] | None = None
         #: The tenants this store's transactions name for row-level security: ``*`` is every one.
         self.tenants = "*"
         #: The open batch's transaction id, backend and server start (see ``_writing``), and
@@ -292,10 +296,10 @@ class PostgresStore:
             if not self._dirty:
                 conn.execute("BEGIN")
                 if self.fence is not None:
-                    held = conn.execute(_Q["lease_fence"].encode(), self.fence).fetchone()
-                    if held is None:
+                    held = conn.execute(_Q["lease_fence"].encode(), self.fence).fetchall()
+                    if len(held) != len(self.fence[0]):
                         self._lost = (
-                            f"this daemon's lease on the board (epoch {self.fence[1]}) has "
+                            f"this daemon's lease on the board (epoch {self.fence[2]}) has "
                             "passed to another daemon; nothing was written"
                         )
                         # Not left open: the batch's reads would go on in a transaction that
@@ -415,7 +419,8 @@ class PostgresStore:
         first = doubt.first_row
         if first is None:
             return "unknowable"
-        rows = self._read(_LEDGER_ROW, (first["seq"],))
+        # (Whatever tenant the row there now has: another daemon's batch may have taken the seq.)
+        rows = self._read(_LEDGER_ROW, (first["seq"],), "*")
         if not rows:
             return "aborted"
         row = rows[0]
@@ -464,19 +469,26 @@ class PostgresStore:
 
     # -- reads -------------------------------------------------------------------------------
 
-    def _rows(self, query: str, args: Any = ()) -> list[dict[str, Any]]:
+    def _rows(self, query: str, args: Any = (), tenants: str = "") -> list[dict[str, Any]]:
+        """The rows of a read, seen as the store's ``tenants`` see them (or as ``tenants``)."""
         import psycopg
 
         try:
-            if self._dirty:
+            if not self._dirty:
+                return self._read(query.encode(), args, tenants or self.tenants)
+            if not tenants or tenants == self.tenants:
                 return self._conn.execute(query.encode(), args).fetchall()
-            return self._read(query.encode(), args)
+            self._conn.execute(_NAME_TENANTS, (tenants,))
+            try:
+                return self._conn.execute(query.encode(), args).fetchall()
+            finally:
+                self._conn.execute(_NAME_TENANTS, (self.tenants,))
         except psycopg.OperationalError as exc:
             raise StorageUnavailable(
                 f"the PostgreSQL board could not be read ({_first_line(exc)})"
             ) from None
 
-    def _read(self, query: bytes, args: Any = ()) -> list[dict[str, Any]]:
+    def _read(self, query: bytes, args: Any, tenants: str) -> list[dict[str, Any]]:
         """A read outside a batch. Each statement is then a transaction of its own, and
         row-level security shows it only the rows of the tenants it names: the read goes in a
         transaction that names them, pipelined (one round trip), and rolled back. Always —
@@ -489,7 +501,7 @@ class PostgresStore:
         try:
             with conn.pipeline():
                 conn.execute(b"BEGIN")
-                conn.execute(_NAME_TENANTS, (self.tenants,))
+                conn.execute(_NAME_TENANTS, (tenants,))
                 cursor = conn.execute(query, args)
                 # A read writes nothing: ended so, it cannot keep anything by mistake either.
                 conn.execute(b"ROLLBACK")
@@ -612,7 +624,7 @@ class PostgresStore:
         return bytes(row["value"])
 
     def list_tasks(self, query: TaskFilter) -> list[Task]:
-        text, args = sql.list_tasks_query(query, "%s")
+        text, args = sql.list_tasks_query(query, "%s", _SEEN)
         return [task_from_row(r) for r in self._rows(text, args)]
 
     def children(self, task_id: str) -> list[Task]:
@@ -629,7 +641,7 @@ class PostgresStore:
         return [task_from_row(r) for r in self._rows(_Q["open_tasks"])]
 
     def count_tasks(self, query: TaskFilter) -> int:
-        text, args = sql.count_tasks_query(query, "%s")
+        text, args = sql.count_tasks_query(query, "%s", _SEEN)
         row = self._one(text, args)
         return int(row["n"]) if row else 0
 
@@ -777,11 +789,15 @@ class PostgresStore:
                 raise StoreConflict(f"token id {token.id} is taken; nothing was written") from exc
 
     def token(self, token_id: str) -> tuple[Token, str] | None:
-        row = self._one(_Q["get_token"], (token_id,))
+        # Whatever its tenant: a daemon serving other tenants tells its holder where the
+        # token's tenant is served (``not_owner``), rather than that it is unknown.
+        rows = self._rows(_Q["get_token"], (token_id,), tenants="*")
+        row = rows[0] if rows else None
         return None if row is None else (token_from_row(row), row["secret_hash"])
 
     def tokens(self) -> list[Token]:
-        return [token_from_row(r) for r in self._rows(_Q["all_tokens"])]
+        # Every tenant's, as ``token``: agent names are the whole board's (one name, one tenant).
+        return [token_from_row(r) for r in self._rows(_Q["all_tokens"], tenants="*")]
 
     def revoke_token(self, token_id: str, at: str) -> bool:
         with self._writing() as conn:
@@ -793,14 +809,19 @@ class PostgresStore:
 
 
 def hive_list(dsn: str) -> list[dict[str, Any]]:
-    """The daemons of the board at ``dsn``, oldest first, with the lease of the serving one."""
+    """The daemons of the board at ``dsn``, oldest first, each with its live leases (``leases``
+    rows, ``tenants`` served: ``*`` for the whole board), their epoch and least time left."""
     conn = _connect(dsn)
     try:
         if conn.execute("SELECT to_regclass('hives') AS t").fetchone() == {"t": None}:
             return []
-        return [dict(r) for r in conn.execute(_Q["hive_list"].encode()).fetchall()]
+        rows = [dict(r) for r in conn.execute(_Q["hive_list"].encode()).fetchall()]
     finally:
         conn.close()
+    for row in rows:
+        # What it serves: "*" (the whole board), or its tenants.
+        row["tenants"] = ["*" if n == "board" else n.removeprefix("tenant/") for n in row["leases"]]
+    return rows
 
 
 #: A role's name as ``colibri hive grant`` takes it: an SQL identifier that needs no quoting,
@@ -910,10 +931,13 @@ def _refuse_unbound(role: str, found: dict[str, Any]) -> None:
         )
 
 
-def live_lease(conn: psycopg.Connection[dict[str, Any]]) -> dict[str, Any] | None:
-    """The board's lease if a daemon holds it now (by the server's clock): its ``owner`` and
-    what to say of it (``said``: the daemon, its pid, host and address, epoch, time left)."""
-    live = conn.execute(_Q["live_lease"].encode()).fetchone()
+def live_lease(
+    conn: psycopg.Connection[dict[str, Any]], tenant: str | None = None
+) -> dict[str, Any] | None:
+    """A lease a daemon holds now (by the server's clock) — any, or one that covers ``tenant``
+    (its own or the whole board's): its ``owner`` and what to say of it (``said``: the daemon,
+    its pid, host and address, the lease, its epoch and time left)."""
+    live = conn.execute(_Q["live_lease"].encode(), {"tenant": tenant}).fetchone()
     if live is None:
         return None
     who = f"daemon {str(live['owner'])[:8]}"
@@ -923,10 +947,9 @@ def live_lease(conn: psycopg.Connection[dict[str, Any]]) -> dict[str, Any] | Non
         if daemon is not None:
             who += f" (pid {daemon['pid']} on {daemon['host']})"
     where = f" at {live['address']}" if live["address"] else ""
-    said = (
-        f"{who}{where} holds the board's lease (epoch {live['epoch']}, "
-        f"{float(live['left_s']):.1f}s left)"
-    )
+    name = str(live["name"])
+    lease = "the board's lease" if name == "board" else f"the lease of tenant {name[7:]}"
+    said = f"{who}{where} holds {lease} (epoch {live['epoch']}, {float(live['left_s']):.1f}s left)"
     return {"owner": str(live["owner"]), "said": said}
 
 
@@ -935,18 +958,30 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def lease_names(tenants: tuple[str, ...]) -> list[str]:
+    """The lease rows a daemon serving ``tenants`` holds: one per tenant, or the whole board's."""
+    return [f"tenant/{t}" for t in tenants] or ["board"]
+
+
 class BoardLease:
-    """The lease that makes one daemon the board's: taken, renewed and given back on a
-    connection of its own (a renewal never waits behind a batch).
+    """The leases that make a daemon the server of the board — of the whole of it (one row,
+    ``board``), or of some tenants (a row each, ``tenant/<name>``) beside daemons serving
+    others: taken together, renewed together and given back together, on a connection of their
+    own (a renewal never waits behind a batch).
 
     Judged by the server's clock alone (``now()``): no two hosts' clocks are compared. The
     owner is a UUID per process, so a daemon started again is a new owner, and every taking —
-    by another daemon or the same one — makes the epoch one more: the fence of the store's
-    writes (``PostgresStore.fence``) turns away whatever an older epoch still tries.
+    by another daemon or the same one — gives each row an epoch beyond any it had: the fence of
+    the store's writes (``PostgresStore.fence``) turns away whatever an older epoch still tries.
     """
 
     def __init__(
-        self, dsn: str, ttl: float, address: str | None = None, root: str | None = None
+        self,
+        dsn: str,
+        ttl: float,
+        address: str | None = None,
+        root: str | None = None,
+        tenants: tuple[str, ...] = (),
     ) -> None:
         import uuid
 
@@ -954,64 +989,120 @@ class BoardLease:
         self.ttl = ttl
         self.address = address
         self.root = root
+        #: The tenants served; () for the whole board.
+        self.tenants = tenants
+        self.names = lease_names(tenants)
         self.owner = str(uuid.uuid4())
         self.epoch = 0
         #: When (``time.monotonic()``) the last statement that took or renewed the lease was
         #: sent: the lease runs out no sooner than this + ttl, whatever PostgreSQL's clock says.
         self.held_since = 0.0
+        #: The other daemons' live leases as last read (``beat``): tenant → address ("*" for a
+        #: daemon serving the whole board), where a request for a tenant not served here is sent.
+        self.elsewhere: dict[str, str | None] = {}
         self._conn: psycopg.Connection[dict[str, Any]] | None = None
+
+    @property
+    def fence(self) -> tuple[list[str], str, int]:
+        """What the store's batches check (``lease_fence``): these rows, this owner and epoch."""
+        return (self.names, self.owner, self.epoch)
+
+    @property
+    def named(self) -> str:
+        """The tenants the store's transactions name (row-level security): ``*`` for all."""
+        return ",".join(self.tenants) or "*"
+
+    @property
+    def what(self) -> str:
+        """The lease in a message: the board's, or tenant acme's, or tenants acme, beta's."""
+        if not self.tenants:
+            return "the board's lease"
+        if len(self.tenants) == 1:
+            return f"the lease of tenant {self.tenants[0]}"
+        return f"the leases of tenants {', '.join(self.tenants)}"
 
     def _connection(self) -> psycopg.Connection[dict[str, Any]]:
         if self._conn is None or self._conn.closed or self._conn.broken:
             self._conn = _connect(self.dsn)
         return self._conn
 
-    def _run(self, name: str, args: dict[str, Any]) -> dict[str, Any] | None:
+    def _run(self, name: str, args: dict[str, Any]) -> list[dict[str, Any]]:
         import psycopg
 
         try:
             cursor = self._connection().execute(_Q[name].encode(), args)
-            return cursor.fetchone() if cursor.description is not None else None
+            return cursor.fetchall() if cursor.description is not None else []
         except psycopg.OperationalError as exc:
-            if self._conn is not None:
-                self._conn.close()
-            raise StorageUnavailable(
-                f"the PostgreSQL board's lease could not be reached ({_first_line(exc)})"
-            ) from None
+            self._unreachable(exc)
+
+    def _unreachable(self, exc: Exception) -> NoReturn:
+        if self._conn is not None:
+            self._conn.close()
+        raise StorageUnavailable(
+            f"the PostgreSQL board's lease could not be reached ({_first_line(exc)})"
+        ) from None
 
     def take(self) -> bool:
-        """Take the lease if nobody holds it (or its holder's has expired); True if taken."""
+        """Take the leases if nobody holds them, nor one they overlap (the whole board's, or —
+        taking that — any tenant's), or their holders' have expired; True if taken. All or
+        none, under a lock of the table that queues the daemons taking leases (not those
+        renewing theirs for long, nor any batch: the fence's row locks do not wait for it)."""
+        import psycopg
+
         sent = time.monotonic()
-        row = self._run("lease_take", {"owner": self.owner, "address": self.address,
-                                       "ttl": self.ttl})  # fmt: skip
-        if row is None:
+        args: dict[str, Any] = {"owner": self.owner, "address": self.address,
+                                "ttl": self.ttl, "names": self.names}  # fmt: skip
+        conn = self._connection()
+        taken = False
+        try:
+            with conn.transaction():
+                conn.execute(b"LOCK TABLE leases IN SHARE ROW EXCLUSIVE MODE")
+                if conn.execute(_Q["lease_clash"].encode(), args).fetchone() is not None:
+                    raise psycopg.Rollback  # (ends the transaction, and only it)
+                found = conn.execute(_Q["lease_next_epoch"].encode(), args).fetchone()
+                assert found is not None
+                args["epoch"] = int(found["epoch"])
+                rows = conn.execute(_Q["lease_take"].encode(), args).fetchall()
+                if len(rows) != len(self.names):  # (the lock makes this not happen)
+                    raise psycopg.Rollback
+                taken = True
+        except psycopg.OperationalError as exc:
+            self._unreachable(exc)
+        if not taken:
             return False
-        self.epoch = int(row["epoch"])
+        self.epoch = args["epoch"]
         self.held_since = sent
         return True
 
     def holder(self) -> dict[str, Any] | None:
-        """Who holds it: owner, address, epoch, and seconds left (by the server's clock)."""
-        return self._run("lease_holder", {})
+        """Who holds a lease in the way of these (owner, address, epoch, and seconds left by
+        the server's clock, ``name`` which lease); None if none is live."""
+        rows = self._run("lease_clash", {"names": self.names})
+        return rows[0] if rows else None
 
     def renew(self) -> bool:
-        """Extend it by ``ttl`` from now; False if it is no longer ours (another took it)."""
+        """Extend them by ``ttl`` from now; False if one is no longer ours (another took it)."""
         sent = time.monotonic()
-        row = self._run("lease_renew", {"owner": self.owner, "epoch": self.epoch,
-                                        "ttl": self.ttl})  # fmt: skip
-        if row is None:
+        rows = self._run("lease_renew", {"owner": self.owner, "epoch": self.epoch,
+                                         "ttl": self.ttl, "names": self.names})  # fmt: skip
+        if len(rows) != len(self.names):
             return False
         self.held_since = sent
         return True
 
     def beat(self) -> None:
-        """Say this daemon is there, serving or standing by (``colibri hive list``)."""
+        """Say this daemon is there, serving or standing by (``colibri hive list``), and read
+        where the other daemons' tenants are served (``elsewhere``)."""
         import os
         import socket
 
         self._run("hive_beat", {"id": self.owner, "address": self.address,
                                 "host": socket.gethostname(), "pid": os.getpid(),
                                 "root": self.root, "ttl": self.ttl})  # fmt: skip
+        self.elsewhere = {
+            "*" if row["name"] == "board" else row["name"].removeprefix("tenant/"): row["address"]
+            for row in self._run("live_leases", {"owner": self.owner})
+        }
         self._run_quietly("hive_forget_old", {})
 
     def _run_quietly(self, name: str, args: dict[str, Any]) -> None:
@@ -1023,10 +1114,11 @@ class BoardLease:
             pass
 
     def release(self) -> None:
-        """Give it back at once (a clean stop): the next daemon need not wait out the ttl."""
+        """Give them back at once (a clean stop): the next daemon need not wait out the ttl."""
         if self.epoch:
-            # (If this fails, the lease expires by itself.)
-            self._run_quietly("lease_release", {"owner": self.owner, "epoch": self.epoch})
+            # (If this fails, the leases expire by themselves.)
+            self._run_quietly("lease_release", {"owner": self.owner, "epoch": self.epoch,
+                                                "names": self.names})  # fmt: skip
         self._run_quietly("hive_leave", {"id": self.owner})
         self.close()
 

@@ -36,9 +36,10 @@ def cost_query(text: str, by: str) -> str:
     return text.replace("{key}", key)
 
 
-def _task_conditions(query: TaskFilter, placeholder: str) -> tuple[str, list[Any]]:
-    """The ``WHERE`` clause (or nothing) of a task filter, and its arguments."""
-    where: list[str] = []
+def _task_conditions(query: TaskFilter, placeholder: str, scope: str) -> tuple[str, list[Any]]:
+    """The ``WHERE`` clause (or nothing) of a task filter, and its arguments; ``scope``: a
+    condition every row must meet besides (the tenants a PostgreSQL store names), or ""."""
+    where: list[str] = [scope] if scope else []
     args: list[Any] = []
     for column in ("state", "outcome", "agent", "workspace", "parent", "tenant"):
         value = getattr(query, column)
@@ -60,9 +61,9 @@ def _task_conditions(query: TaskFilter, placeholder: str) -> tuple[str, list[Any
     return (" WHERE " + " AND ".join(where) if where else ""), args
 
 
-def list_tasks_query(query: TaskFilter, placeholder: str) -> tuple[str, list[Any]]:
+def list_tasks_query(query: TaskFilter, placeholder: str, scope: str = "") -> tuple[str, list[Any]]:
     """``list_tasks``' statement and its arguments; ``placeholder``: ``?`` or ``%s``."""
-    where, args = _task_conditions(query, placeholder)
+    where, args = _task_conditions(query, placeholder, scope)
     order = "DESC" if query.newest else ""
     return f"SELECT * FROM tasks{where} ORDER BY id {order} LIMIT {placeholder}", [
         *args,
@@ -70,7 +71,9 @@ def list_tasks_query(query: TaskFilter, placeholder: str) -> tuple[str, list[Any
     ]
 
 
-def count_tasks_query(query: TaskFilter, placeholder: str) -> tuple[str, list[Any]]:
+def count_tasks_query(
+    query: TaskFilter, placeholder: str, scope: str = ""
+) -> tuple[str, list[Any]]:
     """``count_tasks``' statement and its arguments; ``placeholder``: ``?`` or ``%s``."""
-    where, args = _task_conditions(query, placeholder)
+    where, args = _task_conditions(query, placeholder, scope)
     return f"SELECT COUNT(*) AS n FROM tasks{where}", args

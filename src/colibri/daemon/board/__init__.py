@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 from colibri.config import SchedulerSettings
 from colibri.core import states
+from colibri.core.access import Tenancy
 from colibri.core.claims import Claims
 from colibri.core.model import LedgerEntry, Task
 from colibri.core.states import State
@@ -78,6 +79,8 @@ class Board:
         self.store = store
         self.settings = settings
         self.clock = clock
+        #: The tenants this board holds: every one, or those the daemon's leases name.
+        self.tenancy = Tenancy()
         self.batch = batch = Batch()
         self.audience = audience = Audience(batch)
         claims = Claims(store.claim_key())

@@ -234,41 +234,62 @@ DELETE FROM hives WHERE last_beat < now() - interval '1 day';
 DELETE FROM hives WHERE id = %(id)s;
 
 -- name: hive_list
+-- Each daemon with the leases it holds live: 'board' (the whole board) or 'tenant/<name>'.
 SELECT h.id, h.address, h.host, h.pid, h.root, h.ttl,
        to_char(h.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS started_at,
        EXTRACT(EPOCH FROM now() - h.last_beat)::float8 AS beat_ago_s,
-       l.epoch AS lease_epoch,
-       EXTRACT(EPOCH FROM l.expires_at - now())::float8 AS lease_left_s
-  FROM hives h LEFT JOIN leases l ON l.name = 'board' AND l.owner = h.id
+       MAX(l.epoch) AS lease_epoch,
+       EXTRACT(EPOCH FROM MIN(l.expires_at) - now())::float8 AS lease_left_s,
+       COALESCE(array_agg(l.name ORDER BY l.name) FILTER (WHERE l.name IS NOT NULL), '{}')
+           AS leases
+  FROM hives h LEFT JOIN leases l ON l.owner = h.id AND l.expires_at > now()
+ GROUP BY h.id
  ORDER BY h.started_at, h.id;
+
+-- name: lease_clash
+-- A live lease that taking the leases %(names)s would overlap: one of them, the whole board's
+-- (which covers every tenant), or — when the whole board's is taken — any tenant's.
+SELECT name, owner, address, epoch, EXTRACT(EPOCH FROM expires_at - now())::float8 AS left_s
+  FROM leases
+ WHERE expires_at > now()
+   AND (name = ANY(%(names)s) OR name = 'board'
+        OR ('board' = ANY(%(names)s) AND name LIKE 'tenant/%%'))
+ ORDER BY expires_at DESC
+ LIMIT 1;
+
+-- name: lease_next_epoch
+-- One more than any of the rows taken ever had: every row's epoch grows at every taking.
+SELECT COALESCE(MAX(epoch), 0) + 1 AS epoch FROM leases WHERE name = ANY(%(names)s);
 
 -- name: lease_take
 INSERT INTO leases (name, owner, address, epoch, taken_at, expires_at)
-VALUES ('board', %(owner)s, %(address)s, 1, now(), now() + %(ttl)s * interval '1 second')
+SELECT name, %(owner)s, %(address)s, %(epoch)s, now(), now() + %(ttl)s * interval '1 second'
+  FROM unnest(%(names)s::text[]) AS name
 ON CONFLICT (name) DO UPDATE
-   SET owner = excluded.owner, address = excluded.address, epoch = leases.epoch + 1,
+   SET owner = excluded.owner, address = excluded.address, epoch = excluded.epoch,
        taken_at = excluded.taken_at, expires_at = excluded.expires_at
  WHERE leases.expires_at <= now()
-RETURNING epoch;
+RETURNING name;
 
--- name: lease_holder
-SELECT owner, address, epoch, EXTRACT(EPOCH FROM expires_at - now())::float8 AS left_s
-  FROM leases WHERE name = 'board';
+-- name: live_leases
+-- The other daemons' live leases: where to send a request for a tenant not served here.
+SELECT name, address FROM leases WHERE expires_at > now() AND owner <> %(owner)s;
 
 -- name: lease_renew
 UPDATE leases SET expires_at = now() + %(ttl)s * interval '1 second'
- WHERE name = 'board' AND owner = %(owner)s AND epoch = %(epoch)s
-RETURNING epoch;
+ WHERE name = ANY(%(names)s) AND owner = %(owner)s AND epoch = %(epoch)s
+RETURNING name;
 
 -- name: lease_release
 UPDATE leases SET expires_at = now() - interval '1 millisecond'
- WHERE name = 'board' AND owner = %(owner)s AND epoch = %(epoch)s;
+ WHERE name = ANY(%(names)s) AND owner = %(owner)s AND epoch = %(epoch)s;
 
 -- name: lease_fence
 -- FOR KEY SHARE: a takeover (it changes owner and epoch, keys of leases_holder) waits for the
 -- batch to end; a renewal (expires_at) does not, so it cannot be starved by back-to-back batches.
-SELECT 1 AS held FROM leases
- WHERE name = 'board' AND owner = %s AND epoch = %s AND expires_at > now()
+-- Every row of the daemon's leases must be found.
+SELECT name FROM leases
+ WHERE name = ANY(%s) AND owner = %s AND epoch = %s AND expires_at > now()
    FOR KEY SHARE;
 
 -- name: insert_task
@@ -296,7 +317,7 @@ VALUES (%(seq)s, %(at)s, %(task)s, %(schedule)s, %(tenant)s, %(from_state)s, %(t
         %(agent)s, %(epoch)s, %(reason)s, %(cost)s, %(uid)s, %(pid)s);
 
 -- name: get_task
-SELECT * FROM tasks WHERE id = %s;
+SELECT * FROM tasks WHERE id = %s AND colibri_sees(tenant);
 
 -- name: find_idempotent
 SELECT * FROM tasks WHERE tenant = %s AND idempotency_key = %s;
@@ -308,13 +329,13 @@ SELECT value FROM meta WHERE name = %s;
 INSERT INTO meta (name, value) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING;
 
 -- name: fingerprint
-SELECT fingerprint FROM tasks WHERE id = %s;
+SELECT fingerprint FROM tasks WHERE id = %s AND colibri_sees(tenant);
 
 -- name: open_tasks
-SELECT * FROM tasks WHERE state <> 'closed' ORDER BY id;
+SELECT * FROM tasks WHERE state <> 'closed' AND colibri_sees(tenant) ORDER BY id;
 
 -- name: children
-SELECT * FROM tasks WHERE parent = %s ORDER BY id;
+SELECT * FROM tasks WHERE parent = %s AND colibri_sees(tenant) ORDER BY id;
 
 -- name: open_family
 WITH RECURSIVE family (id, depth) AS (
@@ -323,14 +344,14 @@ WITH RECURSIVE family (id, depth) AS (
     SELECT tasks.id, family.depth + 1 FROM tasks JOIN family ON tasks.parent = family.id
 )
 SELECT tasks.* FROM family JOIN tasks ON tasks.id = family.id
- WHERE tasks.state IN ('pending', 'running')
+ WHERE tasks.state IN ('pending', 'running') AND colibri_sees(tasks.tenant)
  ORDER BY family.depth, tasks.id;
 
 -- name: ledger_after
-SELECT * FROM ledger WHERE seq > %s ORDER BY seq LIMIT %s;
+SELECT * FROM ledger WHERE seq > %s AND colibri_sees(tenant) ORDER BY seq LIMIT %s;
 
 -- name: ledger_of_task
-SELECT * FROM ledger WHERE task = %s AND seq > %s ORDER BY seq LIMIT %s;
+SELECT * FROM ledger WHERE task = %s AND seq > %s AND colibri_sees(tenant) ORDER BY seq LIMIT %s;
 
 -- name: max_ledger_seq
 SELECT COALESCE(MAX(seq), 0) AS seq FROM ledger;
@@ -340,10 +361,11 @@ SELECT COALESCE(MAX(seq), 0) AS seq FROM ledger;
 SELECT colibri_ledger_top() AS seq;
 
 -- name: count_by_state
-SELECT state, COUNT(*) AS n FROM tasks GROUP BY state;
+SELECT state, COUNT(*) AS n FROM tasks WHERE colibri_sees(tenant) GROUP BY state;
 
 -- name: count_by_outcome
-SELECT outcome, COUNT(*) AS n FROM tasks WHERE outcome IS NOT NULL GROUP BY outcome;
+SELECT outcome, COUNT(*) AS n FROM tasks
+ WHERE outcome IS NOT NULL AND colibri_sees(tenant) GROUP BY outcome;
 
 -- name: upsert_agent
 INSERT INTO agents (name, tenant, capabilities, slots, ttl, workspace, registered_at, last_seen)
@@ -355,7 +377,7 @@ ON CONFLICT (name) DO UPDATE
        registered_at = excluded.registered_at, last_seen = excluded.last_seen;
 
 -- name: all_agents
-SELECT * FROM agents ORDER BY name;
+SELECT * FROM agents WHERE colibri_sees(tenant) ORDER BY name;
 
 -- name: ensure_tenant
 INSERT INTO tenants (name, created_at) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING;
@@ -378,10 +400,10 @@ ON CONFLICT (name) DO UPDATE
    SET tenant = excluded.tenant, next_fire_at = excluded.next_fire_at, doc = excluded.doc;
 
 -- name: all_schedules
-SELECT doc FROM schedules ORDER BY name;
+SELECT doc FROM schedules WHERE colibri_sees(tenant) ORDER BY name;
 
 -- name: get_schedule
-SELECT doc FROM schedules WHERE name = %s;
+SELECT doc FROM schedules WHERE name = %s AND colibri_sees(tenant);
 
 -- name: delete_schedule
 DELETE FROM schedules WHERE name = %s;
@@ -397,7 +419,7 @@ SELECT 1 FROM schedule_fires WHERE schedule = %s AND nominal = %s;
 
 -- name: fires_of
 SELECT schedule, nominal, outcome, task, at, reason FROM schedule_fires
- WHERE schedule = %s ORDER BY nominal DESC LIMIT %s;
+ WHERE schedule = %s AND colibri_sees(tenant) ORDER BY nominal DESC LIMIT %s;
 
 -- name: cost_totals
 -- {key} is one of the expressions in colibri.store.sql.COST_KEYS, never user text. Sums are taken
@@ -408,13 +430,14 @@ SELECT {key} AS key, COUNT(*) AS sessions,
        COALESCE(SUM((l.cost::jsonb ->> 'tokens_out')::double precision), 0) AS tokens_out
   FROM ledger l LEFT JOIN tasks t ON t.id = l.task
  WHERE l.cost IS NOT NULL AND l.at >= %s AND (%s::text IS NULL OR l.tenant = %s)
+   AND colibri_sees(l.tenant)
  GROUP BY 1 ORDER BY 1 NULLS FIRST;
 
 -- name: set_question
 UPDATE tasks SET question = %s WHERE id = %s;
 
 -- name: count_children
-SELECT COUNT(*) AS n FROM tasks WHERE parent = %s;
+SELECT COUNT(*) AS n FROM tasks WHERE parent = %s AND colibri_sees(tenant);
 
 -- name: insert_token
 INSERT INTO tokens (id, tenant, role, agent, capabilities, workspace, secret_hash, created_at,
@@ -440,9 +463,13 @@ UPDATE tokens SET last_used_at = %s WHERE id = %s;
 LOCK TABLE leases IN SHARE ROW EXCLUSIVE MODE;
 
 -- name: live_lease
--- The board's lease while a daemon holds it (store copy and migrations refuse then).
-SELECT owner, address, epoch, EXTRACT(EPOCH FROM expires_at - now())::float8 AS left_s
-  FROM leases WHERE name = 'board' AND expires_at > now();
+-- A lease a daemon holds now (migrations refuse then; store copy, one over its tenant): the
+-- whole board's first, then the one that lasts longest.
+SELECT name, owner, address, epoch, EXTRACT(EPOCH FROM expires_at - now())::float8 AS left_s
+  FROM leases
+ WHERE expires_at > now() AND (%(tenant)s::text IS NULL OR name IN ('board', 'tenant/' || %(tenant)s))
+ ORDER BY name = 'board' DESC, expires_at DESC
+ LIMIT 1;
 
 -- name: hives_made
 SELECT to_regclass('hives') IS NOT NULL AS made;

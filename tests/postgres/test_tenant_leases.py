@@ -1,0 +1,235 @@
+"""Daemons serving some tenants of one PostgreSQL board each, side by side: a lease per tenant,
+taken and fenced like the whole board's, and clients sent to the daemon serving their tenant
+(``not_owner``, followed by ``colibri.client``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from colibri.client import MAX_HOPS, Client, Remote
+from colibri.core.errors import ColibriError, LeaseLost, NotOwner
+from colibri.core.model import LedgerEntry
+from colibri.store.postgres import BoardLease, PostgresStore
+from tests.helpers import PYTHON, colibri, one_line, wait_until
+from tests.postgres.hive import Member
+from tests.store.conftest import as_app_role
+
+
+def _entry(task: str, tenant: str) -> LedgerEntry:
+    return LedgerEntry(seq=0, at="2026-12-03T00:00:00.000Z", task=task, from_state=None,
+                       to_state="pending", tenant=tenant)  # fmt: skip
+
+
+def test_leases_of_tenants_and_of_the_whole_board_exclude_each_other(board: str) -> None:
+    PostgresStore(board).close()  # the board's tables
+    acme, beta = BoardLease(board, 30, tenants=("acme",)), BoardLease(board, 30, tenants=("beta",))
+    whole = BoardLease(board, 30)
+    both = BoardLease(board, 30, tenants=("acme", "beta"))
+    second_acme, gamma = (
+        BoardLease(board, 30, tenants=("acme",)),
+        BoardLease(board, 30, tenants=("gamma",)),
+    )
+    try:
+        assert acme.take() and beta.take()  # side by side
+        assert (acme.epoch, beta.epoch) == (1, 1)
+        assert not whole.take()  # the whole board's overlaps every tenant's
+        held = whole.holder()
+        assert held is not None and held["name"] in ("tenant/acme", "tenant/beta")
+        assert not both.take() and not second_acme.take()
+        acme.release()
+        assert not whole.take()  # beta's is still live
+        assert not both.take()  # all or none: acme is free, beta is not
+        beta.release()
+        assert whole.take() and whole.epoch == 1  # its own row's first taking
+        assert not gamma.take()  # a tenant never seen, and the whole board's is live
+        whole.release()
+        # A taking of several rows gives each an epoch beyond any it had.
+        assert both.take() and both.epoch == 2
+        assert not acme.renew()  # acme's rows are another's now
+        with psycopg.connect(board) as conn:
+            rows = conn.execute(
+                "SELECT name, owner, epoch FROM leases WHERE expires_at > now() ORDER BY name"
+            ).fetchall()
+        assert rows == [("tenant/acme", both.owner, 2), ("tenant/beta", both.owner, 2)]
+    finally:
+        for lease in (acme, beta, whole, both, second_acme, gamma):
+            lease.release()
+
+
+def test_a_lease_taken_over_fences_its_tenant_and_not_the_others(board: str) -> None:
+    PostgresStore(board).close()
+    acme, beta = BoardLease(board, 30, tenants=("acme",)), BoardLease(board, 30, tenants=("beta",))
+    thief = BoardLease(board, 30, tenants=("acme",))
+    acme_store, beta_store = PostgresStore(board), PostgresStore(board)
+    try:
+        assert acme.take() and beta.take()
+        for store, lease in ((acme_store, acme), (beta_store, beta)):
+            store.fence, store.tenants = lease.fence, lease.named
+        acme_store.append_ledger(_entry("t-acme-1", "acme"))
+        acme_store.commit()
+        # acme's lease lapses and is taken by another daemon; beta's owner writes on.
+        with psycopg.connect(board, autocommit=True) as conn:
+            conn.execute("UPDATE leases SET expires_at = now() WHERE name = 'tenant/acme'")
+        assert thief.take() and thief.epoch == 2
+        with pytest.raises(LeaseLost):
+            acme_store.append_ledger(_entry("t-acme-2", "acme"))
+        beta_store.append_ledger(_entry("t-beta-1", "beta"))
+        beta_store.commit()
+        with psycopg.connect(board) as conn:
+            tasks = [r[0] for r in conn.execute("SELECT task FROM ledger ORDER BY seq")]
+        assert tasks == ["t-acme-1", "t-beta-1"]
+    finally:
+        acme_store.close()
+        beta_store.close()
+        for lease in (acme, beta, thief):
+            lease.release()
+
+
+def test_a_store_naming_some_tenants_reads_only_theirs_also_as_a_superuser(board: str) -> None:
+    """The queries say which tenants they read, not only the policies: a superuser (whom
+    row-level security never binds) connected store still builds only its tenants' board."""
+    store = PostgresStore(board)
+    try:
+        for n, tenant in enumerate(["acme", "beta", "acme"]):
+            store.append_ledger(_entry(f"t{n}", tenant))
+        store.commit()
+        store.tenants = "acme"
+        assert [e.task for e in store.ledger(0, 100)] == ["t0", "t2"]
+        store.tenants = "beta"
+        assert [e.task for e in store.ledger(0, 100)] == ["t1"]
+        # The next seq is still the whole board's, whatever the store names.
+        entry = store.append_ledger(_entry("t3", "beta"))
+        store.commit()
+        assert entry.seq == 4
+    finally:
+        store.close()
+
+
+def test_daemons_serve_their_tenants_side_by_side_and_send_clients_to_the_owner(
+    tmp_path: Path, board: str
+) -> None:
+    app = as_app_role(board)  # row-level security holds each daemon to its tenants too
+    acme = Member(tmp_path / "acme", app, tenants="acme")
+    beta = Member(tmp_path / "beta", app, tenants="beta")
+    whole = Member(tmp_path / "whole", app)
+    spare = Member(tmp_path / "spare", app, tenants="acme")
+    state = tempfile.mkdtemp(prefix="cr-", dir="/tmp")
+    agent = None
+    try:
+        acme.start()
+        beta.start()
+        assert "took the lease of tenant acme (epoch 1)" in acme.log()
+        # Each daemon is told where the other's tenant is at its next renewal.
+        wait_until(lambda: _refusal(acme, "submit", text="x", tenant="beta").address, timeout=10)
+        refused = _refusal(acme, "submit", text="x", tenant="beta")
+        assert refused.address == beta.address and beta.address in refused.message
+        assert _refusal(beta, "token-create", role="agent", tenant="acme", agent="a1").address == (
+            acme.address
+        )
+        # The default tenant: nobody serves it.
+        nobody = _refusal(beta, "submit", text="x")
+        assert nobody.address is None and "no daemon serves tenant 'default'" in nobody.message
+        told = colibri(acme.root, "submit", "x", "--tenant", "beta")
+        assert told.returncode == 1 and f"at {beta.address}" in one_line(told.stderr)
+
+        operator = beta.call("token-create", role="operator", tenant="beta")["secret"]
+        worker = beta.call("token-create", role="agent", tenant="beta", agent="far")["secret"]
+        # A client given acme's daemon only, with beta's token, is sent on to beta's.
+        with Client.remote(Remote.parse(acme.address, token=operator,
+                                        insecure_loopback=True)) as client:  # fmt: skip
+            assert client.path == beta.address
+            task = client.submit("to beta", capabilities=["far"])
+        assert task.tenant == "beta"
+        # So is an agent (the harness's AsyncClient), which then runs it.
+        agent = subprocess.Popen(
+            [PYTHON, "-m", "colibri", "agent", "--connect", acme.address, "--insecure-loopback",
+             "--name", "far", "--cap", "far", "--state-dir", state, "--", "cat"],
+            env={**os.environ, "COLIBRI_TOKEN": str(worker)}, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        assert beta.wait_closed(task.id, timeout=20)["output"] == "to beta"
+        mine = acme.submit("acme's own", tenant="acme")
+        # Each board holds its tenants' tasks only; the ledgers' seqs are the whole board's.
+        assert [t["id"] for t in acme.call("list")["tasks"]] == [mine["id"]]
+        assert [t["id"] for t in beta.call("list")["tasks"]] == [task.id]
+        with pytest.raises(ColibriError) as unknown:
+            acme.call("get", task=task.id)
+        assert unknown.value.code == "unknown_task"
+        acme_seqs = {row["seq"] for row in acme.ledger()}
+        beta_seqs = {row["seq"] for row in beta.ledger()}
+        assert acme_seqs and beta_seqs and not acme_seqs & beta_seqs
+        assert sorted(acme_seqs | beta_seqs) == list(range(1, len(acme_seqs | beta_seqs) + 1))
+
+        # A daemon of the whole board stands by while any tenant is served; so does a second
+        # one for acme, which takes acme over when its daemon dies — beta served throughout.
+        whole.stand_by()
+        assert "holds tenant" in whole.log()
+        spare.stand_by()
+        acme.kill()
+        wait_until(spare.serving, timeout=15)
+        assert "took the lease of tenant acme (epoch 2)" in spare.log()
+        assert spare.task(mine["id"])["state"] == "pending"
+        listed = colibri(None, "hive", "list", "--store", board, "--json")
+        assert listed.returncode == 0, listed.stderr
+        serving = {h["address"]: h["tenants"] for h in json.loads(listed.stdout) if h["tenants"]}
+        assert serving == {spare.address: ["acme"], beta.address: ["beta"]}
+        table = colibri(None, "hive", "list", "--store", board)
+        assert "TENANTS" in table.stdout and "acme" in table.stdout
+        assert beta.submit("still beta", tenant="beta")["tenant"] == "beta"
+        assert not whole.serving()
+    finally:
+        if agent is not None:
+            agent.send_signal(signal.SIGTERM)
+            agent.wait(timeout=20)
+        shutil.rmtree(state, ignore_errors=True)
+        spare.stop_with(beta, whole, acme)
+
+
+def _refusal(daemon: Member, cmd: str, **fields: object) -> NotOwner:
+    try:
+        daemon.call(cmd, **fields)
+    except NotOwner as refusal:
+        return refusal
+    raise AssertionError(f"{cmd} was not refused not_owner")
+
+
+def test_a_client_follows_not_owner_a_bounded_number_of_times_and_only_where_it_may() -> None:
+    remote = Remote.parse("tcp://127.0.0.1:7001,tcp://127.0.0.1:7002", token="t",
+                          insecure_loopback=True)  # fmt: skip
+    onward = remote.toward(NotOwner("elsewhere", "tcp://127.0.0.1:7002"), 0)
+    assert [str(a) for a in onward.addresses] == ["tcp://127.0.0.1:7002", "tcp://127.0.0.1:7001"]
+    assert onward.token == "t" and onward.insecure_loopback
+    for refusal, hops in [
+        (NotOwner("no daemon serves it", None), 0),
+        (NotOwner("round and round", "tcp://127.0.0.1:7001"), MAX_HOPS),
+        (NotOwner("plain text off this machine", "tcp://192.0.2.1:7001"), 0),
+        (NotOwner("not an address", "http://x"), 0),
+    ]:
+        with pytest.raises(NotOwner) as raised:
+            remote.toward(refusal, hops)
+        assert raised.value is refusal
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--tenants", "acme"], "serves some tenants only of a PostgreSQL board"),
+        (["--tenants", "Bad Name", "--store", "postgresql://x/y"], "--tenants: invalid tenant"),
+        (["--tenants", ",", "--store", "postgresql://x/y"], "--tenants: invalid tenant"),
+    ],
+)
+def test_tenants_that_cannot_be_served_are_refused_in_one_line(
+    tmp_path: Path, args: list[str], said: str
+) -> None:
+    assert colibri(None, "init", str(tmp_path)).returncode == 0
+    ran = colibri(tmp_path, "run", *args)
+    assert ran.returncode != 0 and said in one_line(ran.stderr), ran.stderr
