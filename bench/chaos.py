@@ -106,7 +106,7 @@ from tests.reliability.test_socket_abuse import fuzz
 from colibri.config import init_root
 
 #: What ``--only`` selects from.
-SCENARIO_NAMES = ("A1", "A2", "D4", "D1", "B1", "A3", "H1", "H2", "A7", "F1", "S4", "G")
+SCENARIO_NAMES = ("A1", "A2", "D4", "D1", "B1", "A3", "H1", "H2", "H3", "A7", "F1", "S4", "G")
 #: The plan's bound on any one reply to a fuzzed request (a hang).
 FUZZ_SLOWEST_S = 1.0
 
@@ -366,28 +366,34 @@ def run_hive_schedules(args: argparse.Namespace) -> dict[str, Any]:
     return figures
 
 
-def run_hive_agents(args: argparse.Namespace) -> dict[str, Any]:
-    """H2: agents over TCP following the serving daemon of a PostgreSQL board through its kill."""
+def run_hive_agents(args: argparse.Namespace, name: str = "H2") -> dict[str, Any]:
+    """H2: agents over TCP following the serving daemon of a PostgreSQL board through its kill.
+    H3: daemons sharing ``--h3-tenants`` tenants out, the one serving the first killed."""
     from tests.postgres.agents_through_kill import tasks_through_owner_kill
 
-    board, drop, skipped = _pg_board("H2")
+    board, drop, skipped = _pg_board(name)
     if skipped is not None:
         return skipped
+    tenants = args.h3_tenants if name == "H3" else 0
+    tasks = args.h3_tasks if name == "H3" else args.h2_tasks
     workdir = Path(tempfile.mkdtemp(prefix="ch", dir="/tmp"))
     note(
-        f"H2: {args.h2_tasks:,} tasks, {args.h2_agents} agents over TCP, {args.h1_daemons} "
-        f"daemons, the serving one killed halfway (roots under {workdir})"
-    )
+        f"{name}: {tasks:,} tasks, {args.h2_agents} agents over TCP, {args.h1_daemons} "
+        + (f"daemons sharing {tenants} tenants out, the one serving t0 killed halfway"
+           if tenants else "daemons, the serving one killed halfway")
+        + f" (roots under {workdir})"
+    )  # fmt: skip
     return judged(
-        "H2",
+        name,
         workdir,
         lambda: _finally(
             lambda: tasks_through_owner_kill(
                 workdir,
                 board,
                 daemons=args.h1_daemons,
-                tasks=args.h2_tasks,
+                tasks=tasks,
                 clients=4,
+                tenants=tenants,
                 processes=args.h2_agents // args.h2_per_process,
                 per_process=args.h2_per_process,
                 ttl=2.0,
@@ -403,7 +409,7 @@ def run_hive_agents(args: argparse.Namespace) -> dict[str, Any]:
             and f["outcomes"].get("failed", 0) == f["failed_claim_lost_to_kill"]
             and f["session_starts"] == f["outcomes"].get("done", 0)
         ),
-        args.h2_tasks,
+        tasks,
     )
 
 
@@ -599,6 +605,47 @@ def run_state_machine(examples: int, steps: int) -> dict[str, Any]:
     }
 
 
+def _agents_through_kill_line(name: str, h2: dict[str, Any]) -> str:
+    """The row of H2 (the serving daemon killed) or H3 (one of the daemons sharing the tenants
+    out killed)."""
+    if "acknowledged" not in h2:
+        return f"| {name} | agents over TCP through a kill | FAIL | {h2['error']} |"
+    sharing = bool(h2.get("tenants"))
+    what = (
+        f"| {name} | {h2['tasks']:,} tasks of {h2['tenants']} tenants shared out by the daemons,"
+        " the one serving the first killed halfway, agents and clients of every tenant over TCP"
+        " following their tenant: 0 acknowledged lost, 0 run twice | "
+        if sharing
+        else f"| {name} | {h2['tasks']:,} tasks, the serving daemon killed halfway, agents over"
+        " TCP following it: 0 acknowledged lost, 0 run twice | "
+    )
+    taken = (
+        f"its tenants {', '.join(h2['tenants_of_killed'])} all taken by the others "
+        f"{h2['takeover_s']} s after the kill, the next of their tasks assigned "
+        if sharing
+        else f"lease taken {h2['takeover_s']} s after the kill, next assignment "
+    )
+    return (
+        what + f"{'pass' if h2['passed'] else 'FAIL'} | {h2['daemons']} daemons, {h2['agents']}"
+        f" agents; {h2['acknowledged']:,} acknowledged"
+        + (
+            f" ({h2['acknowledged_at_kill']:,} before the kill, the clients following "
+            f"the standby; next acknowledged {h2['kill_to_next_acknowledgement_s']} s "
+            "after it)"
+            if "acknowledged_at_kill" in h2
+            else ""
+        )
+        + f", killed with {h2['done_at_kill']:,} done; lost {h2['anomaly_lost']}, "
+        f"duplicate starts {h2['anomaly_duplicate_starts']}, re-spawns "
+        f"{h2['anomaly_respawns']}, phantom starts {h2['anomaly_phantom_starts']}, illegal "
+        f"{h2['anomaly_illegal_transitions']}, stuck {h2['anomaly_stuck_running']}; "
+        f"{h2['session_starts']:,} session starts; outcomes {h2['outcomes']} "
+        f"({h2['failed_claim_lost_to_kill']} failed: a claim whose assign the kill cut "
+        f"off, never run); {taken}{h2['kill_to_next_assignment_s']} s after it, all closed "
+        f"{h2['all_closed_s']} s after it; {h2['seconds']} s |"
+    )
+
+
 def table(
     storm: dict[str, Any] | None,
     points: dict[str, dict[str, Any]],
@@ -612,6 +659,7 @@ def table(
     pg_restarts: dict[str, Any] | None = None,
     fence: dict[str, Any] | None = None,
     apart: dict[str, Any] | None = None,
+    hive_sharing: dict[str, Any] | None = None,
 ) -> str:
     lines = ["| test | what must hold | result | figures |", "| --- | --- | --- | --- |"]
     if storm is not None:
@@ -717,37 +765,11 @@ def table(
             + (f"; {hive['problems']}" if hive["problems"] else "")
             + " |"
         )
-    if hive_agents is not None and "skipped" in hive_agents:
-        skipped = hive_agents["skipped"]
-        lines.append(f"| H2 | agents over TCP through a kill | skipped | {skipped} |")
-    elif hive_agents is not None:
-        h2 = hive_agents
-        lines.append(
-            f"| H2 | {h2['tasks']:,} tasks, the serving daemon killed halfway, agents over TCP "
-            "following it: 0 acknowledged lost, 0 run twice | "
-            + (
-                f"{'pass' if h2['passed'] else 'FAIL'} | {h2['daemons']} daemons, {h2['agents']}"
-                f" agents; {h2['acknowledged']:,} acknowledged"
-                + (
-                    f" ({h2['acknowledged_at_kill']:,} before the kill, the clients following "
-                    f"the standby; next acknowledged {h2['kill_to_next_acknowledgement_s']} s "
-                    "after it)"
-                    if "acknowledged_at_kill" in h2
-                    else ""
-                )
-                + f", killed with {h2['done_at_kill']:,} done; lost {h2['anomaly_lost']}, "
-                f"duplicate starts {h2['anomaly_duplicate_starts']}, re-spawns "
-                f"{h2['anomaly_respawns']}, phantom starts {h2['anomaly_phantom_starts']}, illegal "
-                f"{h2['anomaly_illegal_transitions']}, stuck {h2['anomaly_stuck_running']}; "
-                f"{h2['session_starts']:,} session starts; outcomes {h2['outcomes']} "
-                f"({h2['failed_claim_lost_to_kill']} failed: a claim whose assign the kill cut "
-                f"off, never run); lease taken {h2['takeover_s']} s after the kill, next "
-                f"assignment {h2['kill_to_next_assignment_s']} s after it, all closed "
-                f"{h2['all_closed_s']} s after it; {h2['seconds']} s |"
-                if "acknowledged" in h2
-                else f"FAIL | {h2['error']} |"
-            )
-        )
+    for name, h2 in (("H2", hive_agents), ("H3", hive_sharing)):
+        if h2 is not None and "skipped" in h2:
+            lines.append(f"| {name} | agents over TCP through a kill | skipped | {h2['skipped']} |")
+        elif h2 is not None:
+            lines.append(_agents_through_kill_line(name, h2))
     if pg_restarts is not None and "skipped" in pg_restarts:
         skipped = pg_restarts["skipped"]
         lines.append(f"| A7 | PostgreSQL restarted under load | skipped | {skipped} |")
@@ -847,6 +869,8 @@ def main() -> None:
         action="store_true",
         help="H2 with the clients submitting over TCP while the agents work, through the kill",
     )
+    parser.add_argument("--h3-tasks", type=int, default=20_000, help="H3; 0 skips it")
+    parser.add_argument("--h3-tenants", type=int, default=6, help="H3: tenants shared out")
     parser.add_argument("--a7-submits", type=int, default=10_000, help="A7; 0 skips it")
     parser.add_argument("--a7-agents", type=int, default=10)
     parser.add_argument("--a7-away", type=float, default=30.0, help="A7 outage, seconds")
@@ -877,6 +901,7 @@ def main() -> None:
         args.fuzz = args.fuzz if "G" in only else 0
         args.h1_schedules = args.h1_schedules if "H1" in only else 0
         args.h2_tasks = args.h2_tasks if "H2" in only else 0
+        args.h3_tasks = args.h3_tasks if "H3" in only else 0
         args.a7_submits = args.a7_submits if "A7" in only else 0
         args.f1_writes = args.f1_writes if "F1" in only else 0
         args.s4_operations = args.s4_operations if "S4" in only else 0
@@ -918,6 +943,7 @@ def main() -> None:
     power = run_power_cuts(args.power_cuts) if args.power_cuts else None
     hive = run_hive_schedules(args) if args.h1_schedules else None
     hive_agents = run_hive_agents(args) if args.h2_tasks else None
+    hive_sharing = run_hive_agents(args, "H3") if args.h3_tasks else None
     pg_restarts = run_pg_restarts(args) if args.a7_submits else None
     fence = run_fence_race(args) if args.f1_writes else None
     tenants = run_tenants_apart(args) if args.s4_operations else None
@@ -936,6 +962,7 @@ def main() -> None:
             pg_restarts,
             fence,
             tenants,
+            hive_sharing,
         ),
         flush=True,
     )
@@ -949,6 +976,7 @@ def main() -> None:
         and (fuzzed is None or fuzzed["passed"])
         and (hive is None or hive["passed"])
         and (hive_agents is None or hive_agents["passed"])
+        and (hive_sharing is None or hive_sharing["passed"])
         and (pg_restarts is None or pg_restarts["passed"])
         and (fence is None or fence["passed"])
         and (tenants is None or tenants["passed"])
@@ -967,6 +995,7 @@ def main() -> None:
             "fuzz": fuzzed,
             "hive_schedules": hive,
             "hive_agents": hive_agents,
+            "hive_sharing": hive_sharing,
             "pg_restarts": pg_restarts,
             "fence_race": fence,
             "tenants_apart": tenants,

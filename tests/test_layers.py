@@ -218,6 +218,8 @@ STARTS_THE_DAEMON = {
     # The role the hive's daemons connect as, granted on the board by its tables' owner.
     ("colibri/cli/hive.py", "grant"): ("colibri.store.postgres",),
     ("colibri/cli/hive.py", "_postgres_board"): ("colibri.store.postgres",),
+    # A tenant's lease marked for another daemon, on the board itself: no one daemon is asked.
+    ("colibri/cli/hive.py", "move"): ("colibri.store.postgres",),
     # Not a daemon either: the copy of an SQLite board into the hive, made while no daemon
     # serves either board (it refuses otherwise).
     ("colibri/cli/store.py", "copy_store"): ("colibri.store.copy",),

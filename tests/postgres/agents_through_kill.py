@@ -1,13 +1,16 @@
 """Agents over TCP follow the serving daemon of a PostgreSQL board through its SIGKILL (the
-test's short form and bench/chaos.py's H2).
+test's short form and bench/chaos.py's H2), and — with ``tenants`` — daemons sharing the
+board's tenants out follow the death of one of them (H3).
 
 Several daemons stand on one board; stub agents (tests/reliability/stub_agent.py, each its own
 token) are given every daemon's TCP address and find the serving one by trying them in turn;
 clients submit tasks with idempotency keys to the serving daemon; once half of them are done
 it is SIGKILLed, a standby takes over, the agents reconnect to it and register again with the
-sessions they hold. Then the history checker (tests/reliability/history.py) reads the board
-and the agents' own logs: acknowledged tasks lost, sessions started twice, re-spawns, illegal
-transitions, tasks left running.
+sessions they hold. With ``tenants``, every daemon shares the tenants out (``run --share``),
+each agent and each client is of one tenant (its token), and the daemon serving the first
+tenant is killed: the others take its tenants. Then the history checker
+(tests/reliability/history.py) reads the board and the agents' own logs: acknowledged tasks
+lost, sessions started twice, re-spawns, illegal transitions, tasks left running.
 """
 
 from __future__ import annotations
@@ -34,6 +37,16 @@ from tests.reliability.fleet import (
 )
 
 
+def served_by(board: str) -> dict[str, int]:
+    """tenant → the pid of the daemon whose live lease serves it (by its hive row)."""
+    rows = board_rows(
+        board,
+        "SELECT substr(l.name, 8), h.pid FROM leases l JOIN hives h ON h.id = l.owner"
+        " WHERE starts_with(l.name, 'tenant/') AND l.expires_at > now()",
+    )
+    return {str(t): int(pid) for t, pid in rows}
+
+
 def closed(board: str) -> int:
     return int(board_rows(board, "SELECT count(*) FROM tasks WHERE state = 'closed'")[0][0])
 
@@ -52,6 +65,7 @@ def tasks_through_owner_kill(
     work: tuple[float, float] = (0.02, 0.1),
     seed: int = 1,
     submit_through_kill: bool = False,
+    tenants: int = 0,
     log: Callable[[str], None] = lambda _: None,
 ) -> RunResult:
     """The run, then the history checker; the figures of the kill and the takeover.
@@ -60,36 +74,50 @@ def tasks_through_owner_kill(
     daemon's address with an operator token, and the serving daemon is killed once half of
     the tasks are acknowledged: the clients follow it to the standby that takes over, as the
     agents do (each submission retried with its key until acknowledged)."""
-    members = [Member(workdir / f"d{n}", board, ttl=f"{ttl:g}s") for n in range(daemons)]
+    members = [Member(workdir / f"d{n}", board, ttl=f"{ttl:g}s", share=bool(tenants))
+               for n in range(daemons)]  # fmt: skip
+    names_of_tenants = [f"t{n}" for n in range(tenants)] or ["default"]
+    if tenants:
+        clients = tenants  # one a tenant, with its token
     for member in members:
         # A claim of the killed daemon's no agent holds fails once the agents' ttl has passed.
         write_config(member.root, agent_ttl=f"{agent_ttl:g}s")
     names = [f"far-{n}-{i}" for n in range(processes) for i in range(per_process)]
     progress = Progress()
     submitters: list[SubmitClient] = []
-    figures: dict[str, Any] = {"daemons": daemons, "tasks": tasks, "agents": len(names)}
+    figures: dict[str, Any] = {"daemons": daemons, "tasks": tasks, "agents": len(names),
+                               "tenants": tenants}  # fmt: skip
+    tenant_of = {name: names_of_tenants[n % len(names_of_tenants)] for n, name in enumerate(names)}
     started = time.monotonic()
     agents: StubAgents | None = None
     live: set[tuple[str, int]] = set()
     try:
         members[0].start()
         for member in members[1:]:
-            member.stand_by()
+            member.start() if tenants else member.stand_by()
         owner = members[0]
         tokens = {
-            name: owner.call("token-create", role="agent", tenant="default", agent=name)["secret"]
+            name: owner.call("token-create", role="agent", tenant=tenant_of[name],
+                             agent=name)["secret"]
             for name in names
-        }
+        }  # fmt: skip
+        if tenants:
+            # Tokens made the tenants known: the daemons share them out (2 each of 6, by 3).
+            wait_until(lambda: len(served_by(board)) == tenants + 1, timeout=30)
         token_file = workdir / "tokens.json"
         token_file.write_text(json.dumps(tokens))
         token_file.chmod(0o600)
         addresses = ",".join(m.address for m in members)
-        target: Path | Remote = owner.socket
-        if submit_through_kill:
-            operator = owner.call("token-create", role="operator", tenant="default")["secret"]
-            target = Remote.parse(addresses, token=operator, insecure_loopback=True)
+        targets: list[Path | Remote] = [owner.socket] * clients
+        if submit_through_kill or tenants:
+            targets = [
+                Remote.parse(addresses, insecure_loopback=True, token=owner.call(
+                    "token-create", role="operator",
+                    tenant=names_of_tenants[c % len(names_of_tenants)])["secret"])
+                for c in range(clients)
+            ]  # fmt: skip
         submitters = [
-            SubmitClient(target, c, tasks // clients + (c < tasks % clients), progress)
+            SubmitClient(targets[c], c, tasks // clients + (c < tasks % clients), progress)
             for c in range(clients)
         ]
 
@@ -114,13 +142,28 @@ def tasks_through_owner_kill(
             agents = agents_start()
             # Half of them done: the serving daemon dies with work assigned and running.
             wait_until(lambda: closed(board) >= tasks // 2, timeout=patience, interval=0.01)
-        epoch: tuple[int, int] = wait_until(lambda: serving_pid(board))
+        if tenants:
+            # The daemon serving the first tenant dies, with whatever else it serves.
+            leases = served_by(board)
+            victim_pid = leases[names_of_tenants[0]]
+            moved = sorted(t for t, pid in leases.items() if pid == victim_pid)
+            owner = next(m for m in members if m.process is not None
+                         and m.process.pid == victim_pid)  # fmt: skip
+            figures["tenants_of_killed"] = moved
+        else:
+            epoch: tuple[int, int] = wait_until(lambda: serving_pid(board))
         figures["done_at_kill"] = closed(board)
         acknowledged_at_kill = progress.acked
         owner.kill()
         killed_wall, killed = time.time(), time.monotonic()
-        took = wait_until(lambda: (now := serving_pid(board)) is not None and now[0] > epoch[0]
-                          and time.monotonic(), timeout=ttl * 5 + 20, interval=0.01)  # fmt: skip
+        if tenants:
+            took = wait_until(lambda: all(served_by(board).get(t, victim_pid) != victim_pid
+                                          for t in moved) and time.monotonic(),
+                              timeout=ttl * 5 + 20, interval=0.01)  # fmt: skip
+        else:
+            took = wait_until(lambda: (now := serving_pid(board)) is not None
+                              and now[0] > epoch[0] and time.monotonic(),
+                              timeout=ttl * 5 + 20, interval=0.01)  # fmt: skip
         figures["takeover_s"] = round(took - killed, 2)
         log(f"H2: killed with {figures['done_at_kill']} of {tasks} done; taken over in "
             f"{figures['takeover_s']} s")  # fmt: skip
@@ -135,8 +178,11 @@ def tasks_through_owner_kill(
             )
         wait_until(lambda: closed(board) == tasks, timeout=patience, interval=0.05)
         figures["all_closed_s"] = round(time.monotonic() - killed, 2)
+        # The next task started after the kill (with tenants: of a tenant the killed served).
+        of_killed = {n for n in names if tenant_of[n] in figures.get("tenants_of_killed", [])}
         starts = sorted(e["t"] for e in agents.events()
-                        if e["event"] == "start" and e["t"] > killed_wall)  # fmt: skip
+                        if e["event"] == "start" and e["t"] > killed_wall
+                        and (not tenants or e["agent"] in of_killed))  # fmt: skip
         figures["kill_to_next_assignment_s"] = round(starts[0] - killed_wall, 2) if starts else None
         live = agents.live_sessions()
     finally:

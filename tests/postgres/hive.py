@@ -31,11 +31,12 @@ class Member(Daemon):
         env: dict[str, str] | None = None,
         log_level: str = "info",
         tenants: str | None = None,
+        share: bool = False,
     ) -> None:
         root.mkdir()
         self.port = free_port()
         self.address = f"tcp://127.0.0.1:{self.port}"
-        serving = ("--tenants", tenants) if tenants else ()
+        serving = ("--tenants", tenants) if tenants else ("--share",) if share else ()
         super().__init__(root, "--store", board, "--lease-ttl", ttl, "--listen", self.address,
                          "--insecure-loopback", *serving, env=env,
                          log_level=log_level)  # fmt: skip

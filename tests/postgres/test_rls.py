@@ -17,7 +17,7 @@ import pytest
 from colibri.core.errors import ConfigError
 from colibri.core.model import Agent, Task, TaskSpec
 from colibri.core.tokens import PREFIX, Token
-from colibri.store.postgres import PostgresStore, grant_role
+from colibri.store.postgres import SCHEMA_VERSION, PostgresStore, grant_role
 from tests.helpers import Daemon, colibri, one_line
 from tests.postgres.tenants_apart import tenants_interleaved
 from tests.store.conftest import PG_APP_ROLE, PG_REQUIRED, as_app_role
@@ -458,7 +458,7 @@ def test_migration_5_gives_existing_schedules_and_fires_their_tenant(board: str)
         (version,) = admin.execute("SELECT version FROM colibri_schema").fetchone()  # type: ignore[misc]
     assert schedules == {"acme-nightly": "acme", "plain": "default", "nulled": "default"}
     assert fires == {**schedules, "deleted-since": "default"}
-    assert version == 5
+    assert version == SCHEMA_VERSION
 
 
 def test_a_board_is_not_migrated_while_a_daemon_serves_it(board: str, scratch: Path) -> None:
@@ -483,7 +483,7 @@ def test_a_board_is_not_migrated_while_a_daemon_serves_it(board: str, scratch: P
         admin.commit()
     PostgresStore(board).close()
     with psycopg.connect(board) as admin:
-        assert admin.execute("SELECT version FROM colibri_schema").fetchone() == (5,)
+        assert admin.execute("SELECT version FROM colibri_schema").fetchone() == (SCHEMA_VERSION,)
 
 
 def test_a_lease_lost_at_a_batchs_start_leaves_no_transaction_open(
@@ -498,7 +498,7 @@ def test_a_lease_lost_at_a_batchs_start_leaves_no_transaction_open(
     ids = _fill(app_board)
     store = PostgresStore(app_board)
     try:
-        store.fence = (["board"], "a daemon that never held it", 7)
+        store.fence = ("a daemon that never held it", ["board"], [7])
         with pytest.raises(LeaseLost):
             store.insert_task(_task("01a2-late", "acme", "late"), entry_for(_task("x", "acme", "")))
         assert store._conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
@@ -529,7 +529,7 @@ def test_a_board_of_version_2_is_migrated_and_its_lease_judged(board: str) -> No
         admin.execute("UPDATE leases SET expires_at = now() - interval '1 second'")
     PostgresStore(board).close()
     with psycopg.connect(board) as admin:
-        assert admin.execute("SELECT version FROM colibri_schema").fetchone() == (5,)
+        assert admin.execute("SELECT version FROM colibri_schema").fetchone() == (SCHEMA_VERSION,)
 
 
 def test_hive_grant_refuses_what_a_role_has_through_its_groups(

@@ -197,6 +197,7 @@ class SubmitClient(threading.Thread):
                     "no_daemon",
                     "closed",
                     "standby",
+                    "not_owner",  # no daemon serves its tenant for the moment (sharing)
                 ):
                     raise
                 if time.monotonic() > deadline:
@@ -227,10 +228,11 @@ class SubmitClient(threading.Thread):
                 except ColibriError as exc:
                     # "standby": a daemon started again on a PostgreSQL board waits out the
                     # killed one's lease; like no daemon at all, the submission was not taken.
-                    if exc.code not in ("closed", "standby"):
+                    # "not_owner": its tenant was handed to another daemon meanwhile; not taken.
+                    if exc.code not in ("closed", "standby", "not_owner"):
                         op["outcome"] = "err"
                         op["error"] = exc.code
-                    if exc.code in ("standby", "storage_unavailable"):
+                    if exc.code in ("standby", "storage_unavailable", "not_owner"):
                         time.sleep(0.02)  # (its store away: refused until it is back)
                     client.close()
                     client = None

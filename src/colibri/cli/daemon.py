@@ -58,6 +58,12 @@ from colibri.cli.main import Context, cli, json_option, pass_ctx
     "its own, beside daemons serving others; the whole board by default.",
 )
 @click.option(
+    "--share",
+    is_flag=True,
+    help="On a PostgreSQL board: share its tenants out with the other daemons started so "
+    "(store.share), each serving its fair part, taken over and handed back as they come and go.",
+)
+@click.option(
     "--metrics",
     metavar="HOST:PORT",
     help="Serve Prometheus metrics over HTTP at http://HOST:PORT/metrics (server.metrics; "
@@ -88,6 +94,7 @@ def run(
     tls_key: str | None,
     lease_ttl: str | None,
     tenants: str | None,
+    share: bool,
     metrics: str | None,
     insecure_loopback: bool,
     detach: bool,
@@ -112,7 +119,7 @@ def run(
     config = load_config(
         root, store=store, durability=durability, listen=listen, tls_cert=tls_cert,
         tls_key=tls_key, insecure_loopback=insecure_loopback, lease_ttl=lease_ttl,
-        metrics=metrics, tenants=tenants,
+        metrics=metrics, tenants=tenants, share=share,
     )  # fmt: skip
     setup(log_level, log_format)
     raise SystemExit(run_loop(serve(config), loop))

@@ -37,7 +37,9 @@ def list_hive(ctx: Context, store: str | None, as_json: bool) -> None:
             return f"serving (epoch {row['lease_epoch']}, {float(left):.1f}s left)"
         # It beats at every third of its ttl: silent for longer than the ttl, it is gone.
         alive = float(row["beat_ago_s"]) <= float(row["ttl"])  # type: ignore[arg-type]
-        return "standby" if alive else "gone"
+        if not alive:
+            return "gone"
+        return "sharing (no tenant yet)" if row.get("sharing") else "standby"
 
     print_table(
         ["DAEMON", "ROLE", "TENANTS", "ADDRESS", "HOST", "PID", "LAST BEAT", "STARTED", "ROOT"],
@@ -57,6 +59,68 @@ def list_hive(ctx: Context, store: str | None, as_json: bool) -> None:
         ],  # fmt: skip
         empty="no daemon has run on this board",
     )
+
+
+@hive.command("move")
+@click.argument("tenant")
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    metavar="DAEMON",
+    help="The daemon to serve it (its id, or the start of it; colibri hive list).",
+)
+@click.option(
+    "--store",
+    metavar="postgresql://…",
+    help="The board (default: this root's store, from colibri.jsonc).",
+)
+@click.option(
+    "--timeout",
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long to wait for the daemon to take it.",
+)
+@json_option
+@pass_ctx
+def move(
+    ctx: Context, tenant: str, to: str, store: str | None, timeout: float, as_json: bool
+) -> None:
+    """Hand TENANT over to another daemon sharing the board's tenants out (run --share): its
+    owner stops serving it and gives its lease back at its next renewal, and that daemon — no
+    other — takes it and serves it. Its agents and clients are sent there (not_owner); tasks
+    that run keep running, and are adopted there. Waits until it is taken."""
+    import time
+
+    from colibri.core.errors import DaemonNotRunning
+    from colibri.store.postgres import hand_over, lease_holder_of
+
+    board = _postgres_board(ctx, store)
+    marked = hand_over(board, tenant, to)
+    started = time.monotonic()
+    held = lease_holder_of(board, tenant) if not marked["already"] else None
+    while not marked["already"] and (held is None or held["owner"] != marked["to"]):
+        if time.monotonic() - started > timeout:
+            raise DaemonNotRunning.at(
+                f"daemon {marked['to'][:8]}",
+                f"it did not take tenant {tenant} within {timeout:g}s (the tenant stays marked "
+                "for it while it lives: see colibri hive list)",
+            )
+        time.sleep(0.1)
+        held = lease_holder_of(board, tenant)
+    took = round(time.monotonic() - started, 3)
+    epoch = held["epoch"] if held is not None else marked["epoch"]
+    done = {**marked, "epoch": epoch, "seconds": took}
+    if as_json:
+        print_json(done)
+    elif marked["already"]:
+        click.echo(f"tenant {tenant} is served by daemon {marked['to'][:8]} already")
+    else:
+        click.echo(
+            f"moved tenant {tenant} from daemon {marked['from'][:8]} to {marked['to'][:8]} "
+            f"(lease epoch {epoch}) in {took:.1f}s"
+        )
 
 
 @hive.command("grant")

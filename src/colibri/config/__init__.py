@@ -98,7 +98,7 @@ _KNOWN: dict[str, set[str]] = {
         "auth_failures",
         "metrics",
     },  # fmt: skip
-    "store": {"durability", "path", "lease_ttl", "tenants"},
+    "store": {"durability", "path", "lease_ttl", "tenants", "share"},
     "supervisor": {"crash_loop", "crash_window", "cool_down", "max_backoff", "harness_log_mib"},
     "ledger": {"rotate_mib", "keep"},
     # names are free in these; each entry is checked as what it is
@@ -138,6 +138,7 @@ def load_config(
     lease_ttl: str | None = None,
     metrics: str | None = None,
     tenants: str | None = None,
+    share: bool = False,
 ) -> Config:
     """Read and validate ``root/colibri.jsonc``; errors say ``file:line: what is wrong``."""
     path = root / CONFIG_NAME
@@ -345,6 +346,7 @@ def load_config(
         durability=chosen_durability,
         lease_ttl=_lease_ttl(lease_ttl) if lease_ttl else duration("store.lease_ttl", 10.0),
         tenants=_tenants(tenants, raw.get("store", {}).get("tenants"), store_path, where),
+        share=_share(share, raw.get("store", {}), tenants, store_path, where),
         scheduler=scheduler,
         server=server,
         supervisor=supervisor,
@@ -411,6 +413,30 @@ def _tenants(
             "postgresql://…); one on SQLite serves its whole board"
         )
     return chosen
+
+
+def _share(
+    given: bool, section: dict[str, Any], tenants: str | None, store: str, where: Callable[..., str]
+) -> bool:
+    """Whether this daemon shares the board's tenants out with the other sharing daemons
+    (``--share`` or ``store.share``): a PostgreSQL board, and no tenants of its own."""
+    configured = section.get("share", False)
+    said = "--share" if given else f"{where('share', 'store')}: store.share"
+    if not isinstance(configured, bool):
+        raise ConfigError(f"{said} must be true or false")
+    if not (given or configured):
+        return False
+    if tenants is not None or section.get("tenants") is not None:
+        raise ConfigError(
+            f"{said}: a daemon shares the board's tenants out or serves its own (--tenants, "
+            "store.tenants), not both"
+        )
+    if not store.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(
+            f"{said}: daemons share out the tenants of a PostgreSQL board (--store "
+            "postgresql://…); one on SQLite serves its whole board"
+        )
+    return True
 
 
 def _path_setting(

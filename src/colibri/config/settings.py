@@ -138,6 +138,9 @@ class Config:
     #: The tenants this daemon serves of a PostgreSQL board, each by a lease of its own;
     #: () for the whole board, by one lease.
     tenants: tuple[str, ...] = ()
+    #: Whether it shares the board's tenants out with the other sharing daemons instead,
+    #: taking and giving back tenants as they come and go.
+    share: bool = False
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     supervisor: SupervisorSettings = field(default_factory=SupervisorSettings)

@@ -138,6 +138,9 @@ class Tenancy:
     #: The other daemons' tenants as last read from the board's leases: tenant → the serving
     #: daemon's address ("*": one serving the whole board).
     elsewhere: dict[str, str | None] = field(default_factory=dict)
+    #: Tenants asked for that no daemon serves: made known to the board (its ``tenants``), so
+    #: that a sharing daemon takes them.
+    wanted: set[str] = field(default_factory=set)
 
     def serves(self, tenant: str | None) -> bool:
         return self.served is None or (tenant or DEFAULT_TENANT) in self.served
@@ -151,9 +154,10 @@ class Tenancy:
         here = f"tenant{'s' * (len(served) != 1)} {', '.join(served)}"
         key = name if name in self.elsewhere else "*" if "*" in self.elsewhere else None
         if key is None:
+            self.wanted.add(name)
             raise NotOwner(
-                f"this daemon serves {here}, and no daemon serves tenant {name!r} now "
-                "(its lease is free: one will take it, or start one with --tenants); try again"
+                f"this daemon serves {here}, and no daemon serves tenant {name!r} now (a "
+                "sharing daemon takes it within seconds, or start one with --tenants); try again"
             )
         address = self.elsewhere[key]
         if address is None:

@@ -18,6 +18,7 @@ import msgspec
 
 from colibri import host
 from colibri.config import Config
+from colibri.core.access import Tenancy
 from colibri.core.errors import (
     ColibriError,
     ConfigError,
@@ -41,6 +42,7 @@ from colibri.locks import hold_lock, store_lock
 from colibri.store import Store, open_store
 
 if TYPE_CHECKING:
+    from colibri.core.schedules import ScheduleSpec
     from colibri.daemon.metrics import Metrics, MetricsEndpoint
     from colibri.store.postgres import BoardLease
 
@@ -83,7 +85,16 @@ async def hold_board(config: Config, address: str | None, stop: asyncio.Event) -
 
     # The board's tables first (made, or migrated, under the board's lock): the lease is one.
     await asyncio.to_thread(lambda: open_store(config.store, durability=config.durability).close())
-    lease = BoardLease(config.store, config.lease_ttl, address, str(config.root), config.tenants)
+    lease = BoardLease(
+        config.store, config.lease_ttl, address, str(config.root), config.tenants,
+        sharing=config.share,
+    )  # fmt: skip
+    if lease.sharing:
+        # It serves at once, none of the tenants yet: it takes its share as it keeps its lease.
+        await asyncio.to_thread(lease.beat)
+        await asyncio.to_thread(lease.renew)  # (of no row: when its deadline starts)
+        log.info("sharing the board's tenants out", extra={"event": "sharing"})
+        return _BoardHold(lease=lease)
     said = [f"standby: {lease.what} is being taken"]
     # Its root's socket says so meanwhile, rather than leave "no daemon is running" to be said.
     clear_stale_socket(config.layout.socket)
@@ -359,7 +370,9 @@ async def serve(config: Config) -> int:
             },
         )
         if daemon.lease is not None:
-            keeper = asyncio.create_task(keep_lease(daemon.lease, server), name="lease")
+            keeper = asyncio.create_task(
+                keep_lease(daemon.lease, server, lambda: serve_tenants(daemon)), name="lease"
+            )
         await _run_until_stopped(daemon, signals)
         unix_server.close()
         gateway.close()
@@ -408,16 +421,13 @@ def _build(config: Config, hold: _BoardHold, store: Store, mirror: LedgerMirror)
     daemon = compose(config, store, mirror, SystemClock())
     daemon.lease = hold.lease
     tenancy = daemon.board.tenancy
-    if config.tenants:
-        tenancy.served = frozenset(config.tenants)
     if hold.lease is not None:
+        if config.tenants or config.share:
+            tenancy.served = frozenset(hold.lease.tenants)
         tenancy.elsewhere = hold.lease.elsewhere
     try:
         daemon.board.rebuild()
-        # colibri.jsonc's schedules of the tenants served here: the others' daemons fire theirs.
-        daemon.schedules.load(
-            {n: s for n, s in config.schedules.items() if tenancy.serves(s.task.tenant)}
-        )
+        daemon.schedules.load(_served_schedules(config, tenancy))
     except ColibriError:
         raise
     except Exception as exc:
@@ -519,16 +529,20 @@ def _renewed_while_building(lease: BoardLease | None) -> Iterator[list[str]]:
 RENEW_RETRY = 0.2
 
 
-async def keep_lease(lease: BoardLease, server: Server) -> None:
+async def keep_lease(
+    lease: BoardLease, server: Server, retenant: Callable[[], None] | None = None
+) -> None:
     """Renew the board's lease every third of its ttl, for as long as the daemon runs — through
     its stopping too, when the harnesses' last reports are still written. Stop serving by this
     daemon's own deadline (when the last statement that renewed it was sent + ttl - margin, on
     the monotonic clock) when renewals fail or hang, and at once when the lease has passed to
-    another."""
+    another. A sharing daemon takes and gives back tenants after each renewal, ``retenant``
+    serving the lease's tenants anew."""
     loop = asyncio.get_running_loop()  # its time() is time.monotonic(), as lease.held_since
     margin = min(1.0, lease.ttl / 10)
     why = "PostgreSQL did not answer in time, or this daemon was held up past it"
     every = 0.0  # the first renewal at once: building the board took some of the ttl
+    pinned: set[str] = set()  # tenants handed to this daemon (hive move): given back last
     while True:
         valid_until = lease.held_since + lease.ttl - margin
         # The next renewal, or the deadline if that comes first: failing renewals must not
@@ -558,6 +572,95 @@ async def keep_lease(lease: BoardLease, server: Server) -> None:
         with contextlib.suppress(StorageUnavailable):
             await asyncio.to_thread(lease.beat)
             server.board.tenancy.elsewhere = lease.elsewhere
+            if retenant is not None and not server.closed:
+                await _share_out(lease, server.board.tenancy, retenant, pinned)
+
+
+async def _share_out(
+    lease: BoardLease, tenancy: Tenancy, retenant: Callable[[], None], pinned: set[str]
+) -> None:
+    """One step of sharing the board's tenants out (``core.sharing``): record the tenants asked
+    for that nobody serves; then, for a sharing daemon, read the leases and daemons, and give
+    tenants back — once this daemon no longer serves them — or take free ones and serve them.
+    A step that fails is tried again at the next renewal: it must never stop the renewals."""
+    try:
+        if tenancy.wanted:
+            wanted, tenancy.wanted = tenancy.wanted, set()
+            await asyncio.to_thread(lease.make_known, wanted)
+        if lease.sharing:
+            await _share_step(lease, retenant, pinned)
+    except StorageUnavailable:
+        pass
+    except Exception:
+        log.exception("sharing the tenants out failed", extra={"event": "sharing_failed"})
+
+
+async def _share_step(lease: BoardLease, retenant: Callable[[], None], pinned: set[str]) -> None:
+    from colibri.core import sharing
+
+    survey = await asyncio.to_thread(lease.survey)
+    if "*" in survey.owners:
+        return  # a daemon serves the whole board: no tenant is free while it does
+    chosen = sharing.plan(lease.owner, survey.tenants, survey.owners, survey.sharing,
+                          survey.handovers, frozenset(pinned))  # fmt: skip
+    if chosen.give:
+        held = lease.drop(chosen.give)
+        retenant()  # serving them no more, written under a fence without them
+        await asyncio.to_thread(lease.release_rows, held)
+        pinned.difference_update(chosen.give)
+        log.info(
+            f"gave back tenant{'s' * (len(chosen.give) > 1)} {', '.join(chosen.give)}; serving "
+            f"{', '.join(lease.tenants) or 'none'}",
+            extra={"event": "tenants_given", "tenants": list(chosen.give),
+                   "serving": list(lease.tenants)},
+        )  # fmt: skip
+    elif chosen.take:
+        taken = await asyncio.to_thread(lease.take_tenants, chosen.take)
+        if not taken:
+            return
+        pinned.update(t for t in taken if survey.handovers.get(t) == lease.owner)
+        retenant()
+        log.info(
+            f"took tenant{'s' * (len(taken) > 1)} {', '.join(taken)} (epoch {lease.epoch}); "
+            f"serving {', '.join(lease.tenants)}",
+            extra={"event": "tenants_taken", "tenants": taken, "serving": list(lease.tenants),
+                   "epoch": lease.epoch},
+        )  # fmt: skip
+
+
+def serve_tenants(daemon: Daemon) -> None:
+    """Serve the tenants the daemon's leases hold now (a sharing daemon took or gave some):
+    at a batch boundary — what the batch holds commits first, under the fence it began with —
+    the store names the new set and writes under its fence, the board is built from its
+    tenants' rows (as after a failed batch: connected agents stay), colibri.jsonc's schedules
+    of tenants gained are brought in, and the connections of tenants no longer served are
+    closed (they connect again, and are sent on)."""
+    lease, server, board = daemon.lease, daemon.server, daemon.board
+    assert lease is not None
+    server.flush()
+    if server.closed:
+        return
+    store = board.store
+    store.fence, store.tenants = lease.fence, lease.named  # type: ignore[attr-defined]
+    board.tenancy.served = frozenset(lease.tenants)
+    if server.unavailable is None:
+        try:
+            store.rollback()
+            board.rebuild()
+            daemon.schedules.load(_served_schedules(daemon.config, board.tenancy))
+        except StorageUnavailable as exc:
+            server.unavailable = exc.message  # the sweep's recover() builds it once it is back
+        except Exception as exc:
+            log.debug("rebuild failed", exc_info=True)
+            server.fatal(f"the board could not be built for its new tenants ({exc!r})")
+            return
+    server.close_unserved()
+    server.schedule_flush()
+
+
+def _served_schedules(config: Config, tenancy: Tenancy) -> dict[str, ScheduleSpec]:
+    """colibri.jsonc's schedules of the tenants served here: the others' daemons fire theirs."""
+    return {n: s for n, s in config.schedules.items() if tenancy.serves(s.task.tenant)}
 
 
 async def _run_until_stopped(daemon: Daemon, signals: StopSignals) -> None:

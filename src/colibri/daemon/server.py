@@ -265,6 +265,25 @@ class Server:
             self.close_after_flush(conn)
         return len(closing)
 
+    def close_unserved(self) -> int:
+        """Close every connection of a tenant this daemon no longer serves — a token's, or one
+        whose agent is that tenant's — once the batch is out: it connects again and is sent on
+        (``not_owner``). How many there were."""
+        tenancy, agents = self.board.tenancy, self.board.agents
+
+        def unserved(conn: Connection) -> bool:
+            principal = conn.principal
+            if principal is not None and principal.tenant is not None:
+                return not tenancy.serves(principal.tenant)
+            agent = agents.get(conn.agent_name or "")
+            return agent is not None and agent.peer is conn and not tenancy.serves(agent.tenant)
+
+        closing = [c for c in self.connections if unserved(c)]
+        for conn in closing:
+            conn.closing = True
+            self.close_after_flush(conn)
+        return len(closing)
+
     def _reply(self, conn: Connection, message: dict[str, Any]) -> None:
         self._replies.append((conn, message))
         self.schedule_flush()

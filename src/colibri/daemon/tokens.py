@@ -24,7 +24,9 @@ class TokenAuthority:
     def __init__(self, store: Store, clock: Clock, tenancy: Tenancy | None = None) -> None:
         self.store = store
         self.clock = clock
-        #: The tenants served here: a token of another is made, and revoked, by its daemon.
+        #: The tenants served here: a token of any tenant is made by any daemon of the board
+        #: (it records a tenant new to the board, for a sharing daemon to take), but revoked by
+        #: the daemon serving its tenant, which closes its connections.
         self.tenancy = tenancy or Tenancy()
 
     def create(
@@ -37,7 +39,6 @@ class TokenAuthority:
         workspace: str | None = None,
     ) -> Issued:
         tenant = check_name(tenant, "tenant") if tenant else DEFAULT_TENANT
-        self.tenancy.check(tenant)
         if role == "agent":
             if agent is None:
                 raise BadRequest("an agent token is for one agent: give --agent NAME")

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import msgspec
 
 from colibri.core.errors import ConfigError, LeaseLost, LockHeld, StorageUnavailable
-from colibri.core.model import DEFAULT_TENANT, Agent, LedgerEntry, Task
+from colibri.core.model import DEFAULT_TENANT, Agent, LedgerEntry, Task, rfc3339
 from colibri.core.schedules import Schedule
 from colibri.core.tokens import Token
 from colibri.store import sql
@@ -176,10 +176,10 @@ class PostgresStore:
         #: The batch's ledger rows, numbered but not yet sent: they go in one ``executemany``
         #: (one pipelined round trip) before the commit, or before a read of the ledger.
         self._unsent: list[dict[str, Any]] = []
-        #: ``(lease rows, owner, epoch)`` of the leases this store writes under
+        #: ``(owner, lease rows, their epochs)`` of the leases this store writes under
         #: (``BoardLease.fence``): every batch checks them first, holding the rows so that no
         #: takeover can commit in between.
-        self.fence: tuple[list[str], str, int] | None = None
+        self.fence: tuple[str, list[str], list[int]] | None = None
         #: The tenants this store's transactions name for row-level security: ``*`` is every one.
         self.tenants = "*"
         #: The open batch's transaction id, backend and server start (see ``_writing``), and
@@ -297,10 +297,11 @@ class PostgresStore:
                 conn.execute("BEGIN")
                 if self.fence is not None:
                     held = conn.execute(_Q["lease_fence"].encode(), self.fence).fetchall()
-                    if len(held) != len(self.fence[0]):
+                    if len(held) != len(self.fence[1]):
                         self._lost = (
-                            f"this daemon's lease on the board (epoch {self.fence[2]}) has "
-                            "passed to another daemon; nothing was written"
+                            f"this daemon's lease on the board (epoch "
+                            f"{max(self.fence[2], default=0)}) has passed to another daemon; "
+                            "nothing was written"
                         )
                         # Not left open: the batch's reads would go on in a transaction that
                         # names no tenant, and see nothing.
@@ -476,17 +477,26 @@ class PostgresStore:
         try:
             if not self._dirty:
                 return self._read(query.encode(), args, tenants or self.tenants)
-            if not tenants or tenants == self.tenants:
+            with self._naming(self._conn, tenants or self.tenants):
                 return self._conn.execute(query.encode(), args).fetchall()
-            self._conn.execute(_NAME_TENANTS, (tenants,))
-            try:
-                return self._conn.execute(query.encode(), args).fetchall()
-            finally:
-                self._conn.execute(_NAME_TENANTS, (self.tenants,))
         except psycopg.OperationalError as exc:
             raise StorageUnavailable(
                 f"the PostgreSQL board could not be read ({_first_line(exc)})"
             ) from None
+
+    @contextmanager
+    def _naming(self, conn: psycopg.Connection[dict[str, Any]], tenants: str) -> Iterator[None]:
+        """Inside a batch: the statements within see (and write) as ``tenants`` name, then as
+        the store's own again — rows that are the whole board's, not one tenant's: tokens (a
+        token of any tenant is read, and made, by any daemon), tenants' names."""
+        if tenants == self.tenants:
+            yield
+            return
+        conn.execute(_NAME_TENANTS, (tenants,))
+        try:
+            yield
+        finally:
+            conn.execute(_NAME_TENANTS, (self.tenants,))
 
     def _read(self, query: bytes, args: Any, tenants: str) -> list[dict[str, Any]]:
         """A read outside a batch. Each statement is then a transaction of its own, and
@@ -698,7 +708,7 @@ class PostgresStore:
         return [agent_from_row(r) for r in self._rows(_Q["all_agents"])]
 
     def ensure_tenant(self, name: str, at: str) -> None:
-        with self._writing() as conn:
+        with self._writing() as conn, self._naming(conn, "*"):
             conn.execute(_Q["ensure_tenant"].encode(), (name, at))
 
     def ensure_skills(self, names: list[str]) -> None:
@@ -775,7 +785,7 @@ class PostgresStore:
     def insert_token(self, token: Token, secret_hash: str) -> None:
         import psycopg
 
-        with self._writing() as conn:
+        with self._writing() as conn, self._naming(conn, "*"):
             try:
                 with self._refusable(conn):
                     conn.execute(
@@ -822,6 +832,76 @@ def hive_list(dsn: str) -> list[dict[str, Any]]:
         # What it serves: "*" (the whole board), or its tenants.
         row["tenants"] = ["*" if n == "board" else n.removeprefix("tenant/") for n in row["leases"]]
     return rows
+
+
+def hand_over(dsn: str, tenant: str, to: str) -> dict[str, Any]:
+    """Mark ``tenant``'s lease to be handed to the sharing daemon whose id starts with ``to``
+    (``colibri hive move``): its owner gives it back at its next renewal, and only that daemon
+    takes it while it lives. What was marked: tenant, from (owner), to, epoch. Refused, in one
+    line and marking nothing, unless both daemons share tenants out and the tenant is served."""
+    import psycopg
+
+    from colibri.core.model import check_name
+
+    check_name(tenant, "tenant")
+    if not re.fullmatch(r"[0-9a-f-]{1,36}", to):
+        raise ConfigError(
+            f"--to {to!r} is not a daemon's id: give its id, or the start of it, as colibri "
+            "hive list shows it"
+        )
+    where = shown_location(dsn)
+    conn = _connect(dsn)
+    try:
+        with conn.transaction():
+            daemons = conn.execute(_Q["live_daemons_like"].encode(), (to + "%",)).fetchall()
+            if len(daemons) != 1:
+                said = "no daemon of the board" if not daemons else "more than one daemon"
+                raise ConfigError(
+                    f"{said} has an id starting with {to!r} and beat within its ttl; see "
+                    "colibri hive list"
+                )
+            target = daemons[0]
+            if not target["sharing"]:
+                raise ConfigError(
+                    f"daemon {target['id'][:8]} serves the tenants it was started with, not a "
+                    "share: move tenants only to a daemon started with --share"
+                )
+            held = conn.execute(_Q["lease_of_tenant"].encode(), (tenant,)).fetchone()
+            if held is None:
+                raise ConfigError(
+                    f"no daemon serves tenant {tenant} now (a sharing daemon takes a free tenant "
+                    "within seconds); nothing was marked"
+                )
+            if held["owner"] == target["id"]:
+                return {"tenant": tenant, "from": held["owner"], "to": target["id"],
+                        "epoch": int(held["epoch"]), "already": True}  # fmt: skip
+            if not held["sharing"]:
+                raise ConfigError(
+                    f"tenant {tenant} is served by daemon {str(held['owner'])[:8]}, which serves "
+                    "it by --tenants (or the whole board): stop that daemon to move it; "
+                    "nothing was marked"
+                )
+            conn.execute(
+                _Q["lease_hand_over"].encode(), {"to": target["id"], "name": f"tenant/{tenant}"}
+            )
+    except psycopg.OperationalError as exc:
+        raise StorageUnavailable(
+            f"the connection to {where} broke ({_first_line(exc)}); run the command again"
+        ) from None
+    finally:
+        conn.close()
+    return {"tenant": tenant, "from": held["owner"], "to": target["id"],
+            "epoch": int(held["epoch"]), "already": False}  # fmt: skip
+
+
+def lease_holder_of(dsn: str, tenant: str) -> dict[str, Any] | None:
+    """The live lease of ``tenant`` (owner, epoch, sharing), or None."""
+    conn = _connect(dsn)
+    try:
+        row = conn.execute(_Q["lease_of_tenant"].encode(), (tenant,)).fetchone()
+        return None if row is None else dict(row)
+    finally:
+        conn.close()
 
 
 #: A role's name as ``colibri hive grant`` takes it: an SQL identifier that needs no quoting,
@@ -963,11 +1043,27 @@ def lease_names(tenants: tuple[str, ...]) -> list[str]:
     return [f"tenant/{t}" for t in tenants] or ["board"]
 
 
+@dataclass(frozen=True, slots=True)
+class Survey:
+    """The board's leases and daemons as a sharing daemon plans by (``core.sharing``)."""
+
+    #: Every tenant known (the board's ``tenants``, and ``default``).
+    tenants: set[str]
+    #: tenant → the daemon whose live lease holds it ("*": a live whole-board lease's tenant).
+    owners: dict[str, str]
+    #: tenant → the daemon it is to be handed to (``hive move``).
+    handovers: dict[str, str]
+    #: The live sharing daemons.
+    sharing: set[str]
+
+
 class BoardLease:
     """The leases that make a daemon the server of the board — of the whole of it (one row,
     ``board``), or of some tenants (a row each, ``tenant/<name>``) beside daemons serving
-    others: taken together, renewed together and given back together, on a connection of their
-    own (a renewal never waits behind a batch).
+    others: renewed together and given back together, on a connection of their own (a renewal
+    never waits behind a batch). A daemon started with its tenants (or for the whole board)
+    takes them all at once or none; a sharing daemon (``sharing``) takes and gives back
+    tenants one by one as the daemons come and go.
 
     Judged by the server's clock alone (``now()``): no two hosts' clocks are compared. The
     owner is a UUID per process, so a daemon started again is a new owner, and every taking —
@@ -982,6 +1078,8 @@ class BoardLease:
         address: str | None = None,
         root: str | None = None,
         tenants: tuple[str, ...] = (),
+        *,
+        sharing: bool = False,
     ) -> None:
         import uuid
 
@@ -989,11 +1087,12 @@ class BoardLease:
         self.ttl = ttl
         self.address = address
         self.root = root
-        #: The tenants served; () for the whole board.
-        self.tenants = tenants
-        self.names = lease_names(tenants)
+        self.sharing = sharing
+        #: The tenants asked for (``--tenants``); () for the whole board, or when sharing.
+        self.configured = tenants
+        #: The rows held, each with the epoch it was taken at.
+        self.epochs: dict[str, int] = {}
         self.owner = str(uuid.uuid4())
-        self.epoch = 0
         #: When (``time.monotonic()``) the last statement that took or renewed the lease was
         #: sent: the lease runs out no sooner than this + ttl, whatever PostgreSQL's clock says.
         self.held_since = 0.0
@@ -1003,23 +1102,37 @@ class BoardLease:
         self._conn: psycopg.Connection[dict[str, Any]] | None = None
 
     @property
-    def fence(self) -> tuple[list[str], str, int]:
-        """What the store's batches check (``lease_fence``): these rows, this owner and epoch."""
-        return (self.names, self.owner, self.epoch)
+    def epoch(self) -> int:
+        """The newest epoch of the rows held (their one epoch, taken together); 0: none."""
+        return max(self.epochs.values(), default=0)
+
+    @property
+    def tenants(self) -> tuple[str, ...]:
+        """The tenants served now; () for the whole board (or none, sharing)."""
+        return tuple(sorted(n.removeprefix("tenant/") for n in self.epochs if n != "board"))
+
+    @property
+    def fence(self) -> tuple[str, list[str], list[int]]:
+        """What the store's batches check (``lease_fence``): this owner, its rows and epochs."""
+        return (self.owner, list(self.epochs), list(self.epochs.values()))
 
     @property
     def named(self) -> str:
-        """The tenants the store's transactions name (row-level security): ``*`` for all."""
-        return ",".join(self.tenants) or "*"
+        """The tenants the store's transactions name (row-level security): ``*`` for all; a
+        sharing daemon serving none names ``-``, which is no tenant's name."""
+        if "board" in self.epochs or not (self.sharing or self.configured):
+            return "*"
+        return ",".join(self.tenants) or "-"
 
     @property
     def what(self) -> str:
         """The lease in a message: the board's, or tenant acme's, or tenants acme, beta's."""
-        if not self.tenants:
-            return "the board's lease"
-        if len(self.tenants) == 1:
-            return f"the lease of tenant {self.tenants[0]}"
-        return f"the leases of tenants {', '.join(self.tenants)}"
+        tenants = self.tenants if self.sharing else self.configured
+        if not tenants:
+            return "this daemon's leases" if self.sharing else "the board's lease"
+        if len(tenants) == 1:
+            return f"the lease of tenant {tenants[0]}"
+        return f"the leases of tenants {', '.join(tenants)}"
 
     def _connection(self) -> psycopg.Connection[dict[str, Any]]:
         if self._conn is None or self._conn.closed or self._conn.broken:
@@ -1047,11 +1160,26 @@ class BoardLease:
         taking that — any tenant's), or their holders' have expired; True if taken. All or
         none, under a lock of the table that queues the daemons taking leases (not those
         renewing theirs for long, nor any batch: the fence's row locks do not wait for it)."""
+        return self._take(lease_names(self.configured))
+
+    def take_tenants(self, tenants: tuple[str, ...]) -> list[str]:
+        """Take these tenants' leases, each if it is free (a sharing daemon); those taken —
+        up to the first the server could not be asked about."""
+        taken = []
+        for tenant in tenants:
+            try:
+                if self._take([f"tenant/{tenant}"]):
+                    taken.append(tenant)
+            except StorageUnavailable:
+                break
+        return taken
+
+    def _take(self, names: list[str]) -> bool:
         import psycopg
 
         sent = time.monotonic()
         args: dict[str, Any] = {"owner": self.owner, "address": self.address,
-                                "ttl": self.ttl, "names": self.names}  # fmt: skip
+                                "ttl": self.ttl, "names": names}  # fmt: skip
         conn = self._connection()
         taken = False
         try:
@@ -1063,32 +1191,96 @@ class BoardLease:
                 assert found is not None
                 args["epoch"] = int(found["epoch"])
                 rows = conn.execute(_Q["lease_take"].encode(), args).fetchall()
-                if len(rows) != len(self.names):  # (the lock makes this not happen)
+                if len(rows) != len(names):  # (the lock makes this not happen)
                     raise psycopg.Rollback
                 taken = True
         except psycopg.OperationalError as exc:
             self._unreachable(exc)
         if not taken:
             return False
-        self.epoch = args["epoch"]
-        self.held_since = sent
+        self.epochs.update(dict.fromkeys(names, args["epoch"]))
+        if len(self.epochs) == len(names):
+            self.held_since = sent  # (the others' renewals keep their own)
         return True
 
     def holder(self) -> dict[str, Any] | None:
         """Who holds a lease in the way of these (owner, address, epoch, and seconds left by
         the server's clock, ``name`` which lease); None if none is live."""
-        rows = self._run("lease_clash", {"names": self.names})
+        rows = self._run("lease_clash", {"names": lease_names(self.configured)})
         return rows[0] if rows else None
 
     def renew(self) -> bool:
         """Extend them by ``ttl`` from now; False if one is no longer ours (another took it)."""
         sent = time.monotonic()
-        rows = self._run("lease_renew", {"owner": self.owner, "epoch": self.epoch,
-                                         "ttl": self.ttl, "names": self.names})  # fmt: skip
-        if len(rows) != len(self.names):
+        rows = self._run("lease_renew", self._rows_args())
+        if len(rows) != len(self.epochs):
             return False
         self.held_since = sent
         return True
+
+    def _rows_args(self, names: list[str] | None = None) -> dict[str, Any]:
+        chosen = list(self.epochs) if names is None else names
+        return {"owner": self.owner, "ttl": self.ttl, "names": chosen,
+                "epochs": [self.epochs[n] for n in chosen]}  # fmt: skip
+
+    def drop(self, tenants: tuple[str, ...]) -> dict[str, int]:
+        """Stop counting these tenants' leases as held (a sharing daemon giving them back): no
+        longer renewed, nor in the fence. Their rows and epochs, for ``release_rows`` once the
+        daemon serves them no more."""
+        return {n: self.epochs.pop(n) for n in [f"tenant/{t}" for t in tenants] if n in self.epochs}
+
+    def release_rows(self, rows: dict[str, int]) -> None:
+        """Give these rows back at once: the daemon that takes them need not wait out the ttl.
+        If this fails, they expire by themselves."""
+        self._run_quietly("lease_release", {"owner": self.owner, "names": list(rows),
+                                            "epochs": list(rows.values())})  # fmt: skip
+
+    def make_known(self, tenants: set[str]) -> None:
+        """Record these tenants on the board (its ``tenants``), for sharing daemons to take."""
+        import psycopg
+
+        conn = self._connection()
+        try:
+            with conn.transaction():
+                conn.execute(_NAME_TENANTS, ("*",))
+                conn.cursor().executemany(
+                    _Q["ensure_tenant"].encode(),
+                    [(t, rfc3339(time.time())) for t in sorted(tenants)],
+                )
+        except psycopg.OperationalError as exc:
+            self._unreachable(exc)
+
+    def survey(self) -> Survey:
+        """The leases and daemons of the board, as a sharing daemon plans by (one round trip,
+        every tenant named: the table of tenants is under row-level security)."""
+        import psycopg
+
+        conn = self._connection()
+        try:
+            with conn.pipeline():
+                conn.execute(b"BEGIN")
+                conn.execute(_NAME_TENANTS, ("*",))
+                known = conn.execute(_Q["known_tenants"].encode())
+                leases = conn.execute(_Q["live_leases"].encode())
+                daemons = conn.execute(_Q["sharing_daemons"].encode())
+                conn.execute(b"ROLLBACK")
+            tenants = {r["name"] for r in known.fetchall()} | {DEFAULT_TENANT}
+            rows, sharing = leases.fetchall(), {r["id"] for r in daemons.fetchall()}
+        except psycopg.OperationalError as exc:
+            self._unreachable(exc)
+        owners = {
+            r["name"].removeprefix("tenant/"): r["owner"]
+            for r in rows
+            if r["live"] and r["name"].startswith("tenant/")
+        }
+        if any(r["live"] and r["name"] == "board" for r in rows):
+            owners["*"] = next(r["owner"] for r in rows if r["name"] == "board")
+        handovers = {
+            r["name"].removeprefix("tenant/"): r["handover_to"]
+            for r in rows
+            if r["handover_to"] is not None and r["name"].startswith("tenant/")
+        }
+        return Survey(tenants, owners, handovers, sharing)
 
     def beat(self) -> None:
         """Say this daemon is there, serving or standing by (``colibri hive list``), and read
@@ -1098,10 +1290,12 @@ class BoardLease:
 
         self._run("hive_beat", {"id": self.owner, "address": self.address,
                                 "host": socket.gethostname(), "pid": os.getpid(),
-                                "root": self.root, "ttl": self.ttl})  # fmt: skip
+                                "root": self.root, "ttl": self.ttl,
+                                "sharing": self.sharing})  # fmt: skip
         self.elsewhere = {
             "*" if row["name"] == "board" else row["name"].removeprefix("tenant/"): row["address"]
-            for row in self._run("live_leases", {"owner": self.owner})
+            for row in self._run("live_leases", {})
+            if row["live"] and row["owner"] != self.owner
         }
         self._run_quietly("hive_forget_old", {})
 
@@ -1115,10 +1309,9 @@ class BoardLease:
 
     def release(self) -> None:
         """Give them back at once (a clean stop): the next daemon need not wait out the ttl."""
-        if self.epoch:
+        if self.epochs:
             # (If this fails, the leases expire by themselves.)
-            self._run_quietly("lease_release", {"owner": self.owner, "epoch": self.epoch,
-                                                "names": self.names})  # fmt: skip
+            self._run_quietly("lease_release", self._rows_args())
         self._run_quietly("hive_leave", {"id": self.owner})
         self.close()
 

@@ -222,9 +222,16 @@ ALTER TABLE colibri_schema ENABLE ROW LEVEL SECURITY;
 ALTER TABLE colibri_schema FORCE ROW LEVEL SECURITY;
 CREATE POLICY any_rows ON colibri_schema USING (true) WITH CHECK (true);
 
+-- name: migration_6
+-- Daemons that share the board's tenants out among themselves (run --share), and a tenant's
+-- lease marked to be handed to one daemon (hive move): its owner gives it back at its next
+-- renewal, and only that daemon takes it while it lives.
+ALTER TABLE hives ADD COLUMN sharing BOOLEAN NOT NULL DEFAULT false;
+ALTER TABLE leases ADD COLUMN handover_to TEXT COLLATE "C";
+
 -- name: hive_beat
-INSERT INTO hives (id, address, host, pid, root, ttl, started_at, last_beat)
-VALUES (%(id)s, %(address)s, %(host)s, %(pid)s, %(root)s, %(ttl)s, now(), now())
+INSERT INTO hives (id, address, host, pid, root, ttl, started_at, last_beat, sharing)
+VALUES (%(id)s, %(address)s, %(host)s, %(pid)s, %(root)s, %(ttl)s, now(), now(), %(sharing)s)
 ON CONFLICT (id) DO UPDATE SET address = excluded.address, last_beat = now();
 
 -- name: hive_forget_old
@@ -237,7 +244,7 @@ DELETE FROM hives WHERE id = %(id)s;
 -- Each daemon with the leases it holds live: 'board' (the whole board) or 'tenant/<name>'.
 SELECT h.id, h.address, h.host, h.pid, h.root, h.ttl,
        to_char(h.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS started_at,
-       EXTRACT(EPOCH FROM now() - h.last_beat)::float8 AS beat_ago_s,
+       EXTRACT(EPOCH FROM now() - h.last_beat)::float8 AS beat_ago_s, h.sharing,
        MAX(l.epoch) AS lease_epoch,
        EXTRACT(EPOCH FROM MIN(l.expires_at) - now())::float8 AS lease_left_s,
        COALESCE(array_agg(l.name ORDER BY l.name) FILTER (WHERE l.name IS NOT NULL), '{}')
@@ -267,30 +274,58 @@ SELECT name, %(owner)s, %(address)s, %(epoch)s, now(), now() + %(ttl)s * interva
   FROM unnest(%(names)s::text[]) AS name
 ON CONFLICT (name) DO UPDATE
    SET owner = excluded.owner, address = excluded.address, epoch = excluded.epoch,
-       taken_at = excluded.taken_at, expires_at = excluded.expires_at
+       taken_at = excluded.taken_at, expires_at = excluded.expires_at, handover_to = NULL
  WHERE leases.expires_at <= now()
 RETURNING name;
 
 -- name: live_leases
--- The other daemons' live leases: where to send a request for a tenant not served here.
-SELECT name, address FROM leases WHERE expires_at > now() AND owner <> %(owner)s;
+-- Every live lease (where to send a request for a tenant not served here), and the tenants'
+-- leases marked to be handed over, live or not: what a sharing daemon plans by.
+SELECT name, owner, address, handover_to, expires_at > now() AS live
+  FROM leases WHERE expires_at > now() OR handover_to IS NOT NULL;
+
+-- name: sharing_daemons
+-- The daemons sharing tenants out that said they were there within their ttl.
+SELECT id FROM hives WHERE sharing AND last_beat > now() - ttl * interval '1 second';
+
+-- name: known_tenants
+SELECT name FROM tenants;
 
 -- name: lease_renew
+-- Each row with its own epoch (a row taken later than the others has another).
 UPDATE leases SET expires_at = now() + %(ttl)s * interval '1 second'
- WHERE name = ANY(%(names)s) AND owner = %(owner)s AND epoch = %(epoch)s
+ WHERE owner = %(owner)s
+   AND (name, epoch) IN (SELECT * FROM unnest(%(names)s::text[], %(epochs)s::bigint[]))
 RETURNING name;
 
 -- name: lease_release
 UPDATE leases SET expires_at = now() - interval '1 millisecond'
- WHERE name = ANY(%(names)s) AND owner = %(owner)s AND epoch = %(epoch)s;
+ WHERE owner = %(owner)s
+   AND (name, epoch) IN (SELECT * FROM unnest(%(names)s::text[], %(epochs)s::bigint[]));
 
 -- name: lease_fence
 -- FOR KEY SHARE: a takeover (it changes owner and epoch, keys of leases_holder) waits for the
 -- batch to end; a renewal (expires_at) does not, so it cannot be starved by back-to-back batches.
--- Every row of the daemon's leases must be found.
+-- Every row of the daemon's leases must be found, each with its epoch.
 SELECT name FROM leases
- WHERE name = ANY(%s) AND owner = %s AND epoch = %s AND expires_at > now()
+ WHERE owner = %s AND (name, epoch) IN (SELECT * FROM unnest(%s::text[], %s::bigint[]))
+   AND expires_at > now()
    FOR KEY SHARE;
+
+-- name: live_daemons_like
+SELECT id, sharing FROM hives
+ WHERE id LIKE %s AND last_beat > now() - ttl * interval '1 second';
+
+-- name: lease_of_tenant
+SELECT l.owner, l.epoch, COALESCE(h.sharing, false) AS sharing
+  FROM leases l LEFT JOIN hives h ON h.id = l.owner
+ WHERE l.name = 'tenant/' || %s AND l.expires_at > now();
+
+-- name: lease_hand_over
+-- hive move: the owner gives the tenant back at its next renewal; only %(to)s takes it then.
+UPDATE leases SET handover_to = %(to)s
+ WHERE name = %(name)s AND expires_at > now()
+RETURNING owner, epoch;
 
 -- name: insert_task
 INSERT INTO tasks (id, tenant, text, capabilities, workspace, agent, pinned, parent, sender, priority,

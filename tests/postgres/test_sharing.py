@@ -1,0 +1,199 @@
+"""Daemons sharing a PostgreSQL board's tenants out (``run --share``): they divide the tenants
+among themselves, a daemon joining gets its share and one dying leaves its tenants to the
+others, ``hive move`` hands a tenant to a chosen daemon, and clients and agents follow."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from colibri.client import Client, Remote
+from colibri.core.errors import NotOwner
+from tests.helpers import PYTHON, colibri, one_line, wait_until
+from tests.postgres.hive import Member
+from tests.store.conftest import as_app_role
+
+TENANTS = ["acme", "beta", "gamma", "delta", "default"]
+
+
+def _served(board: str) -> dict[str, str]:
+    """tenant → the id of the daemon whose live lease holds it."""
+    with psycopg.connect(board) as conn:
+        rows = conn.execute(
+            "SELECT substr(name, 8), owner FROM leases "
+            "WHERE name LIKE 'tenant/%' AND expires_at > now()"
+        ).fetchall()
+    return dict(rows)
+
+
+def _ids(board: str) -> dict[str, str]:
+    """daemon address → its id."""
+    listed = colibri(None, "hive", "list", "--store", board, "--json")
+    assert listed.returncode == 0, listed.stderr
+    return {h["address"]: h["id"] for h in json.loads(listed.stdout)}
+
+
+def _shares(board: str, members: list[Member]) -> list[int]:
+    ids, served = _ids(board), _served(board)
+    return [sum(1 for o in served.values() if o == ids.get(m.address)) for m in members]
+
+
+def _fair(board: str, members: list[Member]) -> bool:
+    shares = _shares(board, members)
+    return sum(shares) == len(TENANTS) and max(shares) - min(shares) <= 1
+
+
+def _start(member: Member) -> Member:
+    member.start()
+    return member
+
+
+def _submit(address: str, token: str, text: str, **fields: Any) -> Any:
+    with Client.remote(Remote.parse(address, token=token, insecure_loopback=True)) as client:
+        return client.submit(text, **fields)
+
+
+def test_sharing_daemons_divide_the_tenants_and_follow_joins_deaths_and_moves(
+    tmp_path: Path, board: str
+) -> None:
+    app = as_app_role(board)
+    with psycopg.connect(board, autocommit=True) as admin:
+        for tenant in TENANTS[:4]:
+            admin.execute("INSERT INTO tenants (name, created_at) VALUES (%s, 'x')", (tenant,))
+    members = [Member(tmp_path / name, app, share=True) for name in ("a", "b", "c")]
+    a, b, c = members
+    state = tempfile.mkdtemp(prefix="cr-", dir="/tmp")
+    agent = None
+    try:
+        _start(a)
+        _start(b)
+        wait_until(lambda: _fair(board, [a, b]), timeout=20)
+        assert sorted(_shares(board, [a, b])) == [2, 3]
+        # Tokens are made by each tenant's daemon; a client given any address is sent on.
+        served, ids = _served(board), _ids(board)
+        by_id = {ids[m.address]: m for m in (a, b)}
+        tokens = {
+            t: by_id[served[t]].call("token-create", role="operator", tenant=t)["secret"]
+            for t in TENANTS[:4]
+        }
+        worker = by_id[served["acme"]].call(
+            "token-create", role="agent", tenant="acme", agent="far"
+        )["secret"]
+        pending = {t: _submit(a.address, tokens[t], f"for {t}", capabilities=["nobody"]).id
+                   for t in TENANTS[:4]}  # fmt: skip
+        agent = subprocess.Popen(
+            [PYTHON, "-m", "colibri", "agent", "--connect", f"{a.address},{b.address}",
+             "--insecure-loopback", "--name", "far", "--cap", "far", "--state-dir", state,
+             "--", "cat"],
+            env={**os.environ, "COLIBRI_TOKEN": str(worker)}, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        ran = _submit(b.address, tokens["acme"], "acme's work", capabilities=["far"])
+        wait_until(lambda: _closed(board, ran.id), timeout=20)
+
+        # A third joins: the two give tenants back until it has its share.
+        _start(c)
+        wait_until(lambda: _fair(board, members), timeout=30)
+        assert sorted(_shares(board, members)) == [1, 2, 2]
+        assert "gave back tenant" in a.log() + b.log() and "took tenant" in c.log()
+
+        # hive move: acme to a daemon that does not serve it (its agent follows).
+        served, ids = _served(board), _ids(board)
+        target = next(m for m in members if ids[m.address] != served["acme"])
+        moved = colibri(None, "hive", "move", "acme", "--to", ids[target.address][:8],
+                        "--store", board, "--json")  # fmt: skip
+        assert moved.returncode == 0, moved.stderr
+        said = json.loads(moved.stdout)
+        assert said["to"] == ids[target.address] and said["from"] == served["acme"]
+        assert _served(board)["acme"] == ids[target.address]
+        again = _submit(a.address, tokens["acme"], "acme again", capabilities=["far"])
+        wait_until(lambda: _closed(board, again.id), timeout=30)
+        assert target.task(again.id)["output"] == "acme again"
+        wait_until(lambda: _fair(board, members), timeout=30)
+        assert _served(board)["acme"] == ids[target.address]  # a moved tenant stays
+
+        # The daemon serving beta dies: the other two take its tenants; nothing is lost.
+        victim = next(m for m in members if ids[m.address] == _served(board)["beta"])
+        victim.kill()
+        survivors = [m for m in members if m is not victim]
+        wait_until(lambda: _fair(board, survivors), timeout=30)
+        for tenant, task_id in pending.items():
+            owner = next(m for m in survivors if ids[m.address] == _served(board)[tenant])
+            assert owner.task(task_id)["state"] == "pending", tenant
+        listed = colibri(None, "hive", "list", "--store", board)
+        assert "sharing" in listed.stdout or "serving" in listed.stdout
+    finally:
+        if agent is not None:
+            agent.send_signal(signal.SIGTERM)
+            agent.wait(timeout=20)
+        shutil.rmtree(state, ignore_errors=True)
+        a.stop_with(b, c)
+
+
+def _closed(board: str, task_id: str) -> bool:
+    with psycopg.connect(board) as conn:
+        row = conn.execute("SELECT state FROM tasks WHERE id = %s", (task_id,)).fetchone()
+    return row is not None and row[0] == "closed"
+
+
+def test_a_tenant_nobody_serves_is_taken_once_asked_for(tmp_path: Path, board: str) -> None:
+    sharer = Member(tmp_path / "a", board, share=True)
+    try:
+        sharer.start()
+        wait_until(lambda: _served(board).get("default") is not None, timeout=20)
+        with pytest.raises(NotOwner) as refused:
+            sharer.call("submit", text="x", tenant="newco")
+        assert refused.value.address is None and "sharing daemon takes it" in str(
+            refused.value.message
+        )
+        wait_until(lambda: "newco" in _served(board), timeout=20)
+        assert sharer.submit("now", tenant="newco")["tenant"] == "newco"
+    finally:
+        sharer.stop()
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--share"], "share out the tenants of a PostgreSQL board"),
+        (["--share", "--tenants", "a", "--store", "postgresql://x/y"], "not both"),
+    ],
+)
+def test_share_is_refused_where_it_cannot_be(tmp_path: Path, args: list[str], said: str) -> None:
+    assert colibri(None, "init", str(tmp_path)).returncode == 0
+    ran = colibri(tmp_path, "run", *args)
+    assert ran.returncode != 0 and said in one_line(ran.stderr), ran.stderr
+
+
+def test_hive_move_refuses_what_it_cannot_move(tmp_path: Path, board: str) -> None:
+    pinned = Member(tmp_path / "p", board, tenants="acme")
+    sharer = Member(tmp_path / "s", board, share=True)
+    try:
+        pinned.start()
+        sharer.start()
+        wait_until(lambda: "default" in _served(board), timeout=20)
+        ids = _ids(board)
+
+        def refusal(*args: str) -> str:
+            moved = colibri(None, "hive", "move", *args, "--store", board)
+            return one_line(moved.stderr) if moved.returncode else "not refused"
+
+        assert "serves it by --tenants" in refusal("acme", "--to", ids[sharer.address][:8])
+        assert "started with --share" in refusal("default", "--to", ids[pinned.address][:8])
+        assert "no daemon of the board" in refusal("default", "--to", "ffffffff")
+        assert "not a daemon's id" in refusal("default", "--to", "%")
+        assert "no daemon serves tenant nobody" in refusal("nobody", "--to", ids[sharer.address])
+        with psycopg.connect(board) as conn:
+            marked = conn.execute("SELECT count(*) FROM leases WHERE handover_to IS NOT NULL")
+            assert marked.fetchone() == (0,)
+    finally:
+        sharer.stop_with(pinned)
