@@ -122,6 +122,8 @@ class Remote:
             raise refusal from None
         if self.insecure_loopback and not owner.loopback:
             raise refusal  # plain text goes to loopback only, whoever says otherwise
+        if owner.unspecified:
+            raise refusal  # a daemon listening on every interface: no host to go to
         rest = tuple(a for a in self.addresses if a != owner)
         return Remote((owner, *rest), self.token, self.ca, self.insecure_loopback)
 

@@ -34,6 +34,14 @@ class TcpAddress:
         return f"{SCHEME}{host}:{self.port}"
 
     @property
+    def unspecified(self) -> bool:
+        """0.0.0.0 or ::, which a daemon listens on to listen on every interface."""
+        try:
+            return ipaddress.ip_address(self.host).is_unspecified
+        except ValueError:
+            return False
+
+    @property
     def loopback(self) -> bool:
         if self.host == "localhost":
             return True

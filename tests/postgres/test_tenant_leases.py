@@ -94,6 +94,41 @@ def test_a_lease_taken_over_fences_its_tenant_and_not_the_others(board: str) -> 
             lease.release()
 
 
+@pytest.mark.parametrize(("stalled", "taker"), [((), ("acme",)), (("acme",), ())])
+def test_a_batch_open_under_an_expired_lease_holds_back_a_taking_it_overlaps(
+    board: str, stalled: tuple[str, ...], taker: tuple[str, ...]
+) -> None:
+    """A daemon stalled mid-batch past its lease: a daemon taking a lease that overlaps it —
+    a tenant's, under the whole board's, or the whole board's, under a tenant's — waits for
+    the batch to end rather than serve beside it (the rows are not the same: the key update of
+    a takeover does not do it by itself)."""
+    import threading
+
+    PostgresStore(board).close()
+    old, new = BoardLease(board, 30, tenants=stalled), BoardLease(board, 30, tenants=taker)
+    store = PostgresStore(board)
+    try:
+        assert old.take()
+        store.fence, store.tenants = old.fence, old.named
+        store.append_ledger(_entry("t-stalled", "acme"))  # the batch is open, fence held
+        with psycopg.connect(board, autocommit=True) as admin:
+            admin.execute("UPDATE leases SET expires_at = now() - interval '1 ms'")
+        took: list[bool] = []
+        taking = threading.Thread(target=lambda: took.append(new.take()))
+        taking.start()
+        taking.join(1.0)
+        assert taking.is_alive() and not took  # held back by the open batch
+        store.commit()  # the stalled batch ends (here: it commits, its fence was valid)
+        taking.join(10)
+        assert took == [True]
+        with pytest.raises(LeaseLost):  # and nothing of the old lease is written after
+            store.append_ledger(_entry("t-late", "acme"))
+    finally:
+        store.close()
+        old.release()
+        new.release()
+
+
 def test_a_store_naming_some_tenants_reads_only_theirs_also_as_a_superuser(board: str) -> None:
     """The queries say which tenants they read, not only the policies: a superuser (whom
     row-level security never binds) connected store still builds only its tenants' board."""
@@ -141,6 +176,26 @@ def test_daemons_serve_their_tenants_side_by_side_and_send_clients_to_the_owner(
         assert nobody.address is None and "no daemon serves tenant 'default'" in nobody.message
         told = colibri(acme.root, "submit", "x", "--tenant", "beta")
         assert told.returncode == 1 and f"at {beta.address}" in one_line(told.stderr)
+
+        # A name that would name other tenants is no tenant's name.
+        for crafted in ("*", "acme,beta", "ACME"):
+            with pytest.raises(ColibriError) as bad:
+                acme.call("submit", text="x", tenant=crafted)
+            assert bad.value.code == "bad_request", crafted
+
+        # Names of agents and schedules are the whole board's: another tenant's is not taken.
+        def nightly(tenant: str) -> dict[str, object]:
+            return {"cron": "0 3 * * *", "task": {"text": "n", "tenant": tenant}}
+
+        acme.call("schedule-add", name="nightly", schedule=nightly("acme"))
+        with pytest.raises(ColibriError) as taken:
+            beta.call("schedule-add", name="nightly", schedule=nightly("beta"))
+        assert taken.value.code == "schedule_exists"
+        acme.call("register-agent", name="shared-name", tenant="acme")
+        with pytest.raises(ColibriError) as hijack:
+            beta.call("register-agent", name="shared-name", tenant="beta")
+        assert hijack.value.code == "forbidden" and "another tenant" in hijack.value.message
+        assert beta.call("status")["tasks"] is not None  # the daemon serves on
 
         operator = beta.call("token-create", role="operator", tenant="beta")["secret"]
         worker = beta.call("token-create", role="agent", tenant="beta", agent="far")["secret"]
@@ -218,6 +273,12 @@ def test_a_client_follows_not_owner_a_bounded_number_of_times_and_only_where_it_
         with pytest.raises(NotOwner) as raised:
             remote.toward(refusal, hops)
         assert raised.value is refusal
+    over_tls = Remote.parse("tcp://db.example:7001", token="t")
+    assert [str(a) for a in over_tls.toward(NotOwner("x", "tcp://10.0.0.2:7001"), 0).addresses] == [
+        "tcp://10.0.0.2:7001", "tcp://db.example:7001"]  # fmt: skip
+    every = NotOwner("a daemon listening on every interface", "tcp://0.0.0.0:7002")
+    with pytest.raises(NotOwner):
+        over_tls.toward(every, 0)
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from typing import Literal
 
 from colibri.core import protocol as p
 from colibri.core.errors import Forbidden, NotOwner, UnknownTask
-from colibri.core.model import DEFAULT_TENANT
+from colibri.core.model import DEFAULT_TENANT, check_name
 from colibri.core.tokens import Token
 
 Kind = Literal["owner", "agent", "operator"]
@@ -146,10 +146,11 @@ class Tenancy:
         return self.served is None or (tenant or DEFAULT_TENANT) in self.served
 
     def check(self, tenant: str | None) -> None:
-        """Raise ``NotOwner`` unless this daemon serves ``tenant`` (None: the default)."""
-        if self.serves(tenant):
+        """Raise ``NotOwner`` unless this daemon serves ``tenant`` (None: the default);
+        ``BadRequest`` for a name that is not one (``*`` or ``a,b`` would name others)."""
+        name = check_name(tenant, "tenant") if tenant else DEFAULT_TENANT
+        if self.serves(name):
             return
-        name = tenant or DEFAULT_TENANT
         served = sorted(self.served or ())
         here = f"tenant{'s' * (len(served) != 1)} {', '.join(served)}"
         key = name if name in self.elsewhere else "*" if "*" in self.elsewhere else None

@@ -371,8 +371,12 @@ async def serve(config: Config) -> int:
         )
         if daemon.lease is not None:
             keeper = asyncio.create_task(
-                keep_lease(daemon.lease, server, lambda: serve_tenants(daemon)), name="lease"
+                keep_lease(
+                    daemon.lease, server, lambda: serve_tenants(daemon), signals.asked.is_set
+                ),
+                name="lease",
             )
+            keeper.add_done_callback(lambda done: _keeper_ended(done, server))
         await _run_until_stopped(daemon, signals)
         unix_server.close()
         gateway.close()
@@ -412,6 +416,7 @@ def _build(config: Config, hold: _BoardHold, store: Store, mirror: LedgerMirror)
         # Written under the leases' fence; reading and writing only their tenants' rows.
         store.fence = hold.lease.fence  # type: ignore[attr-defined]
         store.tenants = hold.lease.named  # type: ignore[attr-defined]
+        store.bound(hold.lease.ttl)  # type: ignore[attr-defined]
     caught_up = mirror.open(store)
     if caught_up:
         log.info(
@@ -529,8 +534,21 @@ def _renewed_while_building(lease: BoardLease | None) -> Iterator[list[str]]:
 RENEW_RETRY = 0.2
 
 
+def _keeper_ended(keeper: asyncio.Task[None], server: Server) -> None:
+    """``keep_lease`` ends only by the daemon's stop (cancelled) or its fatal error: a bug
+    that ended it otherwise would leave the daemon serving with nobody renewing its leases."""
+    if keeper.cancelled() or server.fatal_error is not None:
+        return
+    exc = keeper.exception()
+    log.error("the lease keeper ended", exc_info=exc, extra={"event": "internal_error"})
+    server.fatal(f"renewing the leases failed ({exc!r})")
+
+
 async def keep_lease(
-    lease: BoardLease, server: Server, retenant: Callable[[], None] | None = None
+    lease: BoardLease,
+    server: Server,
+    retenant: Callable[[], None] | None = None,
+    stopping: Callable[[], bool] = lambda: False,
 ) -> None:
     """Renew the board's lease every third of its ttl, for as long as the daemon runs — through
     its stopping too, when the harnesses' last reports are still written. Stop serving by this
@@ -567,12 +585,12 @@ async def keep_lease(
             )
             return
         if not renewed:
-            server.fatal(f"{lease.what} has passed to another daemon")
+            server.fatal(f"{lease.what} has passed to another daemon (or expired)")
             return
         with contextlib.suppress(StorageUnavailable):
             await asyncio.to_thread(lease.beat)
             server.board.tenancy.elsewhere = lease.elsewhere
-            if retenant is not None and not server.closed:
+            if retenant is not None and not server.closed and not stopping():
                 await _share_out(lease, server.board.tenancy, retenant, pinned)
 
 
@@ -585,14 +603,18 @@ async def _share_out(
     A step that fails is tried again at the next renewal: it must never stop the renewals."""
     try:
         if tenancy.wanted:
-            wanted, tenancy.wanted = tenancy.wanted, set()
-            await asyncio.to_thread(lease.make_known, wanted)
+            await asyncio.to_thread(lease.make_known, tenancy.wanted)
+            tenancy.wanted.clear()
         if lease.sharing:
             await _share_step(lease, retenant, pinned)
     except StorageUnavailable:
         pass
     except Exception:
         log.exception("sharing the tenants out failed", extra={"event": "sharing_failed"})
+    if lease.sharing and set(lease.tenants) != set(tenancy.served or ()):
+        # A step that failed half-way (a lease taken, its tenant not yet served): served now,
+        # so that no lease is held for a tenant nobody serves.
+        retenant()
 
 
 async def _share_step(lease: BoardLease, retenant: Callable[[], None], pinned: set[str]) -> None:
@@ -645,9 +667,14 @@ def serve_tenants(daemon: Daemon) -> None:
     board.tenancy.served = frozenset(lease.tenants)
     if server.unavailable is None:
         try:
-            store.rollback()
-            board.rebuild()
-            daemon.schedules.load(_served_schedules(daemon.config, board.tenancy))
+            # Renewed meanwhile from a thread: the loop (and keep_lease) waits for the build.
+            with _renewed_while_building(lease) as lost:
+                store.rollback()
+                board.rebuild()
+                daemon.schedules.load(_served_schedules(daemon.config, board.tenancy))
+            if lost:
+                server.fatal(lost[0])
+                return
         except StorageUnavailable as exc:
             server.unavailable = exc.message  # the sweep's recover() builds it once it is back
         except Exception as exc:

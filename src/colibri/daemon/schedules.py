@@ -32,6 +32,7 @@ from colibri.core.schedules import Schedule, ScheduleSpec
 from colibri.core.states import OPEN
 from colibri.daemon import crashpoints
 from colibri.daemon.board import Batch, Board, new_task_id
+from colibri.store import StoreConflict
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,16 @@ class ScheduleRunner:
                 fresh.fires, fresh.skipped, fresh.missed = old.fires, old.skipped, old.missed
                 fresh.refused = old.refused
                 fresh.last_task, fresh.last_fire_at = old.last_task, old.last_fire_at
-            self.store.upsert_schedule(fresh)
+            try:
+                self.store.upsert_schedule(fresh)
+            except StoreConflict as conflict:
+                # (A PostgreSQL board: the name is a schedule's of a tenant another daemon
+                # serves. Said, and left to that one; the rest of the file is loaded.)
+                log.error(
+                    f"schedule {name!r} of colibri.jsonc not loaded: {conflict}",
+                    extra={"event": "schedule_not_loaded", "schedule": name},
+                )
+                continue
             stored[name] = fresh
         for name, old in list(stored.items()):
             if old.source == "config" and name not in configured:
@@ -105,7 +115,11 @@ class ScheduleRunner:
 
     def _save(self, schedule: Schedule) -> None:
         schedule.updated_at = rfc3339(self.clock.time())
-        self.store.upsert_schedule(schedule)
+        try:
+            self.store.upsert_schedule(schedule)
+        except StoreConflict:
+            # Its name is a schedule's of another tenant of a PostgreSQL board.
+            raise ScheduleExists(schedule.name) from None
         self.schedules[schedule.name] = schedule
         if self._active(schedule):
             heapq.heappush(self._heap, (self._wake_at(schedule), schedule.name))

@@ -27,6 +27,7 @@ from colibri.core.errors import (
     Forbidden,
     Internal,
     LeaseLost,
+    NotOwner,
     StorageUnavailable,
     Throttled,
     Unauthorized,
@@ -278,6 +279,15 @@ class Server:
             agent = agents.get(conn.agent_name or "")
             return agent is not None and agent.peer is conn and not tenancy.serves(agent.tenant)
 
+        audience = self.board.audience
+        for task_id in audience.waited_for():
+            if task_id not in self.board.tasks and self.board.store.get_task(task_id) is None:
+                # Waited for here, its tenant given back: the wait is answered where it is
+                # served now (the client asks there), never here.
+                audience.refuse(task_id, NotOwner(
+                    f"task {task_id}'s tenant is served by another daemon of the board now; "
+                    "wait for it there"
+                ).to_wire())  # fmt: skip
         closing = [c for c in self.connections if unserved(c)]
         for conn in closing:
             conn.closing = True

@@ -263,7 +263,10 @@ class Store(Protocol):
         """Store the agent under its name (unique across tenants), replacing every stored
         field of one already there: ``tenant``, ``capabilities``, ``slots``, ``ttl``,
         ``workspace``, ``last_seen``, and ``registered_at``. ``online`` and ``running`` are
-        the daemon's memory, not stored."""
+        the daemon's memory, not stored.
+
+        :raises StoreConflict: (PostgreSQL) the name is an agent's of a tenant the store does
+            not name; nothing was written."""
 
     def agents(self) -> list[Agent]:
         """Every stored agent of every tenant, by name; ``online`` False, ``running`` empty."""
@@ -287,7 +290,10 @@ class Store(Protocol):
     # -- schedules -------------------------------------------------------------------------------
 
     def upsert_schedule(self, schedule: Schedule) -> None:
-        """Store the whole schedule under its name, replacing one already there."""
+        """Store the whole schedule under its name, replacing one already there.
+
+        :raises StoreConflict: (PostgreSQL) the name is a schedule's of a tenant the store does
+            not name; nothing was written."""
 
     def get_schedule(self, name: str) -> Schedule | None:
         """The schedule with this name, equal to what was last stored; None if there is none."""

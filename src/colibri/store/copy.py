@@ -104,7 +104,7 @@ def copy_board(
         }  # fmt: skip
         summary["tenants"] = [r[0] for r in reader.execute(_SQLITE["copy_tenants"])]
         with _target(target, dry_run) as conn:
-            _refuse_a_live_lease(conn, tenant)
+            _refuse_a_live_lease(conn)
             conn.execute(f"SELECT pg_advisory_xact_lock(({_BOARD_KEY}))".encode())
             conn.execute(_PG["ensure_tenant"].encode(), (tenant, rfc3339(time.time())))
             _copy_tasks(reader, conn, tenant, counts["tasks"], summary, progress)
@@ -217,11 +217,12 @@ class _Transaction:
                 pass  # the connection is gone: so is the transaction
 
 
-def _refuse_a_live_lease(conn: psycopg.Connection[dict[str, Any]], tenant: str) -> None:
-    """While a daemon serves the tenant copied into (by its lease, or the whole board's), it
-    holds the tenant's board in memory: rows written behind its back would go unseen."""
+def _refuse_a_live_lease(conn: psycopg.Connection[dict[str, Any]]) -> None:
+    """While a daemon serves the board — any of it: the copy holds the leases' table and the
+    writers' lock to its end, which every daemon's renewals and batches would wait behind —
+    refuse."""
     conn.execute(_PG["copy_lock_leases"].encode())
-    holder = live_lease(conn, tenant)
+    holder = live_lease(conn)
     if holder is not None:
         raise LockHeld(
             holder["owner"],

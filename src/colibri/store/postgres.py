@@ -86,10 +86,16 @@ _BOARD_KEY = "SELECT hashtextextended('colibri board ' || current_schema(), 0)"
 _WRITERS_LOCK = (
     "SELECT pg_advisory_xact_lock((" + _BOARD_KEY + ")), txid_current() AS xid, "
     "pg_backend_pid() AS backend, pg_postmaster_start_time() AS started, "
-    "set_config('colibri.tenants', %s, true) AS tenants"
+    "set_config('colibri.tenants', %s, true) AS tenants "
+    # Set first (the FROM is evaluated before the list): how long the batch waits for the lock,
+    # and how long its transaction may sit idle (its daemon stopped mid-batch) before the
+    # server ends it — and with it the lock that every daemon's batches queue on.
+    "FROM (SELECT set_config('lock_timeout', %s, true), "
+    "set_config('idle_in_transaction_session_timeout', %s, true)) AS bounded"
 ).encode()
 #: The tenants a transaction sees and writes (row-level security), named for it alone.
 _NAME_TENANTS = b"SELECT set_config('colibri.tenants', %s, true)"
+_LOCK_TIMEOUT = b"SELECT set_config('lock_timeout', %s, true)"
 #: The rows a read finds: those of the tenants named (the queries of postgresql.sql say it too),
 #: also on a connection row-level security does not bind (a superuser's).
 _SEEN = "colibri_sees(tenant)"
@@ -182,6 +188,11 @@ class PostgresStore:
         self.fence: tuple[str, list[str], list[int]] | None = None
         #: The tenants this store's transactions name for row-level security: ``*`` is every one.
         self.tenants = "*"
+        #: How long a batch waits for the writers' lock, and may sit idle in its transaction
+        #: (PostgreSQL's ``lock_timeout`` and ``idle_in_transaction_session_timeout``, for the
+        #: batch only): a daemon serving beside others bounds both by its lease (``bound``);
+        #: "0" waits for ever.
+        self.bounds = ("0", "0")
         #: The open batch's transaction id, backend and server start (see ``_writing``), and
         #: its first ledger row; a batch whose COMMIT's answer was lost and whose outcome the
         #: server could not tell yet (``rollback`` waits for it).
@@ -312,13 +323,21 @@ class PostgresStore:
                 # the COMMIT is on its way, PostgreSQL can still say whether it committed
                 # (``_outcome``). The batch's tenants are named in it too: only from here on
                 # do its reads go inside it.
-                self._opened = conn.execute(_WRITERS_LOCK, (self.tenants,)).fetchone()
+                self._opened = conn.execute(_WRITERS_LOCK, (self.tenants, *self.bounds)).fetchone()
                 self._dirty = True
             yield conn
         except (psycopg.OperationalError, psycopg.errors.InternalError) as exc:
             self._lose(exc)
         except psycopg.errors.InFailedSqlTransaction as exc:
             self._lose(exc)
+
+    def bound(self, ttl: float) -> None:
+        """Bound a batch's waits by a lease of ``ttl`` seconds: the writers' lock waited for a
+        third of it at most (a batch waiting longer is refused ``storage_unavailable`` and
+        tried again, rather than carrying the daemon past its lease), and a transaction left
+        idle (its daemon stopped mid-batch) ended by the server after half of it, so that it
+        holds the other daemons' batches up no longer."""
+        self.bounds = (f"{int(ttl * 1000 / 3)}ms", f"{int(ttl * 1000 / 2)}ms")
 
     def _lose(self, exc: Exception) -> None:
         error = StorageUnavailable(
@@ -681,7 +700,9 @@ class PostgresStore:
 
     def max_ledger_seq(self) -> int:
         self._ledger_read()
-        row = self._one(_Q["max_ledger_seq"])
+        # The whole board's, whatever tenants the store names: the ledger's seq is the board's.
+        rows = self._rows(_Q["max_ledger_seq"], tenants="*")
+        row = rows[0] if rows else None
         return int(row["seq"]) if row else 0
 
     def cost_totals(self, by: str, since: str, tenant: str | None = None) -> list[dict[str, Any]]:
@@ -701,8 +722,22 @@ class PostgresStore:
     # -- agents, tenants, skills -------------------------------------------------------------
 
     def upsert_agent(self, agent: Agent, registered_at: str) -> None:
+        row = _text(agent_row(agent, registered_at))
+        self._upsert_named("upsert_agent", row, f"agent name {agent.name!r}")
+
+    def _upsert_named(self, query: str, args: Any, what: str) -> None:
+        """An upsert of a row whose name is the whole board's: a row of the name in a tenant
+        this store does not name is not replaced (``StoreConflict``; row-level security
+        refuses it as its role, the statement's condition as any)."""
+        import psycopg
+
         with self._writing() as conn:
-            conn.execute(_Q["upsert_agent"].encode(), _text(agent_row(agent, registered_at)))
+            try:
+                with self._refusable(conn):
+                    if conn.execute(_Q[query].encode(), args).fetchone() is None:
+                        raise StoreConflict(f"{what} is another tenant's; nothing was written")
+            except psycopg.errors.InsufficientPrivilege as exc:
+                raise StoreConflict(f"{what} is another tenant's; nothing was written") from exc
 
     def agents(self) -> list[Agent]:
         return [agent_from_row(r) for r in self._rows(_Q["all_agents"])]
@@ -729,16 +764,13 @@ class PostgresStore:
     # -- schedules ---------------------------------------------------------------------------
 
     def upsert_schedule(self, schedule: Schedule) -> None:
-        with self._writing() as conn:
-            conn.execute(
-                _Q["upsert_schedule"].encode(),
-                (
-                    schedule.name,
-                    schedule.task.tenant or DEFAULT_TENANT,
-                    schedule.next_fire_at,
-                    _json.encode(schedule).decode(),
-                ),
-            )
+        args = (
+            schedule.name,
+            schedule.task.tenant or DEFAULT_TENANT,
+            schedule.next_fire_at,
+            _json.encode(schedule).decode(),
+        )
+        self._upsert_named("upsert_schedule", args, f"schedule name {schedule.name!r}")
 
     def get_schedule(self, name: str) -> Schedule | None:
         row = self._one(_Q["get_schedule"], (name,))
@@ -821,11 +853,20 @@ class PostgresStore:
 def hive_list(dsn: str) -> list[dict[str, Any]]:
     """The daemons of the board at ``dsn``, oldest first, each with its live leases (``leases``
     rows, ``tenants`` served: ``*`` for the whole board), their epoch and least time left."""
+    import psycopg
+
     conn = _connect(dsn)
     try:
         if conn.execute("SELECT to_regclass('hives') AS t").fetchone() == {"t": None}:
             return []
-        rows = [dict(r) for r in conn.execute(_Q["hive_list"].encode()).fetchall()]
+        try:
+            rows = [dict(r) for r in conn.execute(_Q["hive_list"].encode()).fetchall()]
+        except psycopg.errors.UndefinedColumn:
+            raise ConfigError(
+                f"the board at {shown_location(dsn)} has an older schema than this Colibri "
+                "reads: start a daemon of this version on it (it migrates the board), or run "
+                "colibri hive grant with the tables' owner's connection string"
+            ) from None
     finally:
         conn.close()
     for row in rows:
@@ -881,9 +922,14 @@ def hand_over(dsn: str, tenant: str, to: str) -> dict[str, Any]:
                     "it by --tenants (or the whole board): stop that daemon to move it; "
                     "nothing was marked"
                 )
-            conn.execute(
+            marked = conn.execute(
                 _Q["lease_hand_over"].encode(), {"to": target["id"], "name": f"tenant/{tenant}"}
-            )
+            ).fetchone()
+            if marked is None:  # (its lease lapsed since it was read)
+                raise ConfigError(
+                    f"no daemon serves tenant {tenant} now (its lease just lapsed); nothing was "
+                    "marked"
+                )
     except psycopg.OperationalError as exc:
         raise StorageUnavailable(
             f"the connection to {where} broke ({_first_line(exc)}); run the command again"
@@ -1184,7 +1230,16 @@ class BoardLease:
         taken = False
         try:
             with conn.transaction():
+                # A taking waits for nobody longer than this: a daemon that takes a tenant
+                # must be back to its renewals well before its own leases' deadline.
+                conn.execute(_LOCK_TIMEOUT, (f"{int(self.ttl * 1000 / 4)}ms",))
+                # The table first (takings queue here, so two never hold rows the other wants),
                 conn.execute(b"LOCK TABLE leases IN SHARE ROW EXCLUSIVE MODE")
+                # then the expired rows this one overlaps, held as a takeover holds its own: a
+                # batch still open under one of them (its daemon stalled past its lease) ends
+                # first, and none begins after — the whole board's fence and a tenant's meet
+                # here. (Renewals wait meanwhile: for a stalled batch, a quarter ttl at most.)
+                conn.execute(_Q["lease_overlaps"].encode(), args)
                 if conn.execute(_Q["lease_clash"].encode(), args).fetchone() is not None:
                     raise psycopg.Rollback  # (ends the transaction, and only it)
                 found = conn.execute(_Q["lease_next_epoch"].encode(), args).fetchone()
@@ -1194,6 +1249,8 @@ class BoardLease:
                 if len(rows) != len(names):  # (the lock makes this not happen)
                     raise psycopg.Rollback
                 taken = True
+        except psycopg.errors.LockNotAvailable:
+            return False  # another taking, or a stalled batch: tried again at the next poll
         except psycopg.OperationalError as exc:
             self._unreachable(exc)
         if not taken:
@@ -1239,6 +1296,10 @@ class BoardLease:
         """Record these tenants on the board (its ``tenants``), for sharing daemons to take."""
         import psycopg
 
+        from colibri.core.model import check_name
+
+        for tenant in tenants:
+            check_name(tenant, "tenant")  # never "*", nor "a,b": names that would name others
         conn = self._connection()
         try:
             with conn.transaction():

@@ -13,7 +13,7 @@ import logging
 from colibri.config import SchedulerSettings
 from colibri.core import events, states
 from colibri.core.claims import Claims
-from colibri.core.errors import BadRequest, NotRegistered
+from colibri.core.errors import BadRequest, Forbidden, NotRegistered
 from colibri.core.model import DEFAULT_TENANT, check_name, normalize_names, rfc3339
 from colibri.core.protocol import Held, RegisterAgent
 from colibri.core.states import State
@@ -23,7 +23,7 @@ from colibri.daemon.board.capacity import Capacity, LiveAgent
 from colibri.daemon.board.known import KnownAgents
 from colibri.daemon.board.transitions import Transitions
 from colibri.daemon.clock import Clock
-from colibri.store import Store
+from colibri.store import Store, StoreConflict
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,15 @@ class Presence:
             now_mono,
             now,
         )
+        try:
+            # First, before memory changes: the name may be an agent's of a tenant another
+            # daemon of a PostgreSQL board serves (names are the whole board's).
+            self.store.upsert_agent(agent.wire(), rfc3339(now))
+        except StoreConflict:
+            raise Forbidden(
+                f"agent name {name!r} is taken by another tenant of the board; give this agent "
+                "another name"
+            ) from None
         adopted: list[str] = []
         rejected: list[Held] = []
         for held in req.running:
@@ -131,7 +140,6 @@ class Presence:
         peer.agent_name = name
         self.capacity.index(agent)
         self.capacity.refresh(agent)  # the sessions it took back count against max_sessions
-        self.store.upsert_agent(agent.wire(), rfc3339(now))
         if capabilities:
             self.store.ensure_skills(sorted(capabilities))
         if tenant != DEFAULT_TENANT:

@@ -264,6 +264,17 @@ SELECT name, owner, address, epoch, EXTRACT(EPOCH FROM expires_at - now())::floa
  ORDER BY expires_at DESC
  LIMIT 1;
 
+-- name: lease_overlaps
+-- The expired rows a taking of %(names)s overlaps besides its own: the whole board's (taking a
+-- tenant), or every tenant's (taking the whole board). FOR UPDATE waits for a batch that still
+-- holds one FOR KEY SHARE, as a takeover of a row waits for its batches. (A live one makes the
+-- taking refuse: now() is the transaction's, the same in both statements.)
+SELECT name FROM leases
+ WHERE expires_at <= now()
+   AND (name = 'board' OR ('board' = ANY(%(names)s) AND starts_with(name, 'tenant/')))
+ ORDER BY name
+   FOR UPDATE;
+
 -- name: lease_next_epoch
 -- One more than any of the rows taken ever had: every row's epoch grows at every taking.
 SELECT COALESCE(MAX(epoch), 0) + 1 AS epoch FROM leases WHERE name = ANY(%(names)s);
@@ -293,8 +304,10 @@ SELECT name FROM tenants;
 
 -- name: lease_renew
 -- Each row with its own epoch (a row taken later than the others has another).
+-- Only while it is live: a row that expired may overlap a lease taken since (a tenant's, of the
+-- whole board's), and a daemon renewing it would serve beside that lease's daemon.
 UPDATE leases SET expires_at = now() + %(ttl)s * interval '1 second'
- WHERE owner = %(owner)s
+ WHERE owner = %(owner)s AND expires_at > now()
    AND (name, epoch) IN (SELECT * FROM unnest(%(names)s::text[], %(epochs)s::bigint[]))
 RETURNING name;
 
@@ -409,7 +422,10 @@ VALUES (%(name)s, %(tenant)s, %(capabilities)s, %(slots)s, %(ttl)s, %(workspace)
 ON CONFLICT (name) DO UPDATE
    SET tenant = excluded.tenant, capabilities = excluded.capabilities, slots = excluded.slots,
        ttl = excluded.ttl, workspace = excluded.workspace,
-       registered_at = excluded.registered_at, last_seen = excluded.last_seen;
+       registered_at = excluded.registered_at, last_seen = excluded.last_seen
+ -- (Names are the whole board's: one of a tenant not named here is not this daemon's to take.)
+ WHERE colibri_sees(agents.tenant)
+RETURNING name;
 
 -- name: all_agents
 SELECT * FROM agents WHERE colibri_sees(tenant) ORDER BY name;
@@ -432,7 +448,9 @@ SELECT s.name, s.description,
 -- name: upsert_schedule
 INSERT INTO schedules (name, tenant, next_fire_at, doc) VALUES (%s, %s, %s, %s)
 ON CONFLICT (name) DO UPDATE
-   SET tenant = excluded.tenant, next_fire_at = excluded.next_fire_at, doc = excluded.doc;
+   SET tenant = excluded.tenant, next_fire_at = excluded.next_fire_at, doc = excluded.doc
+ WHERE colibri_sees(schedules.tenant)
+RETURNING name;
 
 -- name: all_schedules
 SELECT doc FROM schedules WHERE colibri_sees(tenant) ORDER BY name;
