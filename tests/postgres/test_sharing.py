@@ -99,6 +99,8 @@ def test_sharing_daemons_divide_the_tenants_and_follow_joins_deaths_and_moves(
         )  # fmt: skip
         ran = _submit(b.address, tokens["acme"], "acme's work", capabilities=["far"])
         wait_until(lambda: _closed(board, ran.id), timeout=20)
+        # hive list counts it with the daemon serving acme, at that daemon's next beat.
+        wait_until(lambda: _agents(board).get(_served(board)["acme"]) == 1, timeout=10)
 
         # A third joins: the two give tenants back until it has its share.
         _start(c)
@@ -137,6 +139,13 @@ def test_sharing_daemons_divide_the_tenants_and_follow_joins_deaths_and_moves(
             agent.wait(timeout=20)
         shutil.rmtree(state, ignore_errors=True)
         a.stop_with(b, c)
+
+
+def _agents(board: str) -> dict[str, int]:
+    """daemon id → the agents it had connected at its last beat (hive list --json)."""
+    listed = colibri(None, "hive", "list", "--store", board, "--json")
+    assert listed.returncode == 0, listed.stderr
+    return {h["id"]: h["agents"] for h in json.loads(listed.stdout)}
 
 
 def _closed(board: str, task_id: str) -> bool:

@@ -22,8 +22,8 @@ def hive() -> None:
 @pass_ctx
 def list_hive(ctx: Context, store: str | None, as_json: bool) -> None:
     """Each daemon of the board: serving (with its lease's epoch and time left) the whole board
-    or some tenants, or standing by, and when it last said so. Read from PostgreSQL: it works
-    while no daemon serves, and on any host."""
+    or some tenants, or standing by, its agents connected, and when it last said so. Read
+    from PostgreSQL: it works while no daemon serves, and on any host."""
     from colibri.store.postgres import hive_list
 
     rows = hive_list(_postgres_board(ctx, store))
@@ -42,12 +42,24 @@ def list_hive(ctx: Context, store: str | None, as_json: bool) -> None:
         return "sharing (no tenant yet)" if row.get("sharing") else "standby"
 
     print_table(
-        ["DAEMON", "ROLE", "TENANTS", "ADDRESS", "HOST", "PID", "LAST BEAT", "STARTED", "ROOT"],
+        [
+            "DAEMON",
+            "ROLE",
+            "TENANTS",
+            "AGENTS",
+            "ADDRESS",
+            "HOST",
+            "PID",
+            "LAST BEAT",
+            "STARTED",
+            "ROOT",
+        ],
         [
             [
                 str(r["id"])[:8],
                 role(r),
                 ",".join(r["tenants"]) or "-",
+                r["agents"],
                 r["address"] or "-",
                 r["host"],
                 r["pid"],

@@ -152,7 +152,7 @@ class Tenancy:
         if self.serves(name):
             return
         served = sorted(self.served or ())
-        here = f"tenant{'s' * (len(served) != 1)} {', '.join(served)}"
+        here = f"tenant{'s' * (len(served) != 1)} {', '.join(served)}" if served else "no tenant"
         key = name if name in self.elsewhere else "*" if "*" in self.elsewhere else None
         if key is None:
             self.wanted.add(name)

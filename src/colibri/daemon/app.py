@@ -588,6 +588,7 @@ async def keep_lease(
             server.fatal(f"{lease.what} has passed to another daemon (or expired)")
             return
         with contextlib.suppress(StorageUnavailable):
+            lease.agents = sum(a.online for a in server.board.agents.values())
             await asyncio.to_thread(lease.beat)
             server.board.tenancy.elsewhere = lease.elsewhere
             if retenant is not None and not server.closed and not stopping():

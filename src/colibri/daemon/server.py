@@ -292,6 +292,12 @@ class Server:
         for conn in closing:
             conn.closing = True
             self.close_after_flush(conn)
+        if closing:
+            log.info(
+                f"closing {len(closing)} connection{'s' * (len(closing) > 1)} of tenants no "
+                "longer served here",
+                extra={"event": "connections_moved", "connections": len(closing)},
+            )
         return len(closing)
 
     def _reply(self, conn: Connection, message: dict[str, Any]) -> None:

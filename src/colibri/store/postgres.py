@@ -1145,6 +1145,8 @@ class BoardLease:
         #: The other daemons' live leases as last read (``beat``): tenant → address ("*" for a
         #: daemon serving the whole board), where a request for a tenant not served here is sent.
         self.elsewhere: dict[str, str | None] = {}
+        #: How many agents are connected to the daemon, said at each beat (``hive list``).
+        self.agents = 0
         self._conn: psycopg.Connection[dict[str, Any]] | None = None
 
     @property
@@ -1352,7 +1354,7 @@ class BoardLease:
         self._run("hive_beat", {"id": self.owner, "address": self.address,
                                 "host": socket.gethostname(), "pid": os.getpid(),
                                 "root": self.root, "ttl": self.ttl,
-                                "sharing": self.sharing})  # fmt: skip
+                                "sharing": self.sharing, "agents": self.agents})  # fmt: skip
         self.elsewhere = {
             "*" if row["name"] == "board" else row["name"].removeprefix("tenant/"): row["address"]
             for row in self._run("live_leases", {})

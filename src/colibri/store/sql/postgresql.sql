@@ -228,11 +228,15 @@ CREATE POLICY any_rows ON colibri_schema USING (true) WITH CHECK (true);
 -- renewal, and only that daemon takes it while it lives.
 ALTER TABLE hives ADD COLUMN sharing BOOLEAN NOT NULL DEFAULT false;
 ALTER TABLE leases ADD COLUMN handover_to TEXT COLLATE "C";
+-- How many agents each daemon had connected at its last beat (hive list).
+ALTER TABLE hives ADD COLUMN agents INTEGER NOT NULL DEFAULT 0;
 
 -- name: hive_beat
-INSERT INTO hives (id, address, host, pid, root, ttl, started_at, last_beat, sharing)
-VALUES (%(id)s, %(address)s, %(host)s, %(pid)s, %(root)s, %(ttl)s, now(), now(), %(sharing)s)
-ON CONFLICT (id) DO UPDATE SET address = excluded.address, last_beat = now();
+INSERT INTO hives (id, address, host, pid, root, ttl, started_at, last_beat, sharing, agents)
+VALUES (%(id)s, %(address)s, %(host)s, %(pid)s, %(root)s, %(ttl)s, now(), now(), %(sharing)s,
+        %(agents)s)
+ON CONFLICT (id) DO UPDATE SET address = excluded.address, last_beat = now(),
+                               agents = excluded.agents;
 
 -- name: hive_forget_old
 DELETE FROM hives WHERE last_beat < now() - interval '1 day';
@@ -244,7 +248,7 @@ DELETE FROM hives WHERE id = %(id)s;
 -- Each daemon with the leases it holds live: 'board' (the whole board) or 'tenant/<name>'.
 SELECT h.id, h.address, h.host, h.pid, h.root, h.ttl,
        to_char(h.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS started_at,
-       EXTRACT(EPOCH FROM now() - h.last_beat)::float8 AS beat_ago_s, h.sharing,
+       EXTRACT(EPOCH FROM now() - h.last_beat)::float8 AS beat_ago_s, h.sharing, h.agents,
        MAX(l.epoch) AS lease_epoch,
        EXTRACT(EPOCH FROM MIN(l.expires_at) - now())::float8 AS lease_left_s,
        COALESCE(array_agg(l.name ORDER BY l.name) FILTER (WHERE l.name IS NOT NULL), '{}')
