@@ -630,8 +630,8 @@ def _agents_through_kill_line(name: str, h2: dict[str, Any]) -> str:
         f" agents; {h2['acknowledged']:,} acknowledged"
         + (
             f" ({h2['acknowledged_at_kill']:,} before the kill, the clients following "
-            f"the standby; next acknowledged {h2['kill_to_next_acknowledgement_s']} s "
-            "after it)"
+            + ("their tenants" if sharing else "the standby")
+            + f"; next acknowledged {h2['kill_to_next_acknowledgement_s']} s after it)"
             if "acknowledged_at_kill" in h2
             else ""
         )
