@@ -47,9 +47,9 @@ def _shares(board: str, members: list[Member]) -> list[int]:
     return [sum(1 for o in served.values() if o == ids.get(m.address)) for m in members]
 
 
-def _fair(board: str, members: list[Member]) -> bool:
+def _fair(board: str, members: list[Member], tenants: int = len(TENANTS)) -> bool:
     shares = _shares(board, members)
-    return sum(shares) == len(TENANTS) and max(shares) - min(shares) <= 1
+    return sum(shares) == tenants and max(shares) - min(shares) <= 1
 
 
 def _start(member: Member) -> Member:
@@ -206,3 +206,53 @@ def test_hive_move_refuses_what_it_cannot_move(tmp_path: Path, board: str) -> No
             assert marked.fetchone() == (0,)
     finally:
         sharer.stop_with(pinned)
+
+
+def test_a_sharing_daemon_stopped_past_its_leases_writes_nothing_when_it_wakes(
+    tmp_path: Path, board: str
+) -> None:
+    """SIGSTOP past its leases: the other sharing daemon takes its tenants (a new epoch each);
+    on SIGCONT the stopped one exits 1 by its own deadline (or its renewal or a write meets the
+    fence), and no ledger row after the takeover carries its old epochs."""
+    from colibri.store.postgres import PostgresStore
+
+    PostgresStore(board).close()  # the board's tables
+    with psycopg.connect(board, autocommit=True) as admin:
+        for tenant in ("acme", "beta", "gamma"):
+            admin.execute("INSERT INTO tenants (name, created_at) VALUES (%s, 'x')", (tenant,))
+    first, second = (Member(tmp_path / n, board, share=True) for n in ("a", "b"))
+    try:
+        first.start()
+        wait_until(lambda: len(_served(board)) == 4, timeout=20)  # 3 and default, all first's
+        second.start()
+        wait_until(lambda: _fair(board, [first, second], tenants=4), timeout=30)
+        ids = _ids(board)
+        stopped = {t for t, o in _served(board).items() if o == ids[first.address]}
+        assert len(stopped) == 2
+        pending = {t: first.submit(f"{t}'s", tenant=t, capabilities=["nobody"])["id"]
+                   for t in sorted(stopped)}  # fmt: skip
+        first.process.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
+        wait_until(lambda: list(_served(board).values()) == [ids[second.address]] * 4, timeout=30)
+        with psycopg.connect(board) as conn:
+            epochs: dict[str, int] = dict(conn.execute(
+                "SELECT substr(name, 8), epoch FROM leases WHERE name LIKE 'tenant/%%'"
+            ).fetchall())  # fmt: skip
+            top = conn.execute("SELECT max(seq) FROM ledger").fetchone()
+        assert all(epochs[t] == 2 for t in stopped), epochs  # taken over: a new epoch each
+        first.process.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
+        assert first.process.wait(timeout=15) == 1  # type: ignore[union-attr]
+        assert any(
+            why in first.log()
+            for why in ("passed to another daemon", "could not be renewed within its ttl")
+        ), first.log()
+        with psycopg.connect(board) as conn:
+            after = conn.execute(
+                "SELECT count(*) FROM ledger WHERE seq > %s", (top[0] if top else 0,)
+            ).fetchone()
+        assert after == (0,)  # not a row from the woken one (nor any since)
+        for tenant, task_id in pending.items():
+            assert second.task(task_id)["state"] == "pending", tenant
+    finally:
+        if first.process is not None and first.process.poll() is None:
+            first.process.send_signal(signal.SIGCONT)
+        first.stop_with(second)
