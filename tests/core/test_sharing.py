@@ -148,3 +148,13 @@ def test_a_free_tenant_marked_for_a_live_daemon_is_left_to_it() -> None:
     chosen = plan("a", {"t0", "t1"}, {}, {"a", "b"}, {"t0": "b"})
     assert "t0" not in chosen.take
     assert plan("b", {"t0", "t1"}, {}, {"a", "b"}, {"t0": "b"}) == Plan(take=("t0",))
+
+
+def test_tenants_a_daemon_of_given_tenants_stands_by_for_are_never_taken_and_given_back() -> None:
+    tenants = {"acme", "beta"}
+    reserved = frozenset({"acme"})
+    # Free, but its --tenants standby waits for it: not taken.
+    assert plan("a", tenants, {}, {"a"}, reserved=reserved) == Plan(take=("beta",))
+    # Held by a sharing daemon (taken before the standby came): given back at once.
+    held = {"acme": "a", "beta": "a"}
+    assert plan("a", tenants, held, {"a"}, reserved=reserved) == Plan(give=("acme",))

@@ -256,3 +256,24 @@ def test_a_sharing_daemon_stopped_past_its_leases_writes_nothing_when_it_wakes(
         if first.process is not None and first.process.poll() is None:
             first.process.send_signal(signal.SIGCONT)
         first.stop_with(second)
+
+
+def test_a_tenant_whose_daemon_of_given_tenants_stands_by_is_left_to_it(
+    tmp_path: Path, board: str
+) -> None:
+    """A sharing daemon beside a daemon of tenant acme and its standby: when acme's daemon dies
+    its standby takes acme, not the sharing daemon, which shares the rest."""
+    sharer = Member(tmp_path / "s", board, share=True)
+    pinned, standby = (Member(tmp_path / n, board, tenants="acme") for n in ("p", "q"))
+    try:
+        pinned.start()
+        sharer.start()
+        standby.stand_by()
+        wait_until(lambda: set(_served(board)) == {"acme", "default"}, timeout=20)
+        ids = _ids(board)
+        assert _served(board) == {"acme": ids[pinned.address], "default": ids[sharer.address]}
+        pinned.kill()
+        wait_until(lambda: _served(board).get("acme") == ids[standby.address], timeout=30)
+        assert _served(board)["default"] == ids[sharer.address]
+    finally:
+        sharer.stop_with(standby, pinned)

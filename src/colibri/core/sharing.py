@@ -7,7 +7,8 @@ and the ceiling of (tenants shared) / (sharing daemons): one below the floor tak
 up to it; one at the floor or above takes them up to the ceiling only while no other is below
 the floor; one above the ceiling gives tenants back, and so does the most loaded (by count,
 then id) while another is below the floor and it is above. Tenants a daemon serves by
-``--tenants`` are not shared. A tenant marked to be handed to a live sharing daemon
+``--tenants`` are not shared, nor those a live daemon started with them stands by for (a
+sharing daemon holding one gives it back). A tenant marked to be handed to a live sharing daemon
 (``hive move``) is given back by its owner and taken by that daemon alone, whatever the counts;
 a daemon does not give back a tenant handed to it while it has another to give.
 """
@@ -31,14 +32,21 @@ def plan(
     sharing: set[str],
     handovers: dict[str, str] | None = None,
     pinned: frozenset[str] = frozenset(),
+    reserved: frozenset[str] = frozenset(),
 ) -> Plan:
     """What daemon ``me`` does now. ``tenants``: every tenant known; ``owners``: tenant → the
     daemon whose live lease holds it; ``sharing``: the live sharing daemons (``me`` among
     them); ``handovers``: tenant → the daemon it is to be handed to; ``pinned``: tenants handed
-    to ``me``, given back last."""
+    to ``me``, given back last; ``reserved``: tenants a live daemon started with them serves or
+    stands by for — never taken, and given back at once."""
     handovers = handovers or {}
     sharing = sharing | {me}
-    pool = sorted(t for t in tenants | set(owners) if owners.get(t, me) in sharing)
+    held_reserved = sorted(t for t in reserved if owners.get(t) == me)
+    if held_reserved:
+        return Plan(give=tuple(held_reserved))
+    pool = sorted(
+        t for t in tenants | set(owners) if owners.get(t, me) in sharing and t not in reserved
+    )
     counts = dict.fromkeys(sharing, 0)
     for tenant in pool:
         if tenant in owners:

@@ -625,7 +625,8 @@ async def _share_step(lease: BoardLease, retenant: Callable[[], None], pinned: s
     if "*" in survey.owners:
         return  # a daemon serves the whole board: no tenant is free while it does
     chosen = sharing.plan(lease.owner, survey.tenants, survey.owners, survey.sharing,
-                          survey.handovers, frozenset(pinned))  # fmt: skip
+                          survey.handovers, frozenset(pinned),
+                          frozenset(survey.reserved))  # fmt: skip
     if chosen.give:
         held = lease.drop(chosen.give)
         retenant()  # serving them no more, written under a fence without them

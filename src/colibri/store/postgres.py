@@ -1101,6 +1101,8 @@ class Survey:
     handovers: dict[str, str]
     #: The live sharing daemons.
     sharing: set[str]
+    #: Tenants live daemons started with ``--tenants`` serve or stand by for: not shared out.
+    reserved: set[str]
 
 
 class BoardLease:
@@ -1328,7 +1330,9 @@ class BoardLease:
                 daemons = conn.execute(_Q["sharing_daemons"].encode())
                 conn.execute(b"ROLLBACK")
             tenants = {r["name"] for r in known.fetchall()} | {DEFAULT_TENANT}
-            rows, sharing = leases.fetchall(), {r["id"] for r in daemons.fetchall()}
+            rows, alive = leases.fetchall(), daemons.fetchall()
+            sharing = {r["id"] for r in alive if r["sharing"]}
+            reserved = {t for r in alive if not r["sharing"] for t in r["tenants"] or ()}
         except psycopg.OperationalError as exc:
             self._unreachable(exc)
         owners = {
@@ -1343,7 +1347,7 @@ class BoardLease:
             for r in rows
             if r["handover_to"] is not None and r["name"].startswith("tenant/")
         }
-        return Survey(tenants, owners, handovers, sharing)
+        return Survey(tenants, owners, handovers, sharing, reserved)
 
     def beat(self) -> None:
         """Say this daemon is there, serving or standing by (``colibri hive list``), and read
@@ -1354,7 +1358,8 @@ class BoardLease:
         self._run("hive_beat", {"id": self.owner, "address": self.address,
                                 "host": socket.gethostname(), "pid": os.getpid(),
                                 "root": self.root, "ttl": self.ttl,
-                                "sharing": self.sharing, "agents": self.agents})  # fmt: skip
+                                "sharing": self.sharing, "agents": self.agents,
+                                "tenants": list(self.configured) or None})  # fmt: skip
         self.elsewhere = {
             "*" if row["name"] == "board" else row["name"].removeprefix("tenant/"): row["address"]
             for row in self._run("live_leases", {})

@@ -230,11 +230,14 @@ ALTER TABLE hives ADD COLUMN sharing BOOLEAN NOT NULL DEFAULT false;
 ALTER TABLE leases ADD COLUMN handover_to TEXT COLLATE "C";
 -- How many agents each daemon had connected at its last beat (hive list).
 ALTER TABLE hives ADD COLUMN agents INTEGER NOT NULL DEFAULT 0;
+-- The tenants a daemon started with --tenants serves or stands by for: not shared out.
+ALTER TABLE hives ADD COLUMN tenants TEXT[];
 
 -- name: hive_beat
-INSERT INTO hives (id, address, host, pid, root, ttl, started_at, last_beat, sharing, agents)
+INSERT INTO hives (id, address, host, pid, root, ttl, started_at, last_beat, sharing, agents,
+                   tenants)
 VALUES (%(id)s, %(address)s, %(host)s, %(pid)s, %(root)s, %(ttl)s, now(), now(), %(sharing)s,
-        %(agents)s)
+        %(agents)s, %(tenants)s)
 ON CONFLICT (id) DO UPDATE SET address = excluded.address, last_beat = now(),
                                agents = excluded.agents;
 
@@ -300,8 +303,9 @@ SELECT name, owner, address, handover_to, expires_at > now() AS live
   FROM leases WHERE expires_at > now() OR handover_to IS NOT NULL;
 
 -- name: sharing_daemons
--- The daemons sharing tenants out that said they were there within their ttl.
-SELECT id FROM hives WHERE sharing AND last_beat > now() - ttl * interval '1 second';
+-- The daemons that said they were there within their ttl: those sharing tenants out, and the
+-- tenants the others serve or stand by for (not shared out).
+SELECT id, sharing, tenants FROM hives WHERE last_beat > now() - ttl * interval '1 second';
 
 -- name: known_tenants
 SELECT name FROM tenants;
