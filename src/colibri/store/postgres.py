@@ -1233,6 +1233,10 @@ class BoardLease:
         conn = self._connection()
         taken = False
         try:
+            # A lease in the way now (a standby's every poll while its daemon lives): refused
+            # by a read that locks nothing, so that polls never hold up the holder's renewals.
+            if conn.execute(_Q["lease_clash"].encode(), args).fetchone() is not None:
+                return False
             with conn.transaction():
                 # A taking waits for nobody longer than this: a daemon that takes a tenant
                 # must be back to its renewals well before its own leases' deadline.
