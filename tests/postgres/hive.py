@@ -58,6 +58,19 @@ class Member(Daemon):
         return True
 
 
+def tcp_agent(connect: str, token: object, state: str) -> subprocess.Popen[bytes]:
+    """A real harness over plain TCP on loopback: agent ``far`` (capability ``far``) with
+    ``token``, given the daemons' addresses ``connect``, running each task with ``cat``."""
+    from tests.helpers import PYTHON
+
+    return subprocess.Popen(
+        [PYTHON, "-m", "colibri", "agent", "--connect", connect, "--insecure-loopback",
+         "--name", "far", "--cap", "far", "--state-dir", state, "--", "cat"],
+        env={**os.environ, "COLIBRI_TOKEN": str(token)}, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+
+
 class Relay:
     """127.0.0.1:port → the PostgreSQL server, in a thread of its own; ``cut`` and ``restore``.
     While ``deaf`` is set, what the server says is dropped: the client's statements still reach

@@ -4,11 +4,9 @@ take over when it lapses; a daemon that lost its lease cannot write a row (the f
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import socket
-import subprocess
 import tempfile
 import threading
 import time
@@ -19,9 +17,9 @@ import pytest
 from colibri.core.errors import ColibriError, LeaseLost
 from colibri.core.model import LedgerEntry
 from colibri.store.postgres import BoardLease, PostgresStore
-from tests.helpers import PYTHON, colibri, one_line, wait_until
+from tests.helpers import colibri, one_line, wait_until
 from tests.postgres.fence_race import writes_racing_takeovers
-from tests.postgres.hive import Member, Relay
+from tests.postgres.hive import Member, Relay, tcp_agent
 
 
 def test_a_standby_takes_over_when_the_owner_dies_and_the_agent_follows(
@@ -42,13 +40,7 @@ def test_a_standby_takes_over_when_the_owner_dies_and_the_agent_follows(
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", second.port), timeout=2).close()
         token = first.call("token-create", role="agent", tenant="default", agent="far")["secret"]
-        agent = subprocess.Popen(
-            [PYTHON, "-m", "colibri", "agent", "--connect", f"{first.address},{second.address}",
-             "--insecure-loopback", "--name", "far", "--cap", "far", "--state-dir", state,
-             "--", "cat"],
-            env={**os.environ, "COLIBRI_TOKEN": str(token)}, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
+        agent = tcp_agent(f"{first.address},{second.address}", token, state)
         before = first.submit("before", capabilities=["far"])
         assert first.wait_closed(before["id"])["output"] == "before"
         waiting = [first.submit(f"pending {n}", capabilities=["nobody"]) for n in range(5)]

@@ -5,10 +5,8 @@ others, ``hive move`` hands a tenant to a chosen daemon, and clients and agents 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -18,8 +16,8 @@ import pytest
 
 from colibri.client import Client, Remote
 from colibri.core.errors import NotOwner
-from tests.helpers import PYTHON, colibri, one_line, wait_until
-from tests.postgres.hive import Member
+from tests.helpers import colibri, one_line, wait_until
+from tests.postgres.hive import Member, tcp_agent
 from tests.store.conftest import as_app_role
 
 TENANTS = ["acme", "beta", "gamma", "delta", "default"]
@@ -90,13 +88,7 @@ def test_sharing_daemons_divide_the_tenants_and_follow_joins_deaths_and_moves(
         )["secret"]
         pending = {t: _submit(a.address, tokens[t], f"for {t}", capabilities=["nobody"]).id
                    for t in TENANTS[:4]}  # fmt: skip
-        agent = subprocess.Popen(
-            [PYTHON, "-m", "colibri", "agent", "--connect", f"{a.address},{b.address}",
-             "--insecure-loopback", "--name", "far", "--cap", "far", "--state-dir", state,
-             "--", "cat"],
-            env={**os.environ, "COLIBRI_TOKEN": str(worker)}, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
+        agent = tcp_agent(f"{a.address},{b.address}", worker, state)
         ran = _submit(b.address, tokens["acme"], "acme's work", capabilities=["far"])
         wait_until(lambda: _closed(board, ran.id), timeout=20)
         # hive list counts it with the daemon serving acme, at that daemon's next beat.

@@ -5,10 +5,8 @@ taken and fenced like the whole board's, and clients sent to the daemon serving 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -19,8 +17,8 @@ from colibri.client import MAX_HOPS, Client, Remote
 from colibri.core.errors import ColibriError, LeaseLost, NotOwner
 from colibri.core.model import LedgerEntry
 from colibri.store.postgres import BoardLease, PostgresStore
-from tests.helpers import PYTHON, colibri, one_line, wait_until
-from tests.postgres.hive import Member
+from tests.helpers import colibri, one_line, wait_until
+from tests.postgres.hive import Member, tcp_agent
 from tests.store.conftest import as_app_role
 
 
@@ -206,12 +204,7 @@ def test_daemons_serve_their_tenants_side_by_side_and_send_clients_to_the_owner(
             task = client.submit("to beta", capabilities=["far"])
         assert task.tenant == "beta"
         # So is an agent (the harness's AsyncClient), which then runs it.
-        agent = subprocess.Popen(
-            [PYTHON, "-m", "colibri", "agent", "--connect", acme.address, "--insecure-loopback",
-             "--name", "far", "--cap", "far", "--state-dir", state, "--", "cat"],
-            env={**os.environ, "COLIBRI_TOKEN": str(worker)}, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
+        agent = tcp_agent(acme.address, worker, state)
         assert beta.wait_closed(task.id, timeout=20)["output"] == "to beta"
         mine = acme.submit("acme's own", tenant="acme")
         # Each board holds its tenants' tasks only; the ledgers' seqs are the whole board's.

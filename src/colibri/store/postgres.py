@@ -545,8 +545,8 @@ class PostgresStore:
             raise
         return cursor.fetchall()
 
-    def _one(self, query: str, args: Any = ()) -> dict[str, Any] | None:
-        rows = self._rows(query, args)
+    def _one(self, query: str, args: Any = (), tenants: str = "") -> dict[str, Any] | None:
+        rows = self._rows(query, args, tenants)
         return rows[0] if rows else None
 
     # -- tasks -------------------------------------------------------------------------------
@@ -701,8 +701,7 @@ class PostgresStore:
     def max_ledger_seq(self) -> int:
         self._ledger_read()
         # The whole board's, whatever tenants the store names: the ledger's seq is the board's.
-        rows = self._rows(_Q["max_ledger_seq"], tenants="*")
-        row = rows[0] if rows else None
+        row = self._one(_Q["max_ledger_seq"], tenants="*")
         return int(row["seq"]) if row else 0
 
     def cost_totals(self, by: str, since: str, tenant: str | None = None) -> list[dict[str, Any]]:
@@ -833,8 +832,7 @@ class PostgresStore:
     def token(self, token_id: str) -> tuple[Token, str] | None:
         # Whatever its tenant: a daemon serving other tenants tells its holder where the
         # token's tenant is served (``not_owner``), rather than that it is unknown.
-        rows = self._rows(_Q["get_token"], (token_id,), tenants="*")
-        row = rows[0] if rows else None
+        row = self._one(_Q["get_token"], (token_id,), tenants="*")
         return None if row is None else (token_from_row(row), row["secret_hash"])
 
     def tokens(self) -> list[Token]:
