@@ -46,3 +46,52 @@ def test_an_unreachable_postgresql_is_one_line(tmp_path: Path) -> None:
     line = one_line(done.stderr)
     assert "cannot reach the PostgreSQL board at postgresql://nobody@127.0.0.1:1/none" in line
     assert "hunter2" not in done.stderr
+
+
+def test_a_write_refused_as_its_batch_is_sent_rolls_the_batch_back_and_the_daemon_serves_on(
+    tmp_path: Path, board: str
+) -> None:
+    """The store sends a batch's task writes together, at its commit: a compare-and-set that
+    finds the row moved is refused there, not at the call. Someone writes the task's row
+    behind the daemon's back (its epoch); the agent's ``out``, under the epoch the daemon
+    gave, is then refused as its batch is sent: the batch is rolled back whole, the request
+    answered ``internal``, the board read again from the store — and the daemon serves on."""
+    import psycopg
+
+    from colibri.core.errors import ColibriError
+
+    root = tmp_path / "pg"
+    root.mkdir()
+    write_config(root, tick="1s")
+    daemon = Daemon(root, "--store", board, "--lease-ttl", "5s")
+    daemon.start()
+    try:
+        agent = FakeAgent(daemon, "pg-1", ["py"])
+        task = daemon.submit("run me", capabilities=["py"])
+        assign = agent.next_event("assign")
+        seqs_before = [row["seq"] for row in daemon.ledger()]
+        with psycopg.connect(board, autocommit=True) as admin:
+            admin.execute("UPDATE tasks SET epoch = epoch + 100 WHERE id = %s", (task["id"],))
+        try:
+            agent.client.call("out", task=task["id"], epoch=assign["epoch"], output="ok")
+            raise AssertionError("the out was acknowledged though its write was refused")
+        except ColibriError as refused:
+            assert refused.code == "internal"
+            assert "refused by the store" in refused.message
+        assert daemon.call("ping")["ok"]
+        # Read again from the store: the row as it is there, nothing of the refused batch.
+        shown = daemon.task(task["id"])
+        assert (shown["state"], shown["epoch"]) == ("running", assign["epoch"] + 100)
+        assert [row["seq"] for row in daemon.ledger()] == seqs_before
+        # And it serves on: a new task goes through, its ledger rows next in line.
+        agent.client.close()
+        other = FakeAgent(daemon, "pg-2", ["go"])
+        later = daemon.submit("after", capabilities=["go"])
+        again = other.next_event("assign")
+        other.client.call("out", task=later["id"], epoch=again["epoch"], output="fine")
+        assert daemon.wait_closed(later["id"])["output"] == "fine"
+        other.client.close()
+        seqs = [row["seq"] for row in daemon.ledger()]
+        assert seqs == list(range(1, len(seqs) + 1))
+    finally:
+        daemon.stop()

@@ -124,7 +124,8 @@ def test_a_renewal_never_waits_behind_a_batch_and_a_takeover_always_does(board: 
         assert lease.take()
         store.fence = lease.fence
         row = LedgerEntry(at="2026-01-01T00:00:00.000Z", to_state="x", epoch=lease.epoch)
-        store.append_ledger(row)  # a batch is open, the fence held
+        store.append_ledger(row)
+        assert store.max_ledger_seq() == 1  # a read sends the batch: it is open, the fence held
         renewed: list[bool] = []
         renewal = threading.Thread(target=lambda: renewed.append(lease.renew()))
         renewal.start()
@@ -132,7 +133,8 @@ def test_a_renewal_never_waits_behind_a_batch_and_a_takeover_always_does(board: 
         assert renewed == [True], "the renewal waited for the serving daemon's own batch"
         store.commit()
 
-        store.append_ledger(row)  # another batch open
+        store.append_ledger(row)
+        assert store.max_ledger_seq() == 2  # another batch open
         with psycopg.connect(board, autocommit=True) as admin:  # the lease lapses ...
             admin.execute("UPDATE leases SET expires_at = now() - interval '1 ms'")
         took: list[bool] = []
@@ -143,9 +145,13 @@ def test_a_renewal_never_waits_behind_a_batch_and_a_takeover_always_does(board: 
         store.commit()  # the batch ends: its write stands, under the epoch it began with
         takeover.join(10)
         assert took == [True] and thief.epoch == lease.epoch + 1
+        store.append_ledger(row)  # held: the fence is checked as the batch is sent
         with pytest.raises(LeaseLost):
+            store.commit()
+        with pytest.raises(LeaseLost):  # the batch stays lost until it is rolled back
             store.append_ledger(row)
         store.rollback()
+        assert store.max_ledger_seq() == 2  # nothing of it was written
     finally:
         lease.close()
         thief.close()

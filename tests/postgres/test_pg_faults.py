@@ -434,6 +434,7 @@ def test_a_batch_without_ledger_rows_lost_in_a_crash_does_not_wedge_the_store(
     store = PostgresStore(server.dsn)
     try:
         store.ensure_tenant("acme", "2026-01-02T03:04:05.678Z")  # no ledger row
+        assert store.get_task("nothing") is None  # a read sends the batch: it is open there
         server.stop("immediate")
         server.start()
         with pytest.raises(StorageUnavailable, match="not known"):

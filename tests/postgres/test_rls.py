@@ -499,8 +499,11 @@ def test_a_lease_lost_at_a_batchs_start_leaves_no_transaction_open(
     store = PostgresStore(app_board)
     try:
         store.fence = ("a daemon that never held it", ["board"], [7])
+        # Held, then refused as the batch is sent (its commit here; a read would do the same).
+        store.insert_task(_task("01a2-late", "acme", "late"), entry_for(_task("x", "acme", "")))
         with pytest.raises(LeaseLost):
-            store.insert_task(_task("01a2-late", "acme", "late"), entry_for(_task("x", "acme", "")))
+            store.commit()
+        store.rollback()
         assert store._conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         assert store.get_task(ids["acme"]) is not None  # read in a transaction of its own
     finally:

@@ -78,8 +78,9 @@ def test_a_lease_taken_over_fences_its_tenant_and_not_the_others(board: str) -> 
         with psycopg.connect(board, autocommit=True) as conn:
             conn.execute("UPDATE leases SET expires_at = now() WHERE name = 'tenant/acme'")
         assert thief.take() and thief.epoch == 2
-        with pytest.raises(LeaseLost):
-            acme_store.append_ledger(_entry("t-acme-2", "acme"))
+        acme_store.append_ledger(_entry("t-acme-2", "acme"))
+        with pytest.raises(LeaseLost):  # refused by the fence as the batch is sent
+            acme_store.commit()
         beta_store.append_ledger(_entry("t-beta-1", "beta"))
         beta_store.commit()
         with psycopg.connect(board) as conn:
@@ -108,7 +109,8 @@ def test_a_batch_open_under_an_expired_lease_holds_back_a_taking_it_overlaps(
     try:
         assert old.take()
         store.fence, store.tenants = old.fence, old.named
-        store.append_ledger(_entry("t-stalled", "acme"))  # the batch is open, fence held
+        store.append_ledger(_entry("t-stalled", "acme"))
+        store.ledger(0, 1)  # a read sends the batch: it is open, the fence held
         with psycopg.connect(board, autocommit=True) as admin:
             admin.execute("UPDATE leases SET expires_at = now() - interval '1 ms'")
         took: list[bool] = []
@@ -119,8 +121,9 @@ def test_a_batch_open_under_an_expired_lease_holds_back_a_taking_it_overlaps(
         store.commit()  # the stalled batch ends (here: it commits, its fence was valid)
         taking.join(10)
         assert took == [True]
+        store.append_ledger(_entry("t-late", "acme"))
         with pytest.raises(LeaseLost):  # and nothing of the old lease is written after
-            store.append_ledger(_entry("t-late", "acme"))
+            store.commit()
     finally:
         store.close()
         old.release()

@@ -40,6 +40,7 @@ from colibri.daemon.bus import Bus
 from colibri.daemon.connection import Connection
 from colibri.daemon.gateway import Throttle
 from colibri.daemon.ledger import LedgerMirror
+from colibri.store import StoreConflict
 
 log = logging.getLogger(__name__)
 
@@ -394,6 +395,15 @@ class Server:
                 self.commits += 1
             except StorageUnavailable as exc:
                 self._batch_error = exc
+            except StoreConflict as exc:
+                # A write the stored rows refused when the batch was sent (PostgreSQL sends
+                # a batch's writes together): memory went where the store would not.
+                log.error("a write of the batch was refused", extra={
+                    "event": "internal_error", "error": str(exc)})  # fmt: skip
+                self._batch_error = Internal(
+                    "internal error: a write of the batch was refused by the store; the batch "
+                    "was rolled back, retry it"
+                )
         replies, self._replies = self._replies, []
         if self._batch_error is not None:
             self._fail_batch(replies, self._batch_error)

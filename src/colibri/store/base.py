@@ -14,8 +14,24 @@ the same board sees only what was committed.
 **Atomic.** Each write method applies all of its rows or none: a task change together with its
 ledger rows, so the two can never disagree. When a write raises, nothing of that call was
 written, and the batch's earlier writes stand (``StoreConflict``) or the whole batch is gone
-(``StorageUnavailable``). A backend whose driver aborts a whole transaction on a failed
-statement must use a savepoint to keep this promise.
+(``StorageUnavailable``; and any refusal of a held write, below). A backend whose driver
+aborts a whole transaction on a failed statement must use a savepoint to keep this promise.
+
+**Writes held back.** A store over a network (``defers_writes``: PostgreSQL) holds the
+batch's task writes (``insert_task``, ``update_task``, ``set_question``), its ledger rows
+(``append_ledger`` and those of the task writes), ``ensure_tenant``, ``ensure_skills`` and
+``touch_token``, and sends them together — one round trip a batch, not one a write — when the
+batch is *sent*: at its next read, its next write of another method (those are sent at once,
+after what is held, so the batch's order is kept), or its commit. Reads see them all the same.
+Two things then come later than the call: a ledger row's ``seq``, set on its entry when the
+batch is sent (so by the time a read of the batch, or ``commit``, returns); and a refusal — a
+task id or idempotency key taken, a compare-and-set that found the row moved, the lease's fence
+(``LeaseLost``) — raised by the read, write or ``commit`` that sends it, and then the *whole*
+batch is lost: every later call of it raises that error again until ``rollback``. A store with
+``defers_writes`` False (SQLite) applies each write when it is called, as the rest of this text
+says. The daemon meets a refusal only through a bug of its own (its memory holds the open
+tasks; it looks a key up before it inserts), and one found as a batch is committed rolls the
+batch back, as a failed commit does.
 
 **Rules live elsewhere.** Which transitions are legal is ``colibri.core.states``' business; the
 store applies a change by compare-and-set and checks nothing else about it (state names,
@@ -101,6 +117,9 @@ class Store(Protocol):
     #: Where the board is, as it was opened: a file's path for SQLite. Shown to operators
     #: (``status``, error messages); never parsed.
     location: str
+    #: Whether the store holds some writes back until the batch is sent (see the module's
+    #: "Writes held back"): False for SQLite, True for PostgreSQL.
+    defers_writes: bool
 
     # -- unit of work ----------------------------------------------------------------------------
 

@@ -3,12 +3,21 @@
 ``--store postgresql://user@host/db`` (any libpq connection string; ``options=-csearch_path=S``
 puts the board in schema ``S``). One connection in autocommit mode, used by one thread: a batch
 is an explicit ``BEGIN`` … ``COMMIT``, as on SQLite, so reads outside a batch hold no snapshot.
-The first write of a batch takes a transaction-level advisory lock of the board (its schema),
-so two writers queue rather than interleave, and the ledger's ``seq`` — numbered by the store,
-not by a sequence, which would leave gaps on a rollback — is one more than the highest
-committed. A statement that fails aborts the whole transaction in PostgreSQL, so each write
-that may be refused (a taken id, a fire recorded twice) runs under a savepoint: the batch's
-earlier writes stand, as the contract says.
+
+A batch's writes are held and sent together (``defers_writes``): its task inserts and updates,
+questions, ledger rows, tenants, skills and token uses wait in memory until the batch's next
+read, a write that is sent at once, or its commit, and then go in one pipelined round trip,
+consecutive writes of one statement as one ``executemany``. A batch of any size costs three
+round trips: its opening (``BEGIN``, the lease's fence, the writers' lock — a transaction-level
+advisory lock of the board, so two writers queue rather than interleave — and the ledger's
+highest ``seq``, all pipelined), its writes, and its ``COMMIT``. The ledger's ``seq`` is
+numbered by the store, not by a sequence (which would leave gaps on a rollback): one more than
+the highest committed, once the lock is held. A held write the rows refuse (a taken id, a
+compare-and-set that found the row moved) loses the whole batch where it is sent
+(``StoreConflict``): the daemon's memory holds the open tasks, so that is a bug, and it rolls
+the batch back. The writes whose answer a caller needs at once (an agent's or schedule's name
+of another tenant, a fire recorded twice, a token id taken, a revocation) are sent at once,
+each that may be refused under a savepoint, so that the batch's earlier writes stand.
 
 A lost connection, a server shut down, a read-only or full database are ``StorageUnavailable``;
 the next ``rollback`` connects again (or keeps saying so). ``durability="relaxed"`` turns
@@ -29,6 +38,7 @@ its own, pipelined: ``BEGIN``, the tenants, the query, ``ROLLBACK`` in one round
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 import time
@@ -72,11 +82,8 @@ _schedule_decoder = msgspec.json.Decoder(Schedule)
 SCHEMES = ("postgresql://", "postgres://")
 #: The unique indexes of ``tasks`` and what a violation of each means.
 _TAKEN = {
-    "tasks_pkey": "task id {task.id} is taken; the task was not written",
-    "tasks_idempotency": (
-        "tenant {task.tenant} has a task with idempotency key {task.idempotency_key!r}; "
-        "task {task.id} was not written"
-    ),
+    "tasks_pkey": "a task id is taken",
+    "tasks_idempotency": "a tenant's idempotency key is taken",
 }
 #: The advisory lock of a board's writers: one key per schema (a board), held per batch.
 _BOARD_KEY = "SELECT hashtextextended('colibri board ' || current_schema(), 0)"
@@ -116,6 +123,20 @@ class _InDoubt:
     opened: dict[str, Any]
     #: Its first ledger row as written (``seq`` included), if it wrote one.
     first_row: dict[str, Any] | None
+
+
+@dataclass
+class _Write:
+    """Writes of one statement held for the batch's next sending (``PostgresStore._hold``)."""
+
+    #: The statement's name in ``postgresql.sql``.
+    query: str
+    #: Its parameters, one entry per execution.
+    rows: list[Any]
+    #: ``compare-and-set``: every execution must change one row, or the batch is refused.
+    kind: str = ""
+    #: The tenants named for these writes alone (``*``: rows that are the whole board's).
+    tenants: str = ""
 
 
 def is_postgres(location: str) -> bool:
@@ -162,6 +183,10 @@ def _connect(dsn: str) -> psycopg.Connection[dict[str, Any]]:
 class PostgresStore:
     """The ``Store`` on a PostgreSQL database; each method keeps the contract of ``base``."""
 
+    #: A batch's task writes, questions, ledger rows, tenants, skills and token uses are sent
+    #: together, at its next read or its commit: a round trip a batch, not one a write.
+    defers_writes = True
+
     def __init__(self, dsn: str, *, durability: str = "full") -> None:
         if durability not in ("full", "relaxed"):
             raise ConfigError(f"unknown durability {durability!r}: use full or relaxed")
@@ -175,13 +200,17 @@ class PostgresStore:
         except BaseException:
             self._conn.close()  # refused (a newer schema, a role that cannot migrate): let go
             raise
+        #: Whether a batch is open: written to, not yet committed or rolled back.
         self._dirty = False
+        #: Whether its transaction is open on the server (``_begin``), not only in ``_writes``.
+        self._begun = False
         self._lost = ""
-        #: The next ledger seq of the open batch (known once the batch has written a row).
+        #: The next ledger seq of the open batch (known once its transaction is begun).
         self._next_seq: int | None = None
-        #: The batch's ledger rows, numbered but not yet sent: they go in one ``executemany``
-        #: (one pipelined round trip) before the commit, or before a read of the ledger.
-        self._unsent: list[dict[str, Any]] = []
+        #: The batch's writes not yet sent (``defers_writes``), in order, consecutive ones of
+        #: one statement together; and its ledger rows, numbered as they are sent.
+        self._writes: list[_Write] = []
+        self._unsent: list[LedgerEntry] = []
         #: ``(owner, lease rows, their epochs)`` of the leases this store writes under
         #: (``BoardLease.fence``): every batch checks them first, holding the rows so that no
         #: takeover can commit in between.
@@ -197,6 +226,9 @@ class PostgresStore:
         #: its first ledger row; a batch whose COMMIT's answer was lost and whose outcome the
         #: server could not tell yet (``rollback`` waits for it).
         self._opened: dict[str, Any] | None = None
+        #: What a lost batch's calls raise: the storage failed, the lease passed, or a write
+        #: was refused as it was sent.
+        self._lost_as: type[Exception] = StorageUnavailable
         self._first_row: dict[str, Any] | None = None
         self._in_doubt: _InDoubt | None = None
 
@@ -296,40 +328,143 @@ class PostgresStore:
 
     # -- unit of work ------------------------------------------------------------------------
 
+    def _begin(self) -> None:
+        """Open the batch's transaction on the server, in one round trip: ``BEGIN``, the
+        lease's fence, the writers' lock (with the batch's tenants named), and the highest
+        ledger seq its rows are numbered after."""
+        conn = self._conn
+        with conn.pipeline():
+            conn.execute(b"BEGIN")
+            fenced = None
+            if self.fence is not None:
+                fenced = conn.execute(_Q["lease_fence"].encode(), self.fence)
+            # The transaction's id, its backend and the server's start, taken with the
+            # writers' lock: if the connection breaks while the COMMIT is on its way,
+            # PostgreSQL can still say whether it committed (``_outcome``).
+            opened = conn.execute(_WRITERS_LOCK, (self.tenants, *self.bounds))
+            top = conn.execute(_Q["ledger_top"].encode())
+        if fenced is not None and self.fence is not None:
+            if len(fenced.fetchall()) != len(self.fence[1]):
+                self._lost = (
+                    f"this daemon's lease on the board (epoch {max(self.fence[2], default=0)}) "
+                    "has passed to another daemon; nothing was written"
+                )
+                self._lost_as = LeaseLost
+                # Not left open: the batch's reads would go on in a transaction that names
+                # no tenant, and see nothing.
+                conn.execute(b"ROLLBACK")
+                raise LeaseLost(self._lost)
+        self._opened = opened.fetchone()
+        found = top.fetchone()
+        self._next_seq = int(found["seq"] if found else 0) + 1
+        self._begun = True
+
     @contextmanager
     def _writing(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        """A write sent at once, inside the batch's transaction: the writes held before it
+        go first (``_send``), so the order of the batch is kept."""
         import psycopg
 
-        if self._lost:
-            raise StorageUnavailable(self._lost)
-        conn = self._conn
+        self._check_lost()
+        self._send()
         try:
-            if not self._dirty:
-                conn.execute("BEGIN")
-                if self.fence is not None:
-                    held = conn.execute(_Q["lease_fence"].encode(), self.fence).fetchall()
-                    if len(held) != len(self.fence[1]):
-                        self._lost = (
-                            f"this daemon's lease on the board (epoch "
-                            f"{max(self.fence[2], default=0)}) has passed to another daemon; "
-                            "nothing was written"
-                        )
-                        # Not left open: the batch's reads would go on in a transaction that
-                        # names no tenant, and see nothing.
-                        conn.execute("ROLLBACK")
-                        raise LeaseLost(self._lost)
-                # The transaction's id, its backend and the server's start, taken with the
-                # writers' lock (no round trip of their own): if the connection breaks while
-                # the COMMIT is on its way, PostgreSQL can still say whether it committed
-                # (``_outcome``). The batch's tenants are named in it too: only from here on
-                # do its reads go inside it.
-                self._opened = conn.execute(_WRITERS_LOCK, (self.tenants, *self.bounds)).fetchone()
-                self._dirty = True
-            yield conn
+            yield self._conn
         except (psycopg.OperationalError, psycopg.errors.InternalError) as exc:
             self._lose(exc)
         except psycopg.errors.InFailedSqlTransaction as exc:
             self._lose(exc)
+
+    def _check_lost(self) -> None:
+        """A lost batch refuses every call of it, as it was lost, until ``rollback``."""
+        if self._lost:
+            raise self._lost_as(self._lost)
+
+    def _hold(self, query: str, row: Any, kind: str = "", tenants: str = "") -> None:
+        """A write held until the batch is sent (``_send``): its next read, a write sent at
+        once, or the commit. Consecutive writes of one statement go as one ``executemany``."""
+        self._check_lost()
+        self._dirty = True
+        last = self._writes[-1] if self._writes else None
+        if last is not None and last.query == query and last.tenants == tenants:
+            last.rows.append(row)
+        else:
+            self._writes.append(_Write(query, [row], kind, tenants))
+
+    def _send(self) -> None:
+        """Send what the batch holds, in one pipelined round trip (after ``_begin``, once a
+        batch): its writes in order, then its ledger rows, numbered now. A write refused
+        here — a task id or idempotency key taken, a compare-and-set that found the row
+        moved — loses the whole batch: ``StoreConflict``, and every later call of the batch
+        raises until ``rollback``."""
+        import psycopg
+
+        self._check_lost()
+        self._dirty = True
+        conn = self._conn
+        try:
+            if not self._begun:
+                self._begin()
+            if not self._writes and not self._unsent:
+                return
+            writes, self._writes = self._writes, []
+            rows = self._number(self._unsent)
+            self._unsent = []
+            counted: list[tuple[_Write, psycopg.Cursor[dict[str, Any]]]] = []
+            with conn.pipeline():
+                for write in writes:
+                    if write.tenants:
+                        conn.execute(_NAME_TENANTS, (write.tenants,))
+                    cursor = conn.cursor()
+                    if len(write.rows) == 1:
+                        cursor.execute(_Q[write.query].encode(), write.rows[0])
+                    else:
+                        cursor.executemany(_Q[write.query].encode(), write.rows)
+                    if write.kind == "compare-and-set":
+                        counted.append((write, cursor))
+                    if write.tenants:
+                        conn.execute(_NAME_TENANTS, (self.tenants,))
+                if rows:
+                    conn.cursor().executemany(_Q["insert_ledger"].encode(), rows)
+        except psycopg.errors.UniqueViolation as exc:
+            taken = _TAKEN.get(exc.diag.constraint_name or "")
+            if taken is None:
+                raise
+            # (Row-level security keeps the key's value out of the server's message.)
+            inserted = [row["id"] for write in writes if write.query == "insert_task"
+                        for row in write.rows]  # fmt: skip
+            shown = ", ".join(inserted[:5]) + (
+                f" and {len(inserted) - 5} more" * (len(inserted) > 5)
+            )
+            self._refused(f"{taken} by one of the batch's new tasks ({shown})", exc)
+        except (psycopg.OperationalError, psycopg.errors.InternalError) as exc:
+            self._lose(exc)
+        except psycopg.errors.InFailedSqlTransaction as exc:
+            self._lose(exc)
+        except psycopg.Error as exc:
+            if exc.sqlstate is None:
+                raise  # the driver's own (a statement that does not compile): a bug
+            # Refused by the server for another reason (a check, a policy): a write the board
+            # should never have made. Lost with the batch, as a taken id is.
+            self._refused(_first_line(exc), exc)
+        for write, cursor in counted:
+            if cursor.rowcount != len(write.rows):
+                moved = len(write.rows) - max(cursor.rowcount, 0)
+                self._refused(
+                    f"{moved} of the batch's {len(write.rows)} task updates found the row in "
+                    "another state or epoch than expected, or no such task",
+                    None,
+                )
+
+    def _refused(self, why: str, exc: Exception | None) -> NoReturn:
+        self._lost = (
+            f"a write of this batch was refused when it was sent: {why}; nothing of the "
+            "batch was written"
+        )
+        self._lost_as = StoreConflict
+        if not self._conn.broken:
+            with contextlib.suppress(Exception):
+                self._conn.execute(b"ROLLBACK")
+        raise StoreConflict(self._lost) from exc
 
     def bound(self, ttl: float) -> None:
         """Bound a batch's waits by a lease of ``ttl`` seconds: the writers' lock waited for a
@@ -343,25 +478,23 @@ class PostgresStore:
         error = StorageUnavailable(
             f"the PostgreSQL board could not write ({_first_line(exc)}); nothing was changed"
         )
-        self._lost = error.message
+        self._lost, self._lost_as = error.message, StorageUnavailable
         raise error from None
 
     def commit(self) -> None:
         import psycopg
 
-        if self._lost:
-            raise StorageUnavailable(self._lost)
+        self._check_lost()
         if not self._dirty:
             return
-        opened, first, sent = self._opened, self._first_row, False
+        self._send()
+        opened, first = self._opened, self._first_row
         try:
-            self._send_ledger()
-            sent = True
-            self._conn.execute("COMMIT")
+            self._conn.execute(b"COMMIT")
         except psycopg.Error as exc:
             self._end_batch()
             self._reset()
-            if sent and opened is not None:
+            if opened is not None:
                 # The COMMIT may have reached the server, and committed, before its answer
                 # was lost (a server shut down or crashing answers FATAL, not always on a
                 # connection psycopg marks broken yet): ask PostgreSQL, never guess.
@@ -387,9 +520,11 @@ class PostgresStore:
 
     def _end_batch(self) -> None:
         self._dirty = False
+        self._begun = False
         self._next_seq = None
         self._opened = None
         self._first_row = None
+        self._writes.clear()
         self._unsent.clear()
 
     def _outcome(self, doubt: _InDoubt) -> str | None:
@@ -450,6 +585,7 @@ class PostgresStore:
 
     def rollback(self) -> None:
         self._lost = ""
+        self._lost_as = StorageUnavailable
         self._end_batch()
         self._reset()
         if self._in_doubt is not None:
@@ -496,6 +632,7 @@ class PostgresStore:
         try:
             if not self._dirty:
                 return self._read(query.encode(), args, tenants or self.tenants)
+            self._send()  # what the batch holds, so that the read sees it
             with self._naming(self._conn, tenants or self.tenants):
                 return self._conn.execute(query.encode(), args).fetchall()
         except psycopg.OperationalError as exc:
@@ -551,31 +688,20 @@ class PostgresStore:
 
     # -- tasks -------------------------------------------------------------------------------
 
-    def _ledger(self, conn: psycopg.Connection[dict[str, Any]], entry: LedgerEntry) -> LedgerEntry:
-        if self._next_seq is None:
-            found = conn.execute(_Q["ledger_top"].encode()).fetchone()
-            self._next_seq = int(found["seq"] if found else 0) + 1
-        row = _text(ledger_row(entry))
-        row["seq"] = self._next_seq
-        if self._first_row is None:
-            self._first_row = row
-        self._unsent.append(row)
-        entry.seq = self._next_seq
-        self._next_seq += 1
-        return entry
-
-    def _send_ledger(self) -> None:
-        """Write the batch's ledger rows, all at once: psycopg pipelines an ``executemany``,
-        so a batch's rows cost one round trip, not one each."""
-        if self._unsent:
-            rows, self._unsent = self._unsent, []
-            self._conn.cursor().executemany(_Q["insert_ledger"].encode(), rows)
-
-    def _ledger_read(self) -> None:
-        """Before a read of the ledger: the batch's own rows are part of what it reads."""
-        if self._unsent:
-            with self._writing():
-                self._send_ledger()
+    def _number(self, entries: list[LedgerEntry]) -> list[dict[str, Any]]:
+        """Number the batch's ledger rows after those before them (the transaction holds the
+        writers' lock by now: nobody else numbers), each ``seq`` set on its entry."""
+        rows = []
+        for entry in entries:
+            assert self._next_seq is not None
+            entry.seq = self._next_seq
+            self._next_seq += 1
+            row = _text(ledger_row(entry))
+            row["seq"] = entry.seq
+            if self._first_row is None:
+                self._first_row = row
+            rows.append(row)
+        return rows
 
     @contextmanager
     def _refusable(self, conn: psycopg.Connection[dict[str, Any]]) -> Iterator[None]:
@@ -592,20 +718,11 @@ class PostgresStore:
     def insert_task(
         self, task: Task, entry: LedgerEntry, fingerprint: str | None = None
     ) -> LedgerEntry:
-        import psycopg
-
         row = _text(task_row(task))
         row["fingerprint"] = fingerprint
-        with self._writing() as conn:
-            try:
-                with self._refusable(conn):
-                    conn.execute(_Q["insert_task"].encode(), row)
-            except psycopg.errors.UniqueViolation as exc:
-                taken = _TAKEN.get(exc.diag.constraint_name or "")
-                if taken is None:
-                    raise
-                raise StoreConflict(taken.format(task=task)) from exc
-            return self._ledger(conn, entry)
+        self._hold("insert_task", row)
+        self._unsent.append(entry)
+        return entry
 
     def update_task(
         self,
@@ -618,16 +735,10 @@ class PostgresStore:
         row = _text(task_change_row(task))
         row["expected_state"] = expected_state
         row["expected_epoch"] = expected_epoch
-        with self._writing() as conn:
-            if conn.execute(_Q["update_task"].encode(), row).rowcount != 1:
-                raise StoreConflict(
-                    f"task {task.id} is not {expected_state} at epoch {expected_epoch} "
-                    "(or does not exist); it was not written"
-                )
-            first = self._ledger(conn, entry)
-            for extra in more:
-                self._ledger(conn, extra)
-            return first
+        self._hold("update_task", row, "compare-and-set")
+        self._unsent.append(entry)
+        self._unsent.extend(more)
+        return entry
 
     def get_task(self, task_id: str) -> Task | None:
         row = self._one(_Q["get_task"], (task_id,))
@@ -681,17 +792,17 @@ class PostgresStore:
         return {r["outcome"]: int(r["n"]) for r in self._rows(_Q["count_by_outcome"])}
 
     def set_question(self, task_id: str, question: str | None) -> None:
-        with self._writing() as conn:
-            conn.execute(_Q["set_question"].encode(), (question, task_id))
+        self._hold("set_question", (question, task_id))
 
     # -- ledger ------------------------------------------------------------------------------
 
     def append_ledger(self, entry: LedgerEntry) -> LedgerEntry:
-        with self._writing() as conn:
-            return self._ledger(conn, entry)
+        self._check_lost()
+        self._dirty = True
+        self._unsent.append(entry)
+        return entry
 
     def ledger(self, after: int, limit: int, task: str | None = None) -> list[LedgerEntry]:
-        self._ledger_read()
         if task is None:
             rows = self._rows(_Q["ledger_after"], (after, limit))
         else:
@@ -699,13 +810,11 @@ class PostgresStore:
         return [ledger_from_row(r) for r in rows]
 
     def max_ledger_seq(self) -> int:
-        self._ledger_read()
         # The whole board's, whatever tenants the store names: the ledger's seq is the board's.
         row = self._one(_Q["max_ledger_seq"], tenants="*")
         return int(row["seq"]) if row else 0
 
     def cost_totals(self, by: str, since: str, tenant: str | None = None) -> list[dict[str, Any]]:
-        self._ledger_read()
         query = sql.cost_query(_Q["cost_totals"], by)
         return [
             {
@@ -742,14 +851,11 @@ class PostgresStore:
         return [agent_from_row(r) for r in self._rows(_Q["all_agents"])]
 
     def ensure_tenant(self, name: str, at: str) -> None:
-        with self._writing() as conn, self._naming(conn, "*"):
-            conn.execute(_Q["ensure_tenant"].encode(), (name, at))
+        self._hold("ensure_tenant", (name, at), tenants="*")
 
     def ensure_skills(self, names: list[str]) -> None:
-        if not names:
-            return
-        with self._writing() as conn:
-            conn.cursor().executemany(_Q["ensure_skill"].encode(), [(n,) for n in names])
+        for name in names:
+            self._hold("ensure_skill", (name,))
 
     def describe_skill(self, name: str, description: str) -> None:
         with self._writing() as conn:
@@ -844,8 +950,7 @@ class PostgresStore:
             return conn.execute(_Q["revoke_token"].encode(), (at, token_id)).rowcount == 1
 
     def touch_token(self, token_id: str, at: str) -> None:
-        with self._writing() as conn:
-            conn.execute(_Q["touch_token"].encode(), (at, token_id))
+        self._hold("touch_token", (at, token_id))
 
 
 def hive_list(dsn: str) -> list[dict[str, Any]]:

@@ -89,6 +89,10 @@ _ROLLED_BACK_BY_SQLITE = (
 class SqliteStore:
     """The ``Store`` on an SQLite file; each method keeps the contract ``store.base`` states."""
 
+    #: Each write is applied when it is called: SQLite is in the process, a write costs no
+    #: round trip to hold back.
+    defers_writes = False
+
     def __init__(self, location: str, *, durability: str = "full") -> None:
         self.location = location
         self._conn = open_board(location, durability)
