@@ -20,7 +20,11 @@ TREE_LINE = re.compile(r"^(?P<indent>(?:│   |    )*)[├└]── (?P<name>\w
 #: Exception classes of our own outside ``core/errors.py``, each raised and caught on one side
 #: and never reported as such: the board turns a store conflict into ``illegal_transition``;
 #: the harness turns a session that could not start into its task's ``fail``.
-NOT_REPORTED = {"colibri.store.base.StoreConflict", "colibri.agent.backends.base.StartFailed"}
+NOT_REPORTED = {
+    "colibri.store.base.StoreConflict",
+    "colibri.store.base.BatchRefused",
+    "colibri.agent.backends.base.StartFailed",
+}
 
 
 def modules() -> list[str]:

@@ -18,7 +18,7 @@ import pytest
 
 from colibri.core.model import Agent, Cost, LedgerEntry, Task
 from colibri.core.tokens import Token
-from colibri.store import Store, StoreConflict, TaskFilter
+from colibri.store import BatchRefused, Store, StoreConflict, TaskFilter
 from tests.store.conftest import Backend
 from tests.store.values import (
     AT,
@@ -54,21 +54,22 @@ def _unset_fields(value: msgspec.Struct) -> list[str]:
 
 @contextlib.contextmanager
 def refused(store: Store, match: str | None = None) -> Iterator[None]:
-    """The write in the block is refused by the stored rows (``StoreConflict``, never the
-    driver's error): at once, the batch's earlier writes standing; or — a store that
+    """The write in the block is refused by the stored rows, never with the driver's error: at
+    once (``StoreConflict``), the batch's earlier writes standing; or — a store that
     ``defers_writes`` — as the batch is sent (here: by its next read), and then the whole batch
-    is lost: every call of it raises until it is rolled back, which this does."""
+    is lost (``BatchRefused``): every call of it raises until it is rolled back, which this
+    does."""
     if not store.defers_writes:
         with pytest.raises(StoreConflict, match=match) as caught:
             yield
         assert not isinstance(caught.value, sqlite3.Error)
         return
     yield
-    with pytest.raises(StoreConflict, match=match):
+    with pytest.raises(BatchRefused, match=match):
         store.max_ledger_seq()
-    with pytest.raises(StoreConflict, match=match):
+    with pytest.raises(BatchRefused, match=match):
         store.commit()
-    with pytest.raises(StoreConflict, match=match):
+    with pytest.raises(BatchRefused, match=match):
         add(store, make_task("t-after-the-refusal"))
     store.rollback()
 

@@ -59,7 +59,9 @@ the client (``closed``, ``unexpected_reply``) and by the CLI (``os_error``, ``in
 
 Not in the tree: ``colibri.store.StoreConflict`` (a compare-and-set that lost, or a taken task
 id or idempotency key) stays between the store and the daemon, which turns it into
-``IllegalTransition`` or, as a bug, ``Internal``. A driver's own errors (``sqlite3``) pass the
+``IllegalTransition`` or, as a bug, ``Internal``; so does ``colibri.store.BatchRefused`` (a
+batch held back by the PostgreSQL store and refused as it was sent, lost whole), which the
+daemon answers as ``Internal``, the batch rolled back. A driver's own errors (``sqlite3``) pass the
 store only from a bug in a statement or from a read that met a storage fault; the daemon
 answers them as ``Internal``.
 """

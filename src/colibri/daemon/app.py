@@ -22,6 +22,7 @@ from colibri.core.access import Tenancy
 from colibri.core.errors import (
     ColibriError,
     ConfigError,
+    Internal,
     LockHeld,
     RootError,
     StorageUnavailable,
@@ -744,7 +745,14 @@ async def _run_until_stopped(daemon: Daemon, signals: StopSignals) -> None:
             last = loop.time()
             if server.unavailable is not None and not server.recover():
                 continue  # nothing is judged, expired or fired while the store is away
-            board.sweep()
+            try:
+                board.sweep()
+            except Exception as exc:
+                # A write of the sweep (an agent gone offline, its sessions dropped) may send
+                # the batch, and meet what sending it met: the batch fails, the daemon serves on.
+                log.exception("the sweep failed; its batch is rolled back",
+                              extra={"event": "sweep_failed", "error": str(exc)})  # fmt: skip
+                server.fail_batch(exc if isinstance(exc, ColibriError) else Internal(repr(exc)))
             server.close_stalled()
             server.schedule_flush()
 

@@ -40,7 +40,7 @@ from colibri.daemon.bus import Bus
 from colibri.daemon.connection import Connection
 from colibri.daemon.gateway import Throttle
 from colibri.daemon.ledger import LedgerMirror
-from colibri.store import StoreConflict
+from colibri.store import BatchRefused
 
 log = logging.getLogger(__name__)
 
@@ -395,7 +395,7 @@ class Server:
                 self.commits += 1
             except StorageUnavailable as exc:
                 self._batch_error = exc
-            except StoreConflict as exc:
+            except BatchRefused as exc:
                 # A write the stored rows refused when the batch was sent (PostgreSQL sends
                 # a batch's writes together): memory went where the store would not.
                 log.error("a write of the batch was refused", extra={

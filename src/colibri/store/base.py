@@ -25,9 +25,10 @@ batch is *sent*: at its next read, its next write of another method (those are s
 after what is held, so the batch's order is kept), or its commit. Reads see them all the same.
 Two things then come later than the call: a ledger row's ``seq``, set on its entry when the
 batch is sent (so by the time a read of the batch, or ``commit``, returns); and a refusal — a
-task id or idempotency key taken, a compare-and-set that found the row moved, the lease's fence
-(``LeaseLost``) — raised by the read, write or ``commit`` that sends it, and then the *whole*
-batch is lost: every later call of it raises that error again until ``rollback``. A store with
+task id or idempotency key taken, a compare-and-set that found the row moved — raised as
+``BatchRefused`` (or the lease's fence, ``LeaseLost``) by the read, write or ``commit`` that
+sends it, and then the *whole* batch is lost: every later call of it raises that error again
+until ``rollback``. A store with
 ``defers_writes`` False (SQLite) applies each write when it is called, as the rest of this text
 says. The daemon meets a refusal only through a bug of its own (its memory holds the open
 tasks; it looks a key up before it inserts), and one found as a batch is committed rolls the
@@ -68,6 +69,18 @@ from typing import Any, Protocol
 from colibri.core.model import Agent, LedgerEntry, Task
 from colibri.core.schedules import Schedule
 from colibri.core.tokens import Token
+
+
+class BatchRefused(Exception):
+    """A write held back by a store that ``defers_writes``, refused by the stored rows when the
+    batch was sent (a task id or idempotency key taken, a compare-and-set that found the row
+    moved), or a batch the server aborted as it was sent: the whole batch is lost, and every
+    later call of it raises this again until ``rollback``.
+
+    Not a ``StoreConflict``: the call that raises it is not the one refused (it only sent the
+    batch), and nothing of the batch stands. Internal, like ``StoreConflict``: the daemon rolls
+    the batch back and answers its requests ``internal``.
+    """
 
 
 class StoreConflict(Exception):

@@ -14,7 +14,7 @@ highest ``seq``, all pipelined), its writes, and its ``COMMIT``. The ledger's ``
 numbered by the store, not by a sequence (which would leave gaps on a rollback): one more than
 the highest committed, once the lock is held. A held write the rows refuse (a taken id, a
 compare-and-set that found the row moved) loses the whole batch where it is sent
-(``StoreConflict``): the daemon's memory holds the open tasks, so that is a bug, and it rolls
+(``BatchRefused``): the daemon's memory holds the open tasks, so that is a bug, and it rolls
 the batch back. The writes whose answer a caller needs at once (an agent's or schedule's name
 of another tenant, a fire recorded twice, a token id taken, a revocation) are sent at once,
 each that may be refused under a savepoint, so that the batch's earlier writes stand.
@@ -54,7 +54,7 @@ from colibri.core.model import DEFAULT_TENANT, Agent, LedgerEntry, Task, rfc3339
 from colibri.core.schedules import Schedule
 from colibri.core.tokens import Token
 from colibri.store import sql
-from colibri.store.base import StoreConflict, TaskFilter
+from colibri.store.base import BatchRefused, StoreConflict, TaskFilter
 from colibri.store.rows import (
     agent_from_row,
     agent_row,
@@ -332,6 +332,8 @@ class PostgresStore:
         """Open the batch's transaction on the server, in one round trip: ``BEGIN``, the
         lease's fence, the writers' lock (with the batch's tenants named), and the highest
         ledger seq its rows are numbered after."""
+        import psycopg
+
         conn = self._conn
         with conn.pipeline():
             conn.execute(b"BEGIN")
@@ -351,8 +353,9 @@ class PostgresStore:
                 )
                 self._lost_as = LeaseLost
                 # Not left open: the batch's reads would go on in a transaction that names
-                # no tenant, and see nothing.
-                conn.execute(b"ROLLBACK")
+                # no tenant, and see nothing. (A connection that breaks meanwhile ends it too.)
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute(b"ROLLBACK")
                 raise LeaseLost(self._lost)
         self._opened = opened.fetchone()
         found = top.fetchone()
@@ -394,8 +397,9 @@ class PostgresStore:
         """Send what the batch holds, in one pipelined round trip (after ``_begin``, once a
         batch): its writes in order, then its ledger rows, numbered now. A write refused
         here — a task id or idempotency key taken, a compare-and-set that found the row
-        moved — loses the whole batch: ``StoreConflict``, and every later call of the batch
-        raises until ``rollback``."""
+        moved — loses the whole batch: ``BatchRefused``, and every later call of the batch
+        raises until ``rollback``. So does anything else that stops a sending half-way: what
+        reached the server of it may be applied, what did not is not."""
         import psycopg
 
         self._check_lost()
@@ -425,10 +429,12 @@ class PostgresStore:
                         conn.execute(_NAME_TENANTS, (self.tenants,))
                 if rows:
                     conn.cursor().executemany(_Q["insert_ledger"].encode(), rows)
+        except LeaseLost:
+            raise  # (the batch is lost already, as a lease lost)
         except psycopg.errors.UniqueViolation as exc:
             taken = _TAKEN.get(exc.diag.constraint_name or "")
             if taken is None:
-                raise
+                self._refused(_first_line(exc), exc)
             # (Row-level security keeps the key's value out of the server's message.)
             inserted = [row["id"] for write in writes if write.query == "insert_task"
                         for row in write.rows]  # fmt: skip
@@ -441,11 +447,15 @@ class PostgresStore:
         except psycopg.errors.InFailedSqlTransaction as exc:
             self._lose(exc)
         except psycopg.Error as exc:
-            if exc.sqlstate is None:
-                raise  # the driver's own (a statement that does not compile): a bug
-            # Refused by the server for another reason (a check, a policy): a write the board
-            # should never have made. Lost with the batch, as a taken id is.
+            # Refused by the server for another reason (a check, a policy), or by the driver (a
+            # value it cannot send): a write the board should never have made. Lost with the
+            # batch, as a taken id is.
             self._refused(_first_line(exc), exc)
+        except BaseException:
+            # Stopped half-way by anything else (a bug): some of the batch may have reached
+            # the server, the rest not. It must never commit: lost, and the error goes on.
+            self._abandon("its sending stopped half-way")
+            raise
         for write, cursor in counted:
             if cursor.rowcount != len(write.rows):
                 moved = len(write.rows) - max(cursor.rowcount, 0)
@@ -456,15 +466,17 @@ class PostgresStore:
                 )
 
     def _refused(self, why: str, exc: Exception | None) -> NoReturn:
-        self._lost = (
-            f"a write of this batch was refused when it was sent: {why}; nothing of the "
-            "batch was written"
-        )
-        self._lost_as = StoreConflict
+        self._abandon(f"a write of it was refused when it was sent: {why}")
+        raise BatchRefused(self._lost) from exc
+
+    def _abandon(self, why: str) -> None:
+        """Lose the batch (``BatchRefused`` for every later call until ``rollback``) and end
+        its transaction on the server."""
+        self._lost = f"this batch is lost ({why}); nothing of it was written"
+        self._lost_as = BatchRefused
         if not self._conn.broken:
             with contextlib.suppress(Exception):
                 self._conn.execute(b"ROLLBACK")
-        raise StoreConflict(self._lost) from exc
 
     def bound(self, ttl: float) -> None:
         """Bound a batch's waits by a lease of ``ttl`` seconds: the writers' lock waited for a
@@ -488,6 +500,11 @@ class PostgresStore:
         if not self._dirty:
             return
         self._send()
+        if self._conn.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
+            # Aborted on the server (a statement of it failed) or ended: a COMMIT would be
+            # answered as a ROLLBACK, quietly. Never acknowledge such a batch.
+            self._abandon("its transaction was aborted or ended on the server before the commit")
+            raise BatchRefused(self._lost)
         opened, first = self._opened, self._first_row
         try:
             self._conn.execute(b"COMMIT")
@@ -633,12 +650,21 @@ class PostgresStore:
             if not self._dirty:
                 return self._read(query.encode(), args, tenants or self.tenants)
             self._send()  # what the batch holds, so that the read sees it
-            with self._naming(self._conn, tenants or self.tenants):
-                return self._conn.execute(query.encode(), args).fetchall()
+            try:
+                with self._naming(self._conn, tenants or self.tenants):
+                    return self._conn.execute(query.encode(), args).fetchall()
+            except psycopg.Error as exc:
+                if not isinstance(exc, psycopg.OperationalError):
+                    # Refused inside the batch (a bug): the server aborted its transaction.
+                    self._abandon(f"a read inside it failed: {_first_line(exc)}")
+                raise
         except psycopg.OperationalError as exc:
-            raise StorageUnavailable(
+            error = StorageUnavailable(
                 f"the PostgreSQL board could not be read ({_first_line(exc)})"
-            ) from None
+            )
+            if self._dirty:  # and the batch went with the connection
+                self._lost, self._lost_as = error.message, StorageUnavailable
+            raise error from None
 
     @contextmanager
     def _naming(self, conn: psycopg.Connection[dict[str, Any]], tenants: str) -> Iterator[None]:

@@ -1,0 +1,98 @@
+"""A batch's held writes (``PostgresStore.defers_writes``): sent together, and a batch whose
+sending fails in any way is lost whole — never committed in part, never acknowledged."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from colibri.store import BatchRefused, StoreConflict
+from colibri.store.postgres import PostgresStore
+from tests.store.conftest import PG_APP_ROLE, as_app_role
+from tests.store.values import add, entry_for, make_task, move
+
+
+def _stored_ids(board: str) -> list[str]:
+    with psycopg.connect(board) as admin:
+        return [r[0] for r in admin.execute("SELECT id FROM tasks ORDER BY id")]
+
+
+def test_a_sending_that_fails_half_way_loses_the_whole_batch(board: str) -> None:
+    """The batch was sent once (a read), so part of it is on the server; a ledger row planted
+    behind the store's back then takes the seq its next row is numbered with. The second
+    sending fails on a unique index no task owns (the ledger's key): the batch is lost whole,
+    its first part too, and the store goes on after a rollback."""
+    store = PostgresStore(board)
+    try:
+        add(store, make_task("t-first"))
+        assert store.get_task("t-first") is not None  # sent: the transaction holds it
+        add(store, make_task("t-second"))  # held, its ledger row to be numbered 2
+        with psycopg.connect(board, autocommit=True) as admin:
+            admin.execute(
+                "INSERT INTO ledger (seq, at, tenant, to_state, epoch) "
+                "VALUES (2, '2026-01-01T00:00:00.000Z', 'default', 'planted', 0)"
+            )
+        with pytest.raises(BatchRefused, match="ledger_pkey"):
+            store.commit()
+        assert not issubclass(BatchRefused, StoreConflict)  # no call's own refusal
+        with pytest.raises(BatchRefused):  # lost until rolled back
+            store.get_task("t-first")
+        store.rollback()
+        assert _stored_ids(board) == []
+        add(store, make_task("t-after"))
+        store.commit()
+        assert _stored_ids(board) == ["t-after"]
+    finally:
+        store.close()
+
+
+def test_a_read_refused_inside_a_batch_loses_the_batch(board: str) -> None:
+    """A read the server refuses inside the batch aborts its transaction there: the batch is
+    lost, and its commit refuses rather than send a COMMIT the server would answer by rolling
+    back — the batch's earlier writes, read by the daemon as stored, are not acknowledged."""
+    app = as_app_role(board)
+    store = PostgresStore(app)
+    try:
+        add(store, make_task("t-held"))
+        with psycopg.connect(board, autocommit=True) as admin:
+            admin.execute(f"REVOKE SELECT ON schedule_fires FROM {PG_APP_ROLE}")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            store.fires("nightly", 5)
+        with pytest.raises(BatchRefused, match="a read inside it failed"):
+            store.commit()
+        store.rollback()
+        assert _stored_ids(board) == []
+    finally:
+        store.close()
+
+
+def test_held_writes_of_one_statement_go_together_in_order(board: str) -> None:
+    """Consecutive updates go as one ``executemany``, run in order: two compare-and-sets of one
+    task in a row (claimed, then closed) chain; one whose row moved among 200 loses the batch."""
+    store = PostgresStore(board)
+    try:
+        tasks = [make_task(f"t{n:04d}") for n in range(200)]
+        for task in tasks:
+            add(store, task)
+        store.commit()
+        for task in tasks:
+            running, _ = move(store, task, state="running", agent="a1", epoch=1, attempts=1)
+            move(store, running, state="closed", outcome="done")
+        store.commit()
+        with psycopg.connect(board) as admin:
+            states = admin.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state").fetchall()
+            seqs = [r[0] for r in admin.execute("SELECT seq FROM ledger ORDER BY seq")]
+        assert states == [("closed", 200)]
+        assert seqs == list(range(1, 601))
+        # One of 200 expects a state its row no longer has: all 200 are refused together.
+        stored = [store.get_task(t.id) for t in tasks]  # read first: a read sends the batch
+        for n, found in enumerate(stored):
+            assert found is not None
+            expected = "pending" if n == 117 else "closed"
+            store.update_task(found, expected, found.epoch, entry_for(found, expected))
+        with pytest.raises(BatchRefused, match="1 of the batch's 200 task updates"):
+            store.commit()
+        store.rollback()
+        assert store.max_ledger_seq() == 600
+    finally:
+        store.close()
