@@ -446,3 +446,26 @@ def test_a_batch_without_ledger_rows_lost_in_a_crash_does_not_wedge_the_store(
         assert store.get_task("after-the-crash") is not None
     finally:
         store.close()
+
+
+def test_a_daemon_whose_server_goes_silent_stops_by_its_deadline_and_exits(
+    tmp_path: Path, relayed_board: tuple[Relay, str]
+) -> None:
+    """The server goes silent — its connections open, nothing answered: the lease's renewal
+    hangs on its thread. The daemon stops by its own deadline and exits 1, held up neither by
+    that thread (a daemon thread, not the loop's executor, whose threads are joined at exit)
+    nor by giving its lease back (bounded: the lease expires by itself)."""
+    relay, dsn = relayed_board
+    root = tmp_path / "r"
+    root.mkdir()
+    write_config(root, tick="1s")
+    daemon = Daemon(root, "--store", dsn, "--lease-ttl", "3s")
+    daemon.start()
+    try:
+        daemon.submit("before")
+        relay.deaf = True
+        assert daemon.process is not None and daemon.process.wait(timeout=20) == 1
+        assert "could not be renewed within its ttl" in daemon.log()
+    finally:
+        relay.deaf = False
+        daemon.stop()

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from colibri.store.postgres import BoardLease
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def acquire_lock(path: Path) -> int:
@@ -92,8 +93,8 @@ async def hold_board(config: Config, address: str | None, stop: asyncio.Event) -
     )  # fmt: skip
     if lease.sharing:
         # It serves at once, none of the tenants yet: it takes its share as it keeps its lease.
-        await asyncio.to_thread(lease.beat)
-        await asyncio.to_thread(lease.renew)  # (of no row: when its deadline starts)
+        await _off_loop(lease.beat)
+        await _off_loop(lease.renew)  # (of no row: when its deadline starts)
         log.info("sharing the board's tenants out", extra={"event": "sharing"})
         return _BoardHold(lease=lease)
     said = [f"standby: {lease.what} is being taken"]
@@ -121,15 +122,15 @@ async def _stand_by(lease: BoardLease, stop: asyncio.Event, said: list[str]) -> 
     logged = ""
     while not stop.is_set():
         try:
-            await asyncio.to_thread(lease.beat)
-            if await asyncio.to_thread(lease.take):
+            await _off_loop(lease.beat)
+            if await _off_loop(lease.take):
                 log.info(
                     f"took {lease.what} (epoch {lease.epoch}); serving",
                     extra={"event": "lease_taken", "epoch": lease.epoch,
                            "tenants": list(lease.tenants) or None},
                 )  # fmt: skip
                 return _BoardHold(lease=lease)
-            holder = await asyncio.to_thread(lease.holder)
+            holder = await _off_loop(lease.holder)
         except StorageUnavailable as exc:
             holder, why = None, exc.message
         else:
@@ -405,7 +406,11 @@ async def serve(config: Config) -> int:
         if store is not None:
             store.close()
         if board_hold is not None:
-            board_hold.release()
+            # Bounded: a server gone silent must not keep the process from exiting (the
+            # leases then expire by themselves).
+            releasing = threading.Thread(target=board_hold.release, daemon=True)
+            releasing.start()
+            releasing.join(RELEASE_WAIT)
         os.close(lock_fd)
 
 
@@ -496,6 +501,32 @@ class StopSignals:
                 self.received(noted[0])
 
 
+async def _off_loop(call: Callable[[], T]) -> T:
+    """``call``'s result, run on a daemon thread of its own. Not ``asyncio.to_thread``: the
+    executor's threads are joined when the loop ends, and a lease call hung on a server gone
+    silent would keep a daemon that stopped by its deadline from exiting."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not future.done():
+            outcome()
+
+    def run() -> None:
+        try:
+            result = call()
+        except BaseException as exc:
+            error = exc
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(settle, lambda: future.set_exception(error))
+        else:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, lambda: future.set_result(result))
+
+    threading.Thread(target=run, name="colibri-lease", daemon=True).start()
+    return await future
+
+
 @contextlib.contextmanager
 def _renewed_while_building(lease: BoardLease | None) -> Iterator[list[str]]:
     """While the board is built — on the loop's thread, which ``keep_lease`` cannot run on
@@ -533,6 +564,8 @@ def _renewed_while_building(lease: BoardLease | None) -> Iterator[list[str]]:
 
 #: How soon a renewal that failed is tried again (seconds; a third of the ttl if that is less).
 RENEW_RETRY = 0.2
+#: How long a stopping daemon waits to give its leases back (they expire by themselves).
+RELEASE_WAIT = 5.0
 
 
 def _keeper_ended(keeper: asyncio.Task[None], server: Server) -> None:
@@ -572,7 +605,7 @@ async def keep_lease(
             if loop.time() >= valid_until:
                 raise TimeoutError
             async with asyncio.timeout(valid_until - loop.time()):
-                renewed = await asyncio.to_thread(lease.renew)
+                renewed = await _off_loop(lease.renew)
         except StorageUnavailable as exc:
             why = exc.message
             # Again soon, not a third of the ttl later: a server back after a restart or a
@@ -590,7 +623,7 @@ async def keep_lease(
             return
         with contextlib.suppress(StorageUnavailable):
             lease.agents = sum(a.online for a in server.board.agents.values())
-            await asyncio.to_thread(lease.beat)
+            await _off_loop(lease.beat)
             server.board.tenancy.elsewhere = lease.elsewhere
             if retenant is not None and not server.closed and not stopping():
                 await _share_out(lease, server.board.tenancy, retenant, pinned)
@@ -605,8 +638,10 @@ async def _share_out(
     A step that fails is tried again at the next renewal: it must never stop the renewals."""
     try:
         if tenancy.wanted:
-            await asyncio.to_thread(lease.make_known, tenancy.wanted)
-            tenancy.wanted.clear()
+            # A copy: the loop adds to the set meanwhile, and those are recorded next time.
+            wanted = set(tenancy.wanted)
+            await _off_loop(lambda: lease.make_known(wanted))
+            tenancy.wanted -= wanted
         if lease.sharing:
             await _share_step(lease, retenant, pinned)
     except StorageUnavailable:
@@ -622,7 +657,7 @@ async def _share_out(
 async def _share_step(lease: BoardLease, retenant: Callable[[], None], pinned: set[str]) -> None:
     from colibri.core import sharing
 
-    survey = await asyncio.to_thread(lease.survey)
+    survey = await _off_loop(lease.survey)
     if "*" in survey.owners:
         return  # a daemon serves the whole board: no tenant is free while it does
     chosen = sharing.plan(lease.owner, survey.tenants, survey.owners, survey.sharing,
@@ -631,7 +666,7 @@ async def _share_step(lease: BoardLease, retenant: Callable[[], None], pinned: s
     if chosen.give:
         held = lease.drop(chosen.give)
         retenant()  # serving them no more, written under a fence without them
-        await asyncio.to_thread(lease.release_rows, held)
+        await _off_loop(lambda: lease.release_rows(held))
         pinned.difference_update(chosen.give)
         log.info(
             f"gave back tenant{'s' * (len(chosen.give) > 1)} {', '.join(chosen.give)}; serving "
@@ -640,7 +675,7 @@ async def _share_step(lease: BoardLease, retenant: Callable[[], None], pinned: s
                    "serving": list(lease.tenants)},
         )  # fmt: skip
     elif chosen.take:
-        taken = await asyncio.to_thread(lease.take_tenants, chosen.take)
+        taken = await _off_loop(lambda: lease.take_tenants(chosen.take))
         if not taken:
             return
         pinned.update(t for t in taken if survey.handovers.get(t) == lease.owner)
