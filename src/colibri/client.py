@@ -74,6 +74,10 @@ CLOSE_WAIT = 2.0
 #: How many ``not_owner`` answers a client follows before it gives up (daemons whose view of
 #: who serves what is a moment behind may point at each other while a lease changes hands).
 MAX_HOPS = 3
+#: How long a client waits, one wait after another, before asking again when ``not_owner``
+#: names no daemon (the tenant between two daemons, or the one asked has not yet heard who
+#: took it): about six seconds in all, then the refusal is raised.
+UNSERVED_WAITS = (0.2, 0.4, 0.8, 1.6, 3.2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,11 +114,16 @@ class Remote:
 
         return client_context(self.ca)
 
-    def toward(self, refusal: NotOwner, hops: int) -> Remote:
-        """Where to go after ``not_owner``: the address it names first, then these again; the
-        refusal itself when it names none, the hops are used up (two daemons each pointing
-        at the other), or its address is not one this remote may reach."""
-        if refusal.address is None or hops >= MAX_HOPS:
+    def toward(self, refusal: NotOwner, hops: int) -> tuple[Remote, float]:
+        """Where to go after ``not_owner``, and how long to wait first: the address it names,
+        then these again, at once; these again after a wait (``UNSERVED_WAITS``) when it names
+        none. The refusal itself when the waits or the hops are used up (two daemons each
+        pointing at the other), or its address is not one this remote may reach."""
+        if refusal.address is None:
+            if hops >= len(UNSERVED_WAITS):
+                raise refusal
+            return self, UNSERVED_WAITS[hops]
+        if hops >= MAX_HOPS:
             raise refusal
         try:
             (owner,) = parse_connect(refusal.address)
@@ -125,7 +134,7 @@ class Remote:
         if owner.unspecified:
             raise refusal  # a daemon listening on every interface: no host to go to
         rest = tuple(a for a in self.addresses if a != owner)
-        return Remote((owner, *rest), self.token, self.ca, self.insecure_loopback)
+        return Remote((owner, *rest), self.token, self.ca, self.insecure_loopback), 0.0
 
 
 def _closed_early(exc: BaseException) -> bool:
@@ -265,7 +274,11 @@ class Client:
             try:
                 return cls._remote(remote, timeout)
             except NotOwner as refusal:
-                remote = remote.toward(refusal, hops)
+                remote, wait = remote.toward(refusal, hops)
+                if wait:
+                    import time
+
+                    time.sleep(wait)
         raise AssertionError("unreachable")
 
     @classmethod
@@ -461,12 +474,15 @@ class AsyncClient:
         the token's says where its tenant is served (``not_owner``), and the client goes
         there."""
         if isinstance(self.target, Remote):
+            import asyncio
+
             for hops in itertools.count():
                 try:
                     return await self._open()
                 except NotOwner as refusal:
-                    self.target = self.target.toward(refusal, hops)
+                    self.target, wait = self.target.toward(refusal, hops)
                     self._fresh()  # (that connection was closed by _open)
+                    await asyncio.sleep(wait)
         return await self._open()
 
     async def _open(self) -> AsyncClient:

@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from colibri.client import MAX_HOPS, Client, Remote
+from colibri.client import MAX_HOPS, UNSERVED_WAITS, Client, Remote
 from colibri.core.errors import ColibriError, LeaseLost, NotOwner
 from colibri.core.model import LedgerEntry
 from colibri.store.postgres import BoardLease, PostgresStore
@@ -257,11 +257,18 @@ def _refusal(daemon: Member, cmd: str, **fields: object) -> NotOwner:
 def test_a_client_follows_not_owner_a_bounded_number_of_times_and_only_where_it_may() -> None:
     remote = Remote.parse("tcp://127.0.0.1:7001,tcp://127.0.0.1:7002", token="t",
                           insecure_loopback=True)  # fmt: skip
-    onward = remote.toward(NotOwner("elsewhere", "tcp://127.0.0.1:7002"), 0)
+    onward, wait = remote.toward(NotOwner("elsewhere", "tcp://127.0.0.1:7002"), 0)
     assert [str(a) for a in onward.addresses] == ["tcp://127.0.0.1:7002", "tcp://127.0.0.1:7001"]
-    assert onward.token == "t" and onward.insecure_loopback
+    assert onward.token == "t" and onward.insecure_loopback and wait == 0
+    # Nobody serves it now (a tenant between two daemons): the same addresses, asked again
+    # after a wait that doubles, then the refusal.
+    unserved = NotOwner("no daemon serves it", None)
+    assert [remote.toward(unserved, n) for n in range(len(UNSERVED_WAITS))] == [
+        (remote, w) for w in UNSERVED_WAITS
+    ]
+    assert UNSERVED_WAITS == (0.2, 0.4, 0.8, 1.6, 3.2)
     for refusal, hops in [
-        (NotOwner("no daemon serves it", None), 0),
+        (unserved, len(UNSERVED_WAITS)),
         (NotOwner("round and round", "tcp://127.0.0.1:7001"), MAX_HOPS),
         (NotOwner("plain text off this machine", "tcp://192.0.2.1:7001"), 0),
         (NotOwner("not an address", "http://x"), 0),
@@ -270,8 +277,8 @@ def test_a_client_follows_not_owner_a_bounded_number_of_times_and_only_where_it_
             remote.toward(refusal, hops)
         assert raised.value is refusal
     over_tls = Remote.parse("tcp://db.example:7001", token="t")
-    assert [str(a) for a in over_tls.toward(NotOwner("x", "tcp://10.0.0.2:7001"), 0).addresses] == [
-        "tcp://10.0.0.2:7001", "tcp://db.example:7001"]  # fmt: skip
+    sent_on, _ = over_tls.toward(NotOwner("x", "tcp://10.0.0.2:7001"), 0)
+    assert [str(a) for a in sent_on.addresses] == ["tcp://10.0.0.2:7001", "tcp://db.example:7001"]
     every = NotOwner("a daemon listening on every interface", "tcp://0.0.0.0:7002")
     with pytest.raises(NotOwner):
         over_tls.toward(every, 0)
