@@ -86,7 +86,7 @@ async def hold_board(config: Config, address: str | None, stop: asyncio.Event) -
     from colibri.store.postgres import BoardLease
 
     # The board's tables first (made, or migrated, under the board's lock): the lease is one.
-    await asyncio.to_thread(lambda: open_store(config.store, durability=config.durability).close())
+    await _off_loop(lambda: open_store(config.store, durability=config.durability).close())
     lease = BoardLease(
         config.store, config.lease_ttl, address, str(config.root), config.tenants,
         sharing=config.share,
