@@ -451,10 +451,12 @@ def test_a_batch_without_ledger_rows_lost_in_a_crash_does_not_wedge_the_store(
 def test_a_daemon_whose_server_goes_silent_stops_by_its_deadline_and_exits(
     tmp_path: Path, relayed_board: tuple[Relay, str]
 ) -> None:
-    """The server goes silent — its connections open, nothing answered: the lease's renewal
-    hangs on its thread. The daemon stops by its own deadline and exits 1, held up neither by
-    that thread (a daemon thread, not the loop's executor, whose threads are joined at exit)
-    nor by giving its lease back (bounded: the lease expires by itself)."""
+    """The server goes silent — its connections open, nothing answered: the lease's renewal,
+    or its beat, hangs on its thread. The daemon stops by its own deadline (the beat and the
+    sharing step are bounded by it too: a hung beat once kept the keeper from ever checking
+    it) and exits 1, held up neither by that thread (a daemon thread, not the loop's executor,
+    whose threads are joined at exit) nor by giving its lease back (bounded: the lease
+    expires by itself)."""
     relay, dsn = relayed_board
     root = tmp_path / "r"
     root.mkdir()

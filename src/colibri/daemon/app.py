@@ -621,12 +621,17 @@ async def keep_lease(
         if not renewed:
             server.fatal(f"{lease.what} has passed to another daemon (or expired)")
             return
-        with contextlib.suppress(StorageUnavailable):
-            lease.agents = sum(a.online for a in server.board.agents.values())
-            await _off_loop(lease.beat)
-            server.board.tenancy.elsewhere = lease.elsewhere
-            if retenant is not None and not server.closed and not stopping():
-                await _share_out(lease, server.board.tenancy, retenant, pinned)
+        # Bounded by the deadline too: a beat or share step hung on a silent server must not
+        # keep the keeper from the deadline's check (the next turn stops the daemon).
+        with contextlib.suppress(StorageUnavailable, TimeoutError):
+            async with asyncio.timeout(
+                max(0.0, lease.held_since + lease.ttl - margin - loop.time())
+            ):
+                lease.agents = sum(a.online for a in server.board.agents.values())
+                await _off_loop(lease.beat)
+                server.board.tenancy.elsewhere = lease.elsewhere
+                if retenant is not None and not server.closed and not stopping():
+                    await _share_out(lease, server.board.tenancy, retenant, pinned)
 
 
 async def _share_out(
