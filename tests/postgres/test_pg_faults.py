@@ -19,7 +19,7 @@ from colibri.core.errors import StorageUnavailable
 from colibri.store.postgres import PostgresStore
 from tests.helpers import Daemon, FakeAgent, error_code, wait_until, write_config
 from tests.postgres.cluster import PrivateServer
-from tests.postgres.hive import Relay
+from tests.postgres.hive import Member, Relay
 from tests.store.conftest import PG_DSN
 from tests.store.values import add, make_task
 
@@ -471,3 +471,24 @@ def test_a_daemon_whose_server_goes_silent_stops_by_its_deadline_and_exits(
     finally:
         relay.deaf = False
         daemon.stop()
+
+
+def test_a_standby_whose_server_goes_silent_still_stops_when_told(
+    tmp_path: Path, board: str, relayed_board: tuple[Relay, str]
+) -> None:
+    """A standby polls the lease through a server that then goes silent: its poll hangs on
+    its thread, and a SIGTERM still stops it at once, exit 0 (the poll is left to its thread),
+    rather than wait for an answer that never comes."""
+    relay, through = relayed_board
+    owner = Member(tmp_path / "owner", board, ttl="3s")
+    standby = Member(tmp_path / "standby", through, ttl="3s")
+    owner.start()
+    try:
+        standby.stand_by()
+        wait_until(lambda: "standby: daemon" in standby.log(), timeout=15)
+        relay.deaf = True
+        time.sleep(1.5)  # its next poll, a third of the ttl later, is sent and hangs
+        standby.stop()  # SIGTERM: exit 0 within the helper's 15 s
+    finally:
+        relay.deaf = False
+        owner.stop_with(standby)

@@ -122,15 +122,17 @@ async def _stand_by(lease: BoardLease, stop: asyncio.Event, said: list[str]) -> 
     logged = ""
     while not stop.is_set():
         try:
-            await _off_loop(lease.beat)
-            if await _off_loop(lease.take):
+            polled = await _unless_stopped(lambda: _poll(lease), stop)
+            if polled is None:
+                return None  # asked to stop while the server kept it waiting
+            taken, holder = polled
+            if taken:
                 log.info(
                     f"took {lease.what} (epoch {lease.epoch}); serving",
                     extra={"event": "lease_taken", "epoch": lease.epoch,
                            "tenants": list(lease.tenants) or None},
                 )  # fmt: skip
                 return _BoardHold(lease=lease)
-            holder = await _off_loop(lease.holder)
         except StorageUnavailable as exc:
             holder, why = None, exc.message
         else:
@@ -156,6 +158,29 @@ async def _stand_by(lease: BoardLease, stop: asyncio.Event, said: list[str]) -> 
                 await stop.wait()
     lease.close()
     return None
+
+
+def _poll(lease: BoardLease) -> tuple[bool, dict[str, Any] | None]:
+    """A standby's poll: say it is there, take the lease if it is free, else who holds it."""
+    lease.beat()
+    if lease.take():
+        return True, None
+    return False, lease.holder()
+
+
+async def _unless_stopped(call: Callable[[], T], stop: asyncio.Event) -> T | None:
+    """``call``'s result, off the loop (``_off_loop``); None if ``stop`` is set first — the
+    call, hung on a server gone silent perhaps, is left to its thread."""
+    called = asyncio.ensure_future(_off_loop(call))
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({called, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if not called.done():
+        called.cancel()
+        return None
+    return called.result()
 
 
 async def _say_standby(
