@@ -24,6 +24,8 @@ NOT_REPORTED = {
     "colibri.store.base.StoreConflict",
     "colibri.store.base.BatchRefused",
     "colibri.agent.backends.base.StartFailed",
+    # Turned into psycopg's OperationalError, and so StorageUnavailable, where it is caught.
+    "colibri.store.postgres._Silent",
 }
 
 

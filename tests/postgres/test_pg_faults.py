@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
-from colibri.core.errors import StorageUnavailable
+from colibri.core.errors import ColibriError, StorageUnavailable
 from colibri.store.postgres import PostgresStore
 from tests.helpers import Daemon, FakeAgent, error_code, wait_until, write_config
 from tests.postgres.cluster import PrivateServer
@@ -492,3 +493,120 @@ def test_a_standby_whose_server_goes_silent_still_stops_when_told(
     finally:
         relay.deaf = False
         owner.stop_with(standby)
+
+
+def test_a_server_gone_silent_mid_batch_is_given_up_and_the_daemon_stops_by_its_deadline(
+    tmp_path: Path, relayed_board: tuple[Relay, str]
+) -> None:
+    """The server goes silent while a submit's batch waits for its answer: the daemon's loop,
+    which runs the batch's statements, gives the connection up after half the lease (it hung
+    in the kernel's wait for many minutes before, answering nobody, SIGTERM included), answers
+    the submit ``storage_unavailable`` and every other request at once, and stops by its
+    deadline, exit 1."""
+    relay, dsn = relayed_board
+    root = tmp_path / "r"
+    root.mkdir()
+    write_config(root, tick="1s")
+    daemon = Daemon(root, "--store", dsn, "--lease-ttl", "4s")
+    daemon.start()
+    try:
+        daemon.submit("before")
+        relay.deaf = True
+        started = time.monotonic()
+        assert error_code(lambda: daemon.submit("during")) == "storage_unavailable"
+        assert "PostgreSQL said nothing for 2 s" in daemon.log()
+        assert daemon.process is not None and daemon.process.wait(timeout=20) == 1
+        assert "could not be renewed within its ttl" in daemon.log()
+        print(f"refused after the silence, stopped {time.monotonic() - started:.2f} s after it")
+    finally:
+        relay.deaf = False
+        daemon.stop()
+
+
+def _accepted(daemon: Daemon, text: str) -> dict[str, Any] | None:
+    try:
+        return daemon.submit(text)
+    except ColibriError as exc:
+        assert exc.code == "storage_unavailable", exc
+        return None
+
+
+def test_a_server_silent_for_less_than_the_lease_is_waited_out_and_served_again(
+    tmp_path: Path, board: str, relayed_board: tuple[Relay, str]
+) -> None:
+    """The server's answers lost for 2 s of an 8 s lease, a submit and a renewal waiting for
+    theirs: both connections are given up (the store's after half the lease, the lease's
+    after a quarter) and made again once it answers; the daemon serves on under the same
+    lease, the submit refused and the tasks before it kept."""
+    relay, dsn = relayed_board
+    root = tmp_path / "r"
+    root.mkdir()
+    write_config(root, tick="1s")
+    daemon = Daemon(root, "--store", dsn, "--lease-ttl", "8s")
+    daemon.start()
+    try:
+        before = [daemon.submit(f"before {n}") for n in range(3)]
+        relay.deaf = True
+        threading.Timer(2.0, lambda: setattr(relay, "deaf", False)).start()
+        assert error_code(lambda: daemon.submit("during")) == "storage_unavailable"
+        after = wait_until(lambda: _accepted(daemon, "after"), timeout=20)
+        assert "said nothing for 4 s" in daemon.log()
+        assert [daemon.task(t["id"])["state"] for t in [*before, after]] == ["pending"] * 4
+        time.sleep(8)  # a whole ttl later: still this daemon's, never stopped
+        assert daemon.process is not None and daemon.process.poll() is None
+        with psycopg.connect(board) as db:
+            row = db.execute("SELECT epoch, expires_at > now() AS live FROM leases").fetchone()
+        assert row == (1, True)
+        seqs = [row["seq"] for row in daemon.ledger()]
+        assert seqs == list(range(1, len(seqs) + 1))
+    finally:
+        relay.deaf = False
+        daemon.stop()
+
+
+def test_a_wait_gives_up_on_silence_but_not_on_a_long_answer_that_keeps_coming(
+    board: str,
+) -> None:
+    """A bounded connection (``silence``) gives up once the server has said nothing for that
+    long, and is closed (the exchange was left half-way); an answer that takes longer but
+    keeps arriving is read whole."""
+    from colibri.store.postgres import _connect
+
+    conn = _connect(board, 0.5)
+    try:
+        started = time.monotonic()
+        rows = conn.execute(
+            "SELECT repeat('x', 200000) AS chunk, pg_sleep(0.05) FROM generate_series(1, 30)"
+        ).fetchall()
+        took = time.monotonic() - started
+        assert len(rows) == 30 and took > 1.0, took  # 1.5 s of answer, 0.05 s between chunks
+        started = time.monotonic()
+        with pytest.raises(psycopg.OperationalError, match="said nothing for 0.5 s"):
+            conn.execute("SELECT pg_sleep(3)")
+        assert time.monotonic() - started < 2.5
+        assert conn.closed
+    finally:
+        conn.close()
+
+
+def test_reachable_says_so_of_a_silent_server_without_touching_the_store(
+    relayed_board: tuple[Relay, str],
+) -> None:
+    relay, dsn = relayed_board
+    store = PostgresStore(dsn)
+    try:
+        store.bound(2.0)
+        add(store, make_task("held"))
+        store.reachable()
+        relay.deaf = True
+        started = time.monotonic()
+        with pytest.raises(StorageUnavailable, match="cannot reach|does not answer"):
+            store.reachable()
+        assert time.monotonic() - started < 5
+        relay.deaf = False
+        store.reachable()
+        store.commit()  # its own connection was never touched: the batch commits
+        assert store.get_task("held") is not None
+    finally:
+        relay.deaf = False
+        store.close()

@@ -196,6 +196,33 @@ def test_close_discards_an_uncommitted_batch(backend: Backend) -> None:
     assert again.max_ledger_seq() == 1
 
 
+def test_reachable_asked_from_another_thread_leaves_the_open_batch_alone(
+    backend: Backend, store: Store
+) -> None:
+    """The daemon asks ``reachable`` off its loop while the store may be mid-batch."""
+    import threading
+
+    add(store, make_task("t0001"))
+    move(store, make_task("t0001"), state="running", agent="a1", epoch=1)
+    asked: list[BaseException | None] = []
+
+    def ask() -> None:
+        try:
+            store.reachable()
+            asked.append(None)
+        except BaseException as exc:
+            asked.append(exc)
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    asker.join(30)
+    assert asked == [None]
+    add(store, make_task("t0002"))
+    store.commit()
+    assert ids(backend.open().list_tasks(TaskFilter())) == ["t0001", "t0002"]
+    assert store.max_ledger_seq() == 3
+
+
 def test_location_names_the_board(backend: Backend, store: Store) -> None:
     assert store.location == backend.location
 

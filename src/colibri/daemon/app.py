@@ -548,7 +548,7 @@ async def _off_loop(call: Callable[[], T]) -> T:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(settle, lambda: future.set_result(result))
 
-    threading.Thread(target=run, name="colibri-lease", daemon=True).start()
+    threading.Thread(target=run, name="colibri-off-loop", daemon=True).start()
     return await future
 
 
@@ -808,8 +808,16 @@ async def _run_until_stopped(daemon: Daemon, signals: StopSignals) -> None:
             except TimeoutError:
                 pass
             last = loop.time()
-            if server.unavailable is not None and not server.recover():
-                continue  # nothing is judged, expired or fired while the store is away
+            if server.unavailable is not None:
+                try:
+                    # Asked off the loop: a server still away, or silent, would hold it up
+                    # as long as connecting to it takes, every second.
+                    await _off_loop(board.store.reachable)
+                except StorageUnavailable as exc:
+                    server.unavailable = exc.message
+                    continue
+                if not server.recover():
+                    continue  # nothing is judged, expired or fired while the store is away
             try:
                 board.sweep()
             except Exception as exc:

@@ -158,6 +158,15 @@ class Store(Protocol):
         The store is usable again afterwards, also after ``StorageUnavailable``.
         """
 
+    def reachable(self) -> None:
+        """Whether the store could be used now, asked without touching its connection or its
+        batch: safe on another thread while the store is used. The daemon asks it off its loop
+        before reading the board again after ``StorageUnavailable``, so that a server still
+        away (or silent) holds the loop up no longer than this call would.
+
+        :raises StorageUnavailable: it cannot be reached (SQLite: never raised).
+        """
+
     # -- tasks -----------------------------------------------------------------------------------
 
     def insert_task(

@@ -23,9 +23,13 @@ A lost connection, a server shut down, a read-only or full database are ``Storag
 the next ``rollback`` connects again (or keeps saying so). ``durability="relaxed"`` turns
 ``synchronous_commit`` off: a crash of the server may lose the last commits, never corrupt.
 
-One daemon serves a board at a time, by its lease (``BoardLease``); the others wait as
-standbys and take over when it expires. Not yet here: tenants owned by different daemons (the
-hive's leases per tenant).
+A daemon serves the board, or some of its tenants, by its leases (``BoardLease``); the others
+wait as standbys, or serve other tenants, and take over when a lease expires.
+
+The daemon runs the store's statements on its loop. Once bounded by its lease (``bound``), a
+connection gives up after half the ttl without a word from the server (``_heard_within``):
+a server gone silent costs the loop that long, then ``StorageUnavailable``, not the many
+minutes the kernel would take to say so.
 
 Row-level security (migration 5): every row is seen and written only by a transaction that
 named its tenants — ``set_config('colibri.tenants', …, true)``, for that transaction alone,
@@ -39,6 +43,8 @@ its own, pipelined: ``BEGIN``, the tenants, the query, ``ROLLBACK`` in one round
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
 import re
 import secrets
 import time
@@ -111,6 +117,10 @@ _SERVER_STARTED = b"SELECT pg_postmaster_start_time() AS started"
 _XACT_STATUS = b"SELECT txid_status(%s) AS status"
 _END_BACKEND = b"SELECT pg_terminate_backend(%s)"
 _LEDGER_ROW = b"SELECT at, task, schedule, to_state, epoch, reason FROM ledger WHERE seq = %s"
+#: The least silence (seconds) a daemon's connection waits out before it gives up, however
+#: short its lease (a lease's own connection, half of it): a server under load may say
+#: nothing that long, and giving up costs a new connection and the board read again.
+LEAST_SILENCE = 2.0
 #: How long the loop waits for a commit whose answer was lost to settle on the server.
 _OUTCOME_WAIT = 1.0
 
@@ -163,7 +173,80 @@ def _text(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in row.items()}
 
 
-def _connect(dsn: str) -> psycopg.Connection[dict[str, Any]]:
+#: psycopg's Wait (1 read, 2 write, 3 both) as poll's events.
+_POLL_EVENTS = {1: 0x001, 2: 0x004, 3: 0x001 | 0x004}  # POLLIN, POLLOUT
+
+
+class _Silent(Exception):
+    """The server said nothing for as long as a connection's ``silence`` allows."""
+
+
+def _heard_within(gen: Any, fileno: int, silence: float) -> Any:
+    """Drive one of psycopg's protocol generators on ``fileno`` as its own wait does, but give
+    up once the socket has been neither readable nor writable for ``silence`` seconds: a server
+    gone silent (a network partition, a host frozen, a half-open connection) answers nothing,
+    and the kernel says nothing of it for many minutes. A long answer that keeps coming (a big
+    read) is not cut: every byte that arrives starts the silence again."""
+    import select
+
+    try:
+        wanted = next(gen)
+        poller = select.poll()  # no descriptor of its own, unlike an epoll selector
+        poller.register(fileno, _POLL_EVENTS[wanted])
+        heard = time.monotonic()
+        while True:
+            left = heard + silence - time.monotonic()
+            if left <= 0:
+                raise _Silent
+            events = poller.poll(left * 1000)
+            if not events:
+                continue
+            heard = time.monotonic()
+            mask = events[0][1]
+            ready = (1 if mask & select.POLLIN else 0) | (2 if mask & select.POLLOUT else 0)
+            if not ready:  # an error or a hang-up alone, as psycopg's own poll wait says it
+                import psycopg
+
+                raise psycopg.OperationalError("connection socket closed")
+            now_wanted = gen.send(ready)
+            if now_wanted != wanted:
+                poller.modify(fileno, _POLL_EVENTS[now_wanted])
+                wanted = now_wanted
+    except StopIteration as done:
+        return done.value
+
+
+@functools.cache
+def _heeding_class() -> type[psycopg.Connection[dict[str, Any]]]:
+    """psycopg's connection, whose waits give up on a silent server (``silence``): the daemon's
+    store runs its statements on the daemon's loop, which must not hang on one."""
+    import psycopg
+
+    class Heeding(psycopg.Connection[dict[str, Any]]):
+        #: Seconds of silence after which a wait gives up and closes the connection (the
+        #: exchange is left half-way); None waits as psycopg does.
+        silence: float | None = None
+
+        def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
+            if timeout is not None:  # psycopg's own bounded waits (notifies) keep their bound
+                return super().wait(gen, interval, timeout)
+            if self.silence is None:
+                return super().wait(gen, interval)
+            try:
+                return _heard_within(gen, self.pgconn.socket, self.silence)
+            except _Silent:
+                self.pgconn.finish()
+                raise psycopg.OperationalError(
+                    f"PostgreSQL said nothing for {self.silence:g} s; the connection was closed"
+                ) from None
+
+    return Heeding
+
+
+def _connect(dsn: str, silence: float | None = None) -> psycopg.Connection[dict[str, Any]]:
+    """A connection in autocommit mode; with ``silence``, its waits and its connecting give
+    up after that long without a word from the server (connecting: 2 s at least, libpq's
+    least ``connect_timeout``)."""
     try:
         import psycopg
         from psycopg.rows import dict_row
@@ -172,7 +255,14 @@ def _connect(dsn: str) -> psycopg.Connection[dict[str, Any]]:
             "the PostgreSQL store needs psycopg: pip install 'colibri[postgresql]'"
         ) from None
     try:
-        return psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=10)
+        conn = _heeding_class().connect(
+            dsn,
+            autocommit=True,
+            row_factory=dict_row,
+            connect_timeout=10 if silence is None else max(2, math.ceil(silence)),
+        )
+        conn.silence = silence  # type: ignore[attr-defined]
+        return conn
     except psycopg.Error as exc:
         raise StorageUnavailable(
             f"cannot reach the PostgreSQL board at {shown_location(dsn)}: "
@@ -231,6 +321,9 @@ class PostgresStore:
         self._lost_as: type[Exception] = StorageUnavailable
         self._first_row: dict[str, Any] | None = None
         self._in_doubt: _InDoubt | None = None
+        #: Seconds without a word from the server after which a wait gives up (``bound``);
+        #: None waits for ever.
+        self.silence: float | None = None
 
     def _setup(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
         import psycopg
@@ -483,8 +576,23 @@ class PostgresStore:
         third of it at most (a batch waiting longer is refused ``storage_unavailable`` and
         tried again, rather than carrying the daemon past its lease), and a transaction left
         idle (its daemon stopped mid-batch) ended by the server after half of it, so that it
-        holds the other daemons' batches up no longer."""
+        holds the other daemons' batches up no longer; and a connection whose server says
+        nothing for half of it (``LEAST_SILENCE`` at least) given up (``_heard_within``), so
+        that the daemon's loop, which runs the statements, waits no longer either."""
         self.bounds = (f"{int(ttl * 1000 / 3)}ms", f"{int(ttl * 1000 / 2)}ms")
+        self.silence = max(ttl / 2, LEAST_SILENCE)
+        self._conn.silence = self.silence  # type: ignore[attr-defined]
+
+    def reachable(self) -> None:
+        import psycopg
+
+        try:
+            with _connect(self._dsn, self.silence) as conn:
+                conn.execute(b"SELECT 1")
+        except psycopg.Error as exc:
+            raise StorageUnavailable(
+                f"the PostgreSQL board at {self.location} does not answer ({_first_line(exc)})"
+            ) from None
 
     def _lose(self, exc: Exception) -> None:
         error = StorageUnavailable(
@@ -620,7 +728,7 @@ class PostgresStore:
 
         if self._conn.closed or self._conn.broken:
             try:
-                self._conn = _connect(self._dsn)
+                self._conn = _connect(self._dsn, self.silence)
                 self._setup(self._conn)
             except StorageUnavailable as exc:
                 self._lost = exc.message
@@ -632,12 +740,10 @@ class PostgresStore:
             pass
 
     def close(self) -> None:
-        if self._conn.closed:
-            return
-        try:
-            self.rollback()
-        except StorageUnavailable:
-            pass  # a batch in doubt: the next daemon's board is read from what the server has
+        # Closing the connection ends its transaction on the server; nothing is waited for
+        # (a ROLLBACK would wait on a server gone silent) and nothing is connected again. A
+        # batch in doubt is settled in what the server has, which the next daemon reads.
+        self._end_batch()
         self._conn.close()
 
     # -- reads -------------------------------------------------------------------------------
@@ -1315,7 +1421,11 @@ class BoardLease:
 
     def _connection(self) -> psycopg.Connection[dict[str, Any]]:
         if self._conn is None or self._conn.closed or self._conn.broken:
-            self._conn = _connect(self.dsn)
+            # A renewal over a connection whose server went silent (its answers lost) gives
+            # up after a quarter of the ttl (a second at least), and the next one connects
+            # again before the deadline: otherwise every renewal would queue behind the hung
+            # one's lock.
+            self._conn = _connect(self.dsn, max(self.ttl / 4, LEAST_SILENCE / 2))
         return self._conn
 
     def _run(self, name: str, args: dict[str, Any]) -> list[dict[str, Any]]:

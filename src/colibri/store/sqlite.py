@@ -187,6 +187,9 @@ class SqliteStore:
             # Read again now, the board could hold a batch that a crash would bring back.
             raise StorageUnavailable(self._in_doubt)
 
+    def reachable(self) -> None:
+        return  # a file on this host: whether it can be written, the next batch says
+
     def _lose_batch(self, why: str) -> None:
         """Give the open batch up: nothing of it commits until ``rollback``."""
         self._abort()
