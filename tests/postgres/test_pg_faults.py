@@ -501,23 +501,29 @@ def test_a_server_gone_silent_mid_batch_is_given_up_and_the_daemon_stops_by_its_
     """The server goes silent while a submit's batch waits for its answer: the daemon's loop,
     which runs the batch's statements, gives the connection up after half the lease (it hung
     in the kernel's wait for many minutes before, answering nobody, SIGTERM included), answers
-    the submit ``storage_unavailable`` and every other request at once, and stops by its
-    deadline, exit 1."""
+    the submit ``storage_unavailable``, and does not connect again on the loop (to a silent
+    server that takes as long): it answers at once — ``ping``, refusals — asking off the loop
+    whether the server answers, and stops by its deadline, exit 1."""
     relay, dsn = relayed_board
     root = tmp_path / "r"
     root.mkdir()
     write_config(root, tick="1s")
-    daemon = Daemon(root, "--store", dsn, "--lease-ttl", "4s")
+    daemon = Daemon(root, "--store", dsn, "--lease-ttl", "6s")
     daemon.start()
     try:
         daemon.submit("before")
         relay.deaf = True
         started = time.monotonic()
         assert error_code(lambda: daemon.submit("during")) == "storage_unavailable"
-        assert "PostgreSQL said nothing for 2 s" in daemon.log()
+        refused = time.monotonic() - started
+        assert daemon.call("ping")["pong"]  # before the deadline: the loop is free
+        assert error_code(lambda: daemon.submit("after")) == "storage_unavailable"
+        answered = time.monotonic() - started
+        assert "PostgreSQL said nothing for 3 s" in daemon.log()
         assert daemon.process is not None and daemon.process.wait(timeout=20) == 1
         assert "could not be renewed within its ttl" in daemon.log()
-        print(f"refused after the silence, stopped {time.monotonic() - started:.2f} s after it")
+        print(f"refused {refused:.2f} s into the silence, the next answers by {answered:.2f} s, "
+              f"stopped {time.monotonic() - started:.2f} s after it")  # fmt: skip
     finally:
         relay.deaf = False
         daemon.stop()
@@ -593,9 +599,8 @@ def test_reachable_says_so_of_a_silent_server_without_touching_the_store(
     relayed_board: tuple[Relay, str],
 ) -> None:
     relay, dsn = relayed_board
-    store = PostgresStore(dsn)
+    store = PostgresStore(dsn, lease_ttl=2.0)
     try:
-        store.bound(2.0)
         add(store, make_task("held"))
         store.reachable()
         relay.deaf = True

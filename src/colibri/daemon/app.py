@@ -348,7 +348,11 @@ async def serve(config: Config) -> int:
             log.info("stopped while standing by", extra={"event": "stopped"})
             return 0
         with _renewed_while_building(board_hold.lease) as lost, signals.while_building():
-            store = open_store(config.store, durability=config.durability)
+            store = open_store(
+                config.store,
+                durability=config.durability,
+                lease_ttl=None if board_hold.lease is None else board_hold.lease.ttl,
+            )
             daemon = _build(config, board_hold, store, mirror)
         if lost:
             log.critical(lost[0], extra={"event": "fatal", "error": lost[0]})
@@ -447,7 +451,6 @@ def _build(config: Config, hold: _BoardHold, store: Store, mirror: LedgerMirror)
         # Written under the leases' fence; reading and writing only their tenants' rows.
         store.fence = hold.lease.fence  # type: ignore[attr-defined]
         store.tenants = hold.lease.named  # type: ignore[attr-defined]
-        store.bound(hold.lease.ttl)  # type: ignore[attr-defined]
     caught_up = mirror.open(store)
     if caught_up:
         log.info(
@@ -811,10 +814,10 @@ async def _run_until_stopped(daemon: Daemon, signals: StopSignals) -> None:
             if server.unavailable is not None:
                 try:
                     # Asked off the loop: a server still away, or silent, would hold it up
-                    # as long as connecting to it takes, every second.
+                    # as long as connecting to it takes, every second. (What the daemon says
+                    # meanwhile stays why it became unavailable.)
                     await _off_loop(board.store.reachable)
-                except StorageUnavailable as exc:
-                    server.unavailable = exc.message
+                except StorageUnavailable:
                     continue
                 if not server.recover():
                     continue  # nothing is judged, expired or fired while the store is away

@@ -7,13 +7,14 @@ from colibri.store.base import BatchRefused, Store, StoreConflict, TaskFilter
 __all__ = ["BatchRefused", "Store", "StoreConflict", "TaskFilter", "open_store"]
 
 
-def open_store(location: str, *, durability: str = "full") -> Store:
+def open_store(location: str, *, durability: str = "full", lease_ttl: float | None = None) -> Store:
     """Open (creating and migrating if needed) the store at a file path, or on the PostgreSQL
-    database a ``postgresql://`` connection string names."""
+    database a ``postgresql://`` connection string names — for a daemon holding a lease of
+    ``lease_ttl`` seconds, with its waits bounded by it (``PostgresStore._bound``)."""
     if location.startswith(("postgresql://", "postgres://")):
         from colibri.store.postgres import PostgresStore
 
-        return PostgresStore(location, durability=durability)
+        return PostgresStore(location, durability=durability, lease_ttl=lease_ttl)
     from colibri.store.sqlite import SqliteStore
 
     return SqliteStore(location, durability=durability)

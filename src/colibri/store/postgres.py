@@ -181,14 +181,15 @@ class _Silent(Exception):
     """The server said nothing for as long as a connection's ``silence`` allows."""
 
 
-def _heard_within(gen: Any, fileno: int, silence: float) -> Any:
-    """Drive one of psycopg's protocol generators on ``fileno`` as its own wait does, but give
-    up once the socket has been neither readable nor writable for ``silence`` seconds: a server
-    gone silent (a network partition, a host frozen, a half-open connection) answers nothing,
-    and the kernel says nothing of it for many minutes. A long answer that keeps coming (a big
-    read) is not cut: every byte that arrives starts the silence again."""
+def _heard_within(gen: Any, pgconn: Any, silence: float) -> Any:
+    """Drive one of psycopg's protocol generators on ``pgconn``'s socket as its own wait
+    does, but give up once the socket has been neither readable nor writable for ``silence``
+    seconds: a server gone silent (a network partition, a host frozen, a half-open connection)
+    answers nothing, and the kernel says nothing of it for many minutes. A long answer that
+    keeps coming (a big read) is not cut: every byte that arrives starts the silence again."""
     import select
 
+    fileno = pgconn.socket
     try:
         wanted = next(gen)
         poller = select.poll()  # no descriptor of its own, unlike an epoll selector
@@ -207,6 +208,7 @@ def _heard_within(gen: Any, fileno: int, silence: float) -> Any:
             if not ready:  # an error or a hang-up alone, as psycopg's own poll wait says it
                 import psycopg
 
+                pgconn.finish()  # (so that the store sees it broken, and connects again)
                 raise psycopg.OperationalError("connection socket closed")
             now_wanted = gen.send(ready)
             if now_wanted != wanted:
@@ -226,6 +228,9 @@ def _heeding_class() -> type[psycopg.Connection[dict[str, Any]]]:
         #: Seconds of silence after which a wait gives up and closes the connection (the
         #: exchange is left half-way); None waits as psycopg does.
         silence: float | None = None
+        #: Whether it was closed so: its server may be silent still, and connecting to it
+        #: again could take as long (``PostgresStore._reset`` leaves that to ``reachable``).
+        went_silent = False
 
         def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
             if timeout is not None:  # psycopg's own bounded waits (notifies) keep their bound
@@ -233,8 +238,9 @@ def _heeding_class() -> type[psycopg.Connection[dict[str, Any]]]:
             if self.silence is None:
                 return super().wait(gen, interval)
             try:
-                return _heard_within(gen, self.pgconn.socket, self.silence)
+                return _heard_within(gen, self.pgconn, self.silence)
             except _Silent:
+                self.went_silent = True
                 self.pgconn.finish()
                 raise psycopg.OperationalError(
                     f"PostgreSQL said nothing for {self.silence:g} s; the connection was closed"
@@ -277,13 +283,27 @@ class PostgresStore:
     #: together, at its next read or its commit: a round trip a batch, not one a write.
     defers_writes = True
 
-    def __init__(self, dsn: str, *, durability: str = "full") -> None:
+    def __init__(
+        self, dsn: str, *, durability: str = "full", lease_ttl: float | None = None
+    ) -> None:
         if durability not in ("full", "relaxed"):
             raise ConfigError(f"unknown durability {durability!r}: use full or relaxed")
         self._dsn = dsn
         self._durability = durability
         self.location = shown_location(dsn)
-        self._conn = _connect(dsn)
+        #: How long a batch waits for the writers' lock, and may sit idle in its transaction
+        #: (PostgreSQL's ``lock_timeout`` and ``idle_in_transaction_session_timeout``, for the
+        #: batch only); "0" waits for ever. And how long any wait gives up after without a
+        #: word from the server (``_heard_within``); None waits for ever. A daemon's store is
+        #: bounded by its lease (``lease_ttl``): see ``_bound``.
+        self.bounds = ("0", "0")
+        self.silence: float | None = None
+        if lease_ttl is not None:
+            self._bound(lease_ttl)
+        #: A connection made off the loop by ``reachable``, taken by ``_reset`` in place of one
+        #: that went silent.
+        self._spare: psycopg.Connection[dict[str, Any]] | None = None
+        self._conn = _connect(dsn, self.silence)
         try:
             self._setup(self._conn)
             self._migrate()
@@ -307,11 +327,6 @@ class PostgresStore:
         self.fence: tuple[str, list[str], list[int]] | None = None
         #: The tenants this store's transactions name for row-level security: ``*`` is every one.
         self.tenants = "*"
-        #: How long a batch waits for the writers' lock, and may sit idle in its transaction
-        #: (PostgreSQL's ``lock_timeout`` and ``idle_in_transaction_session_timeout``, for the
-        #: batch only): a daemon serving beside others bounds both by its lease (``bound``);
-        #: "0" waits for ever.
-        self.bounds = ("0", "0")
         #: The open batch's transaction id, backend and server start (see ``_writing``), and
         #: its first ledger row; a batch whose COMMIT's answer was lost and whose outcome the
         #: server could not tell yet (``rollback`` waits for it).
@@ -321,9 +336,6 @@ class PostgresStore:
         self._lost_as: type[Exception] = StorageUnavailable
         self._first_row: dict[str, Any] | None = None
         self._in_doubt: _InDoubt | None = None
-        #: Seconds without a word from the server after which a wait gives up (``bound``);
-        #: None waits for ever.
-        self.silence: float | None = None
 
     def _setup(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
         import psycopg
@@ -571,7 +583,7 @@ class PostgresStore:
             with contextlib.suppress(Exception):
                 self._conn.execute(b"ROLLBACK")
 
-    def bound(self, ttl: float) -> None:
+    def _bound(self, ttl: float) -> None:
         """Bound a batch's waits by a lease of ``ttl`` seconds: the writers' lock waited for a
         third of it at most (a batch waiting longer is refused ``storage_unavailable`` and
         tried again, rather than carrying the daemon past its lease), and a transaction left
@@ -581,18 +593,29 @@ class PostgresStore:
         that the daemon's loop, which runs the statements, waits no longer either."""
         self.bounds = (f"{int(ttl * 1000 / 3)}ms", f"{int(ttl * 1000 / 2)}ms")
         self.silence = max(ttl / 2, LEAST_SILENCE)
-        self._conn.silence = self.silence  # type: ignore[attr-defined]
 
     def reachable(self) -> None:
+        """Asked on a connection of its own, which is kept (if none is yet) for ``_reset`` to
+        take in place of one that went silent: connecting again is never done on the loop
+        after a silence, where it could take as long."""
         import psycopg
 
         try:
-            with _connect(self._dsn, self.silence) as conn:
+            conn = _connect(self._dsn, self.silence)
+            try:
+                self._setup(conn)
                 conn.execute(b"SELECT 1")
+            except BaseException:
+                conn.close()
+                raise
         except psycopg.Error as exc:
             raise StorageUnavailable(
                 f"the PostgreSQL board at {self.location} does not answer ({_first_line(exc)})"
             ) from None
+        if self._spare is None:
+            self._spare = conn
+        else:
+            conn.close()
 
     def _lose(self, exc: Exception) -> None:
         error = StorageUnavailable(
@@ -723,16 +746,30 @@ class PostgresStore:
             self._in_doubt = None
 
     def _reset(self) -> None:
-        """End whatever transaction is open; connect again if the connection is gone."""
+        """End whatever transaction is open; connect again if the connection is gone — but not
+        after it went silent: then a connection ``reachable`` made is taken, and until there is
+        one the store stays lost (connecting to a silent server would hold the caller up)."""
         import psycopg
 
+        spare, self._spare = self._spare, None
         if self._conn.closed or self._conn.broken:
+            if spare is not None:
+                self._conn = spare
+                return
+            if getattr(self._conn, "went_silent", False):
+                self._lost = (
+                    f"the PostgreSQL board said nothing for {self.silence:g} s; it is asked "
+                    "again every second"
+                )
+                return
             try:
                 self._conn = _connect(self._dsn, self.silence)
                 self._setup(self._conn)
             except StorageUnavailable as exc:
                 self._lost = exc.message
             return
+        if spare is not None:
+            spare.close()  # (the connection in use is still good)
         try:
             if self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 self._conn.execute("ROLLBACK")
@@ -745,6 +782,8 @@ class PostgresStore:
         # batch in doubt is settled in what the server has, which the next daemon reads.
         self._end_batch()
         self._conn.close()
+        if self._spare is not None:
+            self._spare.close()
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -1422,10 +1461,10 @@ class BoardLease:
     def _connection(self) -> psycopg.Connection[dict[str, Any]]:
         if self._conn is None or self._conn.closed or self._conn.broken:
             # A renewal over a connection whose server went silent (its answers lost) gives
-            # up after a quarter of the ttl (a second at least), and the next one connects
-            # again before the deadline: otherwise every renewal would queue behind the hung
-            # one's lock.
-            self._conn = _connect(self.dsn, max(self.ttl / 4, LEAST_SILENCE / 2))
+            # up after a third of the ttl (a second at least; a taking's lock waits a quarter,
+            # and is answered first), and the next one connects again before the deadline:
+            # otherwise every renewal would queue behind the hung one's lock.
+            self._conn = _connect(self.dsn, max(self.ttl / 3, LEAST_SILENCE / 2))
         return self._conn
 
     def _run(self, name: str, args: dict[str, Any]) -> list[dict[str, Any]]:
