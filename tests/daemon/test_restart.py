@@ -279,8 +279,9 @@ def test_sigterm_exits_zero_and_removes_the_socket(daemon: Daemon, spawn: Spawn)
 
 
 def _building_a_large_board(root: Path) -> Daemon:
-    """A daemon started on a board of 30,000 open tasks, returned once it holds its lock:
-    building the board (every open task read back) then takes it a while."""
+    """A daemon started on a board of 60,000 open tasks, returned once it holds its lock:
+    building the board (every open task read back) then takes it a while (30,000 were built
+    before a loaded suite's test process had seen the lock taken, once)."""
     import time
 
     from colibri.locks import holder_pid
@@ -288,7 +289,7 @@ def _building_a_large_board(root: Path) -> Daemon:
     from tests.store.values import add, make_task
 
     store = SqliteStore(str(root / ".colibri" / "colibri.sqlite"))
-    for n in range(30_000):
+    for n in range(60_000):
         add(store, make_task(f"01a2b3c4-0000-7000-8000-{n:012x}", capabilities=["nobody"]))
     store.commit()
     store.close()
