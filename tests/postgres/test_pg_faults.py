@@ -615,3 +615,37 @@ def test_reachable_says_so_of_a_silent_server_without_touching_the_store(
     finally:
         relay.deaf = False
         store.close()
+
+
+def test_a_commit_cut_by_silence_is_settled_over_the_connection_reachable_made(
+    board: str, relayed_board: tuple[Relay, str]
+) -> None:
+    """The COMMIT reaches the server and commits; its answer is lost and the server says
+    nothing more: the wait gives up after the silence, and the store does not connect again
+    in the caller's thread (a silent server would take as long) — whether the batch was
+    written is not known, and ``rollback`` keeps saying so. Once ``reachable`` has made a
+    connection (off the loop, in a daemon), ``rollback`` takes it, asks PostgreSQL, finds the
+    batch committed, and the store writes on."""
+    relay, through = relayed_board
+    store = PostgresStore(through, lease_ttl=4.0)  # silent for 2 s: given up
+    try:
+        add(store, make_task("committed-in-silence"))
+        store.max_ledger_seq()  # the batch's writes sent: only the COMMIT is left
+        relay.deaf_after = b"COMMIT"
+        started = time.monotonic()
+        with pytest.raises(StorageUnavailable, match="not known"):
+            store.commit()
+        assert time.monotonic() - started < 3.5  # the silence, and no connecting after it
+        assert _present(board, "committed-in-silence")
+        with pytest.raises(StorageUnavailable, match="said nothing for 2 s"):
+            store.rollback()  # no connection to ask on yet
+        relay.deaf = False
+        store.reachable()
+        store.rollback()  # settled: committed
+        assert [e.task for e in store.ledger(0, 10)] == ["committed-in-silence"]
+        add(store, make_task("next"))
+        store.commit()
+        assert _present(board, "next")
+    finally:
+        relay.deaf = False
+        store.close()

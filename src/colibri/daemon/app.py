@@ -799,6 +799,7 @@ async def _run_until_stopped(daemon: Daemon, signals: StopSignals) -> None:
         # At least once a second, however often it is woken: a peer that makes the board set
         # new deadlines again and again (re-registering, say) must not hold the sweep off.
         last = loop.time()
+        unreachable = ""  # why the store was last found unreachable, once said
         while True:
             deadline = board.next_deadline()
             due = last + 1.0 if deadline is None else min(last + 1.0, deadline)
@@ -817,8 +818,12 @@ async def _run_until_stopped(daemon: Daemon, signals: StopSignals) -> None:
                     # as long as connecting to it takes, every second. (What the daemon says
                     # meanwhile stays why it became unavailable.)
                     await _off_loop(board.store.reachable)
-                except StorageUnavailable:
+                except StorageUnavailable as exc:
+                    if exc.message != unreachable:
+                        unreachable = exc.message
+                        log.warning(exc.message, extra={"event": "storage_unreachable"})
                     continue
+                unreachable = ""
                 if not server.recover():
                     continue  # nothing is judged, expired or fired while the store is away
             try:

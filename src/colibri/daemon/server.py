@@ -518,6 +518,8 @@ class Server:
     def _repair_mirror(self) -> None:
         try:
             self.mirror.open(self.board.store)
+        except StorageUnavailable:
+            pass  # the store away: the repair waits for it, as the board does
         except OSError as exc:  # from the catch-up's writes: open itself marks it broken
             log.error(
                 "ledger mirror still failing",

@@ -159,10 +159,11 @@ class Store(Protocol):
         """
 
     def reachable(self) -> None:
-        """Whether the store could be used now, asked without touching its connection or its
-        batch: safe on another thread while the store is used. The daemon asks it off its loop
-        before reading the board again after ``StorageUnavailable``, so that a server still
-        away (or silent) holds the loop up no longer than this call would.
+        """Whether the store could be used now, asked without touching its batch or the
+        connection in use (a store may keep the one it asked on, for ``rollback`` to take in
+        place of a lost one): safe on another thread while the store is used. The daemon
+        asks it off its loop before reading the board again after ``StorageUnavailable``, so
+        that a server still away (or silent) holds the loop up no longer than this call would.
 
         :raises StorageUnavailable: it cannot be reached (SQLite: never raised).
         """

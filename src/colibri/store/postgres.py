@@ -20,13 +20,14 @@ of another tenant, a fire recorded twice, a token id taken, a revocation) are se
 each that may be refused under a savepoint, so that the batch's earlier writes stand.
 
 A lost connection, a server shut down, a read-only or full database are ``StorageUnavailable``;
-the next ``rollback`` connects again (or keeps saying so). ``durability="relaxed"`` turns
+the next ``rollback`` connects again (or keeps saying so; after a silence, it takes the
+connection ``reachable`` made instead). ``durability="relaxed"`` turns
 ``synchronous_commit`` off: a crash of the server may lose the last commits, never corrupt.
 
 A daemon serves the board, or some of its tenants, by its leases (``BoardLease``); the others
 wait as standbys, or serve other tenants, and take over when a lease expires.
 
-The daemon runs the store's statements on its loop. Once bounded by its lease (``bound``), a
+The daemon runs the store's statements on its loop. Bounded by its lease (``lease_ttl``), a
 connection gives up after half the ttl without a word from the server (``_heard_within``):
 a server gone silent costs the loop that long, then ``StorageUnavailable``, not the many
 minutes the kernel would take to say so.
@@ -268,6 +269,8 @@ def _connect(dsn: str, silence: float | None = None) -> psycopg.Connection[dict[
             connect_timeout=10 if silence is None else max(2, math.ceil(silence)),
         )
         conn.silence = silence  # type: ignore[attr-defined]
+        #: Its backend's pid, known here without a round trip, for when it is no more.
+        conn.backend = conn.info.backend_pid  # type: ignore[attr-defined]
         return conn
     except psycopg.Error as exc:
         raise StorageUnavailable(
@@ -736,6 +739,8 @@ class PostgresStore:
         self._lost_as = StorageUnavailable
         self._end_batch()
         self._reset()
+        if self._lost and getattr(self._conn, "went_silent", False):
+            raise StorageUnavailable(self._lost)  # no connection yet (``reachable`` makes one)
         if self._in_doubt is not None:
             outcome = self._outcome(self._in_doubt)
             if outcome is None:
@@ -754,13 +759,15 @@ class PostgresStore:
         spare, self._spare = self._spare, None
         if self._conn.closed or self._conn.broken:
             if spare is not None:
-                self._conn = spare
+                silent, self._conn = self._conn, spare
+                if getattr(silent, "went_silent", False):
+                    # Its backend may still be in the batch's transaction, holding the writers'
+                    # lock until the server ends it as idle (half the ttl): end it now.
+                    with contextlib.suppress(psycopg.Error):
+                        spare.execute(_END_BACKEND, (silent.backend,))  # type: ignore[attr-defined]
                 return
             if getattr(self._conn, "went_silent", False):
-                self._lost = (
-                    f"the PostgreSQL board said nothing for {self.silence:g} s; it is asked "
-                    "again every second"
-                )
+                self._lost = f"the PostgreSQL board said nothing for {self.silence:g} s"
                 return
             try:
                 self._conn = _connect(self._dsn, self.silence)
@@ -768,13 +775,16 @@ class PostgresStore:
             except StorageUnavailable as exc:
                 self._lost = exc.message
             return
-        if spare is not None:
-            spare.close()  # (the connection in use is still good)
         try:
             if self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 self._conn.execute("ROLLBACK")
         except psycopg.Error:
             pass
+        if spare is not None:
+            if self._conn.broken:  # (the ROLLBACK found it gone after all)
+                self._spare = spare
+            else:
+                spare.close()
 
     def close(self) -> None:
         # Closing the connection ends its transaction on the server; nothing is waited for
