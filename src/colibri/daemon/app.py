@@ -348,6 +348,7 @@ async def serve(config: Config) -> int:
             log.info("stopped while standing by", extra={"event": "stopped"})
             return 0
         with _renewed_while_building(board_hold.lease) as lost, signals.while_building():
+            log.debug("building the board", extra={"event": "building"})
             store = open_store(
                 config.store,
                 durability=config.durability,
