@@ -822,3 +822,27 @@ def test_croniter_comparison_sees_whole_sequences() -> None:
     assert ours == [it.get_next(datetime).timestamp() for _ in range(5)]
     assert local(ours[0], "Europe/Ljubljana") == datetime(2026, 5, 1, 9, 0, tzinfo=tz)
     assert datetime.fromtimestamp(ours[0], UTC).hour == 7
+
+
+@pytest.mark.parametrize(
+    ("expr", "field", "values"),
+    [
+        ("61 * * * *", "minute field '61'", "0-59"),
+        ("0 24 * * *", "hour field '24'", "0-23"),
+        ("0 0 32 * *", "day-of-month field '32'", "1-31"),
+        ("0 0 31 2 *", "day-of-month field '31' is not valid or never comes", "1-31"),
+        ("0 0 * 13 *", "month field '13'", "1-12 or jan-dec"),
+        ("0 0 * * 8", "day-of-week field '8'", "0-7 or sun-sat"),
+        ("*/0 * * * *", "minute field '*/0'", "0-59"),
+    ],
+)
+def test_a_bad_field_is_named_with_its_range_and_an_example(
+    expr: str, field: str, values: str
+) -> None:
+    with pytest.raises(BadRequest) as info:
+        normalize_cron(expr)
+    message = info.value.message
+    assert field in message
+    assert f"takes {values}" in message
+    example = message.rsplit("e.g. ", 1)[1].strip("'")
+    assert normalize_cron(example) == example

@@ -134,8 +134,33 @@ def normalize_cron(expr: str) -> str:
     try:
         CronSim(text, datetime(2000, 1, 1, tzinfo=UTC))
     except CronSimError as exc:
-        raise BadRequest(f"invalid cron expression {expr!r}: {exc}") from None
+        raise BadRequest(_cron_error(expr, text, str(exc))) from None
     return text
+
+
+#: Each cron field's name, range and an example, in the order of the expression.
+_CRON_FIELDS = (
+    ("minute", "0-59", "*/15 * * * *"),
+    ("hour", "0-23", "0 9 * * *"),
+    ("day-of-month", "1-31", "0 0 1,15 * *"),
+    ("month", "1-12 or jan-dec", "0 0 1 */3 *"),
+    ("day-of-week", "0-7 or sun-sat (0 and 7 are Sunday)", "0 9 * * mon-fri"),
+)
+
+
+def _cron_error(expr: str, text: str, why: str) -> str:
+    """Say which field of a cron expression is wrong, its range and an example (cronsim says
+    only "Bad minute")."""
+    for index, (name, values, example) in enumerate(_CRON_FIELDS):
+        if why == f"Bad {name}":
+            field = text.split(" ")[index]
+            never = " or never comes in the months given" if name == "day-of-month" else ""
+            return (
+                f"invalid cron expression {expr!r}: its {name} field {field!r} is not valid"
+                f"{never}: {name} takes {values}, as one value, a list (1,2), a range (1-5) or "
+                f"a step (*/5); e.g. {example!r}"
+            )
+    return f"invalid cron expression {expr!r}: {why}"
 
 
 def next_after(schedule: Schedule, after: float) -> float | None:
