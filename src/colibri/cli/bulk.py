@@ -186,11 +186,28 @@ def _since(value: str | None) -> tuple[int, str]:
         ) from None
 
 
+#: What makes a spreadsheet read a cell as a formula (or a DDE command) when it starts with it:
+#: OWASP's list (CSV injection), a tab and a carriage return included.
+FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_cell(value: Any) -> Any:
+    """``value`` as a CSV cell no spreadsheet runs: a text that starts with one of
+    ``FORMULA_LEADS`` gets a ``'`` before it, which the spreadsheet shows as text. Numbers stay
+    numbers (a negative one is a number, not a formula); only text is ever changed."""
+    if isinstance(value, str) and value.startswith(FORMULA_LEADS):
+        return "'" + value
+    return value
+
+
 def _csv_row(entry: dict[str, Any]) -> list[Any]:
     cost = entry.get("cost") or {}
     return [
-        *(entry.get(column) for column in CSV_COLUMNS[:12]),
-        cost.get("usd"), cost.get("tokens_in"), cost.get("tokens_out"), cost.get("model"),
+        spreadsheet_cell(value)
+        for value in (
+            *(entry.get(column) for column in CSV_COLUMNS[:12]),
+            cost.get("usd"), cost.get("tokens_in"), cost.get("tokens_out"), cost.get("model"),
+        )
     ]  # fmt: skip
 
 
@@ -211,7 +228,11 @@ def _csv_row(entry: dict[str, Any]) -> list[Any]:
 def ledger_export(
     ctx: Context, fmt: str, since: str | None, out: Path | None, as_json: bool
 ) -> None:
-    """Export the ledger, oldest row first, as JSON lines or CSV (a header row first)."""
+    """Export the ledger, oldest row first, as JSON lines or CSV (a header row first).
+
+    In CSV, every text cell is quoted, and one that starts with = + - @, a tab or a carriage
+    return is written after a ' so that no spreadsheet takes it for a formula; numbers stay
+    numbers. JSON lines are the exact text."""
     import csv
 
     after, at_least = _since(since)
@@ -225,7 +246,9 @@ def ledger_export(
     else:
         sink = sys.stdout
     progress = Progress("exported")
-    writer = csv.writer(sink) if fmt == "csv" else None
+    # Every text cell quoted, numbers bare: a spreadsheet set to split on ";" (as many locales
+    # are) keeps a reason with a ";" in it whole, rather than starting a cell after it.
+    writer = csv.writer(sink, quoting=csv.QUOTE_NONNUMERIC) if fmt == "csv" else None
     encode = msgspec.json.Encoder().encode
     try:
         if writer is not None:
