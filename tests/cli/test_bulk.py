@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from colibri.cli.bulk import FORMULA_LEADS, spreadsheet_cell
+from colibri.core.errors import ColibriError
 from tests.cli.test_cli import as_json, colibri, error_line, ok
 from tests.helpers import Daemon, FakeAgent, on_a_terminal, wait_until
 
@@ -83,20 +84,56 @@ def test_a_bad_line_stops_the_whole_file_before_anything_is_sent(
     assert usage.returncode == 2 and "leave out TEXT" in usage.stderr
 
 
-def test_a_refusal_midway_says_where_and_how_many_went_before(
+def test_a_refusal_of_any_line_leaves_the_whole_file_unsubmitted_and_names_the_line(
     daemon: Daemon, tmp_path: Path
 ) -> None:
-    source = _lines(tmp_path / "t.jsonl", {"text": "a"}, {"text": "b"}, {"text": "c",
-                    "parent": "ffffffff-0000-7000-8000-000000000000"}, {"text": "d"})  # fmt: skip
-    done = colibri("submit", "--from", str(source), root=daemon.root)
-    assert done.returncode == 1 and len(done.stdout.split()) == 2  # the ids of a and b
-    (line,) = done.stderr.strip().splitlines()
-    assert line.startswith(f"colibri: {source}:3: ") and "ffffffff-0000" in line
-    assert line.endswith("; the 2 before it were submitted")
-    one = _lines(tmp_path / "one.jsonl", {"text": "e"}, {"text": "f", "parent": "ffffffff-0000"})
-    (said,) = colibri("submit", "--from", str(one), root=daemon.root).stderr.strip().splitlines()
-    assert said.endswith("; the 1 before it was submitted")
-    assert [t["text"] for t in daemon.call("list")["tasks"]] == ["a", "b", "e"]
+    """What only the board can tell — a parent that does not exist or is cancelled, a budget
+    the lines before used up, a parent named by too short a prefix — refuses the whole file,
+    naming the line; none of it is submitted."""
+    cancelled = daemon.submit("cancelled parent", capabilities=["zz"])["id"]
+    daemon.call("cancel", task=cancelled)
+    funded = daemon.submit("funded parent", capabilities=["zz"], budget_usd=1.0)["id"]
+    before = daemon.call("status")["ledger_seq"]
+    for number, bad, says in [
+        (3, {"text": "c", "parent": "ffffffff-0000-7000-8000-000000000000"}, "does not exist"),
+        (2, {"text": "c", "parent": cancelled}, "cancelled"),
+        (3, {"text": "c", "parent": funded, "budget_usd": 0.6}, "budget"),
+        (2, {"text": "c", "parent": "ab"}, "too short to name a task"),
+    ]:
+        lines = [{"text": "a", "parent": funded, "budget_usd": 0.5}, {"text": "b"}]
+        lines.insert(number - 1, bad)
+        source = _lines(tmp_path / "t.jsonl", *lines)
+        done = colibri("submit", "--from", str(source), root=daemon.root)
+        assert done.returncode == 1 and done.stdout == "", (bad, done.stdout)
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith(f"colibri: {source}:{number}: ") and says in line, line
+        assert line.endswith("; nothing was submitted"), line
+        assert daemon.call("status")["ledger_seq"] == before
+    assert len(daemon.call("list")["tasks"]) == 2  # the two parents only
+    # On the wire: the refusal names the submission (from 0) as ``index``.
+    with pytest.raises(ColibriError) as caught:
+        daemon.call("submit-all", tasks=[{"text": "a"}, {"text": "b", "parent": cancelled}])
+    assert (caught.value.code, caught.value.index) == ("parent_cancelled", 1)
+    assert daemon.call("status")["ledger_seq"] == before
+
+
+def test_a_file_larger_than_one_request_is_refused_before_anything_is_sent(
+    root: Path, tmp_path: Path
+) -> None:
+    (root / "colibri.jsonc").write_text(json.dumps({"server": {"max_line": 1024}}))
+    daemon = Daemon(root)
+    daemon.start()
+    try:
+        source = _lines(tmp_path / "t.jsonl", *({"text": f"task {i}"} for i in range(60)))
+        line = error_line(colibri("submit", "--from", str(source), root=root))
+        assert "more than the daemon's server.max_line of 1024" in line, line
+        assert line.endswith("nothing was submitted")
+        many = _lines(tmp_path / "many.jsonl", *({"text": "t"} for _ in range(10_001)))
+        line = error_line(colibri("submit", "--from", str(many), root=root))
+        assert "holds 10001 tasks, more than the 10000" in line, line
+        assert daemon.call("list")["tasks"] == []
+    finally:
+        daemon.stop()
 
 
 def test_progress_shows_on_a_terminal_only(daemon: Daemon, tmp_path: Path) -> None:

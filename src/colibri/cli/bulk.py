@@ -28,21 +28,12 @@ CSV_COLUMNS = [
 
 
 def bulk_task_type() -> type[Any]:
-    """One line of ``submit --from``: a submission's fields; ``agent`` pins it (create-task).
-    Made when first asked for: the wire's structs are not loaded for ``colibri --help``."""
-    global _bulk_task
-    if _bulk_task is None:
-        from colibri.core import protocol as p
-        from colibri.core.model import ShortStr
+    """One line of ``submit --from``: a submission's fields; ``agent`` pins it (as
+    ``create-task``). Imported when first asked for: the wire's structs are not loaded for
+    ``colibri --help``."""
+    from colibri.core.protocol import SubmitItem
 
-        _bulk_task = msgspec.defstruct(
-            "BulkTask", [("agent", ShortStr | None, None)], bases=(p.TaskFields,),
-            kw_only=True, forbid_unknown_fields=True,
-        )  # fmt: skip
-    return _bulk_task
-
-
-_bulk_task: type[Any] | None = None
+    return SubmitItem
 
 
 class Progress:
@@ -72,9 +63,10 @@ class Progress:
 
 
 def read_tasks(source: IO[str], name: str) -> list[tuple[int, Any]]:
-    """Every task of a JSON lines file, checked before any is sent: a bad line stops the whole
-    submission with ``FILE:LINE: what is wrong``, and nothing is submitted. Blank lines and
-    lines starting with ``#`` are skipped."""
+    """Every task of a JSON lines file, with its line number, checked before any is sent: a
+    bad line stops the whole submission with ``FILE:LINE: what is wrong``, and nothing is
+    submitted. Blank lines and lines starting with ``#`` are skipped. (What only the board can
+    tell — a parent, a quota, a budget — the daemon checks, refusing the file whole.)"""
     from colibri.core.model import checked_names
 
     decoder = msgspec.json.Decoder(bulk_task_type())
@@ -106,7 +98,10 @@ def _plain(exc: msgspec.DecodeError) -> str:
 
 
 def submit_file(ctx: Context, path: str, as_json: bool) -> None:
-    """``colibri submit --from PATH``: each task of the file in turn, on one connection."""
+    """``colibri submit --from PATH``: the whole file as one ``submit-all``, which the daemon
+    takes in one transaction or refuses whole, naming the first line it refused."""
+    from colibri.core.protocol import MAX_SUBMIT_ALL
+
     name = "stdin" if path == "-" else path
     try:
         if path == "-":
@@ -116,37 +111,60 @@ def submit_file(ctx: Context, path: str, as_json: bool) -> None:
                 tasks = read_tasks(source, name)
     except UnicodeDecodeError:
         raise BadRequest(f"{name} is not UTF-8 text; nothing was submitted") from None
+    if len(tasks) > MAX_SUBMIT_ALL:
+        raise BadRequest(
+            f"{name} holds {len(tasks)} tasks, more than the {MAX_SUBMIT_ALL} one submission "
+            "takes at once; split it (each part is taken whole or not at all); nothing was "
+            "submitted"
+        )
+    items = [
+        {
+            k: v
+            for k, v in msgspec.structs.asdict(task).items()
+            if k not in ("claim", "id") and v is not None
+        }
+        for _, task in tasks
+    ]
     progress = Progress("submitted", len(tasks))
-    made = again = 0
-    waiting: dict[str, list[str]] = {}
-    with ctx.client() as client:
-        for number, task in tasks:
-            fields = {k: v for k, v in msgspec.structs.asdict(task).items() if k != "claim"}
-            try:
-                reply = client.call("create-task" if task.agent else "submit", **fields)
-            except ColibriError as exc:
-                progress.done()
-                before = made + again
-                done = (
-                    f"the {before} before it {'was' if before == 1 else 'were'}"
-                    if before
-                    else ("none was")
+    made: list[dict[str, Any]] = []
+    if items:
+        with ctx.client() as client:
+            size = len(msgspec.json.encode({"cmd": "submit-all", "id": 1, "tasks": items})) + 1
+            max_line = client.call("ping").get("max_line")
+            if isinstance(max_line, int) and size > max_line:
+                raise BadRequest(
+                    f"{name} makes a submission of {size} bytes, more than the daemon's "
+                    f"server.max_line of {max_line}; split the file (each part is taken whole "
+                    "or not at all), or raise server.max_line; nothing was submitted"
                 )
-                exc.message = f"{name}:{number}: {exc.message}; {done} submitted"
+            try:
+                made = client.call("submit-all", tasks=items)["tasks"]
+            except ColibriError as exc:
+                if exc.code == "closed":
+                    exc.message += (
+                        f"; the daemon took all of {name} or none of it: see colibri list"
+                    )
+                elif exc.index is not None and 0 <= exc.index < len(tasks):
+                    number = tasks[exc.index][0]
+                    exc.message = f"{name}:{number}: {exc.message}; nothing was submitted"
+                else:
+                    exc.message = f"{name}: {exc.message}; nothing was submitted"
                 raise
-            created = reply.get("created", True)
-            if reply.get("waits"):
-                waiting.setdefault(reply["waits"], []).append(reply["task"]["id"])
-            made, again = made + created, again + (not created)
-            if as_json:
-                print_json_line({**reply["task"], "created": created})
-            else:
-                print_line(reply["task"]["id"])
-            progress.step()
+    waiting: dict[str, list[str]] = {}
+    again = 0
+    for reply in made:
+        if reply.get("waits"):
+            waiting.setdefault(reply["waits"], []).append(reply["task"]["id"])
+        again += not reply["created"]
+        if as_json:
+            print_json_line({**reply["task"], "created": reply["created"]})
+        else:
+            print_line(reply["task"]["id"])
+        progress.step()
     progress.done()
     if not as_json:
         kept = f", {again} already there (their idempotency keys)" if again else ""
-        click.echo(f"colibri: submitted {made} tasks from {name}{kept}", err=True)
+        click.echo(f"colibri: submitted {len(made) - again} tasks from {name}{kept}", err=True)
     for why, ids in waiting.items():  # one line per reason, not one per task
         n = len(ids)
         click.echo(

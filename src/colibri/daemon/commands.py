@@ -26,13 +26,14 @@ from colibri.core.access import OWNER, Principal
 from colibri.core.errors import (
     AmbiguousTask,
     BadRequest,
+    ColibriError,
     Forbidden,
     Throttled,
     Unauthorized,
     UnknownParent,
     UnknownTask,
 )
-from colibri.core.model import DEFAULT_TENANT, LedgerEntry, Task, normalize_names
+from colibri.core.model import DEFAULT_TENANT, LedgerEntry, Task, TaskSpec, normalize_names
 from colibri.core.states import State
 from colibri.daemon.board import Board
 from colibri.daemon.board.capacity import LiveAgent
@@ -91,6 +92,7 @@ class Commands:
             p.IntakeTask: self.intake_task,
             p.Submit: self.intake_task,
             p.CreateTask: self.intake_task,
+            p.SubmitAll: self.submit_all,
             p.Get: self.get,
             p.ListTasks: self.list_tasks,
             p.Cancel: self.cancel,
@@ -261,6 +263,31 @@ class Commands:
 
     def intake_task(self, req: p.TaskFields, conn: Connection) -> Reply:
         # create-task too: its spec carries the agent it is pinned to.
+        spec = self._submission(req, conn)
+        task, created = self.board.submit(
+            spec, idempotency_key=req.idempotency_key, claim=req.claim
+        )
+        return self._submitted(task, created)
+
+    def submit_all(self, req: p.SubmitAll, conn: Connection) -> Reply:
+        """Every submission checked — each as if those before it had been taken — before any
+        is written: all of them, in this batch's transaction, or none."""
+        submissions = []
+        for index, item in enumerate(req.tasks):
+            try:
+                if item.claim is not None:
+                    raise BadRequest("a hand-off (claim) is submitted alone, with submit")
+                submissions.append((self._submission(item, conn), item.idempotency_key))
+            except ColibriError as exc:
+                exc.index = index
+                raise
+        made = self.board.submit_all(submissions)
+        return {"tasks": [self._submitted(task, created) for task, created in made]}
+
+    def _submission(self, req: p.TaskFields, conn: Connection) -> TaskSpec:
+        """A submission's spec as the connection may make it, or why not: its parent's whole
+        id, among the tasks it sees; a token's tenant; a hand-off by the holder's token only;
+        a tenant this daemon serves."""
         spec = req.spec()
         principal = self._principal(conn)
         if spec.parent is not None:
@@ -279,9 +306,9 @@ class Commands:
                         claim=req.claim,
                     )  # fmt: skip
         self.board.tenancy.check(spec.tenant)
-        task, created = self.board.submit(
-            spec, idempotency_key=req.idempotency_key, claim=req.claim
-        )
+        return spec
+
+    def _submitted(self, task: Task, created: bool) -> dict[str, Any]:
         reply: dict[str, Any] = {"task": task, "created": created}
         waits = self.board.waits_because(task) if created else None
         if waits is not None:
