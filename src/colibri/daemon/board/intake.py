@@ -3,6 +3,8 @@
 Intake refuses before it writes anything: names, quotas (pending tasks and their text per
 tenant, children per task, depth of a family), hand-off edges and budgets. A submission with an
 idempotency key that was already taken gets its task back, unless it asks for something else.
+Several submissions taken together (``submit_all``) are all checked, each against what those
+before it will hold, before any is written: all of them are taken, or none.
 """
 
 from __future__ import annotations
