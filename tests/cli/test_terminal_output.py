@@ -130,6 +130,8 @@ def test_human_formats_show_escapes_from_every_field(daemon: Daemon) -> None:
         assert_safe(ok(run("agents", root=root)), "worker")
         assert_safe(ok(run("status", root=root)), "1 pending")
         assert_safe(ok(run("cost", "--by", "agent", root=root)))
+        exported = assert_safe(ok(run("ledger", "export", root=root))).splitlines()
+        assert any(json.loads(row).get("reason") == HOSTILE for row in exported)  # exact
         # What a shell writes at a Tab: each shell's completions, the question of a session
         # offered to `answer`, and every value a completer offers.
         from tests.cli.test_completion import complete
@@ -317,3 +319,30 @@ def test_submit_wait_escapes_the_output_on_a_terminal(daemon: Daemon) -> None:
     for raw in RAW:
         assert raw not in shown, shown
     assert shown.decode() == SHOWN + "\r\n"  # the terminal's line discipline adds the \r
+
+
+def test_a_csv_export_onto_a_terminal_shows_escapes(daemon: Daemon) -> None:
+    """Into a file or a pipe a CSV export is the text as it was (for a spreadsheet); onto a
+    terminal, as every table, it shows escapes."""
+    task = daemon.call("submit", text="x", capabilities=["zfs"])["task"]
+    daemon.call("cancel", task=task["id"], reason=HOSTILE)
+    terminal, side = pty.openpty()
+    try:
+        exporter = subprocess.Popen(
+            [sys.executable, "-m", "colibri", "--root", str(daemon.root), "ledger", "export",
+             "--format", "csv"],
+            stdin=subprocess.DEVNULL, stdout=side, stderr=side,
+        )  # fmt: skip
+        os.close(side)
+        side = -1
+        shown = read_terminal(terminal, exporter)
+        assert exporter.wait(timeout=30) == 0
+    finally:
+        os.close(terminal)
+        if side >= 0:
+            os.close(side)
+    for raw in RAW:
+        assert raw not in shown, shown
+    assert SHOWN.encode() in shown
+    piped = run("ledger", "export", "--format", "csv", root=daemon.root)
+    assert HOSTILE.encode() in ok(piped).stdout  # a spreadsheet's data, byte for byte

@@ -17,6 +17,7 @@ from colibri.cli.main import Context, json_option, pass_ctx
 from colibri.cli.output import print_json_line, print_line, printable
 from colibri.cli.tasks import ledger
 from colibri.core.errors import BadRequest, ColibriError
+from colibri.core.text import json_safe
 
 #: Progress is redrawn at most this often (rows or tasks), on a terminal only.
 PROGRESS_EVERY = 500
@@ -250,7 +251,8 @@ def ledger_export(
 
     In CSV, every text cell is quoted, and one that starts with = + - @, a tab or a carriage
     return is written after a ' so that no spreadsheet takes it for a formula; numbers stay
-    numbers. JSON lines are the exact text."""
+    numbers. JSON lines are the exact text (control, bidi and other format characters as \\u
+    escapes, as in --json); onto a terminal, CSV shows them as escapes, as every table does."""
     import csv
 
     after, at_least = _since(since)
@@ -268,6 +270,9 @@ def ledger_export(
     # are) keeps a reason with a ";" in it whole, rather than starting a cell after it.
     writer = csv.writer(sink, quoting=csv.QUOTE_NONNUMERIC) if fmt == "csv" else None
     encode = msgspec.json.Encoder().encode
+    # Onto a terminal, what sessions wrote is shown as people are shown it (JSON lines keep
+    # the exact text either way: json_safe only escapes).
+    terminal = out is None and sys.stdout.isatty()
     try:
         if writer is not None:
             writer.writerow(CSV_COLUMNS)
@@ -276,9 +281,14 @@ def ledger_export(
                 if at_least and entry["at"] < at_least:
                     continue
                 if writer is not None:
-                    writer.writerow(_csv_row(entry))
+                    row = _csv_row(entry)
+                    if terminal:
+                        row = [
+                            printable(c, newlines=True) if isinstance(c, str) else c for c in row
+                        ]
+                    writer.writerow(row)
                 else:
-                    sink.write(encode(entry).decode() + "\n")
+                    sink.write(json_safe(encode(entry)).decode() + "\n")
                 progress.step()
     except BaseException:
         if out is not None:  # a part of the ledger would pass for all of it: not left behind
