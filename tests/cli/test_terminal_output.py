@@ -17,15 +17,19 @@ from typing import Any
 import pytest
 
 from colibri.cli.output import printable
-from tests.helpers import Daemon, FakeAgent, wait_until
+from tests.helpers import Daemon, FakeAgent, claim_of, wait_until
 
-#: Sets the window title, rings the bell, clears the screen, reverses what follows, is rich
-#: markup, and is a one-character CSI on terminals that read C1 controls.
-HOSTILE = "[red]x[/red] \x1b]0;pwned\x07 \x1b[2J \u202e \x9b end"  # short: list shows 50
+#: Sets the window title, rings the bell, clears the screen, reverses what follows (an
+#: override, a mark, the Arabic letter mark, an isolate), is rich markup, and is a
+#: one-character CSI on terminals that read C1 controls.
+HOSTILE = "[red]x[/red] \x1b]0;pwned\x07 \x1b[2J \u202e \x9b \u200f\u061c\u2066 end"  # list: 50
 #: The same as ``printable`` shows it.
-SHOWN = r"[red]x[/red] \x1b]0;pwned\x07 \x1b[2J \u202e \x9b end"
-#: ESC, BEL, U+009B and U+202E as UTF-8: none may reach the terminal raw.
-RAW = [b"\x1b", b"\x07", b"\xc2\x9b", b"\xe2\x80\xae"]
+SHOWN = r"[red]x[/red] \x1b]0;pwned\x07 \x1b[2J \u202e \x9b \u200f\u061c\u2066 end"
+#: ESC, BEL, U+009B, the bidi controls, the separators, a tag as UTF-8: none may reach a
+#: terminal raw.
+RAW = [b"\x1b", b"\x07", b"\xc2\x9b"] + [
+    chr(c).encode() for c in (0x202E, 0x200E, 0x200F, 0x061C, 0x2066, 0x2028, 0x2029, 0xE0041)
+]
 
 
 def run(*args: str, root: Path, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
@@ -61,11 +65,36 @@ def ok(result: subprocess.CompletedProcess[bytes]) -> subprocess.CompletedProces
         ("a\u202ab\u202ec\u2066d\u2069e", False, r"a\u202ab\u202ec\u2066d\u2069e"),
         ("one\ntwo\r\n\tthree", False, r"one\ntwo\r\n three"),
         ("one\ntwo\r\n\tthree\x1b", True, "one\ntwo\\r\n\tthree\\x1b"),
-        ("\u200e\u2028 marks and separators are not controls", False, None),
+        ("a\u200eb\u200fc\u061cd", False, r"a\u200eb\u200fc\u061cd"),  # the bidi marks
+        ("a\u2028b\u2029c", True, r"a\u2028b\u2029c"),  # separators, even in a block
+        ("a\u200bb\ufeffc\xadd", False, r"a\u200bb\ufeffc\xadd"),  # invisible
+        ("tag\U000e0041\U000e007f", False, r"tag\U000e0041\U000e007f"),  # spells hidden text
+        ("\u0915\u094d\u200d\u0937 \U0001f469\u200d\U0001f4bb", False, None),  # joiners stay
     ],
 )
 def test_printable(text: str, newlines: bool, shown: str | None) -> None:
     assert printable(text, newlines=newlines) == (text if shown is None else shown)
+
+
+def test_every_control_format_and_separator_character_is_unsafe() -> None:
+    """``UNSAFE`` against this Python's Unicode database: every control (Cc), format (Cf),
+    line and paragraph separator (Zl, Zp) and surrogate (Cs) is escaped for a terminal and in
+    JSON, but the two joiners, which scripts and emoji need."""
+    import unicodedata
+
+    from colibri.core.text import json_safe
+
+    kept = {"\u200c", "\u200d"}
+    for code in range(0x110000):
+        char = chr(code)
+        if unicodedata.category(char) not in ("Cc", "Cf", "Zl", "Zp", "Cs") or char in kept:
+            continue
+        assert printable(char) != char, f"U+{code:04X}"
+        assert printable(char, newlines=True) != char or char in "\n\t", f"U+{code:04X}"
+        if 0x20 <= code < 0xD800 or code > 0xDFFF:  # (JSON has no lone surrogate)
+            encoded = json.dumps(char, ensure_ascii=False).encode()
+            assert json_safe(encoded).isascii(), f"U+{code:04X}"
+            assert json.loads(json_safe(encoded)) == char
 
 
 def test_printable_leaves_safe_text_as_it_is() -> None:
@@ -100,6 +129,65 @@ def test_human_formats_show_escapes_from_every_field(daemon: Daemon) -> None:
         assert_safe(ok(run("skills", root=root)), SHOWN)
         assert_safe(ok(run("agents", root=root)), "worker")
         assert_safe(ok(run("status", root=root)), "1 pending")
+        assert_safe(ok(run("cost", "--by", "agent", root=root)))
+        exported = assert_safe(ok(run("ledger", "export", root=root))).splitlines()
+        assert any(json.loads(row).get("reason") == HOSTILE for row in exported)  # exact
+        # What a shell writes at a Tab: each shell's completions, the question of a session
+        # offered to `answer`, and every value a completer offers.
+        from tests.cli.test_completion import complete
+
+        asker = FakeAgent(daemon, "asker", ["ask"])
+        asking = daemon.call("submit", text="asks", capabilities=["ask"])["task"]
+        assign = asker.next_assign()
+        claim = claim_of(daemon, asking["id"], assign["epoch"])
+        asker.client.send("ask", task=asking["id"], epoch=assign["epoch"], claim=claim,
+                          question=HOSTILE)  # fmt: skip
+        wait_until(lambda: daemon.call("get", task=asking["id"])["task"]["question"])
+        for shell in ("bash", "zsh", "fish"):
+            for words in (["show", ""], ["answer", ""], ["cancel", pending["id"][:20]],
+                          ["schedule", "show", ""], ["submit", "x", "--agent", ""]):  # fmt: skip
+                tab = complete(["--root", str(root), *words], kind=shell)
+                assert tab.returncode == 0 and tab.stderr == "", tab.stderr
+                for raw in RAW:
+                    assert raw not in tab.stdout.encode(), (shell, words, raw, tab.stdout)
+            if shell != "bash":  # (bash shows no descriptions)
+                shown = complete(["--root", str(root), "answer", ""], kind=shell).stdout
+                assert f"running: {SHOWN}" in shown, shown
+                shown = complete(["--root", str(root), "show", failed["id"]], kind=shell).stdout
+                assert SHOWN[:40] in shown, shown
+        asker.close()
+        # What `attach` prints: each kind of event, from the same tasks.
+        from colibri.cli.stream import render
+
+        tasks = daemon.call("list", limit=100)["tasks"]
+        entries = daemon.call("ledger", limit=1000)["entries"]
+        events = [{"event": "task", "task": t, "from": "pending", "to": t["state"],
+                   "reason": HOSTILE} for t in tasks] + [
+            {"event": "ledger", "entry": e} for e in entries] + [
+            {"event": "question", "task": asking["id"], "question": HOSTILE},
+            {"event": "warning", "workspace": HOSTILE, "reason": HOSTILE},
+            {"event": "message", "to": HOSTILE, "text": HOSTILE},
+            {"event": "schedule", "schedule": HOSTILE, "what": "fired"},
+            {"event": "agent", "agent": {"name": HOSTILE, "online": True,
+                                         "capabilities": [HOSTILE], "slots": 1}},
+        ]  # fmt: skip
+        for message in events:
+            line = render(message)
+            assert line is not None
+            for raw in RAW:
+                assert raw.decode() not in line.plain, (message, line.plain)
+        # The TUI's cells.
+        from datetime import UTC, datetime
+
+        import msgspec
+
+        from colibri.core.model import Task
+        from colibri.tui.views import task_cells
+
+        for task in tasks:
+            for cell in task_cells(msgspec.convert(task, Task), datetime.now(UTC)):
+                for raw in RAW:
+                    assert raw.decode() not in cell.plain, (task, cell.plain)
         # The id is echoed in the one-line error.
         refused = run("show", HOSTILE, root=root)
         assert refused.returncode == 1
@@ -131,6 +219,11 @@ def test_json_keeps_the_exact_text_and_sends_no_raw_controls(daemon: Daemon) -> 
         assert json.loads(shown)["text"] == json.loads(shown)["error"] == HOSTILE
         [listed] = json.loads(assert_safe(ok(run("list", "--json", root=daemon.root))))
         assert listed["text"] == HOSTILE
+        separated = daemon.call("submit", text="one\u2028two\u2029three", capabilities=["x"])
+        shown = assert_safe(ok(run("show", separated["task"]["id"], "--json",
+                                   root=daemon.root)))  # fmt: skip
+        assert "\\u2028" in shown and "\\u2029" in shown
+        assert json.loads(shown)["text"] == "one\u2028two\u2029three"
         rows = assert_safe(ok(run("ledger", "--json", root=daemon.root))).splitlines()
         assert any(HOSTILE in (json.loads(row).get("reason") or "") for row in rows)
     finally:
@@ -226,3 +319,30 @@ def test_submit_wait_escapes_the_output_on_a_terminal(daemon: Daemon) -> None:
     for raw in RAW:
         assert raw not in shown, shown
     assert shown.decode() == SHOWN + "\r\n"  # the terminal's line discipline adds the \r
+
+
+def test_a_csv_export_onto_a_terminal_shows_escapes(daemon: Daemon) -> None:
+    """Into a file or a pipe a CSV export is the text as it was (for a spreadsheet); onto a
+    terminal, as every table, it shows escapes."""
+    task = daemon.call("submit", text="x", capabilities=["zfs"])["task"]
+    daemon.call("cancel", task=task["id"], reason=HOSTILE)
+    terminal, side = pty.openpty()
+    try:
+        exporter = subprocess.Popen(
+            [sys.executable, "-m", "colibri", "--root", str(daemon.root), "ledger", "export",
+             "--format", "csv"],
+            stdin=subprocess.DEVNULL, stdout=side, stderr=side,
+        )  # fmt: skip
+        os.close(side)
+        side = -1
+        shown = read_terminal(terminal, exporter)
+        assert exporter.wait(timeout=30) == 0
+    finally:
+        os.close(terminal)
+        if side >= 0:
+            os.close(side)
+    for raw in RAW:
+        assert raw not in shown, shown
+    assert SHOWN.encode() in shown
+    piped = run("ledger", "export", "--format", "csv", root=daemon.root)
+    assert HOSTILE.encode() in ok(piped).stdout  # a spreadsheet's data, byte for byte

@@ -127,3 +127,16 @@ def test_no_error_is_raised_without_a_class_of_its_own() -> None:
                     assert f"{name}.{node.name}" in NOT_REPORTED, (
                         f"{where}:{node.lineno}: {node.name} belongs in core/errors.py"
                     )
+
+
+def test_an_errors_index_goes_over_the_wire_and_back() -> None:
+    """A refusal about one item of a request (``submit-all``) names it; others name none."""
+    from colibri.core.errors import UnknownParent
+
+    error = UnknownParent("t1")
+    assert "index" not in error.to_wire()
+    error.index = 3
+    back = from_wire(error.to_wire())
+    assert (type(back), back.index, back.message) == (UnknownParent, 3, error.message)
+    for odd in (True, "3", None, 2.0):
+        assert from_wire({"code": "unknown_parent", "message": "m", "index": odd}).index is None

@@ -79,7 +79,7 @@ def minimal_value(t: mi.Type) -> Any:
     if isinstance(t, mi.LiteralType):
         return t.values[0]
     if isinstance(t, (mi.ListType, mi.SetType, mi.FrozenSetType, mi.VarTupleType)):
-        return []
+        return [minimal_value(t.item_type)] * (t.min_length or 0)
     if isinstance(t, mi.DictType):
         return {}
     raise AssertionError(f"no minimal value for {t}")

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from colibri.config import SchedulerSettings
+from colibri.core.access import OWNER
 from colibri.core.errors import ColibriError, StaleClaim
 from colibri.core.events import Event
 from colibri.core.model import MAX_TOKENS, MAX_USD, Cost, TaskSpec
@@ -329,7 +330,9 @@ class BoardMachine(RuleBasedStateMachine):
         before = self.store.max_ledger_seq()
         peer = Peer(f"liar-{name}")
         with pytest.raises(ColibriError) as caught:
-            live = self.board.reporter(peer, "out", task.id, True, task.epoch, forged)
+            live = self.board.reporter(
+                peer, OWNER, "out", task.id, task.epoch, from_session=True, claim=forged
+            )
             self.board.out(live, task.id, task.epoch, "forged", None, False)
         assert caught.value.code in ("bad_claim", "illegal_transition"), caught.value
         event(f"forged report: {caught.value.code}")

@@ -169,3 +169,21 @@ def test_skills_are_the_owners(tls_daemon: TlsDaemon) -> None:
 
     error = refused(tls_daemon, tls_daemon.token("operator", "beta"), {"cmd": "skills"})
     assert error["code"] == "forbidden"
+
+
+def test_a_tokens_submit_all_is_its_tenants_whole_or_nothing(
+    tls_daemon: TlsDaemon, two_tenants: tuple[dict[str, Any], dict[str, Any]]
+) -> None:
+    """Each submission of a ``submit-all`` is checked as a ``submit`` of the token would be:
+    in its own tenant, another tenant's parent unknown; one refused, none taken."""
+    acme, beta = two_tenants
+    before = tls_daemon.call("status")["ledger_seq"]
+    with tls_daemon.connect(tls_daemon.token("operator", "beta")) as client:
+        with pytest.raises(ColibriError) as caught:
+            client.call("submit-all", tasks=[{"text": "mine"}, {"text": "x", "parent": acme["id"]}])
+        assert (caught.value.code, caught.value.index) == ("unknown_parent", 1)
+        assert tls_daemon.call("status")["ledger_seq"] == before
+        made = client.call(
+            "submit-all", tasks=[{"text": "mine"}, {"text": "y", "parent": beta["id"]}]
+        )
+    assert [t["task"]["tenant"] for t in made["tasks"]] == ["beta", "beta"]

@@ -17,6 +17,7 @@ from colibri.cli.main import Context, json_option, pass_ctx
 from colibri.cli.output import print_json_line, print_line, printable
 from colibri.cli.tasks import ledger
 from colibri.core.errors import BadRequest, ColibriError
+from colibri.core.text import json_safe
 
 #: Progress is redrawn at most this often (rows or tasks), on a terminal only.
 PROGRESS_EVERY = 500
@@ -28,21 +29,12 @@ CSV_COLUMNS = [
 
 
 def bulk_task_type() -> type[Any]:
-    """One line of ``submit --from``: a submission's fields; ``agent`` pins it (create-task).
-    Made when first asked for: the wire's structs are not loaded for ``colibri --help``."""
-    global _bulk_task
-    if _bulk_task is None:
-        from colibri.core import protocol as p
-        from colibri.core.model import ShortStr
+    """One line of ``submit --from``: a submission's fields; ``agent`` pins it (as
+    ``create-task``). Imported when first asked for: the wire's structs are not loaded for
+    ``colibri --help``."""
+    from colibri.core.protocol import SubmitItem
 
-        _bulk_task = msgspec.defstruct(
-            "BulkTask", [("agent", ShortStr | None, None)], bases=(p.TaskFields,),
-            kw_only=True, forbid_unknown_fields=True,
-        )  # fmt: skip
-    return _bulk_task
-
-
-_bulk_task: type[Any] | None = None
+    return SubmitItem
 
 
 class Progress:
@@ -72,9 +64,10 @@ class Progress:
 
 
 def read_tasks(source: IO[str], name: str) -> list[tuple[int, Any]]:
-    """Every task of a JSON lines file, checked before any is sent: a bad line stops the whole
-    submission with ``FILE:LINE: what is wrong``, and nothing is submitted. Blank lines and
-    lines starting with ``#`` are skipped."""
+    """Every task of a JSON lines file, with its line number, checked before any is sent: a
+    bad line stops the whole submission with ``FILE:LINE: what is wrong``, and nothing is
+    submitted. Blank lines and lines starting with ``#`` are skipped. (What only the board can
+    tell — a parent, a quota, a budget — the daemon checks, refusing the file whole.)"""
     from colibri.core.model import checked_names
 
     decoder = msgspec.json.Decoder(bulk_task_type())
@@ -106,7 +99,10 @@ def _plain(exc: msgspec.DecodeError) -> str:
 
 
 def submit_file(ctx: Context, path: str, as_json: bool) -> None:
-    """``colibri submit --from PATH``: each task of the file in turn, on one connection."""
+    """``colibri submit --from PATH``: the whole file as one ``submit-all``, which the daemon
+    takes in one transaction or refuses whole, naming the first line it refused."""
+    from colibri.core.protocol import MAX_SUBMIT_ALL
+
     name = "stdin" if path == "-" else path
     try:
         if path == "-":
@@ -116,37 +112,60 @@ def submit_file(ctx: Context, path: str, as_json: bool) -> None:
                 tasks = read_tasks(source, name)
     except UnicodeDecodeError:
         raise BadRequest(f"{name} is not UTF-8 text; nothing was submitted") from None
+    if len(tasks) > MAX_SUBMIT_ALL:
+        raise BadRequest(
+            f"{name} holds {len(tasks)} tasks, more than the {MAX_SUBMIT_ALL} one submission "
+            "takes at once; split it (each part is taken whole or not at all); nothing was "
+            "submitted"
+        )
+    items = [
+        {
+            k: v
+            for k, v in msgspec.structs.asdict(task).items()
+            if k not in ("claim", "id") and v is not None
+        }
+        for _, task in tasks
+    ]
     progress = Progress("submitted", len(tasks))
-    made = again = 0
-    waiting: dict[str, list[str]] = {}
-    with ctx.client() as client:
-        for number, task in tasks:
-            fields = {k: v for k, v in msgspec.structs.asdict(task).items() if k != "claim"}
-            try:
-                reply = client.call("create-task" if task.agent else "submit", **fields)
-            except ColibriError as exc:
-                progress.done()
-                before = made + again
-                done = (
-                    f"the {before} before it {'was' if before == 1 else 'were'}"
-                    if before
-                    else ("none was")
+    made: list[dict[str, Any]] = []
+    if items:
+        with ctx.client() as client:
+            size = len(msgspec.json.encode({"cmd": "submit-all", "id": 1, "tasks": items})) + 1
+            max_line = client.call("ping").get("max_line")
+            if isinstance(max_line, int) and size > max_line:
+                raise BadRequest(
+                    f"{name} makes a submission of {size} bytes, more than the daemon's "
+                    f"server.max_line of {max_line}; split the file (each part is taken whole "
+                    "or not at all), or raise server.max_line; nothing was submitted"
                 )
-                exc.message = f"{name}:{number}: {exc.message}; {done} submitted"
+            try:
+                made = client.call("submit-all", tasks=items)["tasks"]
+            except ColibriError as exc:
+                if exc.code == "closed":
+                    exc.message += (
+                        f"; the daemon took all of {name} or none of it: see colibri list"
+                    )
+                elif exc.index is not None and 0 <= exc.index < len(tasks):
+                    number = tasks[exc.index][0]
+                    exc.message = f"{name}:{number}: {exc.message}; nothing was submitted"
+                else:
+                    exc.message = f"{name}: {exc.message}; nothing was submitted"
                 raise
-            created = reply.get("created", True)
-            if reply.get("waits"):
-                waiting.setdefault(reply["waits"], []).append(reply["task"]["id"])
-            made, again = made + created, again + (not created)
-            if as_json:
-                print_json_line({**reply["task"], "created": created})
-            else:
-                print_line(reply["task"]["id"])
-            progress.step()
+    waiting: dict[str, list[str]] = {}
+    again = 0
+    for reply in made:
+        if reply.get("waits"):
+            waiting.setdefault(reply["waits"], []).append(reply["task"]["id"])
+        again += not reply["created"]
+        if as_json:
+            print_json_line({**reply["task"], "created": reply["created"]})
+        else:
+            print_line(reply["task"]["id"])
+        progress.step()
     progress.done()
     if not as_json:
         kept = f", {again} already there (their idempotency keys)" if again else ""
-        click.echo(f"colibri: submitted {made} tasks from {name}{kept}", err=True)
+        click.echo(f"colibri: submitted {len(made) - again} tasks from {name}{kept}", err=True)
     for why, ids in waiting.items():  # one line per reason, not one per task
         n = len(ids)
         click.echo(
@@ -186,11 +205,28 @@ def _since(value: str | None) -> tuple[int, str]:
         ) from None
 
 
+#: What makes a spreadsheet read a cell as a formula (or a DDE command) when it starts with it:
+#: OWASP's list (CSV injection), a tab and a carriage return included.
+FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_cell(value: Any) -> Any:
+    """``value`` as a CSV cell no spreadsheet runs: a text that starts with one of
+    ``FORMULA_LEADS`` gets a ``'`` before it, which the spreadsheet shows as text. Numbers stay
+    numbers (a negative one is a number, not a formula); only text is ever changed."""
+    if isinstance(value, str) and value.startswith(FORMULA_LEADS):
+        return "'" + value
+    return value
+
+
 def _csv_row(entry: dict[str, Any]) -> list[Any]:
     cost = entry.get("cost") or {}
     return [
-        *(entry.get(column) for column in CSV_COLUMNS[:12]),
-        cost.get("usd"), cost.get("tokens_in"), cost.get("tokens_out"), cost.get("model"),
+        spreadsheet_cell(value)
+        for value in (
+            *(entry.get(column) for column in CSV_COLUMNS[:12]),
+            cost.get("usd"), cost.get("tokens_in"), cost.get("tokens_out"), cost.get("model"),
+        )
     ]  # fmt: skip
 
 
@@ -211,7 +247,12 @@ def _csv_row(entry: dict[str, Any]) -> list[Any]:
 def ledger_export(
     ctx: Context, fmt: str, since: str | None, out: Path | None, as_json: bool
 ) -> None:
-    """Export the ledger, oldest row first, as JSON lines or CSV (a header row first)."""
+    """Export the ledger, oldest row first, as JSON lines or CSV (a header row first).
+
+    In CSV, every text cell is quoted, and one that starts with = + - @, a tab or a carriage
+    return is written after a ' so that no spreadsheet takes it for a formula; numbers stay
+    numbers. JSON lines are the exact text (control, bidi and other format characters as \\u
+    escapes, as in --json); onto a terminal, CSV shows them as escapes, as every table does."""
     import csv
 
     after, at_least = _since(since)
@@ -225,8 +266,13 @@ def ledger_export(
     else:
         sink = sys.stdout
     progress = Progress("exported")
-    writer = csv.writer(sink) if fmt == "csv" else None
+    # Every text cell quoted, numbers bare: a spreadsheet set to split on ";" (as many locales
+    # are) keeps a reason with a ";" in it whole, rather than starting a cell after it.
+    writer = csv.writer(sink, quoting=csv.QUOTE_NONNUMERIC) if fmt == "csv" else None
     encode = msgspec.json.Encoder().encode
+    # Onto a terminal, what sessions wrote is shown as people are shown it (JSON lines keep
+    # the exact text either way: json_safe only escapes).
+    terminal = out is None and sys.stdout.isatty()
     try:
         if writer is not None:
             writer.writerow(CSV_COLUMNS)
@@ -235,9 +281,14 @@ def ledger_export(
                 if at_least and entry["at"] < at_least:
                     continue
                 if writer is not None:
-                    writer.writerow(_csv_row(entry))
+                    row = _csv_row(entry)
+                    if terminal:
+                        row = [
+                            printable(c, newlines=True) if isinstance(c, str) else c for c in row
+                        ]
+                    writer.writerow(row)
                 else:
-                    sink.write(encode(entry).decode() + "\n")
+                    sink.write(json_safe(encode(entry)).decode() + "\n")
                 progress.step()
     except BaseException:
         if out is not None:  # a part of the ledger would pass for all of it: not left behind

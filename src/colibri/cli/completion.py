@@ -3,6 +3,10 @@ the completers here offer the values only the board knows — task ids, agent, w
 schedule names — by asking the daemon (click's ``shell_complete=``; the shell runs
 ``colibri`` with ``_COLIBRI_COMPLETE`` set at every Tab).
 
+What a completion offers is written by the shell straight to the terminal: each description
+(a task's text, the question its session asks…) is one ``printable`` line (``one_line``), as
+everything else printed for people, and a value that is not printable is not offered.
+
 A completion runs at every Tab, so it never gets in the way: the daemon gets
 ``COMPLETION_TIMEOUT`` seconds a request, and anything that goes wrong — no root, no daemon, a
 refusal, a colibri.jsonc that does not load — completes nothing, silently.
@@ -17,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from colibri.cli.main import Context, cli
+from colibri.core.text import one_line, printable
 
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
@@ -96,9 +101,10 @@ def _items(pairs: Iterable[tuple[str, str]], incomplete: str) -> list[Completion
 
     seen: dict[str, str] = {}
     for value, help_text in pairs:
-        if value.startswith(incomplete) and value not in seen:
+        # A value that is not printable as it is could not be typed either: not offered.
+        if value.startswith(incomplete) and value not in seen and printable(value) == value:
             seen[value] = help_text
-    return [CompletionItem(v, help=_one_line(h)) for v, h in sorted(seen.items())]
+    return [CompletionItem(v, help=one_line(h, HELP_WIDTH)) for v, h in sorted(seen.items())]
 
 
 def _quiet(complete: Completer) -> Completer:
@@ -113,12 +119,6 @@ def _quiet(complete: Completer) -> Completer:
             return []
 
     return quiet
-
-
-def _one_line(text: str) -> str:
-    """A description a shell can show: one line (zsh and fish read one line an item)."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= HELP_WIDTH else flat[: HELP_WIDTH - 1] + "…"
 
 
 def task_ids(*states: str, asking: bool = False) -> Completer:

@@ -1,13 +1,13 @@
 """Printing: JSON documents for scripts, tables for people.
 
 Task texts, outputs, errors and names come from sessions and other users. Whatever is printed
-for people goes through ``printable`` first, so what a task says can never drive the
-operator's terminal (set its title, clear it, recolour or reorder what follows).
+for people goes through ``printable`` first, and JSON through ``json_safe`` (both of
+``core/text.py``, the one place that says which characters are unsafe), so what a task says can
+never drive the operator's terminal (set its title, clear it, recolour or reorder what follows).
 """
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 # (here too, as the CLI's modules have always found it)
+from colibri.core.text import json_safe, one_line
 from colibri.core.text import printable as printable
 
 if TYPE_CHECKING:
@@ -34,30 +35,14 @@ def print_output(text: str) -> None:
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
-# msgspec escapes the C0 controls, as JSON requires, but writes DEL, the C1 controls and the
-# bidi controls as raw UTF-8. As \u escapes they decode to the same strings and cannot reach a
-# terminal that shows the JSON. (In UTF-8, 0xC2 and 0xE2 only ever start a character.)
-_JSON_UNSAFE = re.compile(rb"\x7f|\xc2[\x80-\x9f]|\xe2\x80[\xaa-\xae]|\xe2\x81[\xa6-\xa9]")
-
-
-def _json_escape(match: re.Match[bytes]) -> bytes:
-    return b"\\u%04x" % ord(match.group().decode())
-
-
-def _terminal_safe_json(data: bytes) -> bytes:
-    if _JSON_UNSAFE.search(data) is None:
-        return data
-    return _JSON_UNSAFE.sub(_json_escape, data)
-
-
 def print_json(value: Any) -> None:
     data = msgspec.json.format(msgspec.json.encode(value), indent=2)
-    sys.stdout.buffer.write(_terminal_safe_json(data) + b"\n")
+    sys.stdout.buffer.write(json_safe(data) + b"\n")
     sys.stdout.flush()
 
 
 def print_json_line(value: Any) -> None:
-    sys.stdout.buffer.write(_terminal_safe_json(msgspec.json.encode(value)) + b"\n")
+    sys.stdout.buffer.write(json_safe(msgspec.json.encode(value)) + b"\n")
     sys.stdout.flush()
 
 
@@ -86,11 +71,6 @@ def print_table(
     Console(soft_wrap=True, width=None if sys.stdout.isatty() else 100_000).print(table)
 
 
-def short(text: str, width: int = 50) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= width else line[: width - 1] + "…"
-
-
 def task_row(task: dict[str, Any]) -> list[Any]:
     state = task["state"]
     if state == "closed" and task.get("outcome"):
@@ -103,7 +83,7 @@ def task_row(task: dict[str, Any]) -> list[Any]:
         task["priority"],
         ",".join(task["capabilities"]) or "-",
         task.get("agent") or "-",
-        short(task["text"]),
+        one_line(task["text"], 50),
     ]
 
 
@@ -171,7 +151,8 @@ def print_tree(tasks: list[dict[str, Any]], mark: str | None = None) -> None:
         branch = "" if top else ("└─ " if last else "├─ ")
         where = f" @{task['workspace']}" if task.get("workspace") else ""
         here = "  ◀" if task["id"] == mark else ""
-        print_line(f"{prefix}{branch}{task['id']}  {state}{where}  {short(task['text'], 40)}{here}")
+        text = one_line(task["text"], 40)
+        print_line(f"{prefix}{branch}{task['id']}  {state}{where}  {text}{here}")
         kids = children.get(task["id"], [])
         deeper = prefix + ("" if top else ("   " if last else "│  "))
         for n, kid in enumerate(kids):

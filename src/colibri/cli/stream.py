@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from colibri.cli.output import print_json_line
 from colibri.core.errors import ColibriError, ConnectionClosed
 from colibri.core.protocol import LEDGER_END
-from colibri.core.text import printable, short_id
+from colibri.core.text import one_line, printable, short_id
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -46,8 +46,7 @@ def _clock(instant: str | None = None) -> str:
 
 
 def _short(text: str) -> str:
-    line = printable(" ".join(text.split()))
-    return line if len(line) <= TEXT_WIDTH else line[: TEXT_WIDTH - 1] + "…"
+    return one_line(text, TEXT_WIDTH)
 
 
 def _transition(line: Text, from_state: str | None, to_state: str) -> None:

@@ -28,7 +28,7 @@ Kind = Literal["owner", "agent", "operator"]
 
 #: What a token of either role may send.
 _SHARED: frozenset[type[p.Request]] = frozenset({
-    p.Ping, p.Auth, p.Status, p.Submit, p.IntakeTask, p.CreateTask, p.Get, p.ListTasks,
+    p.Ping, p.Auth, p.Status, p.Submit, p.IntakeTask, p.CreateTask, p.SubmitAll, p.Get, p.ListTasks,
     p.Family, p.CostTotals, p.Why, p.Wait, p.Agents, p.Ledger, p.ScheduleList, p.ScheduleGet,
 })  # fmt: skip
 ALLOWED: dict[Kind, frozenset[type[p.Request]]] = {

@@ -74,13 +74,18 @@ class ColibriError(Exception):
     ``error`` is the code of none of them."""
 
     code = "error"
+    #: For a request of several items (``submit-all``): the one (from 0) the error is about.
+    index: int | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
 
-    def to_wire(self) -> dict[str, str]:
-        return {"code": self.code, "message": self.message}
+    def to_wire(self) -> dict[str, str | int]:
+        wire: dict[str, str | int] = {"code": self.code, "message": self.message}
+        if self.index is not None:
+            wire["index"] = self.index
+        return wire
 
 
 def shown(value: object, width: int = 60) -> str:
@@ -302,7 +307,7 @@ class NotOwner(ColibriError):
         super().__init__(message)
         self.address = address
 
-    def to_wire(self) -> dict[str, str]:
+    def to_wire(self) -> dict[str, str | int]:
         wire = super().to_wire()
         if self.address is not None:
             wire["address"] = self.address
@@ -451,4 +456,7 @@ def from_wire(error: object) -> ColibriError:
     if isinstance(made, NotOwner):
         address = error.get("address")
         made.address = address if isinstance(address, str) else None
+    index = error.get("index")
+    if isinstance(index, int) and not isinstance(index, bool):
+        made.index = index
     return made

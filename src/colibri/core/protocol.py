@@ -107,6 +107,25 @@ class CreateTask(TaskFields, tag="create-task", kw_only=True):
     agent: ShortStr
 
 
+#: The most submissions one ``submit-all`` carries (a longer file is sent in parts by its
+#: user, each part all or nothing).
+MAX_SUBMIT_ALL = 10_000
+
+
+class SubmitItem(TaskFields, tag="submit-item", kw_only=True):
+    """One submission of a ``submit-all`` (no ``cmd`` needed): a submission's fields, and
+    ``agent`` to pin it to that agent, as ``create-task`` does."""
+
+    agent: ShortStr | None = None
+
+
+class SubmitAll(Request, tag="submit-all"):
+    """Several submissions in one transaction: every one is taken, or — refused with the first
+    failing one's error, its ``index`` set — none is."""
+
+    tasks: Annotated[list[SubmitItem], msgspec.Meta(min_length=1, max_length=MAX_SUBMIT_ALL)]
+
+
 class Get(Request, tag="get"):
     task: TaskId
 
@@ -354,8 +373,8 @@ class ScheduleResume(Request, tag="schedule-resume"):
 
 
 REQUESTS: tuple[type[Request], ...] = (
-    Ping, Status, IntakeTask, Submit, CreateTask, Get, ListTasks, Cancel, Retry, Why, Wait, Family,
-    CostTotals,
+    Ping, Status, IntakeTask, Submit, CreateTask, SubmitAll, Get, ListTasks, Cancel, Retry, Why,
+    Wait, Family, CostTotals,
     ToggleSwarm, Agents, Skills, DescribeSkill, Ledger, RegisterAgent, Heartbeat, Out, Fail,
     Reclaimed, Ready, Requeue, Ask, Answer,
     Subscribe, Send, Consumed, ScheduleAdd, ScheduleList, ScheduleGet, ScheduleRun, ScheduleRemove,

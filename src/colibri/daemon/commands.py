@@ -26,15 +26,17 @@ from colibri.core.access import OWNER, Principal
 from colibri.core.errors import (
     AmbiguousTask,
     BadRequest,
+    ColibriError,
     Forbidden,
-    NotYourTask,
     Throttled,
     Unauthorized,
     UnknownParent,
     UnknownTask,
 )
-from colibri.core.model import DEFAULT_TENANT, LedgerEntry, Task, normalize_names
+from colibri.core.model import DEFAULT_TENANT, LedgerEntry, Task, TaskSpec, normalize_names
+from colibri.core.states import State
 from colibri.daemon.board import Board
+from colibri.daemon.board.capacity import LiveAgent
 from colibri.daemon.tokens import TokenAuthority
 from colibri.store import TaskFilter
 
@@ -90,6 +92,7 @@ class Commands:
             p.IntakeTask: self.intake_task,
             p.Submit: self.intake_task,
             p.CreateTask: self.intake_task,
+            p.SubmitAll: self.submit_all,
             p.Get: self.get,
             p.ListTasks: self.list_tasks,
             p.Cancel: self.cancel,
@@ -167,16 +170,20 @@ class Commands:
             return task_id
         raise AmbiguousTask(task_id, self.board.store.count_tasks(query), [t.id for t in found])
 
-    def _own_tenant(self, conn: Connection, task_id: str) -> None:
-        """Before a report on ``task_id``: a token's tenant must see it, or the report's own
-        refusal (``illegal_transition``, ``stale_claim``…) would tell that it exists."""
-        if not self._principal(conn).is_owner:
-            self._task(conn, task_id)
-
-    def _holder_is_mine(self, conn: Connection, agent_name: str, task_id: str) -> None:
-        principal = self._principal(conn)
-        if principal.kind == "agent" and agent_name != principal.agent:
-            raise NotYourTask(task_id, principal.agent or "")
+    def _reporter(
+        self,
+        conn: Connection,
+        cmd: str,
+        task_id: str,
+        epoch: int,
+        *,
+        from_session: bool = False,
+        claim: str | None = None,
+    ) -> LiveAgent:
+        return self.board.reporter(
+            conn, self._principal(conn), cmd, task_id, epoch,
+            from_session=from_session, claim=claim,
+        )  # fmt: skip
 
     # -- commands ----------------------------------------------------------------------------
 
@@ -256,6 +263,31 @@ class Commands:
 
     def intake_task(self, req: p.TaskFields, conn: Connection) -> Reply:
         # create-task too: its spec carries the agent it is pinned to.
+        spec = self._submission(req, conn)
+        task, created = self.board.submit(
+            spec, idempotency_key=req.idempotency_key, claim=req.claim
+        )
+        return self._submitted(task, created)
+
+    def submit_all(self, req: p.SubmitAll, conn: Connection) -> Reply:
+        """Every submission checked — each as if those before it had been taken — before any
+        is written: all of them, in this batch's transaction, or none."""
+        submissions = []
+        for index, item in enumerate(req.tasks):
+            try:
+                if item.claim is not None:
+                    raise BadRequest("a hand-off (claim) is submitted alone, with submit")
+                submissions.append((self._submission(item, conn), item.idempotency_key))
+            except ColibriError as exc:
+                exc.index = index
+                raise
+        made = self.board.submit_all(submissions)
+        return {"tasks": [self._submitted(task, created) for task, created in made]}
+
+    def _submission(self, req: p.TaskFields, conn: Connection) -> TaskSpec:
+        """A submission's spec as the connection may make it, or why not: its parent's whole
+        id, among the tasks it sees; a token's tenant; a hand-off by the holder's token only;
+        a tenant this daemon serves."""
         spec = req.spec()
         principal = self._principal(conn)
         if spec.parent is not None:
@@ -264,13 +296,19 @@ class Commands:
             spec = msgspec.structs.replace(spec, tenant=principal.tenant_for(spec.tenant))
             if spec.parent is not None:
                 try:
-                    self._task(conn, spec.parent)
+                    parent = self._task(conn, spec.parent)
                 except UnknownTask:
                     raise UnknownParent(spec.parent) from None
+                if req.claim is not None and parent.state == State.RUNNING:
+                    # A hand-off is its parent's session reporting: by the holder's token only.
+                    self._reporter(
+                        conn, "a hand-off", parent.id, parent.epoch, from_session=True,
+                        claim=req.claim,
+                    )  # fmt: skip
         self.board.tenancy.check(spec.tenant)
-        task, created = self.board.submit(
-            spec, idempotency_key=req.idempotency_key, claim=req.claim
-        )
+        return spec
+
+    def _submitted(self, task: Task, created: bool) -> dict[str, Any]:
         reply: dict[str, Any] = {"task": task, "created": created}
         waits = self.board.waits_because(task) if created else None
         if waits is not None:
@@ -455,27 +493,28 @@ class Commands:
         return {}
 
     def out(self, req: p.Out, conn: Connection) -> Reply:
-        self._own_tenant(conn, req.task)
-        agent = self.board.reporter(conn, "out", req.task, req.from_session, req.epoch, req.claim)
-        self._holder_is_mine(conn, agent.name, req.task)
+        agent = self._reporter(
+            conn, "out", req.task, req.epoch, from_session=req.from_session, claim=req.claim
+        )
         task = self.board.out(agent, req.task, req.epoch, req.output, req.cost, req.session_ended)
         return {"task": task}
 
     def fail(self, req: p.Fail, conn: Connection) -> Reply:
-        self._own_tenant(conn, req.task)
-        agent = self.board.reporter(conn, "fail", req.task, req.from_session, req.epoch, req.claim)
-        self._holder_is_mine(conn, agent.name, req.task)
+        agent = self._reporter(
+            conn, "fail", req.task, req.epoch, from_session=req.from_session, claim=req.claim
+        )
         task = self.board.fail(agent, req.task, req.epoch, req.error, req.session_ended)
         return {"task": task}
 
     def reclaimed(self, req: p.Reclaimed, conn: Connection) -> Reply:
-        self._own_tenant(conn, req.task)
-        agent = self.board.agent_of(conn, "reclaimed")
+        agent = self._reporter(conn, "reclaimed", req.task, req.epoch)
         return {"task": self.board.reclaimed(agent, req.task, req.epoch)}
 
     def ask(self, req: p.Ask, conn: Connection) -> Reply:
-        self._own_tenant(conn, req.task)
-        self.board.ask(conn, req.id, req.task, req.epoch, req.question, req.claim)
+        holder = self._reporter(
+            conn, "ask", req.task, req.epoch, from_session=True, claim=req.claim
+        )
+        self.board.ask(holder, conn, req.id, req.task, req.epoch, req.question)
         return None  # answered later, by `answer`
 
     def answer(self, req: p.Answer, conn: Connection) -> Reply:
@@ -484,13 +523,14 @@ class Commands:
         return {"task": self.board.answer(task_id, req.text)}
 
     def ready(self, req: p.Ready, conn: Connection) -> Reply:
-        self._own_tenant(conn, req.task)
-        self.board.session_ready(conn, req.task, req.epoch, req.claim)
+        holder = self._reporter(
+            conn, "ready", req.task, req.epoch, from_session=True, claim=req.claim
+        )
+        self.board.session_ready(holder, req.task, req.epoch)
         return {}
 
     def requeue(self, req: p.Requeue, conn: Connection) -> Reply:
-        self._own_tenant(conn, req.task)
-        agent = self.board.agent_of(conn, "requeue")
+        agent = self._reporter(conn, "requeue", req.task, req.epoch)
         return {"task": self.board.requeue(agent, req.task, req.epoch, req.reason)}
 
     def subscribe(self, req: p.Subscribe, conn: Connection) -> Reply:

@@ -11,7 +11,7 @@ from textual.app import SuspendNotSupported
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, TabbedContent
 
-from colibri.core.text import printable, short_id
+from colibri.core.text import one_line, printable, short_id
 from colibri.tui import views
 from colibri.tui.board import OPEN_STATES, Filter
 from colibri.tui.live import LiveBoard
@@ -102,7 +102,7 @@ class ColibriApp(LiveBoard):
         if family is None:
             return
         descendants = _open_descendants(task.id, family["tasks"])
-        question = f"Cancel {short_id(task.id)} «{printable(views.short(task.text, 50))}»"
+        question = f"Cancel {short_id(task.id)} «{one_line(task.text, 50)}»"
         if descendants:
             question += f" and its {descendants} open descendant{'s' * (descendants != 1)}"
 

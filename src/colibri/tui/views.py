@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 from rich.text import Text
 
 from colibri.core.model import Agent, Task
-from colibri.core.text import printable, short_id
+from colibri.core.text import one_line, printable, short_id
 from colibri.tui.board import Board, age, parse_instant
 
 STATE_STYLES = {
@@ -53,11 +53,6 @@ def cell(value: Any, style: str = "") -> Text:
     return Text("" if value is None else printable(str(value)), style=style)
 
 
-def short(text: str, width: int) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= width else line[: width - 1] + "…"
-
-
 def state_of(task: Task) -> str:
     """What a row says of a task: its state, the outcome of a closed one, ``asking`` for a
     session waiting for an answer."""
@@ -81,7 +76,7 @@ def task_cells(task: Task, now: datetime, indent: int = 0) -> tuple[Text, ...]:
         cell(short_id(task.id), "dim"),
         cell(shown_state + retry, STATE_STYLES.get(state, "")),
         cell(age(task.created_at, now)),
-        cell(("  " * indent) + ("└ " if indent else "") + short(task.text, 100)),
+        cell(("  " * indent) + ("└ " if indent else "") + one_line(task.text, 100)),
         cell(task.agent or "-"),
         cell(",".join(task.capabilities) or "-"),
         cell(task.workspace or "-"),
@@ -263,7 +258,8 @@ def describe(task: Task, ledger: list[dict[str, Any]], family: list[dict[str, An
             depths[member["id"]] = depth
             mark = "  ◀" if member["id"] == task.id else ""
             state = member["outcome"] or member["state"]
-            line = f"{'  ' * depth}{short_id(member['id'])}  {state:10} {short(member['text'], 50)}"
+            said = one_line(member["text"], 50)
+            line = f"{'  ' * depth}{short_id(member['id'])}  {state:10} {said}"
             text.append(printable(line) + mark + "\n", STATE_STYLES.get(state, ""))
     return text
 

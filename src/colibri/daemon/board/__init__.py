@@ -116,6 +116,7 @@ class Board:
 
         # The board's face: each operation is the bound method of the part it belongs to.
         self.submit = intake.submit
+        self.submit_all = intake.submit_all
         self.retry = intake.retry
         self.cancel = intake.cancel
         self.dispatch = dispatcher.dispatch

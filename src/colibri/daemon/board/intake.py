@@ -3,6 +3,8 @@
 Intake refuses before it writes anything: names, quotas (pending tasks and their text per
 tenant, children per task, depth of a family), hand-off edges and budgets. A submission with an
 idempotency key that was already taken gets its task back, unless it asks for something else.
+Several submissions taken together (``submit_all``) are all checked, each against what those
+before it will hold, before any is written: all of them are taken, or none.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -20,6 +24,7 @@ from colibri.core.errors import (
     BadClaim,
     BadRequest,
     BudgetExceeded,
+    ColibriError,
     HandOffRefused,
     IdempotencyConflict,
     IllegalTransition,
@@ -117,6 +122,19 @@ def request_fingerprint(
     return hashlib.blake2b(msgspec.json.encode(asked), digest_size=16).hexdigest()
 
 
+@dataclass
+class Tally:
+    """What the submissions admitted together so far will hold once written (``submit_all``):
+    pending tasks and bytes of text per tenant, children and budget per parent, and the
+    idempotency keys they take (tenant, key → the task and its fingerprint)."""
+
+    pending: Counter[str] = field(default_factory=Counter)
+    text: Counter[str] = field(default_factory=Counter)
+    children: Counter[str] = field(default_factory=Counter)
+    budget: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    keys: dict[tuple[str, str], tuple[Task, str]] = field(default_factory=dict)
+
+
 class Intake:
     def __init__(
         self,
@@ -155,6 +173,49 @@ class Intake:
         reason: str = "submitted",
     ) -> tuple[Task, bool]:
         """Write a new pending task durably (on commit); return it and whether it is new."""
+        admitted = self._admit(
+            req, Tally(), idempotency_key=idempotency_key, claim=claim, schedule=schedule,
+            task_id=task_id,
+        )  # fmt: skip
+        return self._enter(admitted, reason)
+
+    def submit_all(self, submissions: list[tuple[TaskSpec, str | None]]) -> list[tuple[Task, bool]]:
+        """Several submissions (a spec and its idempotency key each), all or none: each is
+        checked as if those before it had been written — their pending tasks and text count
+        against the quotas, their budgets against their parent's, their keys as taken — and
+        only once every one has passed is any written. A refusal is the first failing
+        submission's, its ``index`` set."""
+        tally = Tally()
+        admitted = []
+        for index, (spec, key) in enumerate(submissions):
+            try:
+                admitted.append(self._admit(spec, tally, idempotency_key=key))
+            except ColibriError as exc:
+                exc.index = index
+                raise
+        return [self._enter(one, "submitted") for one in admitted]
+
+    def _enter(self, admitted: tuple[Task, bool, str | None], reason: str) -> tuple[Task, bool]:
+        task, created, fingerprint = admitted
+        if created:
+            if task.tenant != DEFAULT_TENANT:
+                self.store.ensure_tenant(task.tenant, task.created_at)
+            self.transitions.insert(task, reason, fingerprint)
+        return task, created
+
+    def _admit(
+        self,
+        req: TaskSpec,
+        tally: Tally,
+        *,
+        idempotency_key: str | None = None,
+        claim: str | None = None,
+        schedule: str | None = None,
+        task_id: str | None = None,
+    ) -> tuple[Task, bool, str | None]:
+        """Every check of a submission, none of its writes: the task to write (or the one its
+        idempotency key already names), whether it is new, and its fingerprint. ``tally``
+        holds what the submissions admitted with it hold, and is told what this one will."""
         pin = req.agent
         text = req.text  # kept byte for byte: it is the session's input
         names, label_names, workspace = checked_names(req)
@@ -175,19 +236,25 @@ class Intake:
         if idempotency_key is not None:
             # Before the quotas: a retry of a submission that did commit gets its task back.
             fingerprint = request_fingerprint(req, capabilities, labels, workspace, pin)
+            taken = tally.keys.get((tenant, idempotency_key))
+            if taken is not None:  # by a submission admitted with this one
+                if taken[1] != fingerprint:
+                    raise IdempotencyConflict(idempotency_key, taken[0].id)
+                return taken[0], False, None
             existing = self.store.find_idempotent(tenant, idempotency_key)
             if existing is not None:
                 stored = self.store.fingerprint(existing.id)
                 if stored is not None and stored != fingerprint:
                     raise IdempotencyConflict(idempotency_key, existing.id)
-                return self.tasks.get(existing.id, existing), False
-        if self.transitions.pending_by_tenant.get(tenant, 0) >= self.settings.max_pending:
+                return self.tasks.get(existing.id, existing), False, None
+        pending = self.transitions.pending_by_tenant.get(tenant, 0) + tally.pending[tenant]
+        if pending >= self.settings.max_pending:
             raise QuotaExceeded(
                 f"tenant {tenant} has {self.settings.max_pending} pending tasks, its quota; "
                 "wait for some to be taken (or raise scheduler.max_pending)"
             )
         size = text_bytes(text)
-        held = self.transitions.open_text.get(tenant, 0)
+        held = self.transitions.open_text.get(tenant, 0) + tally.text[tenant]
         if held + size > self.settings.max_pending_bytes:
             raise QuotaExceeded(
                 f"tenant {tenant}'s open tasks hold {held} bytes of "
@@ -207,7 +274,8 @@ class Intake:
                 or not self.claims.valid(parent.id, parent.epoch, claim)
             ):
                 raise BadClaim(parent.id, "a hand-off")
-            if self.store.count_children(parent.id) >= self.settings.max_children:
+            children = self.store.count_children(parent.id) + tally.children[parent.id]
+            if children >= self.settings.max_children:
                 raise QuotaExceeded(
                     f"task {parent.id} has {self.settings.max_children} children, the most one "
                     "task may have (scheduler.max_children)"
@@ -237,7 +305,7 @@ class Intake:
                 elif workspace is not None and workspace != sender and workspace not in allowed:
                     raise HandOffRefused(sender, workspace, allowed)
             if parent.budget_usd is not None:
-                left = self.budget_left(parent)
+                left = self.budget_left(parent) - tally.budget[parent.id]
                 if budget is None:
                     budget = left  # a child inherits what remains
                 if budget > left or left <= 0:
@@ -263,10 +331,14 @@ class Intake:
             created_at=now,
             updated_at=now,
         )
-        if tenant != DEFAULT_TENANT:
-            self.store.ensure_tenant(tenant, now)
-        self.transitions.insert(task, reason, fingerprint)
-        return task, True
+        tally.pending[tenant] += 1
+        tally.text[tenant] += size
+        if task.parent is not None:
+            tally.children[task.parent] += 1
+            tally.budget[task.parent] += budget or 0.0  # an open child holds all of its own
+        if idempotency_key is not None and fingerprint is not None:
+            tally.keys[(tenant, idempotency_key)] = (task, fingerprint)
+        return task, True, fingerprint
 
     def cancel(self, task_id: str, reason: str | None) -> list[Task]:
         """Cancel a task and every open descendant, a ledger row each; return those cancelled."""

@@ -2,9 +2,10 @@
 
 ``out`` and ``fail`` end a session's task, ``reclaimed`` says its session is gone, ``requeue``
 that it never became ready; ``ready``, ``ask`` and ``answer`` pass between a session and its
-operator. A report is taken only from the agent that holds the task's current claim — or from
-the session itself, when it shows that claim's secret. A report sent again (its reply lost in a
-restart) is taken once.
+operator. ``reporter`` is the one check of who may send any of them: the agent that holds the
+task's current claim — or the session itself, when it shows that claim's secret — and, over
+TCP, only with that agent's own token. A report sent again (its reply lost in a restart) is
+taken once.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import msgspec
 
 from colibri.core import events
+from colibri.core.access import Principal
 from colibri.core.claims import Claims
 from colibri.core.errors import (
     BadClaim,
@@ -92,17 +94,40 @@ class Reports:
     def reporter(
         self,
         peer: Peer,
+        principal: Principal,
         cmd: str,
         task_id: str,
-        from_session: bool,
-        epoch: int = 0,
+        epoch: int,
+        *,
+        from_session: bool = False,
         claim: str | None = None,
     ) -> LiveAgent:
-        """Who reports on a task: the agent of this connection, or — for a report sent by the
-        session itself — the agent that holds the task, once the report has shown the secret
-        of the claim it reports on (the epoch still has to be the current one)."""
-        if not from_session:
-            return self.presence.agent_of(peer, cmd)
+        """Who reports ``cmd`` on a task, or why nobody here may: the one check every report
+        (``out``, ``fail``, ``reclaimed``, ``requeue``, ``ready``, ``ask`` and a session's
+        hand-off) goes through, before it changes anything.
+
+        - A token's tenant must see the task: another tenant's is ``unknown_task``, as one that
+          does not exist, so no refusal below can tell it is there.
+        - The reporter is the agent registered on this connection or — for a report sent by
+          the session itself (``from_session``) — the agent that holds the task, once the
+          report has shown the secret of the claim it reports on.
+        - An agent token speaks for its own agent only: another agent of its tenant that has
+          learnt the claim's secret is ``not_your_task``.
+        - The task must be held by that agent, at ``epoch`` (``_held``)."""
+        if not principal.is_owner:
+            principal.visible(task_id, self.transitions.get(task_id).tenant)
+        if from_session:
+            agent = self._claim_holder(cmd, task_id, epoch, claim)
+        else:
+            agent = self.presence.agent_of(peer, cmd)
+        if principal.kind == "agent" and agent.name != principal.agent:
+            raise NotYourTask(task_id, principal.agent or "")
+        self._held(agent, task_id, epoch)
+        return agent
+
+    def _claim_holder(self, cmd: str, task_id: str, epoch: int, claim: str | None) -> LiveAgent:
+        """The agent holding the task whose claim ``claim`` is the secret of (the epoch still
+        has to be the current one)."""
         task = self.tasks.get(task_id)
         holder = self.capacity.holder(task) if task is not None else None
         if task is None or holder is None or task_id not in holder.holding:
@@ -191,15 +216,15 @@ class Reports:
 
     def ask(
         self,
+        holder: LiveAgent,
         peer: Peer,
         request_id: Any,
         task_id: str,
         epoch: int,
         question: str,
-        claim: str | None,
     ) -> None:
-        """A session asks its operator a question; the reply waits for ``answer``."""
-        holder = self.reporter(peer, "ask", task_id, True, epoch, claim)
+        """A session asks its operator a question (``holder``: as ``reporter`` found it); the
+        reply waits for ``answer``."""
         task = self._held(holder, task_id, epoch)
         if task.state != State.RUNNING:
             raise IllegalTransition(task_id, task.state, "waiting for an answer")
@@ -230,9 +255,9 @@ class Reports:
             self.batch.emit(holder.peer, events.Answered(task=task_id))
         return answered
 
-    def session_ready(self, peer: Peer, task_id: str, epoch: int, claim: str | None) -> None:
-        """A session says it is ready: tell the harness that holds its task to type it in."""
-        holder = self.reporter(peer, "ready", task_id, True, epoch, claim)
+    def session_ready(self, holder: LiveAgent, task_id: str, epoch: int) -> None:
+        """A session says it is ready: tell the harness that holds its task (``holder``, as
+        ``reporter`` found it) to type it in."""
         task = self._held(holder, task_id, epoch)
         if holder.peer is not None:
             self.batch.emit(holder.peer, events.SessionReady(task=task.id, epoch=task.epoch))
