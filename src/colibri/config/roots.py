@@ -95,7 +95,8 @@ def init_root(target: Path, *, force: bool = False, config: str = TEMPLATE) -> b
     try:
         # O_EXCL|O_NOFOLLOW: an existing colibri.jsonc, or a symlink of that name (even one
         # leading nowhere), is left alone; write_text would follow it and create its target.
-        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+        # Never writable by others, whatever the umask: it says what sessions run as us.
+        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     except FileExistsError:
         return True
     except OSError as exc:
