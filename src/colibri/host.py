@@ -28,7 +28,10 @@ What the portable calls cannot give, and what degrades with it:
   session's process group are not found while the harness runs;
 - a peer's pid is known only where ``xucred`` carries it (FreeBSD 13 and later; else -1), and
   where neither ``LOCAL_PEERCRED`` nor ``getpeereid`` exists (glibc Linux) the peer cannot be
-  told, so the daemon refuses every connection (``forbidden``): it fails closed.
+  told, so the daemon refuses every connection (``forbidden``), and the client every daemon
+  (``trust.check_daemon``): both fail closed;
+- who holds a ``flock`` (``flock_holders``) cannot be told: ``colibri stop`` believes the pid
+  in a lock it has checked is its user's (or root's) own, without asking the lock.
 """
 
 from __future__ import annotations
@@ -137,6 +140,26 @@ def started_at(pid: int) -> float | None:
     except (OSError, StopIteration, ValueError):
         return None
     return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def flock_holders(device: int, inode: int) -> set[int] | None:
+    """The pids holding a ``flock`` on the file ``device``/``inode`` (a process's own lock: a
+    pid file names one process, this says whether it holds the lock), from ``/proc/locks``;
+    None where that cannot be told (portable). A holder outside our pid namespace is not
+    listed: its pid would mean nothing here either."""
+    if not _native_processes():
+        return None
+    try:
+        text = (PROC / "locks").read_text()
+    except OSError:
+        return None
+    # "1: FLOCK  ADVISORY  WRITE 3845 fe:00:1474578 0 EOF" (a waiter's has "->" after "1:")
+    key = f"{os.major(device):02x}:{os.minor(device):02x}:{inode}"
+    return {
+        int(fields[4])
+        for fields in map(str.split, text.splitlines())
+        if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == key and fields[4].isdigit()
+    }
 
 
 def _ps(*args: str) -> str:

@@ -62,6 +62,9 @@ def _workspaces(ctx: Context) -> dict[str, Any] | None:
         found = find_root(Path.cwd())
         if found is None:
             return None
+        from colibri.trust import check_root
+
+        check_root(found)
         return load_config(found).workspaces
     return load_config(ctx.root()).workspaces
 
