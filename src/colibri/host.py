@@ -30,8 +30,10 @@ What the portable calls cannot give, and what degrades with it:
   where neither ``LOCAL_PEERCRED`` nor ``getpeereid`` exists (glibc Linux) the peer cannot be
   told, so the daemon refuses every connection (``forbidden``), and the client every daemon
   (``trust.check_daemon``): both fail closed;
-- who holds a ``flock`` (``flock_holders``) cannot be told: ``colibri stop`` believes the pid
-  in a lock it has checked is its user's (or root's) own, without asking the lock.
+- who holds a ``flock`` (``flock_holders``) and what files a process has open
+  (``open_files``) cannot be told: ``colibri stop`` believes the pid in a lock it has checked
+  is its user's (or root's) own, without asking the lock, and ``backup`` keeps out of the
+  state folder but may replace a file the daemon has open elsewhere.
 """
 
 from __future__ import annotations
@@ -160,6 +162,26 @@ def flock_holders(device: int, inode: int) -> set[int] | None:
         for fields in map(str.split, text.splitlines())
         if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == key and fields[4].isdigit()
     }
+
+
+def open_files(pid: int) -> set[tuple[int, int]] | None:
+    """The files ``pid`` has open, each as its (device, inode); None where that cannot be told
+    (portable, or not ours to look at)."""
+    if not _native_processes():
+        return None
+    folder = PROC / str(pid) / "fd"
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return None
+    found = set()
+    for name in names:
+        try:
+            info = os.stat(folder / name)  # the open file itself, through the fd's link
+        except OSError:
+            continue  # closed meanwhile
+        found.add((info.st_dev, info.st_ino))
+    return found
 
 
 def _ps(*args: str) -> str:

@@ -203,6 +203,56 @@ def test_the_board_itself_is_not_a_target(root: Path, daemon: Daemon) -> None:
     assert daemon.call("ping")["pong"] is True
 
 
+def fingerprint(path: Path) -> tuple[int, int, bytes]:
+    info = os.lstat(path)
+    return info.st_ino, info.st_mtime_ns, path.read_bytes()
+
+
+@sqlite_only
+@pytest.mark.parametrize("name", ["daemon.lock", "ledger.jsonl", "daemon.log", "new.sqlite", "."])
+def test_nothing_in_the_state_folder_is_a_target_even_with_force(
+    root: Path, daemon: Daemon, tmp_path: Path, name: str
+) -> None:
+    """A lock replaced is free for a second daemon (and ``stop`` finds none); a mirror
+    replaced is one the daemon goes on appending to under no name. By its own path, through a
+    link to the folder from outside, as a new file, or as the folder for a dated copy."""
+    daemon.submit("a row for the mirror")
+    state = root / ".colibri"
+    (state / "daemon.log").touch()
+    outside = tmp_path / "state-link"
+    outside.symlink_to(state)
+    before = {p.name: fingerprint(p) for p in state.iterdir() if p.is_file()}
+    for target in (state / name, outside / name):
+        refused = colibri(root, "backup", str(target), "--force")
+        assert refused.returncode == 1
+        line = one_line(refused.stderr)
+        assert f"in {state}, the daemon's state folder" in line and "Traceback" not in line
+    assert {p.name: fingerprint(p) for p in state.iterdir() if p.is_file()} == before
+    assert colibri(root, "stop").returncode == 0  # the daemon's lock still names it
+
+
+@sqlite_only
+def test_a_file_the_daemon_has_open_is_not_a_target_from_outside_its_root(
+    root: Path, daemon: Daemon, tmp_path: Path
+) -> None:
+    """The board named by --store from a folder outside any root: the files of the daemon
+    holding it are known from the process itself — here through a hard link to its mirror."""
+    daemon.submit("a row for the mirror")
+    mirror = root / ".colibri" / "ledger.jsonl"
+    linked = tmp_path / "ledger-copy"
+    os.link(mirror, linked)
+    before = fingerprint(mirror)
+    refused = colibri(None, "backup", "--store", str(board_of(root)), str(linked), "--force",
+                      cwd=tmp_path)  # fmt: skip
+    assert refused.returncode == 1
+    assert one_line(refused.stderr) == (
+        f"colibri: {linked} is a file the daemon has open; it is not replaced, even with "
+        "--force: give another path"
+    )
+    assert fingerprint(mirror) == before and linked.exists()
+    assert backup(root, str(tmp_path / "copy.sqlite"))["tasks"] == 1  # elsewhere: copied
+
+
 def test_a_missing_folder_is_named(root: Path) -> None:
     refused = colibri(root, "backup", str(root / "no" / "such" / "copy.sqlite"))
     assert refused.returncode == 1

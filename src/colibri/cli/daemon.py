@@ -259,15 +259,24 @@ def demo(directory: Path, exit_when_done: bool) -> None:
 def backup(ctx: Context, path: str, store: str | None, force: bool, as_json: bool) -> None:
     """Copy the board to PATH (a file, or a folder to put a dated copy in): one consistent
     snapshot, taken while the daemon runs or not. Restore: docs/OPERATIONS.md."""
+    from colibri.core.errors import RootError
     from colibri.store.backup import backup_board
 
+    root: Path | None
     if store is None:
         from colibri.config import load_config
 
-        store = load_config(ctx.root()).store
-    elif not store.startswith(("postgresql://", "postgres://")):
-        store = os.path.abspath(os.path.expanduser(store))
-    copy = backup_board(store, path, force=force)
+        root = ctx.root()
+        store = load_config(root).store
+    else:
+        if not store.startswith(("postgresql://", "postgres://")):
+            store = os.path.abspath(os.path.expanduser(store))
+        try:
+            root = ctx.root()
+        except RootError:
+            root = None  # a board named by --store, outside any root of ours
+    keep_out, held = _daemons_files(root, store)
+    copy = backup_board(store, path, force=force, keep_out=keep_out, held=held)
     if as_json:
         from colibri.cli.output import print_json
 
@@ -281,3 +290,26 @@ def backup(ctx: Context, path: str, store: str | None, force: bool, as_json: boo
             f"ledger rows (last seq {copy.last_seq}), {copy.bytes / 2**20:.1f} MiB"
         )
     )
+
+
+def _daemons_files(root: Path | None, store: str) -> tuple[list[Path], set[tuple[int, int]]]:
+    """What a backup may not overwrite: the root's state folder, and the files that the
+    root's daemon and the one holding the board's lock have open (where the system says)."""
+    from colibri import host
+    from colibri.client import daemon_pid
+    from colibri.layout import RootLayout
+    from colibri.locks import store_lock
+
+    pids = set()
+    if root is not None and (pid := daemon_pid(root)) is not None:
+        pids.add(pid)
+    try:
+        lock = os.stat(store_lock(store))
+    except OSError:
+        pass  # no lock: no daemon has had the board open (or a PostgreSQL board)
+    else:
+        pids |= host.flock_holders(lock.st_dev, lock.st_ino) or set()
+    held: set[tuple[int, int]] = set()
+    for pid in pids:
+        held |= host.open_files(pid) or set()
+    return ([RootLayout(root).state] if root is not None else []), held
