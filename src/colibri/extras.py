@@ -54,6 +54,11 @@ def missing(exc: ImportError) -> ConfigError | None:
     extra = OPTIONAL.get(name)
     if extra is None:
         return None
+    if isinstance(exc, ModuleNotFoundError):
+        return ConfigError(
+            f"{extra.needed_by} needs {extra.what}, which is not installed: {extra.install}"
+        )
+    # Installed, but not as colibri needs it (too old, half removed): what it said, and the fix.
     return ConfigError(
-        f"{extra.needed_by} needs {extra.what}, which is not installed: {extra.install}"
+        f"{extra.needed_by} needs {extra.what}, which cannot be loaded ({exc}): {extra.install}"
     )

@@ -74,3 +74,15 @@ def test_every_module_imported_lazily_is_known() -> None:
     # come with colibri itself and never load late alone.
     always = {"msgspec", "click", "rich", "pyjson5", "cronsim"}
     assert lazy - always - set(OPTIONAL) == set()
+
+
+def test_an_installed_module_that_cannot_be_loaded_is_said_so() -> None:
+    """Not missing but too old or broken (a name it lacks): the line says what it said."""
+    from colibri.extras import missing
+
+    error = missing(ImportError("cannot import name 'pipeline' from 'psycopg'", name="psycopg"))
+    assert error is not None and error.message == (
+        "the PostgreSQL store needs psycopg, which cannot be loaded (cannot import name "
+        "'pipeline' from 'psycopg'): pip install 'colibri[postgresql]'"
+    )
+    assert missing(ModuleNotFoundError("No module named 'yaml'", name="yaml")) is None
