@@ -32,8 +32,9 @@ What the portable calls cannot give, and what degrades with it:
   (``trust.check_daemon``): both fail closed;
 - who holds a ``flock`` (``flock_holders``) and what files a process has open
   (``open_files``) cannot be told: ``colibri stop`` believes the pid in a lock it has checked
-  is its user's (or root's) own, without asking the lock, and ``backup`` keeps out of the
-  state folder but may replace a file the daemon has open elsewhere.
+  is its user's (or root's) own if the daemon answering on the socket has that pid (or does
+  not say its pid, or does not answer yet), and ``backup`` keeps out of the state folder but
+  may replace a file the daemon has open elsewhere.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import pytest
 from colibri.client import Client
 from colibri.store.backup import backup_board
 from tests.daemon.conftest import Spawn
-from tests.helpers import Daemon, colibri, error_code, one_line, sqlite_only
+from tests.helpers import Daemon, colibri, error_code, one_line, sqlite_only, wait_until
 from tests.reliability.crash_scenarios import mirror_path
 
 
@@ -218,16 +218,20 @@ def test_nothing_in_the_state_folder_is_a_target_even_with_force(
     link to the folder from outside, as a new file, or as the folder for a dated copy."""
     daemon.submit("a row for the mirror")
     state = root / ".colibri"
+    wait_until(lambda: (state / "ledger.jsonl").read_text().endswith("\n"))  # mirrored
     (state / "daemon.log").touch()
     outside = tmp_path / "state-link"
     outside.symlink_to(state)
-    before = {p.name: fingerprint(p) for p in state.iterdir() if p.is_file()}
+    # (The board's own files change as the daemon commits; these change only by the copy.)
+    kept = [state / "daemon.lock", state / "ledger.jsonl", state / "daemon.log"]
+    before = [fingerprint(p) for p in kept]
     for target in (state / name, outside / name):
         refused = colibri(root, "backup", str(target), "--force")
         assert refused.returncode == 1
         line = one_line(refused.stderr)
         assert f"in {state}, the daemon's state folder" in line and "Traceback" not in line
-    assert {p.name: fingerprint(p) for p in state.iterdir() if p.is_file()} == before
+    assert [fingerprint(p) for p in kept] == before
+    assert sorted(p.name for p in state.iterdir() if p.name.endswith(".partial")) == []
     assert colibri(root, "stop").returncode == 0  # the daemon's lock still names it
 
 
@@ -239,6 +243,7 @@ def test_a_file_the_daemon_has_open_is_not_a_target_from_outside_its_root(
     holding it are known from the process itself — here through a hard link to its mirror."""
     daemon.submit("a row for the mirror")
     mirror = root / ".colibri" / "ledger.jsonl"
+    wait_until(lambda: mirror.read_text().endswith("\n"))  # mirrored
     linked = tmp_path / "ledger-copy"
     os.link(mirror, linked)
     before = fingerprint(mirror)

@@ -260,3 +260,31 @@ def test_a_root_allowed_by_name_is_served_by_its_owner(planted: Path) -> None:
     finally:
         daemon.terminate()
         daemon.communicate(timeout=30)
+
+
+@pytest.mark.parametrize("mode", ["auto", "portable-processes"])
+def test_a_lock_rewritten_under_a_running_daemon_signals_nothing_else(
+    root: Path, victim: subprocess.Popen[bytes], mode: str
+) -> None:
+    """The lock's content rewritten to name another process of ours while the daemon holds
+    it: natively the lock's holder tells (no daemon holds it with that pid); the portable way,
+    which cannot ask the lock, the pid answering on the socket does."""
+    from tests.helpers import Daemon
+
+    daemon = Daemon(root)
+    daemon.start()
+    try:
+        plant_lock(root / ".colibri", victim.pid, owner=0)
+        done = colibri(root, "stop", env={"COLIBRI_HOST": mode})
+        assert done.returncode == 1
+        line = one_line(done.stderr)
+        if mode == "auto":
+            assert "no daemon is running" in line
+        else:
+            assert line == (
+                f"colibri: {root}/.colibri/daemon.lock names pid {victim.pid}, but pid "
+                f"{daemon.pid} answers on {root}/.colibri/colibri.sock: nothing was signalled"
+            )
+        assert victim.poll() is None and daemon.call("ping")["pong"] is True
+    finally:
+        daemon.stop()

@@ -207,12 +207,24 @@ def stop(ctx: Context, timeout: float) -> None:
 
     from colibri import host
     from colibri.client import daemon_pid
-    from colibri.core.errors import DaemonNotRunning, LockHeld
+    from colibri.config import host_mode
+    from colibri.core.errors import DaemonNotRunning, LockHeld, RootError
+    from colibri.layout import RootLayout
 
+    host.select(host_mode(os.environ))
     root = ctx.root()
     pid = daemon_pid(root)
     if pid is None:
         raise DaemonNotRunning(str(root))
+    # Where the system cannot say who holds the lock (daemon_pid), the daemon answering on the
+    # socket must be that pid, where the system says the peer's.
+    answering = _answering_pid(root)
+    if answering is not None and answering != pid:
+        layout = RootLayout(root)
+        raise RootError(
+            f"{layout.daemon_lock} names pid {pid}, but pid {answering} answers on "
+            f"{layout.socket}: nothing was signalled"
+        )
     os.kill(pid, signal.SIGTERM)
     give_up = time.monotonic() + timeout
     while host.alive(pid):
@@ -224,6 +236,27 @@ def stop(ctx: Context, timeout: float) -> None:
             )
         time.sleep(0.05)
     click.echo(f"stopped the daemon (pid {pid}) of {root}")
+
+
+def _answering_pid(root: Path) -> int | None:
+    """The pid of the daemon answering on ``root``'s socket (checked as any client checks
+    it), or None: none answers, or the system does not say a peer's pid."""
+    import socket
+
+    from colibri import host
+    from colibri.client import socket_path
+    from colibri.trust import check_daemon
+
+    path = str(socket_path(root))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5)
+        try:
+            sock.connect(path)
+        except OSError:
+            return None  # starting (no socket yet), or gone meanwhile
+        check_daemon(sock, path)
+        pid = host.peer_credentials(sock)[2]
+    return pid if pid > 0 else None
 
 
 @cli.command()
