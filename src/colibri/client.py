@@ -56,6 +56,7 @@ from colibri.core.events import AnyEvent
 from colibri.core.model import Task
 from colibri.endpoints import TcpAddress, parse_connect
 from colibri.layout import RootLayout
+from colibri.trust import check_daemon
 
 #: How long a client waits for its root's daemon while it starts (``daemon_pid`` says one runs).
 STARTING_PATIENCE = 15.0
@@ -188,9 +189,15 @@ def _connect_unix(path: str, root: Path | None, timeout: float | None) -> socket
         sock.settimeout(timeout)
         try:
             sock.connect(path)
-            return sock
         except (FileNotFoundError, ConnectionRefusedError):
             sock.close()
+        else:
+            try:
+                check_daemon(sock, path)  # before a byte is sent
+            except BaseException:
+                sock.close()
+                raise
+            return sock
         import time
 
         now = time.monotonic()
@@ -206,7 +213,9 @@ def daemon_pid(root: Path) -> int | None:
     read, never the lock taken: taking it, even for a moment, could make a daemon starting at
     that moment believe another one runs. A pid is believed only from a process that had
     started when the file was written: a daemon that crashed leaves its pid behind, and the
-    system may give that pid to another process since."""
+    system may give that pid to another process since; and, where the system says who holds
+    a lock (``host.flock_holders``), only from the process that holds this one: a number in a
+    file is not a daemon, and ``colibri stop`` signals what this returns."""
     from colibri import host
 
     try:
@@ -214,7 +223,7 @@ def daemon_pid(root: Path) -> int | None:
     except OSError:
         return None
     try:
-        written = os.fstat(fd).st_mtime
+        info = os.fstat(fd)
         text = os.read(fd, 32).decode(errors="replace").strip()
     except OSError:
         return None
@@ -224,7 +233,10 @@ def daemon_pid(root: Path) -> int | None:
         return None
     started = host.started_at(pid)
     # (A second of slack: the portable clock of a start is whole seconds.)
-    return pid if started is not None and started <= written + 1.0 else None
+    if started is None or started > info.st_mtime + 1.0:
+        return None
+    holders = host.flock_holders(info.st_dev, info.st_ino)
+    return pid if holders is None or pid in holders else None
 
 
 def _closed(why: str = "") -> ConnectionClosed:
@@ -498,6 +510,11 @@ class AsyncClient:
                 transport, _ = await loop.create_unix_connection(lambda: protocol, self.path)
             except (FileNotFoundError, ConnectionRefusedError):
                 raise DaemonNotRunning(str(Path(self.path).parent.parent)) from None
+            try:
+                check_daemon(transport.get_extra_info("socket"), self.path)  # before a byte
+            except BaseException:
+                transport.abort()
+                raise
         self._writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         self._reader_task = asyncio.create_task(self._read(reader), name="client-reader")
         if isinstance(self.target, Remote):

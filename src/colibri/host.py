@@ -28,7 +28,13 @@ What the portable calls cannot give, and what degrades with it:
   session's process group are not found while the harness runs;
 - a peer's pid is known only where ``xucred`` carries it (FreeBSD 13 and later; else -1), and
   where neither ``LOCAL_PEERCRED`` nor ``getpeereid`` exists (glibc Linux) the peer cannot be
-  told, so the daemon refuses every connection (``forbidden``): it fails closed.
+  told, so the daemon refuses every connection (``forbidden``), and the client every daemon
+  (``trust.check_daemon``): both fail closed;
+- who holds a ``flock`` (``flock_holders``) and what files a process has open
+  (``open_files``) cannot be told: ``colibri stop`` believes the pid in a lock it has checked
+  is its user's (or root's) own if the daemon answering on the socket has that pid (or does
+  not say its pid, or does not answer yet), and ``backup`` keeps out of the state folder but
+  may replace a file the daemon has open elsewhere.
 """
 
 from __future__ import annotations
@@ -137,6 +143,46 @@ def started_at(pid: int) -> float | None:
     except (OSError, StopIteration, ValueError):
         return None
     return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def flock_holders(device: int, inode: int) -> set[int] | None:
+    """The pids holding a ``flock`` on the file ``device``/``inode`` (a process's own lock: a
+    pid file names one process, this says whether it holds the lock), from ``/proc/locks``;
+    None where that cannot be told (portable). A holder outside our pid namespace is not
+    listed: its pid would mean nothing here either."""
+    if not _native_processes():
+        return None
+    try:
+        text = (PROC / "locks").read_text()
+    except OSError:
+        return None
+    # "1: FLOCK  ADVISORY  WRITE 3845 fe:00:1474578 0 EOF" (a waiter's has "->" after "1:")
+    key = f"{os.major(device):02x}:{os.minor(device):02x}:{inode}"
+    return {
+        int(fields[4])
+        for fields in map(str.split, text.splitlines())
+        if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == key and fields[4].isdigit()
+    }
+
+
+def open_files(pid: int) -> set[tuple[int, int]] | None:
+    """The files ``pid`` has open, each as its (device, inode); None where that cannot be told
+    (portable, or not ours to look at)."""
+    if not _native_processes():
+        return None
+    folder = PROC / str(pid) / "fd"
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return None
+    found = set()
+    for name in names:
+        try:
+            info = os.stat(folder / name)  # the open file itself, through the fd's link
+        except OSError:
+            continue  # closed meanwhile
+        found.add((info.st_dev, info.st_ino))
+    return found
 
 
 def _ps(*args: str) -> str:

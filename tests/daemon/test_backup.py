@@ -17,7 +17,7 @@ import pytest
 from colibri.client import Client
 from colibri.store.backup import backup_board
 from tests.daemon.conftest import Spawn
-from tests.helpers import Daemon, colibri, error_code, one_line, sqlite_only
+from tests.helpers import Daemon, colibri, error_code, one_line, sqlite_only, wait_until
 from tests.reliability.crash_scenarios import mirror_path
 
 
@@ -201,6 +201,61 @@ def test_the_board_itself_is_not_a_target(root: Path, daemon: Daemon) -> None:
         assert refused.returncode == 1
         assert "is the board itself" in one_line(refused.stderr)
     assert daemon.call("ping")["pong"] is True
+
+
+def fingerprint(path: Path) -> tuple[int, int, bytes]:
+    info = os.lstat(path)
+    return info.st_ino, info.st_mtime_ns, path.read_bytes()
+
+
+@sqlite_only
+@pytest.mark.parametrize("name", ["daemon.lock", "ledger.jsonl", "daemon.log", "new.sqlite", "."])
+def test_nothing_in_the_state_folder_is_a_target_even_with_force(
+    root: Path, daemon: Daemon, tmp_path: Path, name: str
+) -> None:
+    """A lock replaced is free for a second daemon (and ``stop`` finds none); a mirror
+    replaced is one the daemon goes on appending to under no name. By its own path, through a
+    link to the folder from outside, as a new file, or as the folder for a dated copy."""
+    daemon.submit("a row for the mirror")
+    state = root / ".colibri"
+    wait_until(lambda: (state / "ledger.jsonl").read_text().endswith("\n"))  # mirrored
+    (state / "daemon.log").touch()
+    outside = tmp_path / "state-link"
+    outside.symlink_to(state)
+    # (The board's own files change as the daemon commits; these change only by the copy.)
+    kept = [state / "daemon.lock", state / "ledger.jsonl", state / "daemon.log"]
+    before = [fingerprint(p) for p in kept]
+    for target in (state / name, outside / name):
+        refused = colibri(root, "backup", str(target), "--force")
+        assert refused.returncode == 1
+        line = one_line(refused.stderr)
+        assert f"in {state}, the daemon's state folder" in line and "Traceback" not in line
+    assert [fingerprint(p) for p in kept] == before
+    assert sorted(p.name for p in state.iterdir() if p.name.endswith(".partial")) == []
+    assert colibri(root, "stop").returncode == 0  # the daemon's lock still names it
+
+
+@sqlite_only
+def test_a_file_the_daemon_has_open_is_not_a_target_from_outside_its_root(
+    root: Path, daemon: Daemon, tmp_path: Path
+) -> None:
+    """The board named by --store from a folder outside any root: the files of the daemon
+    holding it are known from the process itself — here through a hard link to its mirror."""
+    daemon.submit("a row for the mirror")
+    mirror = root / ".colibri" / "ledger.jsonl"
+    wait_until(lambda: mirror.read_text().endswith("\n"))  # mirrored
+    linked = tmp_path / "ledger-copy"
+    os.link(mirror, linked)
+    before = fingerprint(mirror)
+    refused = colibri(None, "backup", "--store", str(board_of(root)), str(linked), "--force",
+                      cwd=tmp_path)  # fmt: skip
+    assert refused.returncode == 1
+    assert one_line(refused.stderr) == (
+        f"colibri: {linked} is a file the daemon has open; it is not replaced, even with "
+        "--force: give another path"
+    )
+    assert fingerprint(mirror) == before and linked.exists()
+    assert backup(root, str(tmp_path / "copy.sqlite"))["tasks"] == 1  # elsewhere: copied
 
 
 def test_a_missing_folder_is_named(root: Path) -> None:

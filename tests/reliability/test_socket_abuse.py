@@ -33,6 +33,7 @@ from tests.helpers import (
     PYTHON,
     Daemon,
     RawConnection,
+    colibri,
     one_line,
     pong,
     run_as_nobody,
@@ -657,7 +658,12 @@ def test_a_state_folder_of_another_uid_is_refused(root: Path) -> None:
     os.chown(state, 65534, 65534)
     done = run_refused(root)
     assert done.returncode == 1
-    assert "belongs to uid 65534" in one_line(done.stderr)
+    assert "belongs to nobody (uid 65534)" in one_line(done.stderr)
+    assert not (state / "colibri.sock").exists()
+    # Trusted by name, it is still not the daemon's to serve from: it must own its folder.
+    done = colibri(root, "run", env={"COLIBRI_TRUSTED_ROOTS": str(root)})
+    assert done.returncode == 1
+    assert "belongs to uid 65534, not to us" in one_line(done.stderr)
     assert not (state / "colibri.sock").exists()
 
 

@@ -257,12 +257,17 @@ def ledger_export(
 
     after, at_least = _since(since)
     if out is not None:
+        import os
+
         from colibri.core.errors import FileExists
+        from colibri.privatefiles import open_private
 
         try:
-            sink: IO[str] = out.open("x", encoding="utf-8", newline="")
+            # 0600 whatever the umask, as the ledger it copies: task texts, errors, who did what.
+            fd = open_private(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         except FileExistsError:
             raise FileExists(f"{out} exists; give another --out, or remove it") from None
+        sink: IO[str] = open(fd, "w", encoding="utf-8", newline="")
     else:
         sink = sys.stdout
     progress = Progress("exported")

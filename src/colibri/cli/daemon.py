@@ -207,12 +207,24 @@ def stop(ctx: Context, timeout: float) -> None:
 
     from colibri import host
     from colibri.client import daemon_pid
-    from colibri.core.errors import DaemonNotRunning, LockHeld
+    from colibri.config import host_mode
+    from colibri.core.errors import DaemonNotRunning, LockHeld, RootError
+    from colibri.layout import RootLayout
 
+    host.select(host_mode(os.environ))
     root = ctx.root()
     pid = daemon_pid(root)
     if pid is None:
         raise DaemonNotRunning(str(root))
+    # Where the system cannot say who holds the lock (daemon_pid), the daemon answering on the
+    # socket must be that pid, where the system says the peer's.
+    answering = _answering_pid(root)
+    if answering is not None and answering != pid:
+        layout = RootLayout(root)
+        raise RootError(
+            f"{layout.daemon_lock} names pid {pid}, but pid {answering} answers on "
+            f"{layout.socket}: nothing was signalled"
+        )
     os.kill(pid, signal.SIGTERM)
     give_up = time.monotonic() + timeout
     while host.alive(pid):
@@ -224,6 +236,27 @@ def stop(ctx: Context, timeout: float) -> None:
             )
         time.sleep(0.05)
     click.echo(f"stopped the daemon (pid {pid}) of {root}")
+
+
+def _answering_pid(root: Path) -> int | None:
+    """The pid of the daemon answering on ``root``'s socket (checked as any client checks
+    it), or None: none answers, or the system does not say a peer's pid."""
+    import socket
+
+    from colibri import host
+    from colibri.client import socket_path
+    from colibri.trust import check_daemon
+
+    path = str(socket_path(root))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5)
+        try:
+            sock.connect(path)
+        except OSError:
+            return None  # starting (no socket yet), or gone meanwhile
+        check_daemon(sock, path)
+        pid = host.peer_credentials(sock)[2]
+    return pid if pid > 0 else None
 
 
 @cli.command()
@@ -259,15 +292,24 @@ def demo(directory: Path, exit_when_done: bool) -> None:
 def backup(ctx: Context, path: str, store: str | None, force: bool, as_json: bool) -> None:
     """Copy the board to PATH (a file, or a folder to put a dated copy in): one consistent
     snapshot, taken while the daemon runs or not. Restore: docs/OPERATIONS.md."""
+    from colibri.core.errors import RootError
     from colibri.store.backup import backup_board
 
+    root: Path | None
     if store is None:
         from colibri.config import load_config
 
-        store = load_config(ctx.root()).store
-    elif not store.startswith(("postgresql://", "postgres://")):
-        store = os.path.abspath(os.path.expanduser(store))
-    copy = backup_board(store, path, force=force)
+        root = ctx.root()
+        store = load_config(root).store
+    else:
+        if not store.startswith(("postgresql://", "postgres://")):
+            store = os.path.abspath(os.path.expanduser(store))
+        try:
+            root = ctx.root()
+        except RootError:
+            root = None  # a board named by --store, outside any root of ours
+    keep_out, held = _daemons_files(root, store)
+    copy = backup_board(store, path, force=force, keep_out=keep_out, held=held)
     if as_json:
         from colibri.cli.output import print_json
 
@@ -281,3 +323,26 @@ def backup(ctx: Context, path: str, store: str | None, force: bool, as_json: boo
             f"ledger rows (last seq {copy.last_seq}), {copy.bytes / 2**20:.1f} MiB"
         )
     )
+
+
+def _daemons_files(root: Path | None, store: str) -> tuple[list[Path], set[tuple[int, int]]]:
+    """What a backup may not overwrite: the root's state folder, and the files that the
+    root's daemon and the one holding the board's lock have open (where the system says)."""
+    from colibri import host
+    from colibri.client import daemon_pid
+    from colibri.layout import RootLayout
+    from colibri.locks import store_lock
+
+    pids = set()
+    if root is not None and (pid := daemon_pid(root)) is not None:
+        pids.add(pid)
+    try:
+        lock = os.stat(store_lock(store))
+    except OSError:
+        pass  # no lock: no daemon has had the board open (or a PostgreSQL board)
+    else:
+        pids |= host.flock_holders(lock.st_dev, lock.st_ino) or set()
+    held: set[tuple[int, int]] = set()
+    for pid in pids:
+        held |= host.open_files(pid) or set()
+    return ([RootLayout(root).state] if root is not None else []), held

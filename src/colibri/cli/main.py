@@ -178,6 +178,11 @@ def translated(exc: Exception) -> ColibriError:
         return errors.OsFailure(f"{exc.strerror or exc}{where}")
     if isinstance(exc, UnicodeError):
         return errors.BadRequest(f"the input is not UTF-8 text ({exc})")
+    if isinstance(exc, ImportError):
+        from colibri.extras import missing
+
+        if (error := missing(exc)) is not None:
+            return error
     return errors.Internal(
         f"a bug in colibri: {type(exc).__name__}: {exc} (the traceback is above)"
     )

@@ -62,6 +62,9 @@ def _workspaces(ctx: Context) -> dict[str, Any] | None:
         found = find_root(Path.cwd())
         if found is None:
             return None
+        from colibri.trust import check_root
+
+        check_root(found)
         return load_config(found).workspaces
     return load_config(ctx.root()).workspaces
 
@@ -81,10 +84,6 @@ def _write(path: Path, text: str, force: bool) -> None:
         file.write(text)
 
 
-#: What the ``mcp`` extra brings that the server imports.
-SDK_MODULES = ("mcp", "mcp_types", "pydantic")
-
-
 @cli.command("mcp")
 @pass_ctx
 def mcp(ctx: Context) -> None:
@@ -97,16 +96,7 @@ def mcp(ctx: Context) -> None:
     An MCP client starts it as:  colibri --root DIR mcp
     It needs the mcp extra:      pip install 'colibri[mcp]'
     """
-    try:
-        from colibri.cli.mcp_server import serve
-    except ImportError as exc:
-        if (exc.name or "").split(".")[0] not in SDK_MODULES:
-            raise
-        from colibri.core.errors import ConfigError
-
-        raise ConfigError(
-            "colibri mcp needs the MCP SDK, which is not installed: pip install 'colibri[mcp]'"
-        ) from None
+    from colibri.cli.mcp_server import serve  # without the SDK: one line (colibri.extras)
     from colibri.client import socket_path
 
     remote = ctx.remote()

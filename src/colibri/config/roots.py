@@ -12,6 +12,7 @@ from colibri.config.template import TEMPLATE
 from colibri.core.errors import RootError
 from colibri.layout import CONFIG_NAME, STATE_DIR
 from colibri.privatefiles import what
+from colibri.trust import check_root
 
 
 def find_root(start: Path) -> Path | None:
@@ -58,10 +59,13 @@ def check_state_entry(root: Path) -> bool:
 
 
 def resolve_root(explicit: str | None, cwd: Path) -> Path:
+    """The root a command acts on: ``explicit`` (``--root``, ``COLIBRI_ROOT``), else the
+    nearest at or above ``cwd``; refused if it is not one, or not ours (``trust.check_root``)."""
     if explicit:
         root = Path(explicit).expanduser().resolve()
         if not check_state_entry(root):
             raise RootError(f"{root} is not a Colibri root (create one with: colibri init {root})")
+        check_root(root)
         return root
     found = find_root(cwd)
     if found is None:
@@ -69,6 +73,7 @@ def resolve_root(explicit: str | None, cwd: Path) -> Path:
             f"no Colibri root at or above {cwd} (create one with: colibri init, or pass --root)"
         )
     check_state_entry(found)
+    check_root(found)
     return found
 
 
@@ -76,6 +81,9 @@ def init_root(target: Path, *, force: bool = False, config: str = TEMPLATE) -> b
     """Create a root at ``target``, writing ``config`` as its colibri.jsonc unless one is there;
     False if it already was a root (then nothing is written). Refuse inside another root."""
     target = target.expanduser().resolve()
+    # Before anything is made or read: a folder, colibri.jsonc or .colibri another user owns
+    # would have us run what they wrote.
+    check_root(target)
     if check_state_entry(target):
         return False
     enclosing = find_root(target.parent) if target.parent != target else None
@@ -95,7 +103,8 @@ def init_root(target: Path, *, force: bool = False, config: str = TEMPLATE) -> b
     try:
         # O_EXCL|O_NOFOLLOW: an existing colibri.jsonc, or a symlink of that name (even one
         # leading nowhere), is left alone; write_text would follow it and create its target.
-        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+        # Never writable by others, whatever the umask: it says what sessions run as us.
+        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     except FileExistsError:
         return True
     except OSError as exc:

@@ -21,7 +21,6 @@ from colibri.config import Config
 from colibri.core.access import Tenancy
 from colibri.core.errors import (
     ColibriError,
-    ConfigError,
     Internal,
     LockHeld,
     RootError,
@@ -267,9 +266,7 @@ def run_loop(main: Coroutine[Any, Any, int], loop: str = "auto") -> int:
     except ImportError:
         if loop == "uvloop":
             main.close()
-            raise ConfigError(
-                "--loop uvloop: uvloop is not installed (pip install uvloop)"
-            ) from None
+            raise  # the CLI says what to install (colibri.extras)
         return asyncio.run(main)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(main)

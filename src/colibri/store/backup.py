@@ -23,6 +23,7 @@ import secrets
 import sqlite3
 import stat
 import time
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -58,13 +59,25 @@ class BackupCopy:
 
 
 def backup_board(
-    location: str, target: str, *, force: bool = False, pages_per_step: int = PAGES_PER_STEP
+    location: str,
+    target: str,
+    *,
+    force: bool = False,
+    pages_per_step: int = PAGES_PER_STEP,
+    keep_out: Collection[Path] = (),
+    held: Collection[tuple[int, int]] = (),
 ) -> BackupCopy:
     """Copy the SQLite board at ``location`` to ``target`` (a file, or a folder to put a
     ``colibri-<UTC time>.sqlite`` in), whether or not a daemon has the board open.
 
+    ``keep_out``: folders the copy may not go into, links resolved (the root's ``.colibri``);
+    ``held``: the files, as (device, inode), it may not replace (those the daemon has open).
+    Replacing one would not even stop the daemon: it would go on writing the file it has open,
+    under no name, and a lock replaced so is free for a second daemon.
+
     :raises ConfigError: a PostgreSQL board (that is pg_dump's work); no board at
-        ``location``, or one that is not a Colibri board; ``target`` is the board itself.
+        ``location``, or one that is not a Colibri board; ``target`` is the board itself, in
+        ``keep_out`` or ``held``.
     :raises FileExists: ``target`` exists and ``force`` is false, or it is not a file.
     :raises OsFailure: ``target``'s folder is missing, or the copy could not be written.
     """
@@ -73,7 +86,7 @@ def backup_board(
             "the board is a PostgreSQL database: back it up with pg_dump "
             "(see docs/OPERATIONS.md); colibri backup copies SQLite boards"
         )
-    destination = _destination(Path(location), Path(target), force)
+    destination = _destination(Path(location), Path(target), force, keep_out, held)
     source = _open_board(location)
     partial = destination.with_name(f".{destination.name}.{secrets.token_hex(6)}.partial")
     created = False
@@ -100,7 +113,13 @@ def backup_board(
     )  # fmt: skip
 
 
-def _destination(board: Path, target: Path, force: bool) -> Path:
+def _destination(
+    board: Path,
+    target: Path,
+    force: bool,
+    keep_out: Collection[Path],
+    held: Collection[tuple[int, int]],
+) -> Path:
     """The path to write: ``target``, or a new name in it if it is a folder."""
     target = target.expanduser().absolute()
     if target.is_dir() and not target.is_symlink():
@@ -110,10 +129,22 @@ def _destination(board: Path, target: Path, force: bool) -> Path:
     real = os.path.realpath(target)
     if any(real == os.path.realpath(f"{board}{c}") for c in (*COMPANIONS, ".lock")):
         raise ConfigError(f"{target} is the board itself (or a file of it); give another path")
+    for folder in keep_out:
+        inside = os.path.realpath(folder)
+        if real == inside or real.startswith(inside.rstrip(os.sep) + os.sep):
+            raise ConfigError(
+                f"{target} is in {folder}, the daemon's state folder, whose files are the "
+                "daemon's alone (even with --force); give a path outside it"
+            )
     try:
         info = os.lstat(target)
     except FileNotFoundError:
         return target
+    if (info.st_dev, info.st_ino) in held:
+        raise ConfigError(
+            f"{target} is a file the daemon has open; it is not replaced, even with --force: "
+            "give another path"
+        )
     if not stat.S_ISREG(info.st_mode):
         raise FileExists(f"{target} exists and is not a file; it is not replaced, even with "
                          "--force: move it away or give another path")  # fmt: skip

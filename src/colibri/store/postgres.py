@@ -254,13 +254,9 @@ def _connect(dsn: str, silence: float | None = None) -> psycopg.Connection[dict[
     """A connection in autocommit mode; with ``silence``, its waits and its connecting give
     up after that long without a word from the server (connecting: 2 s at least, libpq's
     least ``connect_timeout``)."""
-    try:
-        import psycopg
-        from psycopg.rows import dict_row
-    except ImportError:
-        raise ConfigError(
-            "the PostgreSQL store needs psycopg: pip install 'colibri[postgresql]'"
-        ) from None
+    import psycopg  # not installed: the CLI says what to install (colibri.extras)
+    from psycopg.rows import dict_row
+
     try:
         conn = _heeding_class().connect(
             dsn,
