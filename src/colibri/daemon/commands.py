@@ -21,7 +21,7 @@ import msgspec
 
 from colibri import __version__
 from colibri.core import protocol as p
-from colibri.core import sizes
+from colibri.core import sizes, states
 from colibri.core.access import OWNER, Principal
 from colibri.core.errors import (
     AmbiguousTask,
@@ -358,7 +358,8 @@ class Commands:
 
     def wait(self, req: p.Wait, conn: Connection) -> Reply:
         task_id = self._resolve(conn, req.task)
-        self._task(conn, task_id)
+        if self._task(conn, task_id).state not in states.ENDED:
+            self.server.check_share(conn, "waits")
         task = self.board.wait(conn, req.id, task_id)
         return None if task is None else {"task": task}
 
@@ -390,6 +391,8 @@ class Commands:
         used, after = 0, req.after
         full = False
         principal = self._principal(conn)
+        if req.follow and not conn.follows_ledger:
+            self.server.check_share(conn, "follows")
         if req.task is not None:
             task_id = self._resolve(conn, req.task)
             req = msgspec.structs.replace(req, task=task_id)

@@ -107,10 +107,13 @@ class Connection(asyncio.Protocol):
 
     def _admit(self) -> bool:
         """Take a place among the connections (a TCP peer: once it has authenticated)."""
-        if self.server.connection_count >= self.server.config.server.max_connections:
-            if not self.server.evict_idle():
-                self._refuse(Busy("too many connections; try again later"))
-                return False
+        try:
+            refusal = self.server.admission(self)
+        except Busy as exc:
+            refusal = exc.message
+        if refusal is not None:
+            self._refuse(Busy(refusal))
+            return False
         self.server.connections.add(self)
         return True
 

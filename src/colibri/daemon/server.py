@@ -23,6 +23,7 @@ import msgspec
 from colibri.config import Config
 from colibri.core import protocol
 from colibri.core.errors import (
+    Busy,
     ColibriError,
     Forbidden,
     Internal,
@@ -160,6 +161,59 @@ class Server:
     def connection_for(self, remote: str, accepted: float) -> Connection:
         """A connection for a TCP peer at ``remote``, accepted at ``accepted`` (loop time)."""
         return Connection(self, remote, accepted)
+
+    def admission(self, conn: Connection) -> str | None:
+        """Why ``conn`` may not take a place among the connections, or None if it may. The Unix
+        socket's peers have ``server.max_connections`` places; the TCP peers that have
+        authenticated ``server.remote_connections`` of their own, one token and one tenant a
+        share of those, so that no token can crowd out the owner or another tenant."""
+        settings = self.config.server
+        remote = conn.remote is not None
+        if remote:
+            self.check_share(conn, "connections")
+        cap = settings.remote_connections if remote else settings.max_connections
+        held = sum(1 for c in self.connections if (c.remote is not None) == remote)
+        if held < cap or self.evict_idle(remote):
+            return None
+        if remote:
+            return f"too many TCP connections ({held}, server.remote_connections); try again later"
+        return "too many connections; try again later"
+
+    def check_share(self, conn: Connection, kind: str) -> None:
+        """Raise ``Busy`` if ``conn``'s token, or its tenant's tokens together, hold as many
+        ``kind`` as ``server.token_<kind>`` or ``server.tenant_<kind>`` allow: ``connections``
+        (``conn`` not yet among them), ``waits`` still to be answered or ledger ``follows``.
+        The owner's connections have no share: they are never counted or refused."""
+        principal = conn.principal
+        if principal is None or principal.is_owner:
+            return
+        count: Callable[[Connection], int] = {
+            "connections": lambda c: 1,
+            "waits": self.board.audience.waiting,
+            "follows": lambda c: int(c.follows_ledger),
+        }[kind]
+        token = tenant = 0
+        for other in self.connections:
+            theirs = other.principal
+            if other.remote is None or theirs is None or theirs.tenant != principal.tenant:
+                continue
+            n = count(other)
+            tenant += n
+            if theirs.token == principal.token:
+                token += n
+        settings = self.config.server
+        what = {"connections": "connections open", "waits": "waits unanswered",
+                "follows": "ledger follows"}[kind]  # fmt: skip
+        if tenant >= getattr(settings, f"tenant_{kind}"):
+            whose, n, setting = f"tenant {principal.tenant}'s tokens", tenant, f"tenant_{kind}"
+        elif token >= getattr(settings, f"token_{kind}"):
+            whose, n, setting = f"token {principal.token}", token, f"token_{kind}"
+        else:
+            return
+        raise Busy(
+            f"{whose} {'have' if whose.endswith('s') else 'has'} {n} {what}, as many as "
+            f"server.{setting} allows; end some first, or have the daemon's owner raise it"
+        )
 
     def login_failed(self, remote: str) -> None:
         if self.throttle.failed(remote):
@@ -592,13 +646,17 @@ class Server:
             and not (self.bus is not None and self.bus.owes(conn))
         )
 
-    def evict_idle(self) -> bool:
-        """Make room for a new connection at the cap: close the anonymous connection that has
-        been silent longest, if one has been for EVICT_AFTER. Agents, subscribers and those
-        waiting for a reply are never evicted, so peers that connect and say nothing cannot
-        lock anyone out."""
+    def evict_idle(self, remote: bool) -> bool:
+        """Make room for a new connection at the cap of its kind (``remote``: TCP, else the
+        Unix socket): close the anonymous connection of that kind that has been silent longest,
+        if one has been for EVICT_AFTER. Agents, subscribers and those waiting for a reply are
+        never evicted, so peers that connect and say nothing cannot lock anyone out."""
         cutoff = self.loop.time() - EVICT_AFTER
-        idle = [c for c in self.connections if c.last_active <= cutoff and self._evictable(c)]
+        idle = [
+            c
+            for c in self.connections
+            if (c.remote is not None) == remote and c.last_active <= cutoff and self._evictable(c)
+        ]
         if not idle:
             return False
         victim = min(idle, key=lambda c: c.last_active)
