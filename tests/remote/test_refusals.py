@@ -501,3 +501,44 @@ def test_a_peer_that_takes_the_connection_and_says_nothing_does_not_hold_a_clien
         assert asyncio.run(asyncio.wait_for(connect(), CONNECT_TIMEOUT + 20)) == "no_daemon"
     finally:
         silent.close()
+
+
+def test_a_tls_handshake_that_never_comes_is_told_as_slow_not_as_a_certificate_problem(
+    tmp_path: Path,
+) -> None:
+    """A listener that takes the connection and never answers the TLS handshake (a daemon
+    whose loop is held up looks so): the client says the handshake was not done in time, and
+    tries the next address, instead of blaming --tls-ca."""
+    import asyncio
+
+    from colibri.client import AsyncClient
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    address = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+    token = "colibri_0123456789ab_" + "x" * 43
+    try:
+        remote = Remote.parse(address, token=token)
+        with pytest.raises(ColibriError) as caught:
+            Client.remote(remote, timeout=0.5)
+        assert caught.value.code == "no_daemon"
+        assert caught.value.message == (
+            f"no daemon answers at {address}: {address}: connected, "
+            "but the TLS handshake was not done within 0.5s: the daemon or the network is slow "
+            "(not a certificate problem); try again"
+        )
+        assert "--tls-ca" not in caught.value.message
+
+        async def connect() -> ColibriError:
+            try:
+                await AsyncClient(remote).connect()
+            except ColibriError as exc:
+                return exc
+            raise AssertionError("connected to a silent listener")
+
+        error = asyncio.run(asyncio.wait_for(connect(), 60))
+        assert error.code == "no_daemon" and "TLS handshake within 10s" in error.message
+        assert "--tls-ca" not in error.message
+    finally:
+        silent.close()
