@@ -51,8 +51,9 @@ Reply = dict[str, Any] | None
 #: Tasks and ledger rows read from the store at a time for one reply.
 LIST_PAGE = 64
 LEDGER_PAGE = 500
-#: Ledger rows a token's ``ledger`` reads at most per request (its tenant's among them).
-LEDGER_SCAN = 20_000
+#: Ledger rows a token's ``ledger`` reads at most per request (all of them its tenant's): one
+#: page, a few milliseconds of the loop, so that others wait little behind one request.
+LEDGER_SCAN = LEDGER_PAGE
 #: The length of a whole task id (a UUID's text), and the characters of one: anything shorter
 #: made of these may be a prefix of ids, as git and docker take them.
 WHOLE_ID = 36
@@ -399,12 +400,13 @@ class Commands:
             if not principal.is_owner:
                 self._task(conn, task_id)
         scanned = req.after
-        # A token's tenant may be small on a large board: its rows are sought a bounded number
-        # of rows at a time, and the client asks again from ``next``.
+        # A token reads its tenant's rows only, by an index (what a read costs is its own
+        # rows, not the board's), and a bounded number of them per request: the client asks
+        # again from ``next``, and the others' requests are served in between.
         budget = None if principal.is_owner else LEDGER_SCAN
         while len(rows) < req.limit and not full:
             want = min(LEDGER_PAGE, req.limit - len(rows))
-            page = self.board.store.ledger(after, want, req.task)
+            page = self.board.store.ledger(after, want, req.task, principal.tenant)
             if budget is not None:
                 budget -= len(page)
             for row in page:
@@ -426,7 +428,10 @@ class Commands:
         if req.follow:
             self.server.follow_ledger(conn, req.task)
         last = rows[-1].seq if full and rows and budget is None else scanned
-        more = full or (len(rows) == req.limit and bool(self.board.store.ledger(last, 1, req.task)))
+        more = full or (
+            len(rows) == req.limit
+            and bool(self.board.store.ledger(last, 1, req.task, principal.tenant))
+        )
         return {"entries": rows, "next": last, "more": more}
 
     def register_agent(self, req: p.RegisterAgent, conn: Connection) -> Reply:

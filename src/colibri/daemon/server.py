@@ -15,7 +15,8 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import msgspec
@@ -51,6 +52,9 @@ MEMBERSHIP_TTL = 60.0
 #: At the connection cap, a newcomer takes the place of an anonymous connection that has
 #: said nothing for at least this long (the one silent longest).
 EVICT_AFTER = 5.0
+#: The time one principal's requests may take in one loop turn (its connections together);
+#: past it they wait for the next turn, after everyone else's of this one.
+TURN_TIME = 0.005
 
 
 def in_group(uid: int, gid: int, group: int) -> bool:
@@ -122,6 +126,11 @@ class Server:
         self.metrics_url: str | None = None
         #: Failed logins over TCP, per address (``gateway.py``).
         self.throttle = Throttle(config.server.auth_failures)
+        #: Time each principal's requests took this loop turn (``may_serve``), and the
+        #: connections waiting for the next turn, by principal, in the order they are served.
+        self._spent: dict[Hashable, float] = {}
+        self._waiting: dict[Hashable, deque[Connection]] = {}
+        self._turn_scheduled = False
 
     def attach(
         self,
@@ -223,7 +232,63 @@ class Server:
                 extra={"event": "login_throttled", "peer": remote},
             )
 
+    # -- turns -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _principal_of(conn: Connection) -> Hashable:
+        """Whose time a connection's requests take: a Unix peer's uid, a token's tenant (all
+        its tokens together), an anonymous TCP peer's address."""
+        if conn.remote is None:
+            return ("uid", conn.peer[0] if conn.peer else -1)
+        if conn.principal is None:
+            return ("address", conn.remote)
+        return ("tenant", conn.principal.tenant)
+
+    def may_serve(self, conn: Connection) -> bool:
+        """Whether ``conn``'s principal has time left in this loop turn (``TURN_TIME``).
+        Reads run on the loop (pipelined requests are answered as if run in order), so
+        a principal that pipelines expensive reads must leave the turn to the others: the
+        owner's ping is answered within a turn whatever a tenant asks for."""
+        return self._spent.get(self._principal_of(conn), 0.0) < TURN_TIME
+
+    def wait_turn(self, conn: Connection) -> None:
+        """``conn`` has lines left that must wait: it is resumed next turn, behind the
+        connections of its principal that waited longer (round-robin)."""
+        queue = self._waiting.setdefault(self._principal_of(conn), deque())
+        queue.append(conn)
+        self._next_turn_soon()
+
+    def _next_turn_soon(self) -> None:
+        if not self._turn_scheduled:
+            self._turn_scheduled = True
+            self.loop.call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        """A new loop turn: every principal has its time again, and the waiting connections
+        are resumed, each principal's in turn; those a principal had no time left for go
+        first at the next turn."""
+        self._turn_scheduled = False
+        self._spent.clear()
+        waiting, self._waiting = self._waiting, {}
+        for key, queue in waiting.items():
+            while queue:
+                conn = queue.popleft()
+                conn.resume()
+                if queue and self._spent.get(key, 0.0) >= TURN_TIME:
+                    self._waiting.setdefault(key, deque()).extendleft(reversed(queue))
+                    self._next_turn_soon()
+                    break
+
     def handle_line(self, conn: Connection, line: bytes) -> None:
+        started = time.perf_counter()
+        try:
+            self._handle_line(conn, line)
+        finally:
+            key = self._principal_of(conn)
+            self._spent[key] = self._spent.get(key, 0.0) + time.perf_counter() - started
+            self._next_turn_soon()
+
+    def _handle_line(self, conn: Connection, line: bytes) -> None:
         try:
             req = protocol.decode_request(line)
         except ColibriError as exc:
