@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -24,8 +25,14 @@ from tests.remote.test_refusals import tls_socket
 
 #: The tenant's own ledger rows with a cost: each ``cost`` it asks for sums them all.
 COST_ROWS = 40_000
+#: Tenant tb's tasks: one family, a root and its children.
+FAMILY = 5_000
 #: Flooding connections, and the requests each pipelines at once.
 FLOODERS, EACH = 3, 40
+
+
+def task_id(n: int) -> str:
+    return str(uuid.UUID(int=n + 1))
 
 
 @pytest.fixture
@@ -47,19 +54,37 @@ def grown(tmp_path: Path, pki: Pki) -> Iterator[TlsDaemon]:
                 "VALUES ('2026-01-01T00:00:00.000Z', ?, 'tb', 'running', 'done', 'a1', 1, ?)",
                 ((f"task-{n}", cost) for n in range(COST_ROWS)),
             )
+            # A family of FAMILY tasks (the root, the rest its children), ended long ago.
+            conn.executemany(
+                "INSERT INTO tasks (id, tenant, text, capabilities, parent, state, outcome, "
+                "labels, created_at, updated_at) VALUES (?, 'tb', ?, '[]', ?, 'closed', 'done', "
+                "'[]', '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z')",
+                ((task_id(n), "x" * 300, None if n == 0 else task_id(0)) for n in range(FAMILY)),
+            )
         daemon.start()
         yield daemon
     finally:
         daemon.stop()
 
 
+@pytest.mark.parametrize(
+    "request_",
+    [
+        {"cmd": "cost", "by": "agent"},
+        {"cmd": "ledger", "after": 0, "limit": 10_000},
+        {"cmd": "list", "count": True, "limit": 10_000},
+        {"cmd": "family", "task": task_id(0)},
+    ],
+    ids=["cost", "ledger", "list", "family"],
+)
 def test_a_tenants_pipelined_expensive_reads_do_not_hold_up_the_owners_ping(
-    grown: TlsDaemon,
+    grown: TlsDaemon, request_: dict[str, object]
 ) -> None:
-    """Three connections of tenant tb's token each pipeline 40 ``cost`` requests, each summing
-    tb's 40,000 rows. Before, the daemon took 64 lines of each connection per loop turn, so
-    the owner's ping, sent after them, came back after all 120. Now the tenant has a share of
-    each turn and the owner its own: the ping is answered before a third of them are."""
+    """Three connections of tenant tb's token each pipeline 40 reads of its own large ledger
+    or family (``cost`` sums 40,000 rows). Before, the daemon took 64 lines of each
+    connection per loop turn, so the owner's ping, sent after them, came back after all 120.
+    Now the tenant has a share of each turn and the owner its own: the ping is answered
+    before a third of them are."""
     token = grown.token("operator", "tb")
     socks = [tls_socket(grown) for _ in range(FLOODERS)]
     replies = 0
@@ -86,8 +111,7 @@ def test_a_tenants_pipelined_expensive_reads_do_not_hold_up_the_owners_ping(
         for thread in threads:
             thread.start()
         batch = b"".join(
-            json.dumps({"cmd": "cost", "id": n, "by": "agent"}).encode() + b"\n"
-            for n in range(1, EACH + 1)
+            json.dumps({"id": n, **request_}).encode() + b"\n" for n in range(1, EACH + 1)
         )
         for sock in socks:
             sock.sendall(batch)
@@ -118,3 +142,18 @@ def test_an_empty_tenants_reads_of_a_large_board_cost_it_nothing(grown: TlsDaemo
         assert reply["next"] == reply["entries"][-1]["seq"]
         (total,) = client.call("cost", by="tenant")["totals"]
         assert (total["key"], total["sessions"]) == ("tb", COST_ROWS)
+
+
+def test_a_tokens_list_and_family_read_a_bounded_part_of_its_own_rows(grown: TlsDaemon) -> None:
+    """A token's ``list`` holds 500 tasks at most, its ``family`` about 1 MiB: the rest from
+    ``next``, or by ``list`` and ``parent``. The owner's are as before."""
+    with grown.connect(grown.token("operator", "tb")) as client:
+        page = client.call("list", limit=10_000, count=True)
+        assert len(page["tasks"]) == 500 and page["next"] == page["tasks"][-1]["id"]
+        assert page["remaining"] == FAMILY - 500
+        family = client.call("family", task=task_id(7))
+        assert family["root"] == task_id(0) and not family["complete"]
+        assert 1_000 < len(family["tasks"]) < FAMILY
+    family = grown.call("family", task=task_id(7))
+    assert family["complete"] and len(family["tasks"]) == FAMILY
+    assert len(grown.call("list", tenant="tb", limit=10_000)["tasks"]) == FAMILY

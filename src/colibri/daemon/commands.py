@@ -51,9 +51,13 @@ Reply = dict[str, Any] | None
 #: Tasks and ledger rows read from the store at a time for one reply.
 LIST_PAGE = 64
 LEDGER_PAGE = 500
-#: Ledger rows a token's ``ledger`` reads at most per request (all of them its tenant's): one
-#: page, a few milliseconds of the loop, so that others wait little behind one request.
+#: What one request of a token reads at most, all of it its tenant's: ``ledger`` rows and
+#: ``list`` tasks (a page each, a few milliseconds of the loop), ``family`` members by bytes of
+#: reply. The others wait behind one request at most (``Server.may_serve``): it must be short.
+#: The client goes on from ``next`` (``family``: by ``list`` and ``parent``).
 LEDGER_SCAN = LEDGER_PAGE
+TOKEN_LIST = 500
+TOKEN_FAMILY_BYTES = sizes.REPLY_BUDGET // 8
 #: The length of a whole task id (a UUID's text), and the characters of one: anything shorter
 #: made of these may be a prefix of ids, as git and docker take them.
 WHOLE_ID = 36
@@ -285,14 +289,16 @@ class Commands:
         """Up to ``limit`` tasks, and fewer when they would pass REPLY_BUDGET bytes: read
         from the store a page at a time, so a long page is never built whole. Oldest first,
         or newest first (``newest``); ``next`` is where the next page starts, in that order."""
-        tenant = self._principal(conn).tenant_for(req.tenant)
+        principal = self._principal(conn)
+        tenant = principal.tenant_for(req.tenant)
         if tenant is not None:
             self.board.tenancy.check(tenant)
         parent = None if req.parent is None else self._resolve(conn, req.parent)
+        limit = req.limit if principal.is_owner else min(req.limit, TOKEN_LIST)
         query = TaskFilter(
             state=req.state, outcome=req.outcome, agent=req.agent, workspace=req.workspace,
             parent=parent, tenant=tenant, after=req.after, before=req.before,
-            newest=req.newest, limit=req.limit,
+            newest=req.newest, limit=limit,
         )  # fmt: skip
         tasks, exhausted = self._list_page(query)
         last = tasks[-1].id if tasks and not exhausted else None
@@ -344,7 +350,8 @@ class Commands:
     def family(self, req: p.Family, conn: Connection) -> Reply:
         task_id = self._resolve(conn, req.task)
         self._task(conn, task_id)
-        top, members, complete = self.board.family(task_id)
+        budget = sizes.REPLY_BUDGET if self._principal(conn).is_owner else TOKEN_FAMILY_BYTES
+        top, members, complete = self.board.family(task_id, budget)
         return {"root": top, "tasks": members, "complete": complete}
 
     def retry(self, req: p.Retry, conn: Connection) -> Reply:
