@@ -54,7 +54,7 @@ MEMBERSHIP_TTL = 60.0
 EVICT_AFTER = 5.0
 #: The time one principal's requests may take in one loop turn (its connections together);
 #: past it they wait for the next turn, after everyone else's of this one.
-TURN_TIME = 0.005
+TURN_TIME = 0.001
 
 
 def in_group(uid: int, gid: int, group: int) -> bool:
