@@ -116,6 +116,15 @@ def ping_latencies(path: Path, pings: int) -> list[float]:
     return sorted(times)
 
 
+def end(worker: multiprocessing.Process | None, stop: Any) -> None:
+    """Tell the abusing process to stop, and kill it if it does not within 30 s."""
+    stop.set()
+    if worker is not None:
+        worker.join(timeout=30)
+        if worker.is_alive():
+            worker.kill()
+
+
 def one_run(pings: int) -> dict[str, dict[str, float]]:
     results: dict[str, dict[str, float]] = {}
     with Daemon() as daemon:
@@ -130,11 +139,7 @@ def one_run(pings: int) -> dict[str, dict[str, float]]:
             try:
                 times = ping_latencies(daemon.socket, pings)
             finally:
-                stop.set()
-                if worker is not None:
-                    worker.join(timeout=10)
-                    if worker.is_alive():
-                        worker.kill()
+                end(worker, stop)
             assert daemon.process is not None and daemon.process.poll() is None, "daemon died"
             p50, p99 = percentile(times, 50), percentile(times, 99)
             results[name] = {"p50_ms": p50, "p99_ms": p99}
@@ -241,11 +246,7 @@ def tenant_run(pings: int, rows: int, pki_dir: Path) -> dict[str, dict[str, floa
                 times = ping_latencies(daemon.socket, pings)
                 flooded = served.value - start
             finally:
-                stop.set()
-                if worker is not None:
-                    worker.join(timeout=30)
-                    if worker.is_alive():
-                        worker.kill()
+                end(worker, stop)
             assert daemon.process is not None and daemon.process.poll() is None, "daemon died"
             p50, p99 = percentile(times, 50), percentile(times, 99)
             results[name] = {"p50_ms": p50, "p99_ms": p99, "flood_replies": flooded}
