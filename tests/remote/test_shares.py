@@ -9,6 +9,7 @@ Real TLS on loopback, raw sockets where a flooder would not use the client.
 from __future__ import annotations
 
 import json
+import socket
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
@@ -185,3 +186,16 @@ def test_one_tenant_never_fills_the_tcp_room(peers: Peers) -> None:
     message = busy(peers.open(daemon.token("operator", "td"), {"cmd": "ping"})[0])
     assert "server.remote_connections" in message
     assert daemon.call("ping")["pong"]  # the Unix socket's one place is its own
+
+
+def test_tcp_handshakes_are_bounded_by_the_tcp_room_not_the_unix_sockets(peers: Peers) -> None:
+    """Peers still in their TLS handshake count against server.remote_connections: with one
+    place on the Unix socket, three silent TCP peers do not turn a token away."""
+    daemon = peers.start(max_connections=1)
+    silent = [socket.create_connection(("127.0.0.1", daemon.port)) for _ in range(3)]
+    try:
+        token = daemon.token("operator", "tb")
+        assert peers.open(token, {"cmd": "ping"})[1]["pong"]
+    finally:
+        for sock in silent:
+            sock.close()
