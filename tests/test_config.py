@@ -168,7 +168,7 @@ def test_a_tenants_share_stays_below_the_tcp_room_and_a_tokens_within_its_tenant
     to fit the setting it is a share of."""
     server = loaded(root, "{}").server
     assert (server.remote_connections, server.tenant_connections, server.token_connections) == (
-        256, 64, 32)  # fmt: skip
+        512, 256, 128)  # fmt: skip
     assert (server.token_waits, server.tenant_waits) == (1000, 4000)
     assert (server.token_follows, server.tenant_follows) == (8, 32)
     text = '{"server": {"remote_connections": 10, "tenant_connections": 10}}'

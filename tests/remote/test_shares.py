@@ -89,27 +89,28 @@ FOLLOW = {"cmd": "ledger", "after": 1_000_000_000, "follow": True}
 
 def test_one_operator_tokens_follows_leave_the_owner_and_other_tenants_in(peers: Peers) -> None:
     """256 connections of one operator token, each following the ledger (which locked out
-    the Unix socket and every other token before): 32 are let in, the rest told busy naming
+    the Unix socket and every other token before): 128 are let in, the rest told busy naming
     server.token_connections, and 8 of those follow (server.token_follows); a second token of
-    the tenant gets the tenant's other 32, then busy naming server.tenant_connections; the
+    the tenant gets the tenant's other 128, then busy naming server.tenant_connections; the
     owner (its socket's cap 4) and another tenant are served throughout."""
     daemon = peers.start(max_connections=4)
     flooder = daemon.token("operator", "tb")
     outcomes = [peers.open(flooder, FOLLOW) for _ in range(256)]
     let_in = [o for o in outcomes if o[0]["ok"]]
     refused = [busy(o[0]) for o in outcomes if not o[0]["ok"]]
-    assert (len(let_in), len(refused)) == (32, 224)
+    assert (len(let_in), len(refused)) == (128, 128)
     follows = [o[1] for o in let_in]  # and of those, 8 follow (server.token_follows)
-    assert [f["ok"] for f in follows] == [True] * 8 + [False] * 24
+    assert [f["ok"] for f in follows] == [True] * 8 + [False] * 120
     assert "server.token_follows" in busy(follows[8])
-    assert "32 connections open" in refused[0] and "server.token_connections" in refused[0]
+    assert "128 connections open" in refused[0] and "server.token_connections" in refused[0]
     second = daemon.token("operator", "tb")
-    outcomes = [peers.open(second, FOLLOW) for _ in range(40)]
+    outcomes = [peers.open(second, {"cmd": "ping"}) for _ in range(140)]
     refused = [busy(o[0]) for o in outcomes if not o[0]["ok"]]
-    assert len(refused) == 8
-    assert "tenant tb's tokens" in refused[0] and "server.tenant_connections" in refused[0]
+    assert len(refused) == 12
+    assert "tenant tb's tokens have 256" in refused[0]
+    assert "server.tenant_connections" in refused[0]
     # The owner, on a socket of 4 places, and tenant ta over TCP, as if nothing happened.
-    assert daemon.call("status")["daemon"]["connections"] == 64 + 1
+    assert daemon.call("status")["daemon"]["connections"] == 256 + 1
     with daemon.connect(daemon.token("operator", "ta")) as other:
         assert other.call("ping")["pong"]
         assert other.call("status")["you"]["tenant"] == "ta"
@@ -133,16 +134,33 @@ def test_follows_are_capped_per_token_and_per_tenant(peers: Peers) -> None:
         assert owner.call("ledger", after=10**9, follow=True)["entries"] == []
 
 
+def test_an_agent_tokens_256_waits_leave_the_owner_and_other_tenants_in(peers: Peers) -> None:
+    """An agent token waiting on its own pending task over 256 connections (which locked out
+    the owner and everyone before): 128 wait, 128 are told busy naming
+    server.token_connections; the owner and another tenant are served, and the waits are
+    answered when the task ends."""
+    daemon = peers.start(max_connections=4)
+    task = daemon.submit("t", tenant="tb", capabilities=["x"])["id"]
+    agent = daemon.token("agent", "tb", agent="a1")
+    outcomes = [peers.pipeline(agent, {"cmd": "wait", "task": task}) for _ in range(256)]
+    waiting = [reader for auth, reader in outcomes if auth["ok"]]
+    refused = [busy(auth) for auth, _ in outcomes if not auth["ok"]]
+    assert (len(waiting), len(refused)) == (128, 128)
+    assert "has 128 connections open" in refused[0]
+    assert "server.token_connections" in refused[0]
+    assert daemon.call("status")["daemon"]["connections"] == 128 + 1
+    with daemon.connect(daemon.token("operator", "ta")) as other:
+        assert other.call("ping")["pong"]
+    daemon.call("cancel", task=task)
+    assert {json.loads(reader.readline())["task"]["state"] for reader in waiting} == {"cancelled"}
+
+
 def test_an_agent_tokens_waits_are_capped_and_others_wait_as_before(peers: Peers) -> None:
-    """An agent token waiting on its own pending tasks, over many connections (its share of
-    connections stops it at 32) and pipelined on one (its share of waits stops it at 5)."""
+    """Waits pipelined on one connection: the token's share of waits stops it at 5, the
+    tenant's at 8; another tenant and the owner wait as before."""
     daemon = peers.start(token_waits=5, tenant_waits=8)
     tasks = [daemon.submit(f"t{n}", tenant="tb", capabilities=["x"])["id"] for n in range(4)]
     agent = daemon.token("agent", "tb", agent="a1")
-    outcomes = [peers.pipeline(agent, {"cmd": "wait", "task": tasks[0]})[0] for _ in range(40)]
-    refused = [busy(o) for o in outcomes if not o["ok"]]
-    assert len(refused) == 8 and "server.token_connections" in refused[0]
-    peers.close()
 
     waits = [{"cmd": "wait", "task": tasks[n % 4]} for n in range(7)]
     auth, reader = peers.pipeline(agent, *waits, {"cmd": "ping"})

@@ -109,11 +109,11 @@ class ServerSettings:
     auth_failures: int = 20
     #: TCP peers that have authenticated, every token's together: a budget of their own, apart
     #: from ``max_connections`` (the Unix socket's), so no token can take the owner's room.
-    remote_connections: int = 256
+    remote_connections: int = 512
     #: Of those, what one token, and all the tokens of one tenant, may hold at once: one
     #: tenant can never fill ``remote_connections`` (``tenant_connections`` is kept below it).
-    token_connections: int = 32
-    tenant_connections: int = 64
+    token_connections: int = 128
+    tenant_connections: int = 256
     #: ``wait`` requests still to be answered, of one token and of one tenant's tokens.
     token_waits: int = 1000
     tenant_waits: int = 4000
