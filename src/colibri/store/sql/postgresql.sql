@@ -236,8 +236,8 @@ ALTER TABLE hives ADD COLUMN tenants TEXT[];
 -- name: migration_7
 -- A tenant's reads cost by its own rows: its ledger in seq order (ledger --follow, a token's
 -- ledger and cost), its tasks in id order (a token's list, its id prefixes).
-CREATE INDEX ledger_tenant ON ledger (tenant, seq);
-CREATE INDEX tasks_tenant ON tasks (tenant, id);
+CREATE INDEX IF NOT EXISTS ledger_tenant ON ledger (tenant, seq);
+CREATE INDEX IF NOT EXISTS tasks_tenant ON tasks (tenant, id);
 
 -- name: hive_beat
 INSERT INTO hives (id, address, host, pid, root, ttl, started_at, last_beat, sharing, agents,

@@ -119,8 +119,8 @@ CREATE TABLE tokens (
 -- name: migration_5
 -- A tenant's reads cost by its own rows: its ledger in seq order (ledger --follow, a token's
 -- ledger and cost), its tasks in id order (a token's list, its id prefixes).
-CREATE INDEX ledger_tenant ON ledger (tenant, seq);
-CREATE INDEX tasks_tenant ON tasks (tenant, id);
+CREATE INDEX IF NOT EXISTS ledger_tenant ON ledger (tenant, seq);
+CREATE INDEX IF NOT EXISTS tasks_tenant ON tasks (tenant, id);
 
 -- name: insert_task
 -- Positional values, in the order of colibri.store.rows.TASK_COLUMNS, then the fingerprint.
