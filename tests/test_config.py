@@ -160,6 +160,30 @@ def test_the_new_scheduler_and_server_settings_have_their_defaults(root: Path) -
     assert config.server.idle_timeout == 300.0 == ServerSettings().idle_timeout
 
 
+def test_a_tenants_share_stays_below_the_tcp_room_and_a_tokens_within_its_tenants(
+    root: Path,
+) -> None:
+    """One tenant can never fill server.remote_connections, nor one token hold more than its
+    tenant may: a share set too large is refused naming both settings; one left unset shrinks
+    to fit the setting it is a share of."""
+    server = loaded(root, "{}").server
+    assert (server.remote_connections, server.tenant_connections, server.token_connections) == (
+        512, 256, 128)  # fmt: skip
+    assert (server.token_waits, server.tenant_waits) == (1000, 4000)
+    assert (server.token_follows, server.tenant_follows) == (8, 32)
+    text = '{"server": {"remote_connections": 10, "tenant_connections": 10}}'
+    message = refused(root, text)
+    assert "server.tenant_connections is 10, more than server.remote_connections (10)" in message
+    assert "one tenant always leaves room for the others" in message
+    message = refused(root, '{"server": {"token_waits": 5000}}')
+    assert "server.token_waits is 5000, more than server.tenant_waits (4000) allows" in message
+    shrunk = loaded(root, '{"server": {"remote_connections": 10}}').server
+    assert (shrunk.tenant_connections, shrunk.token_connections) == (9, 9)
+    assert loaded(root, '{"server": {"tenant_follows": 3}}').server.token_follows == 3
+    single = loaded(root, '{"server": {"remote_connections": 1}}').server
+    assert single.tenant_connections == 1  # one place: nothing to leave room in
+
+
 def test_max_pending_mib_takes_fractions_within_its_range(root: Path) -> None:
     low, high = NUMBER_RANGES["scheduler.max_pending_mib"]
     assert (low, high) == (0.001, 1024 * 1024)

@@ -148,6 +148,13 @@ def _closed_early(exc: BaseException) -> bool:
     )
 
 
+def _handshake_timed_out(seconds: float | None) -> str:
+    return (
+        f"connected, but the TLS handshake was not done within {seconds or CONNECT_TIMEOUT:g}s: "
+        "the daemon or the network is slow (not a certificate problem); try again"
+    )
+
+
 def _tls_failed(address: TcpAddress, exc: Exception) -> TlsFailed:
     if _closed_early(exc):
         return TlsFailed(
@@ -309,6 +316,12 @@ class Client:
             if context is not None:
                 try:
                     sock = context.wrap_socket(sock, server_hostname=address.host)
+                except TimeoutError:
+                    # Slow, not refused: no certificate was looked at yet. Like an address
+                    # that does not answer, the next is tried.
+                    sock.close()
+                    failures.append(f"{address}: {_handshake_timed_out(sock.gettimeout())}")
+                    continue
                 except OSError as exc:  # ssl.SSLError and its kin are OSErrors
                     sock.close()
                     raise _tls_failed(address, exc) from None
@@ -553,8 +566,16 @@ class AsyncClient:
                 # Turned away for now: like an address that does not answer, tried again later.
                 failures.append(f"{address}: {_tls_failed(address, exc).message}")
                 continue
-            except (OSError, TimeoutError) as exc:
-                failures.append(f"{address}: {getattr(exc, 'strerror', None) or exc or 'timeout'}")
+            except TimeoutError:
+                failures.append(
+                    f"{address}: no connection within {CONNECT_TIMEOUT:g}s"
+                    if context is None
+                    else f"{address}: no connection and TLS handshake within "
+                    f"{CONNECT_TIMEOUT:g}s: the daemon or the network is slow; try again"
+                )
+                continue
+            except OSError as exc:
+                failures.append(f"{address}: {exc.strerror or exc}")
                 continue
             self.path = str(address)
             return transport

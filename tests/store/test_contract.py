@@ -792,6 +792,22 @@ def test_ledger_of_one_task(store: Store) -> None:
     assert store.ledger(0, 100, task="no-such-task") == []
 
 
+def test_ledger_of_one_tenant(store: Store) -> None:
+    rows = _ledger_history(store)
+    acme = [r for r in rows if r.tenant == "acme"]
+    default = [r for r in rows if r.tenant == "default"]
+    assert len(acme) == 1 and len(default) == 7
+    assert store.ledger(0, 100, tenant="acme") == acme
+    assert store.ledger(0, 100, tenant="default") == default
+    assert store.ledger(0, 2, tenant="default") == default[:2]
+    assert store.ledger(default[1].seq, 100, tenant="default") == default[2:]
+    assert store.ledger(acme[0].seq, 100, tenant="acme") == []
+    assert store.ledger(0, 100, tenant="nobody") == []
+    # With a task, the task's rows if it is the tenant's, and none if it is not.
+    assert store.ledger(0, 100, task="t-c", tenant="acme") == acme
+    assert store.ledger(0, 100, task="t-c", tenant="default") == []
+
+
 def test_append_ledger_writes_a_row_that_changes_no_task(backend: Backend, store: Store) -> None:
     add(store, make_task("t0001"))
     row = LedgerEntry(

@@ -336,3 +336,62 @@ def test_ledger_rows_that_cannot_be_written_before_a_read_lose_the_whole_batch(
         assert [e.seq for e in store.ledger(0, 10)] == [1]
     finally:
         store.close()
+
+
+def test_a_board_of_schema_4_gains_the_tenant_indexes_and_keeps_its_rows(tmp_path: Path) -> None:
+    """Migration 5 adds indexes only: a board made before it (schema 4) is migrated in place,
+    and its rows read by tenant as a new board's are."""
+    from colibri.store import sql
+
+    path = tmp_path / "old.sqlite"
+    old = sqlite3.connect(path)
+    for n in range(1, 5):
+        old.executescript(sql.load("sqlite")[f"migration_{n}"])
+    old.execute(
+        "INSERT INTO ledger (at, task, tenant, to_state, epoch) "
+        "VALUES ('2026-01-01T00:00:00.000Z', 't1', 'acme', 'pending', 0)"
+    )
+    old.execute(f"PRAGMA application_id={APPLICATION_ID}")
+    old.execute("PRAGMA user_version=4")
+    old.commit()
+    old.close()
+    assert SCHEMA_VERSION == 5
+    store = SqliteStore(str(path))
+    try:
+        (entry,) = store.ledger(0, 10, tenant="acme")
+        assert entry.task == "t1" and store.ledger(0, 10, tenant="default") == []
+    finally:
+        store.close()
+    with closing(sqlite3.connect(path)) as check:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == 5
+        names = {r[0] for r in check.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        assert {"ledger_tenant", "tasks_tenant"} <= names
+
+
+@pytest.mark.parametrize(
+    ("what", "index"),
+    [("ledger", "ledger_tenant"), ("list", "tasks_tenant"), ("prefix", "tasks_tenant"),
+     ("count", "tasks_tenant"), ("cost", "ledger_tenant")],
+)  # fmt: skip
+def test_a_tenants_reads_go_by_its_own_rows(board: Path, what: str, index: str) -> None:
+    """What a token reads is found through an index on its tenant, so that an empty tenant's
+    read of a large board costs nothing: SQLite's plan for each read says so."""
+    from colibri.store import sql
+    from colibri.store.sqlite import _Q
+
+    query = TaskFilter(tenant="acme", limit=10)
+    statements: dict[str, tuple[str, list[Any]]] = {
+        "ledger": (_Q["ledger_of_tenant"], ["acme", 0, 10]),
+        "list": sql.list_tasks_query(query, "?"),
+        "prefix": sql.list_tasks_query(TaskFilter(tenant="acme", prefix="0190", limit=3), "?"),
+        "count": sql.count_tasks_query(query, "?"),
+        "cost": (
+            sql.cost_query(_Q["cost_totals"], "agent").replace("{tenant}", "AND l.tenant = ?"),
+            ["", "acme"],
+        ),
+    }
+    text, args = statements[what]
+    SqliteStore(str(board)).close()
+    with closing(sqlite3.connect(board)) as conn:
+        plan = " | ".join(r[-1] for r in conn.execute(f"EXPLAIN QUERY PLAN {text}", args))
+    assert f"USING INDEX {index}" in plan or f"USING COVERING INDEX {index}" in plan, plan

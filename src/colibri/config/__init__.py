@@ -8,6 +8,7 @@ jsonc      reading the file: its size, depth and syntax errors
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -96,6 +97,13 @@ _KNOWN: dict[str, set[str]] = {
         "tls_key",
         "handshake_timeout",
         "auth_failures",
+        "remote_connections",
+        "token_connections",
+        "tenant_connections",
+        "token_waits",
+        "tenant_waits",
+        "token_follows",
+        "tenant_follows",
         "metrics",
     },  # fmt: skip
     "store": {"durability", "path", "lease_ttl", "tenants", "share"},
@@ -300,8 +308,39 @@ def load_config(
         insecure_loopback=insecure_loopback,
         handshake_timeout=duration("server.handshake_timeout", sv.handshake_timeout),
         auth_failures=whole("server.auth_failures", sv.auth_failures),
+        remote_connections=whole("server.remote_connections", sv.remote_connections),
+        token_connections=whole("server.token_connections", sv.token_connections),
+        tenant_connections=whole("server.tenant_connections", sv.tenant_connections),
+        token_waits=whole("server.token_waits", sv.token_waits),
+        tenant_waits=whole("server.tenant_waits", sv.tenant_waits),
+        token_follows=whole("server.token_follows", sv.token_follows),
+        tenant_follows=whole("server.tenant_follows", sv.tenant_follows),
         metrics=metrics,
     )
+    # One tenant must leave room for the others, and one token fit within its tenant's share:
+    # a share left unset shrinks to fit; one set too large is refused.
+    for part, share_of in (
+        ("tenant_connections", "remote_connections"),
+        ("token_connections", "tenant_connections"),
+        ("token_waits", "tenant_waits"),
+        ("token_follows", "tenant_follows"),
+    ):
+        small, large = getattr(server, part), getattr(server, share_of)
+        below = share_of == "remote_connections" and large > 1
+        most = large - 1 if below else large
+        if small <= most:
+            continue
+        at, given = setting(f"server.{part}")
+        if given is _ABSENT:
+            server = dataclasses.replace(server, **{part: most})
+            continue
+        why = (
+            "below it, so that one tenant always leaves room for the others"
+            if below
+            else "at most that: it is what all the tokens of one tenant hold together"
+        )
+        raise ConfigError(f"{at()} is {small}, more than server.{share_of} ({large}) allows; "
+                          f"keep it {why}")  # fmt: skip
     su = SupervisorSettings()
     supervisor = SupervisorSettings(
         crash_loop=whole("supervisor.crash_loop", su.crash_loop),

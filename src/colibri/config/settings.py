@@ -43,6 +43,13 @@ WHOLE_RANGES: dict[str, tuple[int, int]] = {
     "server.max_line": (1024, 1 << 30),
     "server.max_connections": (1, 100_000),
     "server.auth_failures": (1, 1_000_000),
+    "server.remote_connections": (1, 100_000),
+    "server.token_connections": (1, 100_000),
+    "server.tenant_connections": (1, 100_000),
+    "server.token_waits": (1, 10**7),
+    "server.tenant_waits": (1, 10**7),
+    "server.token_follows": (1, 100_000),
+    "server.tenant_follows": (1, 100_000),
     "supervisor.crash_loop": (1, 1000),
     "ledger.keep": (1, 10_000),
 }
@@ -100,6 +107,19 @@ class ServerSettings:
     #: Failed logins from one address within a minute before its new connections are refused
     #: (``throttled``) until the minute has passed.
     auth_failures: int = 20
+    #: TCP peers that have authenticated, every token's together: a budget of their own, apart
+    #: from ``max_connections`` (the Unix socket's), so no token can take the owner's room.
+    remote_connections: int = 512
+    #: Of those, what one token, and all the tokens of one tenant, may hold at once: one
+    #: tenant can never fill ``remote_connections`` (``tenant_connections`` is kept below it).
+    token_connections: int = 128
+    tenant_connections: int = 256
+    #: ``wait`` requests still to be answered, of one token and of one tenant's tokens.
+    token_waits: int = 1000
+    tenant_waits: int = 4000
+    #: Connections following the ledger (``ledger --follow``), of one token and one tenant.
+    token_follows: int = 8
+    tenant_follows: int = 32
     #: ``HOST:PORT`` to serve Prometheus metrics on over plain HTTP (``GET /metrics``); None:
     #: no metrics, and the daemon never loads their library.
     metrics: str | None = None

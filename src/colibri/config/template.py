@@ -43,7 +43,7 @@ _TEMPLATE = string.Template("""\
   "server": {
     // Longest request line accepted on the socket, in bytes.
     "max_line": $max_line,
-    // Most concurrent connections; more are told "busy" and closed.
+    // Most concurrent connections on the Unix socket; more are told "busy" and closed.
     "max_connections": $max_connections,
     // A connection holding an unfinished request line for longer than this is closed.
     "line_timeout": "$line_timeout",
@@ -61,6 +61,19 @@ _TEMPLATE = string.Template("""\
     // with this many failed logins in a minute is refused (throttled) for the rest of it.
     // "handshake_timeout": "$handshake_timeout",
     // "auth_failures": $auth_failures,
+    // TCP peers that have shown a token have room of their own, apart from max_connections
+    // (the Unix socket's, so the owner always gets in): remote_connections in all, of which
+    // one token may hold token_connections and one tenant's tokens tenant_connections (kept
+    // below remote_connections: one tenant always leaves room for the others). Waits still to
+    // be answered and ledger follows are capped per token and per tenant the same way; past a
+    // cap the request is told "busy", naming the setting.
+    // "remote_connections": $remote_connections,
+    // "token_connections": $token_connections,
+    // "tenant_connections": $tenant_connections,
+    // "token_waits": $token_waits,
+    // "tenant_waits": $tenant_waits,
+    // "token_follows": $token_follows,
+    // "tenant_follows": $tenant_follows,
     // Serve Prometheus metrics at http://HOST:PORT/metrics (docs/METRICS.md); plain HTTP, so
     // keep it on loopback or a private address.
     // "metrics": "127.0.0.1:9464",
@@ -101,6 +114,10 @@ def _template() -> str:
         line_timeout=format_duration(sv.line_timeout),
         idle_timeout=format_duration(sv.idle_timeout),
         handshake_timeout=format_duration(sv.handshake_timeout), auth_failures=sv.auth_failures,
+        remote_connections=sv.remote_connections, token_connections=sv.token_connections,
+        tenant_connections=sv.tenant_connections, token_waits=sv.token_waits,
+        tenant_waits=sv.tenant_waits, token_follows=sv.token_follows,
+        tenant_follows=sv.tenant_follows,
         rotate_mib=f"{ld.rotate_mib:g}", keep=ld.keep,
         max_backoff=format_duration(su.max_backoff), crash_loop=su.crash_loop,
         crash_window=format_duration(su.crash_window), cool_down=format_duration(su.cool_down),

@@ -21,7 +21,7 @@ import msgspec
 
 from colibri import __version__
 from colibri.core import protocol as p
-from colibri.core import sizes
+from colibri.core import sizes, states
 from colibri.core.access import OWNER, Principal
 from colibri.core.errors import (
     AmbiguousTask,
@@ -53,8 +53,13 @@ Reply = dict[str, Any] | None
 #: Tasks and ledger rows read from the store at a time for one reply.
 LIST_PAGE = 64
 LEDGER_PAGE = 500
-#: Ledger rows a token's ``ledger`` reads at most per request (its tenant's among them).
-LEDGER_SCAN = 20_000
+#: What one request of a token reads at most, all of it its tenant's: ``ledger`` rows and
+#: ``list`` tasks (a page each, a few milliseconds of the loop), ``family`` members by bytes of
+#: reply. The others wait behind one request at most (``Server.may_serve``): it must be short.
+#: The client goes on from ``next`` (``family``: by ``list`` and ``parent``).
+LEDGER_SCAN = LEDGER_PAGE
+TOKEN_LIST = 500
+TOKEN_FAMILY_BYTES = sizes.REPLY_BUDGET // 8
 #: The length of a whole task id (a UUID's text), and the characters of one: anything shorter
 #: made of these may be a prefix of ids, as git and docker take them.
 WHOLE_ID = 36
@@ -322,14 +327,16 @@ class Commands:
         """Up to ``limit`` tasks, and fewer when they would pass REPLY_BUDGET bytes: read
         from the store a page at a time, so a long page is never built whole. Oldest first,
         or newest first (``newest``); ``next`` is where the next page starts, in that order."""
-        tenant = self._principal(conn).tenant_for(req.tenant)
+        principal = self._principal(conn)
+        tenant = principal.tenant_for(req.tenant)
         if tenant is not None:
             self.board.tenancy.check(tenant)
         parent = None if req.parent is None else self._resolve(conn, req.parent)
+        limit = req.limit if principal.is_owner else min(req.limit, TOKEN_LIST)
         query = TaskFilter(
             state=req.state, outcome=req.outcome, agent=req.agent, workspace=req.workspace,
             parent=parent, tenant=tenant, after=req.after, before=req.before,
-            newest=req.newest, limit=req.limit,
+            newest=req.newest, limit=limit,
         )  # fmt: skip
         tasks, exhausted = self._list_page(query)
         last = tasks[-1].id if tasks and not exhausted else None
@@ -381,7 +388,8 @@ class Commands:
     def family(self, req: p.Family, conn: Connection) -> Reply:
         task_id = self._resolve(conn, req.task)
         self._task(conn, task_id)
-        top, members, complete = self.board.family(task_id)
+        budget = sizes.REPLY_BUDGET if self._principal(conn).is_owner else TOKEN_FAMILY_BYTES
+        top, members, complete = self.board.family(task_id, budget)
         return {"root": top, "tasks": members, "complete": complete}
 
     def retry(self, req: p.Retry, conn: Connection) -> Reply:
@@ -396,7 +404,8 @@ class Commands:
 
     def wait(self, req: p.Wait, conn: Connection) -> Reply:
         task_id = self._resolve(conn, req.task)
-        self._task(conn, task_id)
+        if self._task(conn, task_id).state not in states.ENDED:
+            self.server.check_share(conn, "waits")
         task = self.board.wait(conn, req.id, task_id)
         return None if task is None else {"task": task}
 
@@ -428,18 +437,21 @@ class Commands:
         used, after = 0, req.after
         full = False
         principal = self._principal(conn)
+        if req.follow and not conn.follows_ledger:
+            self.server.check_share(conn, "follows")
         if req.task is not None:
             task_id = self._resolve(conn, req.task)
             req = msgspec.structs.replace(req, task=task_id)
             if not principal.is_owner:
                 self._task(conn, task_id)
         scanned = req.after
-        # A token's tenant may be small on a large board: its rows are sought a bounded number
-        # of rows at a time, and the client asks again from ``next``.
+        # A token reads its tenant's rows only, by an index (what a read costs is its own
+        # rows, not the board's), and a bounded number of them per request: the client asks
+        # again from ``next``, and the others' requests are served in between.
         budget = None if principal.is_owner else LEDGER_SCAN
         while len(rows) < req.limit and not full:
             want = min(LEDGER_PAGE, req.limit - len(rows))
-            page = self.board.store.ledger(after, want, req.task)
+            page = self.board.store.ledger(after, want, req.task, principal.tenant)
             if budget is not None:
                 budget -= len(page)
             for row in page:
@@ -461,7 +473,10 @@ class Commands:
         if req.follow:
             self.server.follow_ledger(conn, req.task)
         last = rows[-1].seq if full and rows and budget is None else scanned
-        more = full or (len(rows) == req.limit and bool(self.board.store.ledger(last, 1, req.task)))
+        more = full or (
+            len(rows) == req.limit
+            and bool(self.board.store.ledger(last, 1, req.task, principal.tenant))
+        )
         return {"entries": rows, "next": last, "more": more}
 
     def register_agent(self, req: p.RegisterAgent, conn: Connection) -> Reply:

@@ -5,7 +5,8 @@ On the Unix socket the kernel says who the peer is (its uid, checked against the
 address; TLS already done by ``gateway.py``) is nobody until its ``auth``.
 
 Lines are split off as they arrive and handed to the server one at a time (at most
-``LINES_PER_TURN`` per connection per loop turn, so one peer's flood does not hold up the
+``LINES_PER_TURN`` per connection per loop turn, and no more once the connection's principal has
+had its time of the turn: ``Server.may_serve``, so one peer's flood does not hold up the
 others); a line longer than ``server.max_line`` loses the framing and closes the connection.
 Output is encoded when it is queued and written only at the server's flush, after the commit.
 """
@@ -68,7 +69,7 @@ class Connection(asyncio.Protocol):
         self.opened = accepted if accepted is not None else self.last_active
         #: (uid, pid) of the process at the other end; every ledger row it causes names them.
         self.peer: tuple[int, int] | None = None
-        self._deferred = False  # lines left for the next loop iteration (LINES_PER_TURN)
+        self._deferred = False  # lines left for a later loop iteration (``Server.wait_turn``)
         self._write_paused = False
 
     # -- asyncio.Protocol --------------------------------------------------------------------
@@ -107,10 +108,13 @@ class Connection(asyncio.Protocol):
 
     def _admit(self) -> bool:
         """Take a place among the connections (a TCP peer: once it has authenticated)."""
-        if self.server.connection_count >= self.server.config.server.max_connections:
-            if not self.server.evict_idle():
-                self._refuse(Busy("too many connections; try again later"))
-                return False
+        try:
+            refusal = self.server.admission(self)
+        except Busy as exc:
+            refusal = exc.message
+        if refusal is not None:
+            self._refuse(Busy(refusal))
+            return False
         self.server.connections.add(self)
         return True
 
@@ -145,9 +149,10 @@ class Connection(asyncio.Protocol):
             nl = buf.find(b"\n", start)
             if nl < 0:
                 break
-            if handled == LINES_PER_TURN:
-                # A peer that pipelines (or floods) gets a turn's worth; the rest waits for the
-                # next loop iteration, so the other connections' lines are not stuck behind it.
+            if handled == LINES_PER_TURN or not self.server.may_serve(self):
+                # A peer that pipelines (or floods) gets a turn's worth, and all the connections
+                # of one principal together a turn's time; the rest waits for the next loop
+                # iteration, so the other connections' lines are not stuck behind it.
                 del buf[:start]
                 self.partial_since = None  # whole lines wait: the daemon is the slow one
                 self._defer()
@@ -186,9 +191,10 @@ class Connection(asyncio.Protocol):
             return
         self._deferred = True
         self.transport.pause_reading()
-        self.server.loop.call_soon(self._next_turn)
+        self.server.wait_turn(self)
 
-    def _next_turn(self) -> None:
+    def resume(self) -> None:
+        """Its turn has come again (``Server.wait_turn``): go on with the lines it holds."""
         self._deferred = False
         if self.closing:
             return

@@ -188,7 +188,7 @@ class Gateway:
                 continue
             if (
                 self._pending.get(key, 0) >= PENDING_PER_ADDRESS
-                or self._pending_total >= self.settings.max_connections
+                or self._pending_total >= self.settings.remote_connections
             ):
                 sock.close()
                 self._turned_away += 1

@@ -15,7 +15,8 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import msgspec
@@ -23,6 +24,7 @@ import msgspec
 from colibri.config import Config
 from colibri.core import protocol
 from colibri.core.errors import (
+    Busy,
     ColibriError,
     Forbidden,
     Internal,
@@ -50,6 +52,9 @@ MEMBERSHIP_TTL = 60.0
 #: At the connection cap, a newcomer takes the place of an anonymous connection that has
 #: said nothing for at least this long (the one silent longest).
 EVICT_AFTER = 5.0
+#: The time one principal's requests may take in one loop turn (its connections together);
+#: past it they wait for the next turn, after everyone else's of this one.
+TURN_TIME = 0.001
 
 
 def in_group(uid: int, gid: int, group: int) -> bool:
@@ -121,6 +126,11 @@ class Server:
         self.metrics_url: str | None = None
         #: Failed logins over TCP, per address (``gateway.py``).
         self.throttle = Throttle(config.server.auth_failures)
+        #: Time each principal's requests took this loop turn (``may_serve``), and the
+        #: connections waiting for the next turn, by principal, in the order they are served.
+        self._spent: dict[Hashable, float] = {}
+        self._waiting: dict[Hashable, deque[Connection]] = {}
+        self._turn_scheduled = False
 
     def attach(
         self,
@@ -161,6 +171,59 @@ class Server:
         """A connection for a TCP peer at ``remote``, accepted at ``accepted`` (loop time)."""
         return Connection(self, remote, accepted)
 
+    def admission(self, conn: Connection) -> str | None:
+        """Why ``conn`` may not take a place among the connections, or None if it may. The Unix
+        socket's peers have ``server.max_connections`` places; the TCP peers that have
+        authenticated ``server.remote_connections`` of their own, one token and one tenant a
+        share of those, so that no token can crowd out the owner or another tenant."""
+        settings = self.config.server
+        remote = conn.remote is not None
+        if remote:
+            self.check_share(conn, "connections")
+        cap = settings.remote_connections if remote else settings.max_connections
+        held = sum(1 for c in self.connections if (c.remote is not None) == remote)
+        if held < cap or self.evict_idle(remote):
+            return None
+        if remote:
+            return f"too many TCP connections ({held}, server.remote_connections); try again later"
+        return "too many connections; try again later"
+
+    def check_share(self, conn: Connection, kind: str) -> None:
+        """Raise ``Busy`` if ``conn``'s token, or its tenant's tokens together, hold as many
+        ``kind`` as ``server.token_<kind>`` or ``server.tenant_<kind>`` allow: ``connections``
+        (``conn`` not yet among them), ``waits`` still to be answered or ledger ``follows``.
+        The owner's connections have no share: they are never counted or refused."""
+        principal = conn.principal
+        if principal is None or principal.is_owner:
+            return
+        count: Callable[[Connection], int] = {
+            "connections": lambda c: 1,
+            "waits": self.board.audience.waiting,
+            "follows": lambda c: int(c.follows_ledger),
+        }[kind]
+        token = tenant = 0
+        for other in self.connections:
+            theirs = other.principal
+            if other.remote is None or theirs is None or theirs.tenant != principal.tenant:
+                continue
+            n = count(other)
+            tenant += n
+            if theirs.token == principal.token:
+                token += n
+        settings = self.config.server
+        what = {"connections": "connections open", "waits": "waits unanswered",
+                "follows": "ledger follows"}[kind]  # fmt: skip
+        if tenant >= getattr(settings, f"tenant_{kind}"):
+            whose, n, setting = f"tenant {principal.tenant}'s tokens", tenant, f"tenant_{kind}"
+        elif token >= getattr(settings, f"token_{kind}"):
+            whose, n, setting = f"token {principal.token}", token, f"token_{kind}"
+        else:
+            return
+        raise Busy(
+            f"{whose} {'have' if whose.endswith('s') else 'has'} {n} {what}, as many as "
+            f"server.{setting} allows; end some first, or have the daemon's owner raise it"
+        )
+
     def login_failed(self, remote: str) -> None:
         if self.throttle.failed(remote):
             log.warning(
@@ -169,7 +232,63 @@ class Server:
                 extra={"event": "login_throttled", "peer": remote},
             )
 
+    # -- turns -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _principal_of(conn: Connection) -> Hashable:
+        """Whose time a connection's requests take: a Unix peer's uid, a token's tenant (all
+        its tokens together), an anonymous TCP peer's address."""
+        if conn.remote is None:
+            return ("uid", conn.peer[0] if conn.peer else -1)
+        if conn.principal is None:
+            return ("address", conn.remote)
+        return ("tenant", conn.principal.tenant)
+
+    def may_serve(self, conn: Connection) -> bool:
+        """Whether ``conn``'s principal has time left in this loop turn (``TURN_TIME``).
+        Reads run on the loop (pipelined requests are answered as if run in order), so
+        a principal that pipelines expensive reads must leave the turn to the others: the
+        owner's ping is answered within a turn whatever a tenant asks for."""
+        return self._spent.get(self._principal_of(conn), 0.0) < TURN_TIME
+
+    def wait_turn(self, conn: Connection) -> None:
+        """``conn`` has lines left that must wait: it is resumed next turn, behind the
+        connections of its principal that waited longer (round-robin)."""
+        queue = self._waiting.setdefault(self._principal_of(conn), deque())
+        queue.append(conn)
+        self._next_turn_soon()
+
+    def _next_turn_soon(self) -> None:
+        if not self._turn_scheduled:
+            self._turn_scheduled = True
+            self.loop.call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        """A new loop turn: every principal has its time again, and the waiting connections
+        are resumed, each principal's in turn; those a principal had no time left for go
+        first at the next turn."""
+        self._turn_scheduled = False
+        self._spent.clear()
+        waiting, self._waiting = self._waiting, {}
+        for key, queue in waiting.items():
+            while queue:
+                conn = queue.popleft()
+                conn.resume()
+                if queue and self._spent.get(key, 0.0) >= TURN_TIME:
+                    self._waiting.setdefault(key, deque()).extendleft(reversed(queue))
+                    self._next_turn_soon()
+                    break
+
     def handle_line(self, conn: Connection, line: bytes) -> None:
+        started = time.perf_counter()
+        try:
+            self._handle_line(conn, line)
+        finally:
+            key = self._principal_of(conn)
+            self._spent[key] = self._spent.get(key, 0.0) + time.perf_counter() - started
+            self._next_turn_soon()
+
+    def _handle_line(self, conn: Connection, line: bytes) -> None:
         try:
             req = protocol.decode_request(line)
         except ColibriError as exc:
@@ -592,13 +711,17 @@ class Server:
             and not (self.bus is not None and self.bus.owes(conn))
         )
 
-    def evict_idle(self) -> bool:
-        """Make room for a new connection at the cap: close the anonymous connection that has
-        been silent longest, if one has been for EVICT_AFTER. Agents, subscribers and those
-        waiting for a reply are never evicted, so peers that connect and say nothing cannot
-        lock anyone out."""
+    def evict_idle(self, remote: bool) -> bool:
+        """Make room for a new connection at the cap of its kind (``remote``: TCP, else the
+        Unix socket): close the anonymous connection of that kind that has been silent longest,
+        if one has been for EVICT_AFTER. Agents, subscribers and those waiting for a reply are
+        never evicted, so peers that connect and say nothing cannot lock anyone out."""
         cutoff = self.loop.time() - EVICT_AFTER
-        idle = [c for c in self.connections if c.last_active <= cutoff and self._evictable(c)]
+        idle = [
+            c
+            for c in self.connections
+            if (c.remote is not None) == remote and c.last_active <= cutoff and self._evictable(c)
+        ]
         if not idle:
             return False
         victim = min(idle, key=lambda c: c.last_active)

@@ -276,9 +276,13 @@ class Store(Protocol):
         """Append a ledger row that changes no task (a schedule's missed, skipped or refused
         fire); ``entry`` gets its ``seq`` set in place and is returned."""
 
-    def ledger(self, after: int, limit: int, task: str | None = None) -> list[LedgerEntry]:
+    def ledger(
+        self, after: int, limit: int, task: str | None = None, tenant: str | None = None
+    ) -> list[LedgerEntry]:
         """The ledger rows with a ``seq`` greater than ``after``, in ``seq`` order, at most
-        ``limit``; with ``task``, only that task's rows (rows with no task never match)."""
+        ``limit``; with ``task``, only that task's rows (rows with no task never match); with
+        ``tenant``, only that tenant's, read by an index: what it costs is its own rows, not
+        the board's."""
 
     def max_ledger_seq(self) -> int:
         """The highest ``seq`` written, 0 on a board with no ledger rows."""

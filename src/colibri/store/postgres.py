@@ -979,11 +979,15 @@ class PostgresStore:
         self._unsent.append(entry)
         return entry
 
-    def ledger(self, after: int, limit: int, task: str | None = None) -> list[LedgerEntry]:
-        if task is None:
-            rows = self._rows(_Q["ledger_after"], (after, limit))
+    def ledger(
+        self, after: int, limit: int, task: str | None = None, tenant: str | None = None
+    ) -> list[LedgerEntry]:
+        if task is not None:
+            rows = self._rows(_Q["ledger_of_task"], (task, tenant, tenant, after, limit))
+        elif tenant is not None:
+            rows = self._rows(_Q["ledger_of_tenant"], (tenant, after, limit))
         else:
-            rows = self._rows(_Q["ledger_of_task"], (task, after, limit))
+            rows = self._rows(_Q["ledger_after"], (after, limit))
         return [ledger_from_row(r) for r in rows]
 
     def max_ledger_seq(self) -> int:

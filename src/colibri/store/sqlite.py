@@ -334,12 +334,16 @@ class SqliteStore:
 
     # -- ledger ------------------------------------------------------------------------------
 
-    def ledger(self, after: int, limit: int, task: str | None = None) -> list[LedgerEntry]:
+    def ledger(
+        self, after: int, limit: int, task: str | None = None, tenant: str | None = None
+    ) -> list[LedgerEntry]:
         self._ledger_read()
-        if task is None:
-            rows = self._conn.execute(_Q["ledger_after"], (after, limit))
+        if task is not None:
+            rows = self._conn.execute(_Q["ledger_of_task"], (task, tenant, tenant, after, limit))
+        elif tenant is not None:
+            rows = self._conn.execute(_Q["ledger_of_tenant"], (tenant, after, limit))
         else:
-            rows = self._conn.execute(_Q["ledger_of_task"], (task, after, limit))
+            rows = self._conn.execute(_Q["ledger_after"], (after, limit))
         return [ledger_from_row(r) for r in rows]
 
     def max_ledger_seq(self) -> int:
@@ -419,6 +423,10 @@ class SqliteStore:
     def cost_totals(self, by: str, since: str, tenant: str | None = None) -> list[dict[str, Any]]:
         self._ledger_read()
         query = sql.cost_query(_Q["cost_totals"], by)
+        # One tenant's by its own rows (an index); a condition the planner cannot drop
+        # (``? IS NULL OR …``) would read every tenant's.
+        query = query.replace("{tenant}", "" if tenant is None else "AND l.tenant = ?")
+        args = (since,) if tenant is None else (since, tenant)
         return [
             {
                 "key": r["key"],
@@ -427,7 +435,7 @@ class SqliteStore:
                 "tokens_in": int(r["tokens_in"]),
                 "tokens_out": int(r["tokens_out"]),
             }
-            for r in self._conn.execute(query, (since, tenant, tenant))
+            for r in self._conn.execute(query, args)
         ]
 
     def set_question(self, task_id: str, question: str | None) -> None:

@@ -35,6 +35,8 @@ class Audience:
         self._order = itertools.count(1)
         #: ``wait`` requests: task id → (peer, request id), answered when the task ends.
         self.waiters: dict[str, list[tuple[Peer, Any]]] = {}
+        #: How many of those each peer has (what the server caps per token and tenant).
+        self._waiting: dict[Peer, int] = {}
 
     # -- subscribers -------------------------------------------------------------------------
 
@@ -61,7 +63,7 @@ class Audience:
         if self.subscriptions:
             self.broadcast(events.task_changed(task, from_state, reason))
         if task.state in states.ENDED and task.id in self.waiters:
-            for peer, request_id in self.waiters.pop(task.id):
+            for peer, request_id in self._take(task.id):
                 self.batch.answered.append((task.id, peer, request_id))
                 self.batch.emit(peer, {"id": request_id, "ok": True, "task": task})
 
@@ -69,6 +71,22 @@ class Audience:
 
     def wait_for(self, peer: Peer, request_id: Any, task_id: str) -> None:
         self.waiters.setdefault(task_id, []).append((peer, request_id))
+        self._waiting[peer] = self._waiting.get(peer, 0) + 1
+
+    def waiting(self, peer: Peer) -> int:
+        """How many waits of ``peer`` are still to be answered."""
+        return self._waiting.get(peer, 0)
+
+    def _take(self, task_id: str) -> list[tuple[Peer, Any]]:
+        """The waits for ``task_id``, no longer waiting."""
+        taken = self.waiters.pop(task_id, [])
+        for peer, _ in taken:
+            left = self._waiting[peer] - 1
+            if left:
+                self._waiting[peer] = left
+            else:
+                del self._waiting[peer]
+        return taken
 
     def restore(self, answered: list[tuple[str, Peer, Any]]) -> None:
         """The batch that answered these waits did not commit: they wait again."""
@@ -80,21 +98,23 @@ class Audience:
 
     def answer(self, task: Task) -> None:
         """``task`` has ended (found so in the store): answer every wait for it."""
-        for peer, request_id in self.waiters.pop(task.id, []):
+        for peer, request_id in self._take(task.id):
             self.batch.answered.append((task.id, peer, request_id))  # put back if it fails
             self.batch.emit(peer, {"id": request_id, "ok": True, "task": task})
 
     def refuse(self, task_id: str, error: dict[str, str | int]) -> None:
         """Answer every wait for ``task_id`` with ``error`` (the wire form of a ColibriError):
         the task is no longer this daemon's to see end."""
-        for peer, request_id in self.waiters.pop(task_id, []):
+        for peer, request_id in self._take(task_id):
             self.batch.emit(peer, {"id": request_id, "ok": False, "error": error})
 
     def waits(self, peer: Peer) -> bool:
-        return any(p is peer for waiting in self.waiters.values() for p, _ in waiting)
+        return peer in self._waiting
 
     def forget(self, peer: Peer) -> None:
         self.unsubscribe(peer)
+        if self._waiting.pop(peer, None) is None:
+            return
         for task_id in [t for t, ws in self.waiters.items() if any(p is peer for p, _ in ws)]:
             rest = [(p, r) for p, r in self.waiters[task_id] if p is not peer]
             if rest:

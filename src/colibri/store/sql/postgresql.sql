@@ -233,6 +233,12 @@ ALTER TABLE hives ADD COLUMN agents INTEGER NOT NULL DEFAULT 0;
 -- The tenants a daemon started with --tenants serves or stands by for: not shared out.
 ALTER TABLE hives ADD COLUMN tenants TEXT[];
 
+-- name: migration_7
+-- A tenant's reads cost by its own rows: its ledger in seq order (ledger --follow, a token's
+-- ledger and cost), its tasks in id order (a token's list, its id prefixes).
+CREATE INDEX IF NOT EXISTS ledger_tenant ON ledger (tenant, seq);
+CREATE INDEX IF NOT EXISTS tasks_tenant ON tasks (tenant, id);
+
 -- name: hive_beat
 INSERT INTO hives (id, address, host, pid, root, ttl, started_at, last_beat, sharing, agents,
                    tenants)
@@ -407,7 +413,12 @@ SELECT tasks.* FROM family JOIN tasks ON tasks.id = family.id
 SELECT * FROM ledger WHERE seq > %s AND colibri_sees(tenant) ORDER BY seq LIMIT %s;
 
 -- name: ledger_of_task
-SELECT * FROM ledger WHERE task = %s AND seq > %s AND colibri_sees(tenant) ORDER BY seq LIMIT %s;
+-- (Of its tenant too, when one is given.)
+SELECT * FROM ledger WHERE task = %s AND (%s::text IS NULL OR tenant = %s) AND seq > %s
+   AND colibri_sees(tenant) ORDER BY seq LIMIT %s;
+
+-- name: ledger_of_tenant
+SELECT * FROM ledger WHERE tenant = %s AND seq > %s AND colibri_sees(tenant) ORDER BY seq LIMIT %s;
 
 -- name: max_ledger_seq
 SELECT COALESCE(MAX(seq), 0) AS seq FROM ledger;

@@ -116,6 +116,12 @@ CREATE TABLE tokens (
     last_used_at TEXT
 ) WITHOUT ROWID;
 
+-- name: migration_5
+-- A tenant's reads cost by its own rows: its ledger in seq order (ledger --follow, a token's
+-- ledger and cost), its tasks in id order (a token's list, its id prefixes).
+CREATE INDEX IF NOT EXISTS ledger_tenant ON ledger (tenant, seq);
+CREATE INDEX IF NOT EXISTS tasks_tenant ON tasks (tenant, id);
+
 -- name: insert_task
 -- Positional values, in the order of colibri.store.rows.TASK_COLUMNS, then the fingerprint.
 INSERT INTO tasks (id, tenant, text, capabilities, workspace, agent, pinned, parent, sender, priority,
@@ -181,7 +187,11 @@ SELECT tasks.* FROM family JOIN tasks ON tasks.id = family.id
 SELECT * FROM ledger WHERE seq > ? ORDER BY seq LIMIT ?;
 
 -- name: ledger_of_task
-SELECT * FROM ledger WHERE task = ? AND seq > ? ORDER BY seq LIMIT ?;
+-- (Of its tenant too, when one is given.)
+SELECT * FROM ledger WHERE task = ? AND (? IS NULL OR tenant = ?) AND seq > ? ORDER BY seq LIMIT ?;
+
+-- name: ledger_of_tenant
+SELECT * FROM ledger WHERE tenant = ? AND seq > ? ORDER BY seq LIMIT ?;
 
 -- name: max_ledger_seq
 SELECT COALESCE(MAX(seq), 0) FROM ledger;
@@ -245,7 +255,8 @@ SELECT schedule, nominal, outcome, task, at, reason FROM schedule_fires
  WHERE schedule = ? ORDER BY nominal DESC LIMIT ?;
 
 -- name: cost_totals
--- {key} is one of the expressions in colibri.store.sql.COST_KEYS, never user text.
+-- {key} is one of the expressions in colibri.store.sql.COST_KEYS, never user text; {tenant} is
+-- "AND l.tenant = ?" for one tenant's rows, or nothing.
 -- TOTAL, not SUM: a float that never overflows (SUM of integers raises "integer overflow" past
 -- 2**63, which would make this query, and the daily budgets read at start-up, fail for good).
 SELECT {key} AS key, COUNT(*) AS sessions,
@@ -253,7 +264,7 @@ SELECT {key} AS key, COUNT(*) AS sessions,
        TOTAL(json_extract(l.cost, '$.tokens_in')) AS tokens_in,
        TOTAL(json_extract(l.cost, '$.tokens_out')) AS tokens_out
   FROM ledger l LEFT JOIN tasks t ON t.id = l.task
- WHERE l.cost IS NOT NULL AND l.at >= ? AND (? IS NULL OR l.tenant = ?)
+ WHERE l.cost IS NOT NULL AND l.at >= ? {tenant}
  GROUP BY key ORDER BY key;
 
 -- name: set_question
