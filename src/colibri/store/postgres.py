@@ -250,10 +250,45 @@ def _heeding_class() -> type[psycopg.Connection[dict[str, Any]]]:
     return Heeding
 
 
-def _connect(dsn: str, silence: float | None = None) -> psycopg.Connection[dict[str, Any]]:
-    """A connection in autocommit mode; with ``silence``, its waits and its connecting give
-    up after that long without a word from the server (connecting: 2 s at least, libpq's
-    least ``connect_timeout``)."""
+#: What every connection sets for itself, whatever the server, database or role make the
+#: default (``ALTER DATABASE/ROLE … SET``, ``PGOPTIONS``): the store relies on each.
+#: ``read committed``: every statement sees what committed before it — the migrations read
+#: the schema after taking their lock, a batch numbers its ledger rows after the writers' lock
+#: (in a snapshot taken at the fence, before the lock, two batches would take one ``seq``).
+#: Writes allowed; no statement, lock or idle transaction cut short but by the store's own
+#: bounds (a batch sets ``lock_timeout`` and ``idle_in_transaction_session_timeout`` for
+#: itself), nor an idle connection (a lease's, between renewals); row-level security applied,
+#: never skipped; dates as psycopg reads them (ISO: other styles it cannot parse) and in UTC.
+#: ``search_path`` is the one setting taken from the connection: it names the board's schema.
+_SESSION = {
+    "default_transaction_isolation": "read committed",
+    "default_transaction_read_only": "off",
+    "statement_timeout": "0",
+    "lock_timeout": "0",
+    "idle_in_transaction_session_timeout": "0",
+    "row_security": "on",
+    "DateStyle": "ISO, YMD",
+    "TimeZone": "UTC",
+}
+#: PostgreSQL 14 and later end a session idle this long (0: never).
+_SESSION_14 = {"idle_session_timeout": "0"}
+
+
+def _session(server_version: int, durability: str) -> tuple[bytes, list[str]]:
+    """The statement that sets ``_SESSION`` (and ``synchronous_commit`` by ``durability``:
+    ``full`` sets it on, whatever the default) in one round trip, and its parameters."""
+    settings = {**_SESSION, **(_SESSION_14 if server_version >= 140000 else {})}
+    settings["synchronous_commit"] = "off" if durability == "relaxed" else "on"
+    calls = ", ".join("set_config(%s, %s, false)" for _ in settings)
+    return f"SELECT {calls}".encode(), [part for pair in settings.items() for part in pair]
+
+
+def _connect(
+    dsn: str, silence: float | None = None, durability: str = "full"
+) -> psycopg.Connection[dict[str, Any]]:
+    """A connection in autocommit mode, its session set as the store relies on (``_SESSION``);
+    with ``silence``, its waits and its connecting give up after that long without a word
+    from the server (connecting: 2 s at least, libpq's least ``connect_timeout``)."""
     try:
         import psycopg
         from psycopg.rows import dict_row
@@ -268,15 +303,30 @@ def _connect(dsn: str, silence: float | None = None) -> psycopg.Connection[dict[
             row_factory=dict_row,
             connect_timeout=10 if silence is None else max(2, math.ceil(silence)),
         )
-        conn.silence = silence  # type: ignore[attr-defined]
-        #: Its backend's pid, known here without a round trip, for when it is no more.
-        conn.backend = conn.info.backend_pid  # type: ignore[attr-defined]
-        return conn
     except psycopg.Error as exc:
         raise StorageUnavailable(
             f"cannot reach the PostgreSQL board at {shown_location(dsn)}: "
             f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
         ) from None
+    conn.silence = silence  # type: ignore[attr-defined]
+    #: Its backend's pid, known here without a round trip, for when it is no more.
+    conn.backend = conn.info.backend_pid  # type: ignore[attr-defined]
+    try:
+        conn.execute(*_session(conn.info.server_version, durability))
+    except psycopg.OperationalError as exc:
+        conn.close()
+        raise StorageUnavailable(
+            f"the PostgreSQL board at {shown_location(dsn)} broke off as it was being "
+            f"connected to ({_first_line(exc)})"
+        ) from None
+    except psycopg.Error as exc:
+        conn.close()
+        raise ConfigError(
+            f"the connection to the PostgreSQL board at {shown_location(dsn)} refused the "
+            f"settings the store needs ({_first_line(exc)}); connect to PostgreSQL itself, "
+            "not through a proxy that forbids SET"
+        ) from None
+    return conn
 
 
 class PostgresStore:
@@ -306,9 +356,8 @@ class PostgresStore:
         #: A connection made off the loop by ``reachable``, taken by ``_reset`` in place of one
         #: that went silent.
         self._spare: psycopg.Connection[dict[str, Any]] | None = None
-        self._conn = _connect(dsn, self.silence)
+        self._conn = _connect(dsn, self.silence, durability)
         try:
-            self._setup(self._conn)
             self._migrate()
         except BaseException:
             self._conn.close()  # refused (a newer schema, a role that cannot migrate): let go
@@ -339,19 +388,6 @@ class PostgresStore:
         self._lost_as: type[Exception] = StorageUnavailable
         self._first_row: dict[str, Any] | None = None
         self._in_doubt: _InDoubt | None = None
-
-    def _setup(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
-        import psycopg
-
-        try:
-            if self._durability == "relaxed":
-                conn.execute("SET synchronous_commit TO off")
-        except psycopg.OperationalError as exc:
-            conn.close()
-            raise StorageUnavailable(
-                f"the PostgreSQL board at {self.location} broke off as it was being connected "
-                f"to ({_first_line(exc)})"
-            ) from None
 
     def _version(self) -> int | None:
         """The board's schema version; None when the schema holds no board yet."""
@@ -404,6 +440,8 @@ class PostgresStore:
                     f"{self.location} has schema version {version}, newer than this Colibri "
                     f"understands ({SCHEMA_VERSION}); upgrade colibri"
                 )
+            if version == SCHEMA_VERSION:
+                return  # made or migrated by another while this one waited for the lock
             # A daemon of the older version serving the board would go on writing the old
             # shape into the new one: the board is changed only while none serves it.
             holder = live_lease(conn) if version >= 2 else None
@@ -604,9 +642,8 @@ class PostgresStore:
         import psycopg
 
         try:
-            conn = _connect(self._dsn, self.silence)
+            conn = _connect(self._dsn, self.silence, self._durability)
             try:
-                self._setup(conn)
                 conn.execute(b"SELECT 1")
             except BaseException:
                 conn.close()
@@ -770,8 +807,7 @@ class PostgresStore:
                 self._lost = f"the PostgreSQL board said nothing for {self.silence:g} s"
                 return
             try:
-                self._conn = _connect(self._dsn, self.silence)
-                self._setup(self._conn)
+                self._conn = _connect(self._dsn, self.silence, self._durability)
             except StorageUnavailable as exc:
                 self._lost = exc.message
             return
