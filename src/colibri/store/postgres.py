@@ -1469,6 +1469,10 @@ class BoardLease:
         self.elsewhere: dict[str, str | None] = {}
         #: How many agents are connected to the daemon, said at each beat (``hive list``).
         self.agents = 0
+        #: The board's clock (its server's) less this host's wall clock, in seconds, measured
+        #: at each taking and renewal: what the daemon's schedules add to its own wall clock
+        #: (``daemon.clock.BoardClock``), as the lease itself is judged by the server's.
+        self.clock_offset = 0.0
         self._conn: psycopg.Connection[dict[str, Any]] | None = None
 
     @property
@@ -1512,6 +1516,19 @@ class BoardLease:
             # otherwise every renewal would queue behind the hung one's lock.
             self._conn = _connect(self.dsn, max(self.ttl / 3, LEAST_SILENCE / 2))
         return self._conn
+
+    def _clocked(self, rows: list[dict[str, Any]], sent: float, answered: float) -> None:
+        """Note the board's clock from a taking's or renewal's answer (``board_time``, the
+        server's as it answered), sent and answered at these wall-clock times of this host: the
+        offset is the server's time less the middle of the round trip, within half of it. Kept
+        while a new one is within that of it (a renewal's jitter does not move the schedules'
+        clock back and forth), and not taken from a round trip of a second or more."""
+        if not rows or answered - sent >= 1.0:
+            return
+        half = (answered - sent) / 2
+        offset = float(rows[0]["board_time"]) - (sent + half)
+        if abs(offset - self.clock_offset) > half + 0.001:
+            self.clock_offset = offset
 
     def _run(self, name: str, args: dict[str, Any]) -> list[dict[str, Any]]:
         import psycopg
@@ -1577,7 +1594,9 @@ class BoardLease:
                 found = conn.execute(_Q["lease_next_epoch"].encode(), args).fetchone()
                 assert found is not None
                 args["epoch"] = int(found["epoch"])
+                asked = time.time()
                 rows = conn.execute(_Q["lease_take"].encode(), args).fetchall()
+                self._clocked(rows, asked, time.time())
                 if len(rows) != len(names):  # (the lock makes this not happen)
                     raise psycopg.Rollback
                 taken = True
@@ -1600,8 +1619,9 @@ class BoardLease:
 
     def renew(self) -> bool:
         """Extend them by ``ttl`` from now; False if one is no longer ours (another took it)."""
-        sent = time.monotonic()
+        sent, asked = time.monotonic(), time.time()
         rows = self._run("lease_renew", self._rows_args())
+        self._clocked(rows, asked, time.time())
         if len(rows) != len(self.epochs):
             return False
         self.held_since = sent

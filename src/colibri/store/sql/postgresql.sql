@@ -294,7 +294,8 @@ ON CONFLICT (name) DO UPDATE
    SET owner = excluded.owner, address = excluded.address, epoch = excluded.epoch,
        taken_at = excluded.taken_at, expires_at = excluded.expires_at, handover_to = NULL
  WHERE leases.expires_at <= now()
-RETURNING name;
+-- (The server's clock as it answers: the board's, which its schedules follow.)
+RETURNING name, EXTRACT(EPOCH FROM clock_timestamp())::float8 AS board_time;
 
 -- name: live_leases
 -- Every live lease (where to send a request for a tenant not served here), and the tenants'
@@ -317,7 +318,7 @@ SELECT name FROM tenants;
 UPDATE leases SET expires_at = now() + %(ttl)s * interval '1 second'
  WHERE owner = %(owner)s AND expires_at > now()
    AND (name, epoch) IN (SELECT * FROM unnest(%(names)s::text[], %(epochs)s::bigint[]))
-RETURNING name;
+RETURNING name, EXTRACT(EPOCH FROM clock_timestamp())::float8 AS board_time;
 
 -- name: lease_release
 UPDATE leases SET expires_at = now() - interval '1 millisecond'
