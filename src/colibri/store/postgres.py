@@ -84,6 +84,30 @@ _MIGRATIONS = {
     if name.startswith("migration_")
 }
 SCHEMA_VERSION = max(_MIGRATIONS)
+#: The columns of each table of a board of ``SCHEMA_VERSION``, as its migrations make them (a
+#: test holds this to a fresh board's): a board that says it is of this version and lacks one
+#: is of a shape no release made, and is refused rather than served with a column missing.
+_COLUMNS = {
+    "agents": "name tenant capabilities slots ttl workspace registered_at last_seen",
+    "colibri_schema": "version",
+    "hives": "id address host pid root ttl started_at last_beat sharing agents tenants",
+    "leases": "name owner address epoch taken_at expires_at handover_to",
+    "ledger": "seq at task schedule tenant from_state to_state agent epoch reason cost uid pid",
+    "meta": "name value",
+    "schedule_fires": "schedule nominal outcome task at reason tenant",
+    "schedules": "name next_fire_at doc tenant",
+    "skills": "name description",
+    "tasks": (
+        "id tenant text capabilities workspace agent pinned parent sender priority min_score state "
+        "outcome output error cost attempts max_attempts epoch labels idempotency_key not_before "
+        "schedule question budget_usd created_at updated_at fingerprint"
+    ),
+    "tenants": "name created_at",
+    "tokens": (
+        "id tenant role agent capabilities workspace secret_hash created_at expires_at revoked_at "
+        "last_used_at"
+    ),
+}
 _json = msgspec.json.Encoder()
 _schedule_decoder = msgspec.json.Decoder(Schedule)
 SCHEMES = ("postgresql://", "postgres://")
@@ -415,8 +439,21 @@ class PostgresStore:
     def _make_tables(self) -> None:
         import psycopg
 
+        #: What a migration meets on a board unlike its version: a table or column it follows
+        #: never had, or one it makes already there.
+        unlike_its_version = (
+            psycopg.errors.UndefinedTable,
+            psycopg.errors.UndefinedColumn,
+            psycopg.errors.UndefinedObject,
+            psycopg.errors.DuplicateTable,
+            psycopg.errors.DuplicateColumn,
+            psycopg.errors.DuplicateObject,
+        )
+
         if self._version() == SCHEMA_VERSION:
-            return  # the common case: no lock, so opening never waits for a writer's batch
+            # The common case: no lock, so opening never waits for a writer's batch.
+            check_shape(self._conn, self.location)
+            return
         conn = self._conn
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock((" + _BOARD_KEY + "))")
@@ -441,7 +478,9 @@ class PostgresStore:
                     f"understands ({SCHEMA_VERSION}); upgrade colibri"
                 )
             if version == SCHEMA_VERSION:
-                return  # made or migrated by another while this one waited for the lock
+                # Made or migrated by another while this one waited for the lock.
+                check_shape(conn, self.location)
+                return
             # A daemon of the older version serving the board would go on writing the old
             # shape into the new one: the board is changed only while none serves it.
             holder = live_lease(conn) if version >= 2 else None
@@ -459,6 +498,14 @@ class PostgresStore:
                 for n in range(version + 1, SCHEMA_VERSION + 1):
                     conn.execute(_MIGRATIONS[n].encode())
                     conn.execute("UPDATE colibri_schema SET version = %s", (n,))
+                # (Inside the transaction: a shape refused leaves the board as it was.)
+                check_shape(conn, self.location)
+            except unlike_its_version as exc:
+                raise ConfigError(
+                    f"the board at {self.location} says schema version {version}, but its "
+                    f"tables are not those of any release of Colibri ({_first_line(exc)}); it "
+                    "was left unchanged: restore it from a backup, or give another schema"
+                ) from None
             except psycopg.errors.InsufficientPrivilege as exc:
                 if version:
                     raise ConfigError(
@@ -1170,23 +1217,52 @@ class PostgresStore:
         self._hold("touch_token", (at, token_id))
 
 
+def check_shape(conn: psycopg.Connection[dict[str, Any]], location: str) -> None:
+    """Refuse, in one line, a board of ``SCHEMA_VERSION`` that lacks a column a board of that
+    version has (``_COLUMNS``): made by no release (or changed by hand), it would fail later,
+    mid-batch."""
+    found: dict[str, set[str]] = {}
+    for row in conn.execute(_Q["board_columns"].encode()).fetchall():
+        found.setdefault(row["table_name"], set()).add(row["column_name"])
+    missing = [
+        f"{table}.{column}"
+        for table, columns in _COLUMNS.items()
+        for column in columns.split()
+        if column not in found.get(table, ())
+    ]
+    if missing:
+        more = len(missing) - 5
+        shown = ", ".join(missing[:5]) + (f" and {more} more" if more > 0 else "")
+        raise ConfigError(
+            f"the board at {location} says schema version {SCHEMA_VERSION} but lacks {shown}: "
+            "its tables are not those of any release of Colibri; it was left unchanged: "
+            "restore it from a backup, or give another schema"
+        )
+
+
 def hive_list(dsn: str) -> list[dict[str, Any]]:
     """The daemons of the board at ``dsn``, oldest first, each with its live leases (``leases``
     rows, ``tenants`` served: ``*`` for the whole board), their epoch and least time left."""
-    import psycopg
-
     conn = _connect(dsn)
     try:
         if conn.execute("SELECT to_regclass('hives') AS t").fetchone() == {"t": None}:
             return []
-        try:
-            rows = [dict(r) for r in conn.execute(_Q["hive_list"].encode()).fetchall()]
-        except psycopg.errors.UndefinedColumn:
+        found = conn.execute(_Q["copy_board_version"].encode()).fetchone()
+        version = 0 if found is None else int(found["version"])
+        where = shown_location(dsn)
+        if version < SCHEMA_VERSION:
             raise ConfigError(
-                f"the board at {shown_location(dsn)} has an older schema than this Colibri "
-                "reads: start a daemon of this version on it (it migrates the board), or run "
-                "colibri hive grant with the tables' owner's connection string"
-            ) from None
+                f"the board at {where} has schema version {version}, older than this Colibri "
+                f"reads ({SCHEMA_VERSION}): start a daemon of this version on it (it migrates "
+                "the board), or run colibri hive grant with the tables' owner's connection string"
+            )
+        if version > SCHEMA_VERSION:
+            raise ConfigError(
+                f"the board at {where} has schema version {version}, newer than this Colibri "
+                f"understands ({SCHEMA_VERSION}); upgrade colibri"
+            )
+        check_shape(conn, where)
+        rows = [dict(r) for r in conn.execute(_Q["hive_list"].encode()).fetchall()]
     finally:
         conn.close()
     for row in rows:

@@ -233,6 +233,34 @@ ALTER TABLE hives ADD COLUMN agents INTEGER NOT NULL DEFAULT 0;
 -- The tenants a daemon started with --tenants serves or stands by for: not shared out.
 ALTER TABLE hives ADD COLUMN tenants TEXT[];
 
+-- name: migration_7
+-- Migrations 5 and 6 were changed after builds had made boards with them (which a released
+-- migration never is again): a board of version 6 may lack hives.agents and hives.tenants
+-- (made by the builds that first had 6), and one of version 5 or 6 may have the first
+-- colibri_ledger_top, a SQL function with SET colibri.tenants (which only a superuser could
+-- make). Every released shape of version 6 converges here on the last one.
+ALTER TABLE hives ADD COLUMN IF NOT EXISTS agents INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE hives ADD COLUMN IF NOT EXISTS tenants TEXT[];
+CREATE OR REPLACE FUNCTION colibri_ledger_top() RETURNS BIGINT LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    named TEXT := COALESCE(current_setting('colibri.tenants', true), '');
+    top BIGINT;
+BEGIN
+    PERFORM set_config('colibri.tenants', '*', true);
+    SELECT COALESCE(MAX(seq), 0) INTO top FROM ledger;
+    PERFORM set_config('colibri.tenants', named, true);
+    RETURN top;
+END
+$$;
+
+-- name: board_columns
+-- The columns of the board's tables, as a board of this version must have them (``_COLUMNS``).
+SELECT c.relname AS table_name, a.attname AS column_name
+  FROM pg_attribute a
+  JOIN pg_class c ON c.oid = a.attrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = current_schema() AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped;
+
 -- name: hive_beat
 INSERT INTO hives (id, address, host, pid, root, ttl, started_at, last_beat, sharing, agents,
                    tenants)
