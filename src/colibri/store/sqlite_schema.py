@@ -169,8 +169,8 @@ def shape(conn: sqlite3.Connection) -> dict[str, object]:
     ).fetchall():
         if kind == "table":
             columns = [tuple(c)[1:] for c in conn.execute(f'PRAGMA table_info("{name}")')]
-            listed = conn.execute(f'PRAGMA table_list("{name}")').fetchone()
-            tables[name] = (columns, bool(listed[4]), "AUTOINCREMENT" in text.upper())
+            said = " ".join(text.upper().split())
+            tables[name] = (columns, "WITHOUT ROWID" in said, "AUTOINCREMENT" in said)
         elif kind == "index" and text is not None:
             indexes[name] = " ".join(text.split())
     return {"tables": tables, "indexes": indexes}
@@ -235,9 +235,12 @@ def _converge(conn: sqlite3.Connection, version: int, location: str) -> None:
 
 def _remake(conn: sqlite3.Connection, name: str, text: str, columns: list[str]) -> None:
     """Make table ``name`` again by ``text``, its rows copied (``columns``, those it had)."""
+    # (An AUTOINCREMENT table's highest id so far is kept in sqlite_sequence, made with the
+    # first such table: the ledger's goes on from where it was.)
+    counted = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'").fetchone()
     sequence = (
         conn.execute("SELECT seq FROM sqlite_sequence WHERE name = ?", (name,)).fetchone()
-        if (conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'").fetchone())
+        if counted
         else None
     )
     old = f"{name}_released"
