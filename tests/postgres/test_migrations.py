@@ -6,13 +6,16 @@ its tables have is refused in one line and left unchanged, by the daemon and by 
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 
 from colibri.core.errors import ConfigError
 from colibri.store.postgres import _COLUMNS, SCHEMA_VERSION, PostgresStore, hive_list
+from tests.helpers import Daemon, colibri, one_line
 from tests.store.conftest import pg_schema
 from tests.store.test_released_migrations import released_texts
 
@@ -195,3 +198,24 @@ def test_a_board_of_a_newer_version_is_refused_in_one_line(board: str) -> None:
         message = refused.value.message
         assert f"has schema version {SCHEMA_VERSION + 1}, newer than this Colibri" in message
         assert "upgrade colibri" in message and "\n" not in message
+
+
+def test_a_daemon_serves_a_board_of_the_first_version_6_and_hive_list_shows_it(
+    board: str, tmp_path: Path
+) -> None:
+    """The daemon itself, and `colibri hive list` as an operator runs it (they stopped with
+    'a bug in colibri: UndefinedColumn', and said to start a daemon of this version)."""
+    made_by(board, tuple(TEXTS[n][0] for n in range(1, 7)))
+    before = colibri(None, "hive", "list", "--store", board, cwd=tmp_path)
+    assert before.returncode == 1 and "older than this Colibri reads" in one_line(before.stderr)
+    daemon = Daemon(tmp_path / "root", "--store", board, "--lease-ttl", "4s")
+    daemon.root.mkdir()
+    daemon.start()
+    try:
+        assert daemon.submit("on a board of the first version 6")["state"] == "pending"
+        listed = colibri(None, "hive", "list", "--store", board, "--json", cwd=tmp_path)
+        assert listed.returncode == 0, listed.stderr
+        daemons = {d["pid"]: d for d in json.loads(listed.stdout)}
+        assert daemons[daemon.pid]["tenants"] == ["*"] and daemons[1]["id"] == "0ld-daemon"
+    finally:
+        daemon.stop()
