@@ -149,12 +149,11 @@ def test_a_batch_numbers_its_ledger_rows_after_a_batch_that_held_the_writers_loc
 HOSTILE = {
     # writes refused: 'cannot execute INSERT in a read-only transaction'
     "default_transaction_read_only": "on",
-    # the board's tables made, the first batch's statements: cancelled
-    "statement_timeout": "1",
+    # the board's tables made, the first batch's statements: cancelled (the store's own
+    # settings, set as it connects, take well under this)
+    "statement_timeout": "5",
     # psycopg cannot parse the timestamps a batch reads (the server's start)
     "DateStyle": "SQL, DMY",
-    # an idle connection ended by the server between two statements
-    "idle_session_timeout": "1",
 }
 
 
@@ -163,13 +162,41 @@ def test_a_store_connected_under_hostile_defaults_sets_its_own(board: str, setti
     dsn = with_defaults(board, **{setting: HOSTILE[setting]})
     store = PostgresStore(dsn)
     try:
-        task = make_task("01c-task")
-        store.insert_task(task, entry_for(task))
-        store.commit()
-        assert store.get_task(task.id) is not None
-        assert [e.task for e in store.ledger(0, 10)] == [task.id]
+        _a_batch_and_a_read(store)
     finally:
         store.close()
+
+
+def _a_batch_and_a_read(store: PostgresStore) -> None:
+    task = make_task("01c-task")
+    store.insert_task(task, entry_for(task))
+    store.commit()
+    assert store.get_task(task.id) is not None
+    assert [e.task for e in store.ledger(0, 10)] == [task.id]
+
+
+def test_an_idle_store_is_not_ended_by_a_default_idle_session_timeout(board: str) -> None:
+    """A daemon's store sits idle between batches (a lease's connection between renewals): a
+    role's ``idle_session_timeout`` ended it, and the next batch was refused."""
+    dsn = with_defaults(board, idle_session_timeout="300ms")
+    store = PostgresStore(dsn)
+    try:
+        # Idle since it opened; a session idle for less time, ended by the server, shows that
+        # the store's has been idle past the timeout too.
+        with psycopg.connect(dsn, autocommit=True) as probe:
+            pid = probe.info.backend_pid
+            wait_until(lambda: not _alive(board, pid), timeout=15)
+        _a_batch_and_a_read(store)
+    finally:
+        store.close()
+
+
+def _alive(dsn: str, pid: int) -> bool:
+    with psycopg.connect(dsn) as conn:
+        return (
+            conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+            is not None
+        )
 
 
 @pytest.mark.parametrize("durability", ["full", "relaxed"])
