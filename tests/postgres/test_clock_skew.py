@@ -125,3 +125,77 @@ def test_an_owner_whose_clock_runs_behind_stops_by_its_own_deadline_when_cut_off
         wait_until(standby.serving, timeout=15)
     finally:
         owner.stop_with(standby)
+
+
+#: How far the serving daemon's wall clock runs from the machine's (and PostgreSQL's).
+SCHEDULE_SKEW = 120
+
+
+def board_time(board: str) -> float:
+    """PostgreSQL's clock now, as seconds since the epoch."""
+    import psycopg
+
+    with psycopg.connect(board, autocommit=True) as conn:
+        row = conn.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8").fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+def fires(board: str) -> list[tuple[str, str, str, str]]:
+    """Every fire recorded on the board: schedule, nominal time, outcome, stamp."""
+    import psycopg
+
+    with psycopg.connect(board, autocommit=True) as conn:
+        return [
+            (str(s), str(n), str(o), str(a))
+            for s, n, o, a in conn.execute(
+                "SELECT schedule, nominal, outcome, at FROM schedule_fires ORDER BY nominal"
+            ).fetchall()
+        ]
+
+
+@pytest.mark.parametrize("offset", [+SCHEDULE_SKEW, -SCHEDULE_SKEW], ids=["ahead", "behind"])
+def test_schedules_fire_by_the_boards_clock_not_the_serving_daemons(
+    tmp_path: Path, board: str, offset: int
+) -> None:
+    """The serving daemon's wall clock two minutes ahead of PostgreSQL's, or behind: a once
+    schedule fires at its time by the board's clock — not two minutes early (nor recorded
+    missed), nor two minutes late — and an interval schedule's times are the board's, none
+    fired before PostgreSQL's clock reached it, none missed. Before, ahead: fires up to 120 s
+    early and future times recorded missed; behind: nothing fired for two minutes."""
+    from colibri.core.model import rfc3339
+
+    daemon = skewed(tmp_path / "skewed", board, offset, "6s")
+    daemon.start()
+    try:
+        task = {"text": "on the board's time", "capabilities": ["nobody"]}
+        due = board_time(board) + 4
+        daemon.call("schedule-add", name="once", schedule={"at": rfc3339(due), "task": task})
+        daemon.call(
+            "schedule-add",
+            name="every",
+            schedule={"every": "1s", "overlap": "allow", "catch_up": "all", "task": task},
+        )
+        seen: list[tuple[float, list[tuple[str, str, str, str]]]] = []
+
+        def once_fired() -> bool:
+            recorded = fires(board)
+            seen.append((board_time(board), recorded))
+            return any(s == "once" for s, *_ in recorded)
+
+        # (Behind, it would fire two minutes late: far past this wait.)
+        wait_until(once_fired, timeout=30)
+        # Every fire seen was of a time PostgreSQL's clock had reached when it was seen.
+        for observed, recorded in seen:
+            for schedule, nominal, outcome, _ in recorded:
+                assert parse_rfc3339(nominal) <= observed + 0.05, (schedule, nominal, observed)
+                assert outcome == "fired", (schedule, nominal, outcome)
+        (once,) = [f for f in seen[-1][1] if f[0] == "once"]
+        assert once[1] == rfc3339(due)
+        # Stamped by the board's clock: at or after its time, and not minutes after.
+        assert due - 0.05 <= parse_rfc3339(once[3]) < due + 10, (once, due)
+        every = [f for f in seen[-1][1] if f[0] == "every"]
+        assert len(every) >= 2
+        assert all(abs(parse_rfc3339(n) - due) < 30 for _, n, _, _ in every), every
+    finally:
+        daemon.stop()

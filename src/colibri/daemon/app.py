@@ -29,7 +29,7 @@ from colibri.core.errors import (
 from colibri.daemon import crashpoints
 from colibri.daemon.board import Board
 from colibri.daemon.bus import Bus
-from colibri.daemon.clock import Clock, SystemClock
+from colibri.daemon.clock import BoardClock, Clock, SystemClock
 from colibri.daemon.commands import Commands
 from colibri.daemon.connection import Connection
 from colibri.daemon.gateway import Gateway
@@ -289,8 +289,15 @@ class Daemon:
     metrics: Metrics | None = None
 
 
-def compose(config: Config, store: Store, mirror: LedgerMirror, clock: Clock) -> Daemon:
-    """Build the daemon over an open store and ledger mirror (inside the running loop)."""
+def compose(
+    config: Config,
+    store: Store,
+    mirror: LedgerMirror,
+    clock: Clock,
+    schedule_clock: Clock | None = None,
+) -> Daemon:
+    """Build the daemon over an open store and ledger mirror (inside the running loop);
+    its schedules fire by ``schedule_clock`` (a PostgreSQL board's: ``BoardClock``)."""
     send_to = {name: ws.send_to for name, ws in config.workspaces.items()}
     budgets = {
         name: ws.budget_usd_daily
@@ -300,7 +307,7 @@ def compose(config: Config, store: Store, mirror: LedgerMirror, clock: Clock) ->
     board = Board(store, config.scheduler, clock, send_to, budgets)
     server = Server(config, board, mirror)
     bus = Bus(board.audience, server.loop, server.schedule_flush)
-    schedules = ScheduleRunner(board, board.batch, config.default_tz)
+    schedules = ScheduleRunner(board, board.batch, config.default_tz, schedule_clock)
     supervisor = Supervisor(config, clock)
     tokens = TokenAuthority(store, clock, board.tenancy)
     commands = Commands(board, server, bus, schedules, supervisor, tokens)
@@ -455,7 +462,9 @@ def _build(config: Config, hold: _BoardHold, store: Store, mirror: LedgerMirror)
             "ledger mirror caught up from the store",
             extra={"event": "ledger_caught_up", "rows": caught_up},
         )
-    daemon = compose(config, store, mirror, SystemClock())
+    lease = hold.lease
+    on_board = None if lease is None else BoardClock(lambda: lease.clock_offset)
+    daemon = compose(config, store, mirror, SystemClock(), on_board)
     daemon.lease = hold.lease
     tenancy = daemon.board.tenancy
     if hold.lease is not None:

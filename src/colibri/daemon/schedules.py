@@ -32,6 +32,7 @@ from colibri.core.schedules import Schedule, ScheduleSpec
 from colibri.core.states import OPEN
 from colibri.daemon import crashpoints
 from colibri.daemon.board import Batch, Board, new_task_id
+from colibri.daemon.clock import Clock
 from colibri.store import StoreConflict
 
 log = logging.getLogger(__name__)
@@ -48,12 +49,16 @@ FIRE_BATCH_S = 0.05
 
 
 class ScheduleRunner:
-    def __init__(self, board: Board, batch: Batch, default_tz: str) -> None:
+    def __init__(
+        self, board: Board, batch: Batch, default_tz: str, clock: Clock | None = None
+    ) -> None:
         self.board = board
         #: The batch its fires and notes belong to (their ledger rows, and who asked).
         self.batch = batch
         self.store = board.store
-        self.clock = board.clock
+        #: What due times are judged by: the board's clock (on PostgreSQL, its server's:
+        #: ``BoardClock``), the daemon's own by default.
+        self.clock = clock or board.clock
         self.default_tz = default_tz
         self.schedules: dict[str, Schedule] = {}
         self._heap: list[tuple[float, str]] = []

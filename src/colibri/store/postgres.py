@@ -84,6 +84,30 @@ _MIGRATIONS = {
     if name.startswith("migration_")
 }
 SCHEMA_VERSION = max(_MIGRATIONS)
+#: The columns of each table of a board of ``SCHEMA_VERSION``, as its migrations make them (a
+#: test holds this to a fresh board's): a board that says it is of this version and lacks one
+#: is of a shape no release made, and is refused rather than served with a column missing.
+_COLUMNS = {
+    "agents": "name tenant capabilities slots ttl workspace registered_at last_seen",
+    "colibri_schema": "version",
+    "hives": "id address host pid root ttl started_at last_beat sharing agents tenants",
+    "leases": "name owner address epoch taken_at expires_at handover_to",
+    "ledger": "seq at task schedule tenant from_state to_state agent epoch reason cost uid pid",
+    "meta": "name value",
+    "schedule_fires": "schedule nominal outcome task at reason tenant",
+    "schedules": "name next_fire_at doc tenant",
+    "skills": "name description",
+    "tasks": (
+        "id tenant text capabilities workspace agent pinned parent sender priority min_score state "
+        "outcome output error cost attempts max_attempts epoch labels idempotency_key not_before "
+        "schedule question budget_usd created_at updated_at fingerprint"
+    ),
+    "tenants": "name created_at",
+    "tokens": (
+        "id tenant role agent capabilities workspace secret_hash created_at expires_at revoked_at "
+        "last_used_at"
+    ),
+}
 _json = msgspec.json.Encoder()
 _schedule_decoder = msgspec.json.Decoder(Schedule)
 SCHEMES = ("postgresql://", "postgres://")
@@ -250,10 +274,45 @@ def _heeding_class() -> type[psycopg.Connection[dict[str, Any]]]:
     return Heeding
 
 
-def _connect(dsn: str, silence: float | None = None) -> psycopg.Connection[dict[str, Any]]:
-    """A connection in autocommit mode; with ``silence``, its waits and its connecting give
-    up after that long without a word from the server (connecting: 2 s at least, libpq's
-    least ``connect_timeout``)."""
+#: What every connection sets for itself, whatever the server, database or role make the
+#: default (``ALTER DATABASE/ROLE … SET``, ``PGOPTIONS``): the store relies on each.
+#: ``read committed``: every statement sees what committed before it — the migrations read
+#: the schema after taking their lock, a batch numbers its ledger rows after the writers' lock
+#: (in a snapshot taken at the fence, before the lock, two batches would take one ``seq``).
+#: Writes allowed; no statement, lock or idle transaction cut short but by the store's own
+#: bounds (a batch sets ``lock_timeout`` and ``idle_in_transaction_session_timeout`` for
+#: itself), nor an idle connection (a lease's, between renewals); row-level security applied,
+#: never skipped; dates as psycopg reads them (ISO: other styles it cannot parse) and in UTC.
+#: ``search_path`` is the one setting taken from the connection: it names the board's schema.
+_SESSION = {
+    "default_transaction_isolation": "read committed",
+    "default_transaction_read_only": "off",
+    "statement_timeout": "0",
+    "lock_timeout": "0",
+    "idle_in_transaction_session_timeout": "0",
+    "row_security": "on",
+    "DateStyle": "ISO, YMD",
+    "TimeZone": "UTC",
+}
+#: PostgreSQL 14 and later end a session idle this long (0: never).
+_SESSION_14 = {"idle_session_timeout": "0"}
+
+
+def _session(server_version: int, durability: str) -> tuple[bytes, list[str]]:
+    """The statement that sets ``_SESSION`` (and ``synchronous_commit`` by ``durability``:
+    ``full`` sets it on, whatever the default) in one round trip, and its parameters."""
+    settings = {**_SESSION, **(_SESSION_14 if server_version >= 140000 else {})}
+    settings["synchronous_commit"] = "off" if durability == "relaxed" else "on"
+    calls = ", ".join("set_config(%s, %s, false)" for _ in settings)
+    return f"SELECT {calls}".encode(), [part for pair in settings.items() for part in pair]
+
+
+def _connect(
+    dsn: str, silence: float | None = None, durability: str = "full"
+) -> psycopg.Connection[dict[str, Any]]:
+    """A connection in autocommit mode, its session set as the store relies on (``_SESSION``);
+    with ``silence``, its waits and its connecting give up after that long without a word
+    from the server (connecting: 2 s at least, libpq's least ``connect_timeout``)."""
     import psycopg  # not installed: the CLI says what to install (colibri.extras)
     from psycopg.rows import dict_row
 
@@ -264,15 +323,30 @@ def _connect(dsn: str, silence: float | None = None) -> psycopg.Connection[dict[
             row_factory=dict_row,
             connect_timeout=10 if silence is None else max(2, math.ceil(silence)),
         )
-        conn.silence = silence  # type: ignore[attr-defined]
-        #: Its backend's pid, known here without a round trip, for when it is no more.
-        conn.backend = conn.info.backend_pid  # type: ignore[attr-defined]
-        return conn
     except psycopg.Error as exc:
         raise StorageUnavailable(
             f"cannot reach the PostgreSQL board at {shown_location(dsn)}: "
             f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
         ) from None
+    conn.silence = silence  # type: ignore[attr-defined]
+    #: Its backend's pid, known here without a round trip, for when it is no more.
+    conn.backend = conn.info.backend_pid  # type: ignore[attr-defined]
+    try:
+        conn.execute(*_session(conn.info.server_version, durability))
+    except psycopg.OperationalError as exc:
+        conn.close()
+        raise StorageUnavailable(
+            f"the PostgreSQL board at {shown_location(dsn)} broke off as it was being "
+            f"connected to ({_first_line(exc)})"
+        ) from None
+    except psycopg.Error as exc:
+        conn.close()
+        raise ConfigError(
+            f"the connection to the PostgreSQL board at {shown_location(dsn)} refused the "
+            f"settings the store needs ({_first_line(exc)}); connect to PostgreSQL itself, "
+            "not through a proxy that forbids SET"
+        ) from None
+    return conn
 
 
 class PostgresStore:
@@ -302,9 +376,8 @@ class PostgresStore:
         #: A connection made off the loop by ``reachable``, taken by ``_reset`` in place of one
         #: that went silent.
         self._spare: psycopg.Connection[dict[str, Any]] | None = None
-        self._conn = _connect(dsn, self.silence)
+        self._conn = _connect(dsn, self.silence, durability)
         try:
-            self._setup(self._conn)
             self._migrate()
         except BaseException:
             self._conn.close()  # refused (a newer schema, a role that cannot migrate): let go
@@ -336,19 +409,6 @@ class PostgresStore:
         self._first_row: dict[str, Any] | None = None
         self._in_doubt: _InDoubt | None = None
 
-    def _setup(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
-        import psycopg
-
-        try:
-            if self._durability == "relaxed":
-                conn.execute("SET synchronous_commit TO off")
-        except psycopg.OperationalError as exc:
-            conn.close()
-            raise StorageUnavailable(
-                f"the PostgreSQL board at {self.location} broke off as it was being connected "
-                f"to ({_first_line(exc)})"
-            ) from None
-
     def _version(self) -> int | None:
         """The board's schema version; None when the schema holds no board yet."""
         conn = self._conn
@@ -375,8 +435,21 @@ class PostgresStore:
     def _make_tables(self) -> None:
         import psycopg
 
+        #: What a migration meets on a board unlike its version: a table or column it follows
+        #: never had, or one it makes already there.
+        unlike_its_version = (
+            psycopg.errors.UndefinedTable,
+            psycopg.errors.UndefinedColumn,
+            psycopg.errors.UndefinedObject,
+            psycopg.errors.DuplicateTable,
+            psycopg.errors.DuplicateColumn,
+            psycopg.errors.DuplicateObject,
+        )
+
         if self._version() == SCHEMA_VERSION:
-            return  # the common case: no lock, so opening never waits for a writer's batch
+            # The common case: no lock, so opening never waits for a writer's batch.
+            check_shape(self._conn, self.location)
+            return
         conn = self._conn
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock((" + _BOARD_KEY + "))")
@@ -400,6 +473,10 @@ class PostgresStore:
                     f"{self.location} has schema version {version}, newer than this Colibri "
                     f"understands ({SCHEMA_VERSION}); upgrade colibri"
                 )
+            if version == SCHEMA_VERSION:
+                # Made or migrated by another while this one waited for the lock.
+                check_shape(conn, self.location)
+                return
             # A daemon of the older version serving the board would go on writing the old
             # shape into the new one: the board is changed only while none serves it.
             holder = live_lease(conn) if version >= 2 else None
@@ -417,6 +494,14 @@ class PostgresStore:
                 for n in range(version + 1, SCHEMA_VERSION + 1):
                     conn.execute(_MIGRATIONS[n].encode())
                     conn.execute("UPDATE colibri_schema SET version = %s", (n,))
+                # (Inside the transaction: a shape refused leaves the board as it was.)
+                check_shape(conn, self.location)
+            except unlike_its_version as exc:
+                raise ConfigError(
+                    f"the board at {self.location} says schema version {version}, but its "
+                    f"tables are not those of any release of Colibri ({_first_line(exc)}); it "
+                    "was left unchanged: restore it from a backup, or give another schema"
+                ) from None
             except psycopg.errors.InsufficientPrivilege as exc:
                 if version:
                     raise ConfigError(
@@ -600,9 +685,8 @@ class PostgresStore:
         import psycopg
 
         try:
-            conn = _connect(self._dsn, self.silence)
+            conn = _connect(self._dsn, self.silence, self._durability)
             try:
-                self._setup(conn)
                 conn.execute(b"SELECT 1")
             except BaseException:
                 conn.close()
@@ -766,8 +850,7 @@ class PostgresStore:
                 self._lost = f"the PostgreSQL board said nothing for {self.silence:g} s"
                 return
             try:
-                self._conn = _connect(self._dsn, self.silence)
-                self._setup(self._conn)
+                self._conn = _connect(self._dsn, self.silence, self._durability)
             except StorageUnavailable as exc:
                 self._lost = exc.message
             return
@@ -1134,23 +1217,52 @@ class PostgresStore:
         self._hold("touch_token", (at, token_id))
 
 
+def check_shape(conn: psycopg.Connection[dict[str, Any]], location: str) -> None:
+    """Refuse, in one line, a board of ``SCHEMA_VERSION`` that lacks a column a board of that
+    version has (``_COLUMNS``): made by no release (or changed by hand), it would fail later,
+    mid-batch."""
+    found: dict[str, set[str]] = {}
+    for row in conn.execute(_Q["board_columns"].encode()).fetchall():
+        found.setdefault(row["table_name"], set()).add(row["column_name"])
+    missing = [
+        f"{table}.{column}"
+        for table, columns in _COLUMNS.items()
+        for column in columns.split()
+        if column not in found.get(table, ())
+    ]
+    if missing:
+        more = len(missing) - 5
+        shown = ", ".join(missing[:5]) + (f" and {more} more" if more > 0 else "")
+        raise ConfigError(
+            f"the board at {location} says schema version {SCHEMA_VERSION} but lacks {shown}: "
+            "its tables are not those of any release of Colibri; it was left unchanged: "
+            "restore it from a backup, or give another schema"
+        )
+
+
 def hive_list(dsn: str) -> list[dict[str, Any]]:
     """The daemons of the board at ``dsn``, oldest first, each with its live leases (``leases``
     rows, ``tenants`` served: ``*`` for the whole board), their epoch and least time left."""
-    import psycopg
-
     conn = _connect(dsn)
     try:
         if conn.execute("SELECT to_regclass('hives') AS t").fetchone() == {"t": None}:
             return []
-        try:
-            rows = [dict(r) for r in conn.execute(_Q["hive_list"].encode()).fetchall()]
-        except psycopg.errors.UndefinedColumn:
+        found = conn.execute(_Q["copy_board_version"].encode()).fetchone()
+        version = 0 if found is None else int(found["version"])
+        where = shown_location(dsn)
+        if version < SCHEMA_VERSION:
             raise ConfigError(
-                f"the board at {shown_location(dsn)} has an older schema than this Colibri "
-                "reads: start a daemon of this version on it (it migrates the board), or run "
-                "colibri hive grant with the tables' owner's connection string"
-            ) from None
+                f"the board at {where} has schema version {version}, older than this Colibri "
+                f"reads ({SCHEMA_VERSION}): start a daemon of this version on it (it migrates "
+                "the board), or run colibri hive grant with the tables' owner's connection string"
+            )
+        if version > SCHEMA_VERSION:
+            raise ConfigError(
+                f"the board at {where} has schema version {version}, newer than this Colibri "
+                f"understands ({SCHEMA_VERSION}); upgrade colibri"
+            )
+        check_shape(conn, where)
+        rows = [dict(r) for r in conn.execute(_Q["hive_list"].encode()).fetchall()]
     finally:
         conn.close()
     for row in rows:
@@ -1433,6 +1545,10 @@ class BoardLease:
         self.elsewhere: dict[str, str | None] = {}
         #: How many agents are connected to the daemon, said at each beat (``hive list``).
         self.agents = 0
+        #: The board's clock (its server's) less this host's wall clock, in seconds, measured
+        #: at each taking and renewal: what the daemon's schedules add to its own wall clock
+        #: (``daemon.clock.BoardClock``), as the lease itself is judged by the server's.
+        self.clock_offset = 0.0
         self._conn: psycopg.Connection[dict[str, Any]] | None = None
 
     @property
@@ -1476,6 +1592,19 @@ class BoardLease:
             # otherwise every renewal would queue behind the hung one's lock.
             self._conn = _connect(self.dsn, max(self.ttl / 3, LEAST_SILENCE / 2))
         return self._conn
+
+    def _clocked(self, rows: list[dict[str, Any]], sent: float, answered: float) -> None:
+        """Note the board's clock from a taking's or renewal's answer (``board_time``, the
+        server's as it answered), sent and answered at these wall-clock times of this host: the
+        offset is the server's time less the middle of the round trip, within half of it. Kept
+        while a new one is within that of it (a renewal's jitter does not move the schedules'
+        clock back and forth), and not taken from a round trip of a second or more."""
+        if not rows or answered - sent >= 1.0:
+            return
+        half = (answered - sent) / 2
+        offset = float(rows[0]["board_time"]) - (sent + half)
+        if abs(offset - self.clock_offset) > half + 0.001:
+            self.clock_offset = offset
 
     def _run(self, name: str, args: dict[str, Any]) -> list[dict[str, Any]]:
         import psycopg
@@ -1541,7 +1670,9 @@ class BoardLease:
                 found = conn.execute(_Q["lease_next_epoch"].encode(), args).fetchone()
                 assert found is not None
                 args["epoch"] = int(found["epoch"])
+                asked = time.time()
                 rows = conn.execute(_Q["lease_take"].encode(), args).fetchall()
+                self._clocked(rows, asked, time.time())
                 if len(rows) != len(names):  # (the lock makes this not happen)
                     raise psycopg.Rollback
                 taken = True
@@ -1564,8 +1695,9 @@ class BoardLease:
 
     def renew(self) -> bool:
         """Extend them by ``ttl`` from now; False if one is no longer ours (another took it)."""
-        sent = time.monotonic()
+        sent, asked = time.monotonic(), time.time()
         rows = self._run("lease_renew", self._rows_args())
+        self._clocked(rows, asked, time.time())
         if len(rows) != len(self.epochs):
             return False
         self.held_since = sent

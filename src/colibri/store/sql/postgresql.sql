@@ -234,10 +234,38 @@ ALTER TABLE hives ADD COLUMN agents INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE hives ADD COLUMN tenants TEXT[];
 
 -- name: migration_7
+-- Migrations 5 and 6 were changed after builds had made boards with them (which a released
+-- migration never is again): a board of version 6 may lack hives.agents and hives.tenants
+-- (made by the builds that first had 6), and one of version 5 or 6 may have the first
+-- colibri_ledger_top, a SQL function with SET colibri.tenants (which only a superuser could
+-- make). Every released shape of version 6 converges here on the last one.
+ALTER TABLE hives ADD COLUMN IF NOT EXISTS agents INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE hives ADD COLUMN IF NOT EXISTS tenants TEXT[];
+CREATE OR REPLACE FUNCTION colibri_ledger_top() RETURNS BIGINT LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    named TEXT := COALESCE(current_setting('colibri.tenants', true), '');
+    top BIGINT;
+BEGIN
+    PERFORM set_config('colibri.tenants', '*', true);
+    SELECT COALESCE(MAX(seq), 0) INTO top FROM ledger;
+    PERFORM set_config('colibri.tenants', named, true);
+    RETURN top;
+END
+$$;
+
+-- name: migration_8
 -- A tenant's reads cost by its own rows: its ledger in seq order (ledger --follow, a token's
 -- ledger and cost), its tasks in id order (a token's list, its id prefixes).
 CREATE INDEX IF NOT EXISTS ledger_tenant ON ledger (tenant, seq);
 CREATE INDEX IF NOT EXISTS tasks_tenant ON tasks (tenant, id);
+
+-- name: board_columns
+-- The columns of the board's tables, as a board of this version must have them (``_COLUMNS``).
+SELECT c.relname AS table_name, a.attname AS column_name
+  FROM pg_attribute a
+  JOIN pg_class c ON c.oid = a.attrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = current_schema() AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped;
 
 -- name: hive_beat
 INSERT INTO hives (id, address, host, pid, root, ttl, started_at, last_beat, sharing, agents,
@@ -300,7 +328,8 @@ ON CONFLICT (name) DO UPDATE
    SET owner = excluded.owner, address = excluded.address, epoch = excluded.epoch,
        taken_at = excluded.taken_at, expires_at = excluded.expires_at, handover_to = NULL
  WHERE leases.expires_at <= now()
-RETURNING name;
+-- (The server's clock as it answers: the board's, which its schedules follow.)
+RETURNING name, EXTRACT(EPOCH FROM clock_timestamp())::float8 AS board_time;
 
 -- name: live_leases
 -- Every live lease (where to send a request for a tenant not served here), and the tenants'
@@ -323,7 +352,7 @@ SELECT name FROM tenants;
 UPDATE leases SET expires_at = now() + %(ttl)s * interval '1 second'
  WHERE owner = %(owner)s AND expires_at > now()
    AND (name, epoch) IN (SELECT * FROM unnest(%(names)s::text[], %(epochs)s::bigint[]))
-RETURNING name;
+RETURNING name, EXTRACT(EPOCH FROM clock_timestamp())::float8 AS board_time;
 
 -- name: lease_release
 UPDATE leases SET expires_at = now() - interval '1 millisecond'
