@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import calendar
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -213,6 +214,15 @@ def hide_from_own_user() -> bool:
         return int(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
+
+
+def stop_signals() -> tuple[signal.Signals, ...]:
+    """The signals that ask a process of ours to stop cleanly, as Ctrl+C does: SIGINT, SIGTERM,
+    and SIGHUP — a closed terminal stops what it ran rather than kill it, which would leave
+    what it started behind — unless SIGHUP was ignored when the process started (``nohup``:
+    it is to outlive its terminal)."""
+    hangup = () if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN else (signal.SIGHUP,)
+    return (signal.SIGINT, signal.SIGTERM, *hangup)
 
 
 def become_subreaper() -> bool:

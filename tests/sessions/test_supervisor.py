@@ -130,6 +130,23 @@ def test_a_clean_stop_leaves_no_harness_and_no_session(fleet: Fleet, root: Path)
     assert mentioning(root) == []
 
 
+def test_a_closed_terminal_stops_the_daemon_as_ctrl_c_does(fleet: Fleet, root: Path) -> None:
+    """SIGHUP (the terminal of a foreground ``colibri run`` closed) is a clean stop: its default
+    action killed the daemon alone, and the harnesses, in sessions of their own, waited for
+    it for good."""
+    daemon, pids = two(fleet, root)
+    running = daemon.call("submit", text="long work", workspace="api")["task"]
+    started = root / f"started-{running['id']}"
+    wait_until(started.exists)
+    session = int(started.read_text())
+    assert daemon.process is not None
+    daemon.process.send_signal(signal.SIGHUP)
+    assert daemon.process.wait(timeout=30) == 0, daemon.log()
+    wait_until(lambda: not alive(session) and not any(alive(p) for p in pids.values()), 30)
+    assert harnesses(root) == {}
+    assert mentioning(root) == []
+
+
 def test_a_harness_that_cannot_start_is_marked_degraded(fleet: Fleet, root: Path) -> None:
     (root / "broken").write_text("a file where the workspace's directory should be")
     daemon = fleet(

@@ -18,13 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from colibri import host
 from colibri.agent.backends import backend_for
 from colibri.agent.backends.base import Report
 from colibri.agent.reaping import Reaper
@@ -75,7 +75,9 @@ class Harness:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        # SIGHUP too: a harness killed by its terminal closing would leave its sessions (each in
+        # a process group of its own) running, their tasks held.
+        for signum in host.stop_signals():
             loop.add_signal_handler(signum, self.stopping.set)
         self.reaper.begin()
         if self.spec.exclusive:

@@ -101,7 +101,8 @@ def run(
 ) -> None:
     """Run the daemon in the foreground (creating the root here if there is none).
 
-    Stop it with Ctrl+C or SIGTERM (or, with --detach, colibri stop). One daemon per root.
+    Stop it with Ctrl+C, SIGTERM or SIGHUP (or, with --detach, colibri stop): its harnesses
+    stop with it. One daemon per root.
     """
     from colibri.config import init_root, load_config
 

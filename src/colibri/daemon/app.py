@@ -319,8 +319,9 @@ async def serve(config: Config) -> int:
     # SIGUSR1 rotates the ledger once the daemon runs; until then (lock, store, catch-up) its
     # default action would end the process.
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-    # SIGINT and SIGTERM from here on: never the default action, which would end the daemon
-    # midway through building its board, a PostgreSQL lease held, nothing stopped.
+    # SIGINT, SIGTERM and SIGHUP from here on: never the default action, which would end the
+    # daemon midway through building its board, a PostgreSQL lease held, its harnesses left
+    # running with nobody to stop them.
     signals = StopSignals(asyncio.get_running_loop())
     host.select(config.host)
     crashpoints.arm(config.crashpoint)
@@ -477,20 +478,20 @@ def _build(config: Config, hold: _BoardHold, store: Store, mirror: LedgerMirror)
 
 
 class StopSignals:
-    """SIGINT and SIGTERM, from the start of ``serve`` to its end: the first asks the daemon to
-    stop — at once while it stands by, once it serves if it is still building its board, and
-    then cleanly (``on_first``, set by ``_run_until_stopped``) — and a second ends the process
-    at once (``os._exit(1)``), at any moment."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    """SIGINT, SIGTERM and SIGHUP (``host.stop_signals``: a closed terminal stops a foreground
+    daemon as Ctrl+C does, its harnesses with it), from the start of ``serve`` to its end: the
+    first asks the daemon to stop — at once while it stands by, once it serves if it is still
+    building its board, and then cleanly (``on_first``, set by ``_run_until_stopped``) — and a
+    second ends the process at once (``os._exit(1)``), at any moment."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.signals = host.stop_signals()
         self.seen = 0
         #: Set by the first signal.
         self.asked = asyncio.Event()
         #: What the first signal does besides; the running daemon sets its stop here.
         self.on_first: Callable[[int], None] = lambda signum: None
-        for signum in self.SIGNALS:
+        for signum in self.signals:
             loop.add_signal_handler(signum, self.received, signum)
 
     def received(self, signum: int) -> None:
@@ -513,7 +514,7 @@ class StopSignals:
             if self.seen + len(noted) > 1:
                 os._exit(1)
 
-        previous = {signum: signal.signal(signum, on_signal) for signum in self.SIGNALS}
+        previous = {signum: signal.signal(signum, on_signal) for signum in self.signals}
         wakeup = signal.set_wakeup_fd(-1)
         try:
             yield
@@ -521,7 +522,7 @@ class StopSignals:
             # The loop's own again: its handlers (still registered with it) and its wakeup fd.
             if wakeup != -1:
                 signal.set_wakeup_fd(wakeup, warn_on_full_buffer=False)
-            for signum in self.SIGNALS:
+            for signum in self.signals:
                 signal.signal(signum, previous[signum])
             if noted:
                 self.received(noted[0])
@@ -781,7 +782,7 @@ async def _run_until_stopped(daemon: Daemon, signals: StopSignals) -> None:
             )
 
     # SIGUSR1 as nginx reopens its logs; SIGHUP keeps its meaning (a closed terminal stops a
-    # foreground daemon).
+    # foreground daemon: StopSignals).
     loop.add_signal_handler(signal.SIGUSR1, rotate_ledger)
 
     async def tick() -> None:
