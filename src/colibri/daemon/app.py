@@ -76,10 +76,15 @@ class _BoardHold:
             self.lease.release()
 
 
-async def hold_board(config: Config, address: str | None, stop: asyncio.Event) -> _BoardHold | None:
+async def hold_board(
+    config: Config,
+    address: str | None,
+    stop: asyncio.Event,
+    started: Callable[[str], None] = lambda state: None,
+) -> _BoardHold | None:
     """The board, held: an SQLite file's lock at once, or a PostgreSQL board's lease — waiting
-    as a standby while another daemon holds it, and taking over once its lease has expired.
-    None if told to stop while waiting."""
+    as a standby while another daemon holds it (``started("standby")`` once its socket says
+    so), and taking over once its lease has expired. None if told to stop while waiting."""
     if not config.store.startswith(("postgresql://", "postgres://")):
         return _BoardHold(fd=acquire_store_lock(config.store))
     from colibri.store.postgres import BoardLease
@@ -107,6 +112,7 @@ async def hold_board(config: Config, address: str | None, stop: asyncio.Event) -
         )
     finally:
         os.umask(old_umask)
+    started("standby")
     try:
         return await _stand_by(lease, stop, said)
     finally:
@@ -315,7 +321,10 @@ def compose(config: Config, store: Store, mirror: LedgerMirror, clock: Clock) ->
     return Daemon(config, board, server, bus, schedules, supervisor, commands, metrics=metrics)
 
 
-async def serve(config: Config) -> int:
+async def serve(config: Config, started: Callable[[str], None] = lambda state: None) -> int:
+    """Run the daemon until it is stopped; its exit code. ``started`` is told ``"serving"``
+    once its socket answers, or ``"standby"`` once it stands by (``run --detach`` waits for
+    it)."""
     # SIGUSR1 rotates the ledger once the daemon runs; until then (lock, store, catch-up) its
     # default action would end the process.
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
@@ -341,7 +350,7 @@ async def serve(config: Config) -> int:
     endpoint: MetricsEndpoint | None = None
     try:
         advertised = config.server.listen[0] if config.server.listen else None
-        board_hold = await hold_board(config, advertised, signals.asked)
+        board_hold = await hold_board(config, advertised, signals.asked, started)
         if board_hold is None:
             log.info("stopped while standing by", extra={"event": "stopped"})
             return 0
@@ -399,6 +408,7 @@ async def serve(config: Config) -> int:
                 "open_tasks": len(board.tasks),
             },
         )
+        started("serving")
         if daemon.lease is not None:
             keeper = asyncio.create_task(
                 keep_lease(
