@@ -149,6 +149,7 @@ def test_a_clean_stop_leaves_no_harness_and_no_session(fleet: Fleet, root: Path)
     assert not any(alive(pid) for pid in pids.values())
     assert harnesses(root) == {}
     assert mentioning(root) == []
+    assert "event=harness_killed" not in daemon.log()  # each stopped by itself, in time
 
 
 def test_a_closed_terminal_stops_the_daemon_as_ctrl_c_does(fleet: Fleet, root: Path) -> None:
@@ -166,6 +167,7 @@ def test_a_closed_terminal_stops_the_daemon_as_ctrl_c_does(fleet: Fleet, root: P
     wait_until(lambda: not alive(session) and not any(alive(p) for p in pids.values()), 30)
     assert harnesses(root) == {}
     assert mentioning(root) == []
+    assert "event=harness_killed" not in daemon.log()
 
 
 def test_a_harness_that_cannot_start_is_marked_degraded(fleet: Fleet, root: Path) -> None:

@@ -124,7 +124,11 @@ class Harness:
 
         absence = Absence(after)
         while not absence.gone(daemon_pid(self.root) is not None, time.monotonic()):
-            await asyncio.sleep(min(after / 4, ORPHAN_CHECK))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(after / 4, ORPHAN_CHECK)):
+                    await self.stopping.wait()
+            if self.stopping.is_set():
+                return  # stopped otherwise: its sessions are being stopped
         log.warning(
             "no daemon has run for this root for %gs: stopping the sessions and exiting",
             after,

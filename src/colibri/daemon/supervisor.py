@@ -192,6 +192,10 @@ class Supervisor:
             pids = [pid for pid in pids if alive(pid)]
             await asyncio.sleep(0.05)
         for pid in pids:
+            log.warning(
+                f"a harness did not stop within {STOP_GRACE:g}s; killed",
+                extra={"event": "harness_killed", "pid": pid},
+            )
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
         for harness in self.harnesses.values():  # reap them, waiting without blocking
