@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -176,8 +177,9 @@ class _Started:
 
     def close(self) -> None:
         if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+            fd, self.fd = self.fd, None
+            with contextlib.suppress(OSError):  # not a pipe given to it (run by hand)
+                os.close(fd)
 
 
 #: How long ``run --detach`` waits for the daemon to serve, and ``stop`` for it to be gone.
