@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -62,4 +63,16 @@ def test_a_closed_terminal_or_sigterm_stops_everything_the_demo_started(
     else:
         running.process.send_signal(signum)
     assert running.process.wait(timeout=60) == 0
+    nothing_left(running.target)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_demo_killed_outright_takes_what_it_started_with_it(demo: Callable[..., Demo]) -> None:
+    """SIGKILL (the OOM killer, say) gives the demo no chance to stop anything: its daemon and
+    agents, each told SIGTERM when their parent dies, stop as if it had."""
+    running = demo(env={"COLUMNS": "200"})
+    wait_until(lambda: running.saw("running → done"), timeout=60)
+    wait_until(lambda: one_each(running.target, ["api", "web"]), timeout=30)
+    running.process.kill()
+    assert running.process.wait(timeout=10) == -signal.SIGKILL
     nothing_left(running.target)

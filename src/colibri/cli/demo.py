@@ -11,7 +11,8 @@ The demo owns what it starts: its daemon and agents run in process groups of the
 signal meant for the demo (Ctrl+C, the terminal closing) reaches the demo alone, and the demo
 stops each of them once, cleanly — the daemon its workspace harnesses with it. SIGINT, SIGTERM
 and SIGHUP all stop it so (``host.stop_signals``); one that came to the daemon too would be its
-second, which ends it at once, its harnesses left running.
+second, which ends it at once, its harnesses left running. A demo killed outright has them
+stopped all the same, on Linux: each gets SIGTERM when the demo dies (``host.stop_with_parent``).
 """
 
 from __future__ import annotations
@@ -161,6 +162,7 @@ def start_fleet(
                 stdout=log,
                 stderr=log,
                 process_group=0,
+                preexec_fn=host.stop_with_parent,
             )  # fmt: skip
         )
     return processes
@@ -197,6 +199,7 @@ def run_demo(root: Path, *, exit_when_done: bool) -> int:
                 stdout=log,
                 stderr=log,
                 process_group=0,
+                preexec_fn=host.stop_with_parent,
             )  # fmt: skip
         )
         try:
