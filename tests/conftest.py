@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,19 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import Daemon, write_config
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every process a test starts does so with SIGINT, SIGHUP and SIGTERM at their default
+    actions, whatever shell started the tests: a signal ignored here (``trap '' INT``, a
+    background job, ``nohup``) is ignored by every child too, and a test that stops one of them
+    by that signal would wait for it in vain. A handled signal is reset to its default by
+    exec; an ignored one is not."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    for signum in (signal.SIGHUP, signal.SIGTERM):
+        if signal.getsignal(signum) == signal.SIG_IGN:
+            signal.signal(signum, signal.SIG_DFL)
 
 
 @pytest.fixture(autouse=True, scope="session")

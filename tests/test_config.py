@@ -73,6 +73,7 @@ DURATIONS = {
     "supervisor.crash_window": ("1s", "1d"),
     "supervisor.cool_down": ("1s", "1d"),
     "supervisor.max_backoff": ("1s", "1d"),
+    "supervisor.orphan_after": ("1s", "30d"),
 }
 
 

@@ -40,7 +40,9 @@ What the portable calls cannot give, and what degrades with it:
 from __future__ import annotations
 
 import calendar
+import contextlib
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -53,6 +55,8 @@ PROC = Path("/proc")
 PR_SET_CHILD_SUBREAPER = 36
 #: prctl option: whether processes of the same user may read this one's memory and environment.
 PR_SET_DUMPABLE = 4
+#: prctl option: the signal this process gets when its parent dies.
+PR_SET_PDEATHSIG = 1
 MODES = ("auto", "portable", "portable-processes", "portable-peers")
 
 #: Forced to the portable calls (``select``); otherwise native where the system has it.
@@ -213,6 +217,27 @@ def hide_from_own_user() -> bool:
         return int(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
+
+
+def stop_signals() -> tuple[signal.Signals, ...]:
+    """The signals that ask a process of ours to stop cleanly, as Ctrl+C does: SIGINT, SIGTERM,
+    and SIGHUP — a closed terminal stops what it ran rather than kill it, which would leave
+    what it started behind — unless SIGHUP was ignored when the process started (``nohup``:
+    it is to outlive its terminal)."""
+    hangup = () if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN else (signal.SIGHUP,)
+    return (signal.SIGINT, signal.SIGTERM, *hangup)
+
+
+def stop_with_parent() -> None:
+    """In a child between fork and exec (``preexec_fn``): SIGTERM it when its parent dies,
+    however the parent dies (SIGKILL too). Linux only; elsewhere a parent killed outright
+    leaves it running."""
+    if not _LINUX:
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
 
 
 def become_subreaper() -> bool:

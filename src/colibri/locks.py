@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from pathlib import Path
 
+from colibri import host
 from colibri.core.errors import LockHeld, RootError
 from colibri.privatefiles import open_private, private_dir
 
@@ -19,6 +21,10 @@ def store_lock(location: str) -> Path:
     ``--store`` or ``store.path`` name one file never both serve it. Beside, not on, the board:
     SQLite takes POSIX locks on the board itself, which any close of it would drop."""
     return Path(location + ".lock")
+
+
+#: How long a lock found held is read again for its holder's pid, not yet written (seconds).
+HOLDER_PATIENCE = 1.0
 
 
 def holder_pid(path: Path) -> int | None:
@@ -57,12 +63,20 @@ def hold_lock(path: Path, *, own_folder: bool = True) -> int:
         if os.path.islink(path):
             raise RootError(f"{path} is a symbolic link; remove it, then start again") from None
         raise RootError(f"{path} cannot be opened ({exc.strerror}); nothing was started") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise LockHeld(holder, f"{path} is held by pid {holder}") from None
+    give_up = time.monotonic() + HOLDER_PATIENCE
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        # The holder writes its pid just after it takes the lock: until then the file is
+        # empty, or names the last holder, gone. Read again, briefly, for the pid to name.
+        if (text.isdigit() and host.alive(int(text))) or time.monotonic() > give_up:
+            os.close(fd)
+            holder = text or "unknown"
+            raise LockHeld(holder, f"{path} is held by pid {holder}") from None
+        time.sleep(0.01)
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,8 @@ import pytest
 
 from colibri import __version__
 from colibri.client import socket_path
-from tests.helpers import Daemon, FakeAgent
+from tests.cli.conftest import Demo
+from tests.helpers import Daemon, FakeAgent, wait_until
 
 COMMANDS = [
     "init",
@@ -531,24 +532,14 @@ def test_version(scratch: Path) -> None:
     assert out.strip() == f"colibri, version {__version__}"
 
 
-def test_demo_runs_to_the_end(scratch: Path) -> None:
-    target = scratch / "demo"
-    # Its own process group, so a demo that hangs takes its daemon and agents down with it.
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "colibri", "demo", str(target), "--exit-when-done"],
-        cwd=scratch,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, err = demo.communicate(timeout=90)
-    finally:
-        if demo.poll() is None:
-            os.killpg(demo.pid, signal.SIGKILL)
-            demo.wait()
-    assert demo.returncode == 0, err
+def test_demo_runs_to_the_end(demo: Callable[..., Demo]) -> None:
+    running = demo("--exit-when-done")
+    target = running.target
+    code = running.process.wait(timeout=90)
+    assert running.process.stderr is not None
+    assert code == 0, running.process.stderr.read()
+    wait_until(lambda: running.lines and "nothing of it keeps running" in running.lines[-1])
+    out = "\n".join(running.lines)
     submitted = re.search(r"submitted (\d+) tasks", out)
     assert submitted, out
     transitions = [line for line in out.splitlines() if "→" in line]

@@ -1,69 +1,78 @@
 """``colibri demo`` left running: a living swarm, shown as lines when stdout is not a terminal;
-tasks from another terminal show up; Ctrl+C stops everything it started."""
+tasks from another terminal show up; Ctrl+C, SIGTERM and a closed terminal (SIGHUP) stop
+everything it started."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
-import threading
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from tests.cli.conftest import Demo
 from tests.helpers import colibri, wait_until
+from tests.sessions.support import mentioning, one_each
 
 
-def test_the_demo_keeps_the_swarm_busy_until_interrupted() -> None:
-    target = Path(tempfile.mkdtemp(prefix="cbdemo", dir="/tmp")) / "demo"
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "colibri", "demo", str(target)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # a demo that hangs takes its daemon and agents down with it
-        env={**os.environ, "COLUMNS": "200"},
-    )
-    lines: list[str] = []
+def nothing_left(target: Path) -> None:
+    """No process of the demo's root is left: daemon, agents, harnesses, sessions (a harness
+    stopping its sessions takes a moment after the demo has exited)."""
+    wait_until(lambda: mentioning(target) == [], timeout=60)
+    assert "event=harness_killed" not in (target / "demo.log").read_text()  # each in time
+    status = colibri(target, "status")
+    assert status.returncode == 1 and "no daemon is running" in status.stderr
 
-    def read() -> None:
-        assert demo.stdout is not None
-        for line in demo.stdout:
-            lines.append(line.rstrip("\n"))
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+def test_the_demo_keeps_the_swarm_busy_until_interrupted(demo: Callable[..., Demo]) -> None:
+    running = demo(env={"COLUMNS": "200"})
+    saw, target = running.saw, running.target
+    wait_until(lambda: saw("running → done"), timeout=60)
+    # Piped: the attach lines, not the TUI; it says what keeps running and how to stop it.
+    assert saw("keep running while the demo does")
+    assert saw("Ctrl+C")
+    mine = colibri(target, "submit", "hello from another terminal", "--cap", "python")
+    assert mine.returncode == 0, mine.stderr
+    wait_until(lambda: saw("→ done") and saw("hello from another terminal"), timeout=60)
+    # Tasks keep arriving, and the schedule fires.
+    wait_until(lambda: saw("schedule mirror-check fired"), timeout=30)
+    wait_until(lambda: saw("new → pending") and saw("a flaky integration test"), timeout=60)
+    running.process.send_signal(signal.SIGINT)
+    code = running.process.wait(timeout=60)
+    assert running.process.stderr is not None
+    assert code == 0, running.process.stderr.read()
+    wait_until(lambda: running.lines and "nothing of it keeps running" in running.lines[-1])
+    nothing_left(target)
 
-    def saw(text: str) -> bool:
-        return any(text in line for line in lines)
 
-    try:
-        wait_until(lambda: saw("running → done"), timeout=60)
-        # Piped: the attach lines, not the TUI; it says what keeps running and how to stop it.
-        assert saw("keep running while the demo does")
-        assert saw("Ctrl+C")
-        mine = colibri(target, "submit", "hello from another terminal", "--cap", "python")
-        assert mine.returncode == 0, mine.stderr
-        wait_until(lambda: saw("→ done") and saw("hello from another terminal"), timeout=60)
-        # Tasks keep arriving, and the schedule fires.
-        wait_until(lambda: saw("schedule mirror-check fired"), timeout=30)
-        wait_until(lambda: saw("new → pending") and saw("a flaky integration test"), timeout=60)
-        demo.send_signal(signal.SIGINT)
-        code = demo.wait(timeout=60)
-        reader.join(timeout=10)
-    finally:
-        if demo.poll() is None:
-            os.killpg(demo.pid, signal.SIGKILL)
-            demo.wait()
-        assert demo.stdout is not None and demo.stderr is not None
-        stderr = demo.stderr.read()
-        demo.stdout.close()
-        demo.stderr.close()
-    try:
-        assert code == 0, stderr
-        assert "nothing of it keeps running" in lines[-1]
-        status = colibri(target, "status")
-        assert status.returncode == 1 and "no daemon is running" in status.stderr
-    finally:
-        shutil.rmtree(target.parent, ignore_errors=True)
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM], ids=["hangup", "term"])
+def test_a_closed_terminal_or_sigterm_stops_everything_the_demo_started(
+    demo: Callable[..., Demo], signum: int
+) -> None:
+    """Its terminal closed (SIGHUP to its process group, as a terminal sends it) or SIGTERM:
+    the demo stops its daemon and agents as Ctrl+C does. Before, either killed the demo (and,
+    a terminal closing, its daemon and agents) and left the workspace harnesses, in sessions
+    of their own, waiting for a daemon for good."""
+    running = demo(env={"COLUMNS": "200"})
+    wait_until(lambda: running.saw("running → done"), timeout=60)
+    wait_until(lambda: one_each(running.target, ["api", "web"]), timeout=30)
+    if signum == signal.SIGHUP:
+        os.killpg(running.process.pid, signum)
+    else:
+        running.process.send_signal(signum)
+    assert running.process.wait(timeout=60) == 0
+    nothing_left(running.target)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_demo_killed_outright_takes_what_it_started_with_it(demo: Callable[..., Demo]) -> None:
+    """SIGKILL (the OOM killer, say) gives the demo no chance to stop anything: its daemon and
+    agents, each told SIGTERM when their parent dies, stop as if it had."""
+    running = demo(env={"COLUMNS": "200"})
+    wait_until(lambda: running.saw("running → done"), timeout=60)
+    wait_until(lambda: one_each(running.target, ["api", "web"]), timeout=30)
+    running.process.kill()
+    assert running.process.wait(timeout=10) == -signal.SIGKILL
+    nothing_left(running.target)

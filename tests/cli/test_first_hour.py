@@ -257,6 +257,71 @@ def test_run_detach_returns_once_it_serves_and_stop_waits_until_it_is_gone(root:
         _no_daemon_left(root)
 
 
+def test_two_run_detach_at_once_on_a_fresh_root_each_report_on_their_own_daemon(
+    scratch: Path,
+) -> None:
+    """Two ``run --detach`` racing on a root that does not exist yet: one says its own daemon
+    serves, with the pid that serves; the other exits 1 naming that daemon, in its own daemon's
+    words. Judged by the root's socket or log instead, both said they served (one daemon dead),
+    or the loser quoted the winner's ready line as why it stopped. A few rounds: the race
+    falls differently each time."""
+    roots = [scratch / f"fresh{n}" for n in range(4)]
+    try:
+        for root in roots:
+            racing = [
+                subprocess.Popen(
+                    [sys.executable, "-m", "colibri", "--root", str(root), "run", "--detach"],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )  # fmt: skip
+                for _ in range(2)
+            ]
+            done = [(p.wait(timeout=60), *p.communicate()) for p in racing]
+            served = [out for code, out, _ in done if code == 0]
+            refused = [err for code, _, err in done if code == 1]
+            assert len(served) == len(refused) == 1, done
+            pid = int(served[0].split()[2])
+            assert served[0].startswith(f"daemon pid {pid} serves {root} ")
+            said = [line for line in refused[0].splitlines() if "initialised" not in line]
+            assert said == [f"colibri: another daemon (pid {pid}) is already running for {root}"]
+            assert ok(colibri("status", root=root)).startswith(f"daemon   pid {pid},")
+            assert ok(colibri("stop", root=root)).startswith(f"stopped the daemon (pid {pid})")
+    finally:
+        for root in roots:
+            _no_daemon_left(root)
+
+
+def test_run_detach_says_why_its_own_daemon_stopped(root: Path, scratch: Path) -> None:
+    """Siblings: a daemon refused the board another root's daemon has open says so (its own
+    words, not its log's tail), and one killed just after it said it serves is not reported
+    serving."""
+    first = ok(colibri("run", "--detach", root=root))
+    pid = int(first.split()[2])
+    board = root / ".colibri" / "colibri.sqlite"
+    other = scratch / "other"
+    try:
+        refused = colibri("run", "--detach", "--store", str(board), root=other)
+        assert refused.returncode == 1, refused.stderr
+        assert (
+            refused.stderr.strip()
+            .splitlines()[-1]
+            .startswith(f"colibri: another daemon (pid {pid}) already has the board {board} open")
+        )
+        ok(colibri("stop", root=root))
+        # Its first commit (the status run --detach asks it) kills it.
+        killed = error_line(
+            colibri("run", "--detach", root=root, env={"COLIBRI_CRASHPOINT": "before-commit"})
+        )
+        assert killed == (
+            f"colibri: no daemon answers at {root}: it stopped just after it started (exit "
+            f"code -9); see {root / '.colibri' / 'daemon.log'}"
+        )
+    finally:
+        _no_daemon_left(root)
+        _no_daemon_left(other)
+
+
 def _no_daemon_left(root: Path) -> None:
     """A detached daemon a failed assertion left running is killed, not left to the machine."""
     from colibri.client import daemon_pid

@@ -266,8 +266,9 @@ def test_harness_outlives_a_daemon_crash(
     assert agent_log(daemon.root, "steady").count("registered") >= 2
 
 
-def test_sigterm_stops_the_harness_and_fails_its_task(
-    daemon: Daemon, agents: list[subprocess.Popen[bytes]], sessions: list[int]
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["term", "hangup"])
+def test_sigterm_or_a_closed_terminal_stops_the_harness_and_fails_its_task(
+    daemon: Daemon, agents: list[subprocess.Popen[bytes]], sessions: list[int], signum: int
 ) -> None:
     agent = start_agent(agents, daemon.root, "leaving", GATED)
     task_id = colibri(daemon.root, "submit", "never finishes").stdout.strip()
@@ -277,7 +278,7 @@ def test_sigterm_stops_the_harness_and_fails_its_task(
     sessions.append(session_group)
     assert group_members(session_group)
 
-    agent.send_signal(signal.SIGTERM)
+    agent.send_signal(signum)
     assert agent.wait(timeout=15) == 0, agent_log(daemon.root, "leaving")
     task = daemon.wait_closed(task_id)
     assert task["outcome"] == "failed"

@@ -4,6 +4,7 @@ take over when it lapses; a daemon that lost its lease cannot write a row (the f
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import socket
@@ -70,6 +71,30 @@ def test_a_standby_takes_over_when_the_owner_dies_and_the_agent_follows(
             agent.wait(timeout=20)
         shutil.rmtree(state, ignore_errors=True)
         first.stop_with(second)
+
+
+def test_run_detach_of_a_standby_says_it_stands_by(tmp_path: Path, board: str) -> None:
+    """``run --detach`` on a board another daemon serves returns once its own daemon stands
+    by, saying so with its pid (its root's socket answers ``standby`` for it)."""
+    from colibri.client import daemon_pid
+
+    first = Member(tmp_path / "a", board)
+    first.start()
+    other = tmp_path / "b"
+    try:
+        started = colibri(other, "run", "--detach", "--store", board, "--lease-ttl", "2s")
+        assert started.returncode == 0, started.stderr
+        pid = daemon_pid(other)
+        assert started.stdout.startswith(f"daemon pid {pid} stands by for {other}: ")
+        told = colibri(other, "status")
+        assert told.returncode == 1 and "this daemon stands by" in one_line(told.stderr)
+        stopped = colibri(other, "stop")
+        assert stopped.returncode == 0 and f"(pid {pid})" in stopped.stdout, stopped.stderr
+    finally:
+        left = daemon_pid(other)
+        if left is not None:
+            os.kill(left, signal.SIGKILL)
+        first.stop()
 
 
 def test_an_owner_stopped_past_its_lease_writes_nothing_when_it_wakes(

@@ -115,6 +115,27 @@ def test_harnesses_outlive_a_daemon_crash_and_are_adopted(fleet: Fleet, root: Pa
     assert one_each(root, ["api", "web"]) == pids
 
 
+def test_harnesses_of_a_daemon_gone_for_good_stop_their_sessions_and_exit(
+    fleet: Fleet, root: Path
+) -> None:
+    """supervisor.orphan_after: a daemon killed and not started again leaves its harnesses no
+    one to stop them; they stop their sessions and exit once no daemon has held the root that
+    long (a daemon started again within it adopts them: the test above)."""
+    daemon, pids = two(fleet, root, supervisor={"orphan_after": "1s"})
+    running = daemon.call("submit", text="long work", workspace="api")["task"]
+    started = root / f"started-{running['id']}"
+    wait_until(started.exists)
+    session = int(started.read_text())
+
+    daemon.kill()
+    wait_until(lambda: not alive(session) and not any(alive(p) for p in pids.values()), 60)
+    assert harnesses(root) == {}
+    assert mentioning(root) == []
+    log = (root / ".colibri" / "harness" / "api.log").read_text()
+    assert "no daemon has run for this root for 1s: stopping the sessions and exiting" in log
+    assert "Traceback" not in log
+
+
 def test_a_clean_stop_leaves_no_harness_and_no_session(fleet: Fleet, root: Path) -> None:
     daemon, pids = two(fleet, root)
     running = daemon.call("submit", text="long work", workspace="api")["task"]
@@ -128,6 +149,25 @@ def test_a_clean_stop_leaves_no_harness_and_no_session(fleet: Fleet, root: Path)
     assert not any(alive(pid) for pid in pids.values())
     assert harnesses(root) == {}
     assert mentioning(root) == []
+    assert "event=harness_killed" not in daemon.log()  # each stopped by itself, in time
+
+
+def test_a_closed_terminal_stops_the_daemon_as_ctrl_c_does(fleet: Fleet, root: Path) -> None:
+    """SIGHUP (the terminal of a foreground ``colibri run`` closed) is a clean stop: its default
+    action killed the daemon alone, and the harnesses, in sessions of their own, waited for
+    it for good."""
+    daemon, pids = two(fleet, root)
+    running = daemon.call("submit", text="long work", workspace="api")["task"]
+    started = root / f"started-{running['id']}"
+    wait_until(started.exists)
+    session = int(started.read_text())
+    assert daemon.process is not None
+    daemon.process.send_signal(signal.SIGHUP)
+    assert daemon.process.wait(timeout=30) == 0, daemon.log()
+    wait_until(lambda: not alive(session) and not any(alive(p) for p in pids.values()), 30)
+    assert harnesses(root) == {}
+    assert mentioning(root) == []
+    assert "event=harness_killed" not in daemon.log()
 
 
 def test_a_harness_that_cannot_start_is_marked_degraded(fleet: Fleet, root: Path) -> None:

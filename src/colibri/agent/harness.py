@@ -18,13 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from colibri import host
 from colibri.agent.backends import backend_for
 from colibri.agent.backends.base import Report
 from colibri.agent.reaping import Reaper
@@ -48,6 +48,9 @@ RETRY_REGISTER = frozenset({"closed", "busy", "no_daemon", "throttled", "standby
 #: How long a stopping harness tries to deliver its sessions' last reports (after the kills,
 #: within the supervisor's 10 s before it SIGKILLs the harness).
 REPORT_TIMEOUT = 4.0
+#: How often a harness a daemon started looks whether a daemon holds its root (seconds; a
+#: quarter of ``orphan_after`` if that is less).
+ORPHAN_CHECK = 5.0
 #: What a session whose end says nothing, and that has not reported by itself, fails with.
 ENDED_WITHOUT_OUT: Report = ("fail", {"error": "session ended without out"})
 
@@ -75,7 +78,9 @@ class Harness:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        # SIGHUP too: a harness killed by its terminal closing would leave its sessions (each in
+        # a process group of its own) running, their tasks held.
+        for signum in host.stop_signals():
             loop.add_signal_handler(signum, self.stopping.set)
         self.reaper.begin()
         if self.spec.exclusive:
@@ -85,6 +90,9 @@ class Harness:
             connection = group.create_task(self._stay_connected(), name="connection")
             pool = group.create_task(self.pool.run(), name="pool") if self.pool else None
             reaper = group.create_task(self.reaper.keep_reaping(), name="reaper")
+            if self.spec.orphan_after is not None and not isinstance(self.daemon, Remote):
+                watch = self._stop_once_orphaned(self.spec.orphan_after)
+                group.create_task(watch, name="orphaned")
             relay = None
             if isinstance(self.daemon, Remote):
                 from colibri.agent.relay import Relay
@@ -104,6 +112,29 @@ class Harness:
                 relay.cancel()
             reaper.cancel()
             self.reaper.reap_inherited(everything=True)
+
+    async def _stop_once_orphaned(self, after: float) -> None:
+        """A harness a daemon started stops, its sessions with it, once no daemon has held its
+        root for ``after`` seconds without a break: its daemon is gone for good, and nobody
+        would ever stop it. A daemon started again meanwhile (after a crash, say) or standing
+        by for the board holds the root, and adopts it: the wait starts over. The root's pid
+        file is read, never its lock taken (``daemon_pid``)."""
+        from colibri.client import daemon_pid
+        from colibri.core.absence import Absence
+
+        absence = Absence(after)
+        while not absence.gone(daemon_pid(self.root) is not None, time.monotonic()):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(after / 4, ORPHAN_CHECK)):
+                    await self.stopping.wait()
+            if self.stopping.is_set():
+                return  # stopped otherwise: its sessions are being stopped
+        log.warning(
+            "no daemon has run for this root for %gs: stopping the sessions and exiting",
+            after,
+            extra={"event": "orphaned", "orphan_after": after},
+        )
+        self.stopping.set()
 
     async def _stay_connected(self) -> None:
         backoff = 0.05

@@ -41,6 +41,9 @@ class AgentSpec:
     #: This harness is its workspace's one harness: it takes the workspace's harness lock,
     #: and at start kills the sessions a killed predecessor left behind.
     exclusive: bool = False
+    #: Started by a daemon (``supervisor.orphan_after``): stop, sessions and all, once no daemon
+    #: has held the root this many seconds. None: wait for a daemon for as long as it takes.
+    orphan_after: float | None = None
 
     def check_command(self) -> None:
         """Refuse, at start, a command that cannot run: otherwise every task it is given

@@ -168,6 +168,13 @@ def resume(ctx: Context, as_json: bool) -> None:
     "--log-rotate-bytes.",
 )
 @click.option("--log-rotate-bytes", type=click.IntRange(0), default=0, hidden=True)
+@click.option(
+    "--orphan-after",
+    type=click.FloatRange(min=0, min_open=True),
+    hidden=True,
+    help="Stop, sessions and all, once no daemon has held the root this many seconds (the "
+    "daemon gives its harnesses supervisor.orphan_after).",
+)
 @click.argument("command", nargs=-1)
 @pass_ctx
 def agent(
@@ -182,6 +189,7 @@ def agent(
     log_level: str,
     log_file: Path | None,
     log_rotate_bytes: int,
+    orphan_after: float | None,
     command: tuple[str, ...],
 ) -> None:
     """Run an agent: each assigned task runs COMMAND with the task text on stdin.
@@ -236,6 +244,8 @@ def agent(
         spec = AgentSpec.from_workspace(
             defined, name=name, capabilities=list(caps), slots=slots, ttl=ttl, tenant=tenant
         )
+    if remote is None:
+        spec.orphan_after = orphan_after
     spec.check_command()
     run_agent(spec, remote if remote is not None else socket_path(root), root)
 

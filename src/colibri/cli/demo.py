@@ -6,6 +6,13 @@ that fails and is retried, one that fails for good, a hand-off — and a schedul
 seconds. It is shown in the TUI when the terminal allows (stdout a terminal, Textual
 importable), else as the lines of ``colibri attach``. Tasks submitted from another terminal
 show up too. ``--exit-when-done`` submits one round, follows it to the end and stops.
+
+The demo owns what it starts: its daemon and agents run in process groups of their own, so a
+signal meant for the demo (Ctrl+C, the terminal closing) reaches the demo alone, and the demo
+stops each of them once, cleanly — the daemon its workspace harnesses with it. SIGINT, SIGTERM
+and SIGHUP all stop it so (``host.stop_signals``); one that came to the daemon too would be its
+second, which ends it at once, its harnesses left running. A demo killed outright has them
+stopped all the same, on Linux: each gets SIGTERM when the demo dies (``host.stop_with_parent``).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from colibri import host
 from colibri.client import Client, socket_path
 from colibri.config import init_root
 from colibri.core.errors import ColibriError, DaemonNotRunning
@@ -71,6 +79,10 @@ ROUND: list[dict[str, Any]] = [
     {"text": "a task that fails for good", "capabilities": ["python"]},
     {"text": "snapshot pools (zfs + linux: best partial fit)", "capabilities": ["zfs", "linux"]},
 ]
+#: How long the demo's daemon is given to stop (seconds): more than it gives its harnesses
+#: (``daemon.supervisor.STOP_GRACE``, 10 s) before it SIGKILLs them, which a demo killing the
+#: daemon first would leave running.
+DAEMON_STOP = 30.0
 #: Seconds between two arrivals, and the schedule's period.
 PACE = (1.5, 3.5)
 SCHEDULE_EVERY = "8s"
@@ -149,6 +161,8 @@ def start_fleet(
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
+                process_group=0,
+                preexec_fn=host.stop_with_parent,
             )  # fmt: skip
         )
     return processes
@@ -174,6 +188,9 @@ def run_demo(root: Path, *, exit_when_done: bool) -> int:
     log_path = root / "demo.log"
     print(f"demo root: {root} (the daemon's and agents' own messages go to {log_path})")
     processes: list[subprocess.Popen[bytes]] = []
+    stops = host.stop_signals()
+    for signum in stops:
+        signal.signal(signum, _interrupted)
     with open(log_path, "ab") as log:
         processes.append(
             subprocess.Popen(
@@ -181,6 +198,8 @@ def run_demo(root: Path, *, exit_when_done: bool) -> int:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
+                process_group=0,
+                preexec_fn=host.stop_with_parent,
             )  # fmt: skip
         )
         try:
@@ -198,11 +217,23 @@ def run_demo(root: Path, *, exit_when_done: bool) -> int:
                     _live(root, processes)
             return 0
         finally:
+            # Nothing cuts the stop short: another signal (Ctrl+C again, the terminal's
+            # SIGHUP after a SIGTERM) is not taken for one more interruption.
+            for signum in stops:
+                signal.signal(signum, signal.SIG_IGN)
             _stop_all(processes)
-            print(
-                f"stopped the demo's daemon and its {len(processes) - 1} agents (the workspace "
-                f"harnesses with it); nothing of it keeps running. The board stays in {root}."
-            )
+            with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+                print(
+                    f"stopped the demo's daemon and its {len(processes) - 1} agents (the "
+                    "workspace harnesses with it); nothing of it keeps running. The board stays "
+                    f"in {root}.",
+                    flush=True,
+                )
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    """SIGTERM and SIGHUP as Ctrl+C: the demo stops what it started, then exits."""
+    raise KeyboardInterrupt
 
 
 def _one_round(root: Path) -> None:
@@ -271,12 +302,13 @@ def _live(root: Path, processes: list[subprocess.Popen[bytes]]) -> None:
 
 
 def _stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to each, once; SIGKILL to one still running past its time."""
     for process in reversed(processes):
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
-    for process in processes:
+    for number, process in enumerate(processes):
         with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=10)
+            process.wait(timeout=DAEMON_STOP if number == 0 else 10)
         if process.poll() is None:
             process.kill()
             process.wait()

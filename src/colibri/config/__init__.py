@@ -107,7 +107,14 @@ _KNOWN: dict[str, set[str]] = {
         "metrics",
     },  # fmt: skip
     "store": {"durability", "path", "lease_ttl", "tenants", "share"},
-    "supervisor": {"crash_loop", "crash_window", "cool_down", "max_backoff", "harness_log_mib"},
+    "supervisor": {
+        "crash_loop",
+        "crash_window",
+        "cool_down",
+        "max_backoff",
+        "harness_log_mib",
+        "orphan_after",
+    },
     "ledger": {"rotate_mib", "keep"},
     # names are free in these; each entry is checked as what it is
     "schedules": set(),
@@ -348,6 +355,7 @@ def load_config(
         cool_down=duration("supervisor.cool_down", su.cool_down),
         max_backoff=duration("supervisor.max_backoff", su.max_backoff),
         harness_log_mib=rotation("supervisor.harness_log_mib", su.harness_log_mib),
+        orphan_after=duration("supervisor.orphan_after", su.orphan_after),
     )
     ld = LedgerSettings()
     ledger = LedgerSettings(

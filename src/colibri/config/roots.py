@@ -96,19 +96,42 @@ def init_root(target: Path, *, force: bool = False, config: str = TEMPLATE) -> b
         raise RootError(f"{target} is {what(os.stat(target))}, not a directory")
     try:
         target.mkdir(parents=True, exist_ok=True)
-        (target / STATE_DIR).mkdir(mode=0o700)
     except OSError as exc:
         raise RootError(f"cannot create a Colibri root at {target}: {exc.strerror}") from None
-    file = target / CONFIG_NAME
+    # The file first, whole, then the state folder that makes the folder a root: a command
+    # started at the same moment (two ``run --detach`` on a fresh root) never finds a root
+    # whose colibri.jsonc is missing or half written.
+    _write_new(target / CONFIG_NAME, config)
     try:
-        # O_EXCL|O_NOFOLLOW: an existing colibri.jsonc, or a symlink of that name (even one
-        # leading nowhere), is left alone; write_text would follow it and create its target.
-        # Never writable by others, whatever the umask: it says what sessions run as us.
-        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        (target / STATE_DIR).mkdir(mode=0o700)
     except FileExistsError:
-        return True
+        check_state_entry(target)  # made just now by another command, or refused
+        return False
+    except OSError as exc:
+        raise RootError(f"cannot create a Colibri root at {target}: {exc.strerror}") from None
+    return True
+
+
+def _write_new(file: Path, text: str) -> None:
+    """Write ``file`` whole, unless something of that name is there (a colibri.jsonc, or a
+    symlink even leading nowhere, which is never followed): written aside, then linked in."""
+    import tempfile
+
+    try:
+        fd, aside = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.")
     except OSError as exc:
         raise RootError(f"cannot create {file}: {exc.strerror}") from None
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(config)
-    return True
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        # Never writable by others, whatever the umask: it says what sessions run as us.
+        os.fchmod(fd, 0o644 & ~umask)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.link(aside, file)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise RootError(f"cannot create {file}: {exc.strerror}") from None
+    finally:
+        os.unlink(aside)

@@ -33,6 +33,7 @@ DURATION_RANGES: dict[str, tuple[float, float]] = {
     "supervisor.crash_window": (1.0, DAY),
     "supervisor.cool_down": (1.0, DAY),
     "supervisor.max_backoff": (1.0, DAY),
+    "supervisor.orphan_after": (1.0, 30 * DAY),
 }
 #: The range of every whole-number setting.
 WHOLE_RANGES: dict[str, tuple[int, int]] = {
@@ -134,6 +135,9 @@ class SupervisorSettings:
     #: A harness's log (``.colibri/harness/NAME.log``) past this many MiB becomes ``NAME.log.1``
     #: (the older one deleted) and a new one is started; 0 never.
     harness_log_mib: float = 16.0
+    #: A harness the daemon started stops its sessions and exits once no daemon has held its
+    #: root this long (its daemon is gone for good; one started again meanwhile adopts it).
+    orphan_after: float = 600.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,10 +94,11 @@ _TEMPLATE = string.Template("""\
   // Optional, with these defaults: a workspace's harness that exits is started again after
   // 1s, 2s, 4s … up to max_backoff; one that exits crash_loop times within crash_window is
   // marked degraded and left alone for cool_down. Its log, .colibri/harness/NAME.log, past
-  // harness_log_mib becomes NAME.log.1 (0: never).
+  // harness_log_mib becomes NAME.log.1 (0: never). A harness whose daemon is gone (no daemon
+  // runs for this root) for orphan_after stops its sessions and exits.
   // "supervisor": { "max_backoff": "$max_backoff", "crash_loop": $crash_loop,
   //                 "crash_window": "$crash_window", "cool_down": "$cool_down",
-  //                 "harness_log_mib": $harness_log_mib },
+  //                 "harness_log_mib": $harness_log_mib, "orphan_after": "$orphan_after" },
 }
 """)
 
@@ -121,7 +122,7 @@ def _template() -> str:
         rotate_mib=f"{ld.rotate_mib:g}", keep=ld.keep,
         max_backoff=format_duration(su.max_backoff), crash_loop=su.crash_loop,
         crash_window=format_duration(su.crash_window), cool_down=format_duration(su.cool_down),
-        harness_log_mib=f"{su.harness_log_mib:g}",
+        harness_log_mib=f"{su.harness_log_mib:g}", orphan_after=format_duration(su.orphan_after),
     )  # fmt: skip
 
 

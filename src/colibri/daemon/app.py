@@ -76,10 +76,15 @@ class _BoardHold:
             self.lease.release()
 
 
-async def hold_board(config: Config, address: str | None, stop: asyncio.Event) -> _BoardHold | None:
+async def hold_board(
+    config: Config,
+    address: str | None,
+    stop: asyncio.Event,
+    started: Callable[[str], None] = lambda state: None,
+) -> _BoardHold | None:
     """The board, held: an SQLite file's lock at once, or a PostgreSQL board's lease — waiting
-    as a standby while another daemon holds it, and taking over once its lease has expired.
-    None if told to stop while waiting."""
+    as a standby while another daemon holds it (``started("standby")`` once its socket says
+    so), and taking over once its lease has expired. None if told to stop while waiting."""
     if not config.store.startswith(("postgresql://", "postgres://")):
         return _BoardHold(fd=acquire_store_lock(config.store))
     from colibri.store.postgres import BoardLease
@@ -107,6 +112,7 @@ async def hold_board(config: Config, address: str | None, stop: asyncio.Event) -
         )
     finally:
         os.umask(old_umask)
+    started("standby")
     try:
         return await _stand_by(lease, stop, said)
     finally:
@@ -322,12 +328,16 @@ def compose(
     return Daemon(config, board, server, bus, schedules, supervisor, commands, metrics=metrics)
 
 
-async def serve(config: Config) -> int:
+async def serve(config: Config, started: Callable[[str], None] = lambda state: None) -> int:
+    """Run the daemon until it is stopped; its exit code. ``started`` is told ``"serving"``
+    once its socket answers, or ``"standby"`` once it stands by (``run --detach`` waits for
+    it)."""
     # SIGUSR1 rotates the ledger once the daemon runs; until then (lock, store, catch-up) its
     # default action would end the process.
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-    # SIGINT and SIGTERM from here on: never the default action, which would end the daemon
-    # midway through building its board, a PostgreSQL lease held, nothing stopped.
+    # SIGINT, SIGTERM and SIGHUP from here on: never the default action, which would end the
+    # daemon midway through building its board, a PostgreSQL lease held, its harnesses left
+    # running with nobody to stop them.
     signals = StopSignals(asyncio.get_running_loop())
     host.select(config.host)
     crashpoints.arm(config.crashpoint)
@@ -347,7 +357,7 @@ async def serve(config: Config) -> int:
     endpoint: MetricsEndpoint | None = None
     try:
         advertised = config.server.listen[0] if config.server.listen else None
-        board_hold = await hold_board(config, advertised, signals.asked)
+        board_hold = await hold_board(config, advertised, signals.asked, started)
         if board_hold is None:
             log.info("stopped while standing by", extra={"event": "stopped"})
             return 0
@@ -405,6 +415,7 @@ async def serve(config: Config) -> int:
                 "open_tasks": len(board.tasks),
             },
         )
+        started("serving")
         if daemon.lease is not None:
             keeper = asyncio.create_task(
                 keep_lease(
@@ -486,20 +497,20 @@ def _build(config: Config, hold: _BoardHold, store: Store, mirror: LedgerMirror)
 
 
 class StopSignals:
-    """SIGINT and SIGTERM, from the start of ``serve`` to its end: the first asks the daemon to
-    stop — at once while it stands by, once it serves if it is still building its board, and
-    then cleanly (``on_first``, set by ``_run_until_stopped``) — and a second ends the process
-    at once (``os._exit(1)``), at any moment."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    """SIGINT, SIGTERM and SIGHUP (``host.stop_signals``: a closed terminal stops a foreground
+    daemon as Ctrl+C does, its harnesses with it), from the start of ``serve`` to its end: the
+    first asks the daemon to stop — at once while it stands by, once it serves if it is still
+    building its board, and then cleanly (``on_first``, set by ``_run_until_stopped``) — and a
+    second ends the process at once (``os._exit(1)``), at any moment."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.signals = host.stop_signals()
         self.seen = 0
         #: Set by the first signal.
         self.asked = asyncio.Event()
         #: What the first signal does besides; the running daemon sets its stop here.
         self.on_first: Callable[[int], None] = lambda signum: None
-        for signum in self.SIGNALS:
+        for signum in self.signals:
             loop.add_signal_handler(signum, self.received, signum)
 
     def received(self, signum: int) -> None:
@@ -522,7 +533,7 @@ class StopSignals:
             if self.seen + len(noted) > 1:
                 os._exit(1)
 
-        previous = {signum: signal.signal(signum, on_signal) for signum in self.SIGNALS}
+        previous = {signum: signal.signal(signum, on_signal) for signum in self.signals}
         wakeup = signal.set_wakeup_fd(-1)
         try:
             yield
@@ -530,7 +541,7 @@ class StopSignals:
             # The loop's own again: its handlers (still registered with it) and its wakeup fd.
             if wakeup != -1:
                 signal.set_wakeup_fd(wakeup, warn_on_full_buffer=False)
-            for signum in self.SIGNALS:
+            for signum in self.signals:
                 signal.signal(signum, previous[signum])
             if noted:
                 self.received(noted[0])
@@ -790,7 +801,7 @@ async def _run_until_stopped(daemon: Daemon, signals: StopSignals) -> None:
             )
 
     # SIGUSR1 as nginx reopens its logs; SIGHUP keeps its meaning (a closed terminal stops a
-    # foreground daemon).
+    # foreground daemon: StopSignals).
     loop.add_signal_handler(signal.SIGUSR1, rotate_ledger)
 
     async def tick() -> None:

@@ -9,7 +9,9 @@ their sessions (an AI agent may be an hour into its task) run on.
 A harness that exits is started again after a backoff (1 s, 2 s, 4 s … up to ``max_backoff``);
 the restarts are counted. One that exits ``crash_loop`` times within ``crash_window`` is marked
 degraded and left alone until ``cool_down`` has passed (``supervisor`` in colibri.jsonc). A
-clean daemon stop (SIGTERM) stops every harness; a daemon crash stops none.
+clean daemon stop (SIGTERM) stops every harness; a daemon crash stops none. A harness whose
+daemon is gone for good — no daemon has held the root for ``orphan_after`` — stops its sessions
+and exits by itself (``--orphan-after``).
 """
 
 from __future__ import annotations
@@ -143,6 +145,7 @@ class Supervisor:
         command = [
             sys.executable, "-m", "colibri", "--root", str(self.config.root), "agent",
             "--workspace", harness.workspace,
+            "--orphan-after", f"{self.settings.orphan_after:g}",
         ]  # fmt: skip
         limit = int(self.settings.harness_log_mib * 2**20)
         if limit and logged:  # the harness renames its log past the limit, and opens a new one
@@ -189,6 +192,10 @@ class Supervisor:
             pids = [pid for pid in pids if alive(pid)]
             await asyncio.sleep(0.05)
         for pid in pids:
+            log.warning(
+                f"a harness did not stop within {STOP_GRACE:g}s; killed",
+                extra={"event": "harness_killed", "pid": pid},
+            )
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
         for harness in self.harnesses.values():  # reap them, waiting without blocking
