@@ -164,6 +164,31 @@ def test_the_async_client_as_a_context_with_typed_calls(daemon: Daemon) -> None:
     agent.close()
 
 
+def test_a_cancelled_call_leaves_nothing_behind_and_its_late_reply_is_ignored(
+    daemon: Daemon,
+) -> None:
+    """A ``wait`` given up by its caller keeps no place among the calls in flight; the daemon's
+    answer to it, when the task ends later, is dropped, and the connection serves on."""
+    task = daemon.submit("nobody takes this", capabilities=["nobody"])
+
+    async def scenario() -> None:
+        async with colibri.AsyncClient.for_root(daemon.root) as board:
+            waiting = asyncio.create_task(board.wait(task["id"]))
+            assert (await board.call("ping"))["pong"]  # the wait is the daemon's now
+            assert len(board._pending) == 1
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            assert board._pending == {}
+            # The task ends: the daemon answers the wait (before the cancel's own reply).
+            await board.call("cancel", task=task["id"])
+            assert (await board.call("ping"))["pong"]
+            assert board._pending == {} and board._events.empty()
+            assert not board.closed.is_set()
+
+    asyncio.run(scenario())
+
+
 def test_the_async_client_without_a_daemon(root: Path) -> None:
     async def scenario() -> str:
         try:

@@ -546,6 +546,10 @@ class AsyncClient:
     async def relay(self, message: dict[str, Any]) -> dict[str, Any]:
         """Send one request object as it is (a new ``id`` replaces its own) and return the
         reply object as it came, ``ok`` or not — for a proxy that passes replies on."""
+        return await self._exchange(message)
+
+    async def _exchange(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send ``message`` under a new id; its reply, ``ok`` or not."""
         if self._writer is None or self.closed.is_set():
             raise self._connection_error("not connected to the daemon")
         import asyncio
@@ -553,8 +557,13 @@ class AsyncClient:
         request_id = next(self._ids)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
-        self._writer.write(_encode({**message, "id": request_id}) + b"\n")
-        return await future
+        try:
+            self._writer.write(_encode({**message, "id": request_id}) + b"\n")
+            return await future
+        finally:
+            # A call given up (cancelled: its caller went away) keeps nothing here; a reply
+            # that still comes for it finds no one waiting and is dropped by ``_read``.
+            self._pending.pop(request_id, None)
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         import asyncio
@@ -589,15 +598,7 @@ class AsyncClient:
             self._pending.clear()
 
     async def call(self, cmd: str, **fields: Any) -> dict[str, Any]:
-        if self._writer is None or self.closed.is_set():
-            raise self._connection_error("not connected to the daemon")
-        import asyncio
-
-        request_id = next(self._ids)
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = future
-        self._writer.write(_encode({"cmd": cmd, "id": request_id, **_strip(fields)}) + b"\n")
-        return _raise_for(await future)
+        return _raise_for(await self._exchange({"cmd": cmd, **_strip(fields)}))
 
     # -- typed, as ``Client``'s ---------------------------------------------------------------
 
