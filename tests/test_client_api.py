@@ -234,3 +234,14 @@ def test_the_examples_without_a_daemon_fail_with_no_daemon(root: Path) -> None:
         done = run_example(name, str(root))
         assert done.returncode == 1
         assert "DaemonNotRunning" in done.stderr and "colibri run" in done.stderr
+
+
+def test_a_remote_past_a_lost_daemon_tries_the_next_addresses_first() -> None:
+    remote = colibri.Remote.parse("tcp://a:1,tcp://b:2,tcp://c:3", token="t")
+    assert [str(a) for a in remote.past("tcp://b:2").addresses] == [
+        "tcp://c:3", "tcp://a:1", "tcp://b:2"
+    ]  # fmt: skip
+    assert [str(a) for a in remote.past("tcp://c:3").addresses] == [
+        "tcp://a:1", "tcp://b:2", "tcp://c:3"
+    ]  # fmt: skip
+    assert remote.past("tcp://elsewhere:4") is remote

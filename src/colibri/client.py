@@ -114,6 +114,16 @@ class Remote:
 
         return client_context(self.ca)
 
+    def past(self, address: str) -> Remote:
+        """The same daemons, those after ``address`` (one that was just lost) tried first and
+        it last: the next one given is where a board taken over is served from."""
+        lost = [a for a in self.addresses if str(a) == address]
+        if not lost:
+            return self
+        at = self.addresses.index(lost[0])
+        order = (*self.addresses[at + 1 :], *self.addresses[:at], lost[0])
+        return Remote(order, self.token, self.ca, self.insecure_loopback)
+
     def toward(self, refusal: NotOwner, hops: int) -> tuple[Remote, float]:
         """Where to go after ``not_owner``, and how long to wait first: the address it names,
         then these again, at once; these again after a wait (``UNSERVED_WAITS``) when it names
