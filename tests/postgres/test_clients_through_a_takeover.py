@@ -1,7 +1,9 @@
 """Clients waiting on the board follow it through a takeover: the serving daemon SIGKILLed
 while a task runs, ``submit --wait``, ``wait``, ``ledger --follow`` and ``attach``, given both
 daemons' addresses, go on on the standby that takes over — each says so in one line on stderr —
-and end as they would have: the task's output once it is done, every ledger row printed once."""
+and end as they would have: the task's output once it is done, every ledger row printed once.
+The task's own session, on an agent over TCP, waits through the agent's relay meanwhile, and
+follows too."""
 
 from __future__ import annotations
 
@@ -26,13 +28,13 @@ def _client(connect: str, token: str, *args: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-def _agent(connect: str, token: str, state: str, gate: Path) -> subprocess.Popen[bytes]:
-    """Agent ``far`` over TCP, whose sessions wait for a line on ``gate`` (a FIFO), then
-    answer their task's text."""
+def _agent(connect: str, token: str, state: str, other: Path) -> subprocess.Popen[bytes]:
+    """Agent ``far`` over TCP, whose sessions first wait, through the agent's relay, for the
+    task whose id is in the file ``other`` to end, then answer their task's text."""
     return subprocess.Popen(
         [PYTHON, "-m", "colibri", "agent", "--connect", connect, "--insecure-loopback",
          "--name", "far", "--cap", "far", "--state-dir", state, "--",
-         "sh", "-c", f"read go < {gate}; cat"],
+         "sh", "-c", f'"{PYTHON}" -m colibri wait "$(cat {other})" >/dev/null && cat'],
         env={**os.environ, "COLIBRI_TOKEN": token}, stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
@@ -48,16 +50,17 @@ def test_waits_follows_and_attaches_go_on_on_the_standby_that_takes_over(
     first, second = Member(tmp_path / "a", board), Member(tmp_path / "b", board)
     first.start()
     state = tempfile.mkdtemp(prefix="cr-", dir="/tmp")
-    gate = tmp_path / "gate"
-    os.mkfifo(gate)
+    other = tmp_path / "other"
     connect = f"{first.address},{second.address}"
     started: list[subprocess.Popen[Any]] = []
     try:
         second.stand_by()
         agent_token = first.call("token-create", role="agent", tenant="default", agent="far")
         operator = first.call("token-create", role="operator", tenant="default")["secret"]
-        started.append(_agent(connect, agent_token["secret"], state, gate))
+        started.append(_agent(connect, agent_token["secret"], state, other))
         wait_until(lambda: online(first, "far"), timeout=20)
+        gate = first.submit("the session waits for this one", capabilities=["nobody"])
+        other.write_text(gate["id"])
         follower = _client(connect, operator, "ledger", "--follow", "--json")
         attached = _client(connect, operator, "attach", "--json")
         submitted = _client(connect, operator, "submit", "through a takeover", "--cap", "far",
@@ -70,13 +73,14 @@ def test_waits_follows_and_attaches_go_on_on_the_standby_that_takes_over(
         assert attached.stderr is not None
         assert attached.stderr.readline().startswith("attached to the daemon")
         rows_before = len(first.ledger())
-        # Each client holds its connection (the agent, four clients, and this status's own).
-        wait_until(lambda: first.call("status")["daemon"]["connections"] == 6, timeout=20)
+        # Each client holds its connection: the agent, its session's wait through the relay,
+        # four clients, and this status's own.
+        wait_until(lambda: first.call("status")["daemon"]["connections"] == 7, timeout=20)
 
         first.kill()
         wait_until(second.serving, timeout=20)
-        with open(gate, "w") as go:  # the session, adopted by the standby, ends now
-            go.write("go\n")
+        # The session, adopted by the standby, waited on through it: it ends now.
+        second.call("cancel", task=gate["id"])
         out, err = submitted.communicate(timeout=60)
         assert submitted.returncode == 0, err
         assert out == "through a takeover\n"

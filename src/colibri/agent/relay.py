@@ -149,6 +149,8 @@ class _Upstream:
     async def connection(self) -> AsyncClient:
         async with self._connecting:
             if self.client is None or self.client.closed.is_set():
+                if self.client is not None:  # lost: a daemon that took over is further on
+                    self.remote = self.remote.past(self.client.path)
                 await self.close()
                 client = AsyncClient(self.remote)
                 await client.connect()

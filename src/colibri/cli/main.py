@@ -62,7 +62,11 @@ class Context:
             return FOLLOW_PATIENCE
         from colibri.core.durations import DAY, parse_duration
 
-        return parse_duration(self.follow_for, high=DAY)
+        try:
+            return parse_duration(self.follow_for, high=DAY)
+        except ColibriError as exc:
+            exc.message = f"--follow-for (COLIBRI_FOLLOW_FOR): {exc.message}"
+            raise
 
     def root(self) -> Path:
         from colibri.config import resolve_root

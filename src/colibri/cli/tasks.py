@@ -135,6 +135,8 @@ def submit(
         return
     if text is None:
         raise click.UsageError("give the task's TEXT, or --from FILE")
+    if wait:
+        ctx.patience()  # a bad --follow-for is refused before anything is submitted
     if text == "-":
         text = sys.stdin.read()
     handoff: str | None = None
