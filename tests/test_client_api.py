@@ -164,6 +164,31 @@ def test_the_async_client_as_a_context_with_typed_calls(daemon: Daemon) -> None:
     agent.close()
 
 
+def test_a_cancelled_call_leaves_nothing_behind_and_its_late_reply_is_ignored(
+    daemon: Daemon,
+) -> None:
+    """A ``wait`` given up by its caller keeps no place among the calls in flight; the daemon's
+    answer to it, when the task ends later, is dropped, and the connection serves on."""
+    task = daemon.submit("nobody takes this", capabilities=["nobody"])
+
+    async def scenario() -> None:
+        async with colibri.AsyncClient.for_root(daemon.root) as board:
+            waiting = asyncio.create_task(board.wait(task["id"]))
+            assert (await board.call("ping"))["pong"]  # the wait is the daemon's now
+            assert len(board._pending) == 1
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            assert board._pending == {}
+            # The task ends: the daemon answers the wait (before the cancel's own reply).
+            await board.call("cancel", task=task["id"])
+            assert (await board.call("ping"))["pong"]
+            assert board._pending == {} and board._events.empty()
+            assert not board.closed.is_set()
+
+    asyncio.run(scenario())
+
+
 def test_the_async_client_without_a_daemon(root: Path) -> None:
     async def scenario() -> str:
         try:
@@ -209,3 +234,14 @@ def test_the_examples_without_a_daemon_fail_with_no_daemon(root: Path) -> None:
         done = run_example(name, str(root))
         assert done.returncode == 1
         assert "DaemonNotRunning" in done.stderr and "colibri run" in done.stderr
+
+
+def test_a_remote_past_a_lost_daemon_tries_the_next_addresses_first() -> None:
+    remote = colibri.Remote.parse("tcp://a:1,tcp://b:2,tcp://c:3", token="t")
+    assert [str(a) for a in remote.past("tcp://b:2").addresses] == [
+        "tcp://c:3", "tcp://a:1", "tcp://b:2"
+    ]  # fmt: skip
+    assert [str(a) for a in remote.past("tcp://c:3").addresses] == [
+        "tcp://a:1", "tcp://b:2", "tcp://c:3"
+    ]  # fmt: skip
+    assert remote.past("tcp://elsewhere:4") is remote

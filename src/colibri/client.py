@@ -115,6 +115,16 @@ class Remote:
 
         return client_context(self.ca)
 
+    def past(self, address: str) -> Remote:
+        """The same daemons, those after ``address`` (one that was just lost) tried first and
+        it last: the next one given is where a board taken over is served from."""
+        lost = [a for a in self.addresses if str(a) == address]
+        if not lost:
+            return self
+        at = self.addresses.index(lost[0])
+        order = (*self.addresses[at + 1 :], *self.addresses[:at], lost[0])
+        return Remote(order, self.token, self.ca, self.insecure_loopback)
+
     def toward(self, refusal: NotOwner, hops: int) -> tuple[Remote, float]:
         """Where to go after ``not_owner``, and how long to wait first: the address it names,
         then these again, at once; these again after a wait (``UNSERVED_WAITS``) when it names
@@ -584,6 +594,10 @@ class AsyncClient:
     async def relay(self, message: dict[str, Any]) -> dict[str, Any]:
         """Send one request object as it is (a new ``id`` replaces its own) and return the
         reply object as it came, ``ok`` or not — for a proxy that passes replies on."""
+        return await self._exchange(message)
+
+    async def _exchange(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send ``message`` under a new id; its reply, ``ok`` or not."""
         if self._writer is None or self.closed.is_set():
             raise self._connection_error("not connected to the daemon")
         import asyncio
@@ -591,8 +605,13 @@ class AsyncClient:
         request_id = next(self._ids)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
-        self._writer.write(_encode({**message, "id": request_id}) + b"\n")
-        return await future
+        try:
+            self._writer.write(_encode({**message, "id": request_id}) + b"\n")
+            return await future
+        finally:
+            # A call given up (cancelled: its caller went away) keeps nothing here; a reply
+            # that still comes for it finds no one waiting and is dropped by ``_read``.
+            self._pending.pop(request_id, None)
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         import asyncio
@@ -627,15 +646,7 @@ class AsyncClient:
             self._pending.clear()
 
     async def call(self, cmd: str, **fields: Any) -> dict[str, Any]:
-        if self._writer is None or self.closed.is_set():
-            raise self._connection_error("not connected to the daemon")
-        import asyncio
-
-        request_id = next(self._ids)
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = future
-        self._writer.write(_encode({"cmd": cmd, "id": request_id, **_strip(fields)}) + b"\n")
-        return _raise_for(await future)
+        return _raise_for(await self._exchange({"cmd": cmd, **_strip(fields)}))
 
     # -- typed, as ``Client``'s ---------------------------------------------------------------
 

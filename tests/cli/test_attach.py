@@ -8,6 +8,9 @@ import os
 import subprocess
 import threading
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tests.helpers import PYTHON, Daemon, FakeAgent, colibri, one_line, wait_until
 
@@ -130,3 +133,54 @@ def test_tui_without_a_terminal_points_to_attach(root: Path) -> None:
     result = colibri(root, "tui")
     assert result.returncode == 2
     assert "colibri attach" in result.stderr
+
+
+def test_a_follow_goes_on_on_another_connection_without_a_row_skipped_or_shown_twice(
+    daemon: Daemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What ``attach`` does after a takeover, on this root's socket (subscribed): the second
+    connection catches up from where the first one started, and shows only the transitions
+    the first did not (those that happened between the two, and none again)."""
+    from colibri.cli.stream import Printer, Seen, follow
+
+    start = daemon.call("status")["ledger_seq"]
+    seen = Seen(start)
+    first: dict[str, Any] = {}
+
+    def submit_first() -> None:
+        first.update(daemon.submit("one"))
+
+    def its_pending(message: dict[str, Any]) -> bool:
+        return message.get("event") == "task" and message["task"]["id"] == first["id"]
+
+    with daemon.client() as client:
+        assert follow(client, Printer(True), seen=seen, stop=its_pending,
+                      subscribed=submit_first)  # fmt: skip
+    # Meanwhile, with no connection: what the second one must catch up on.
+    second = daemon.submit("two")
+    daemon.call("cancel", task=first["id"])
+    third: dict[str, Any] = {}
+
+    def submit_third() -> None:
+        third.update(daemon.submit("three"))
+
+    def thirds(message: dict[str, Any]) -> bool:
+        task = message.get("task", {}).get("id") or message.get("entry", {}).get("task")
+        return bool(task == third["id"])
+
+    with daemon.client() as client:
+        assert follow(client, Printer(True), since=seen.after, seen=seen, stop=thirds,
+                      subscribed=submit_third)  # fmt: skip
+    shown = []
+    for line in capsys.readouterr().out.splitlines():
+        message = json.loads(line)
+        if message["event"] == "ledger":
+            row = message["entry"]
+            shown.append((row["task"], row["from_state"], row["to_state"]))
+        elif message["event"] == "task":
+            shown.append((message["task"]["id"], message["from"], message["to"]))
+    rows = [(r["task"], r["from_state"], r["to_state"]) for r in daemon.ledger()
+            if r["seq"] > start]  # fmt: skip
+    assert sorted(shown, key=rows.index) == rows[: len(shown)]  # none twice, in order
+    assert len(set(shown)) == len(shown)
+    assert {(second["id"], None, "pending"), (first["id"], "pending", "cancelled")} <= set(shown)

@@ -72,3 +72,14 @@ def test_wait_refuses_an_unknown_task_and_a_missing_daemon(daemon: Daemon, tmp_p
     init_root(tmp_path / "idle")
     done = colibri(tmp_path / "idle", "wait", "x", "--json")
     assert done.returncode == 1 and json.loads(done.stdout)["error"]["code"] == "no_daemon"
+
+
+def test_a_bad_follow_for_is_refused_in_one_line_before_anything_is_submitted(
+    daemon: Daemon,
+) -> None:
+    for args in (["wait", "some-task"], ["submit", "never stored", "--wait"]):
+        result = colibri(daemon.root, "--follow-for", "soon", *args)
+        assert result.returncode == 1, result
+        assert one_line(result.stderr).startswith("colibri: "), result.stderr
+        assert "--follow-for" in result.stderr and "soon" in result.stderr
+    assert daemon.call("list")["tasks"] == []

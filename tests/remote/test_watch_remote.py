@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import select
 import subprocess
 import sys
+from typing import Any
 
 from colibri.tui.app import ColibriApp
 from tests.helpers import wait_until
@@ -14,12 +17,14 @@ from tests.tui.test_tui import until
 
 
 def test_attach_over_tls_follows_and_ends_with_the_daemon(tls_daemon: TlsDaemon) -> None:
+    """With ``--follow-for 0`` it does not look for another daemon of the board: the one
+    stopping ends it."""
     token = tls_daemon.token("operator")
     before = tls_daemon.submit("before attach", capabilities=["nobody-has-this"])
     attach = subprocess.Popen(
         [sys.executable, "-m", "colibri", "attach", "--json", "--since", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, **tls_daemon.client_env(token)},
+        env={**os.environ, **tls_daemon.client_env(token), "COLIBRI_FOLLOW_FOR": "0"},
     )  # fmt: skip
     try:
         assert attach.stderr is not None
@@ -33,6 +38,57 @@ def test_attach_over_tls_follows_and_ends_with_the_daemon(tls_daemon: TlsDaemon)
     assert attach.returncode == 0, out + err
     assert before["id"] in out and later["id"] in out
     assert err.strip().splitlines()[-1] == "the daemon stopped; detached"
+
+
+def test_attach_over_tls_from_now_on_shows_the_new_rows(tls_daemon: TlsDaemon) -> None:
+    """Without ``--since`` only what happens from then on is shown (before, the position the
+    daemon gave it was past every row, and no row was ever shown)."""
+    token = tls_daemon.token("operator")
+    tls_daemon.submit("before attach", capabilities=["nobody-has-this"])
+    attach = subprocess.Popen(
+        [sys.executable, "-m", "colibri", "attach", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **tls_daemon.client_env(token)},
+    )  # fmt: skip
+    try:
+        assert attach.stderr is not None and attach.stdout is not None
+        assert attach.stderr.readline().startswith("attached to the daemon")
+        # Its follow is asked for just after it says so: a task submitted before that is
+        # rightly not shown, so tasks are submitted until one is.
+        later: list[dict[str, Any]] = []
+        while not select.select([attach.stdout], [], [], 0.5)[0]:
+            assert len(later) < 40, "no row shown"
+            later.append(tls_daemon.submit("after attach", capabilities=["nobody-has-this"]))
+        event = json.loads(attach.stdout.readline())
+        assert event["entry"]["task"] in [t["id"] for t in later]
+        assert event["entry"]["to_state"] == "pending"
+    finally:
+        attach.kill()
+        attach.communicate(timeout=30)
+
+
+def test_attach_over_tls_gives_up_when_no_daemon_answers_for_its_follow_for(
+    tls_daemon: TlsDaemon,
+) -> None:
+    """Its daemon gone and none answering at the addresses it was given, an attach looks for
+    one for ``--follow-for``, then ends in one line saying so (exit 1)."""
+    token = tls_daemon.token("operator")
+    attach = subprocess.Popen(
+        [sys.executable, "-m", "colibri", "--follow-for", "1s", "attach"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **tls_daemon.client_env(token)},
+    )  # fmt: skip
+    try:
+        assert attach.stdout is not None
+        assert attach.stdout.readline().startswith("attached to the daemon")
+    finally:
+        tls_daemon.stop()
+    _, err = attach.communicate(timeout=30)
+    assert attach.returncode == 1, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"colibri: no daemon answers at {tls_daemon.address}: none answered "
+                           f"within 1s after losing the daemon at {tls_daemon.address} "
+                           "(the daemon closed the connection); last: "), line  # fmt: skip
 
 
 def test_the_tui_over_tls_follows_the_ledger(tls_daemon: TlsDaemon) -> None:

@@ -10,9 +10,12 @@ session) and ``wait`` work unchanged, and each report still proves itself with i
 Each session's connection to the relay gets a TLS connection of its own, made at its first
 request: a session that asks for what the token does not allow gets the daemon's refusal, and
 the connection closed for it is its own — never the harness's (the one the agent's tasks come
-on), nor another session's with a ``wait`` or an ``ask`` in flight. A request that finds no
-daemon is answered ``no_daemon`` or ``closed``, which a session's own commands wait out
-(``cli.main.wait_out_busy``).
+on), nor another session's with a ``wait`` or an ``ask`` in flight. It is closed as soon as the
+session's connection ends, whatever was still waiting for a reply: the daemon forgets those
+waits and questions at once, not when the task ends. A session's requests are passed on as they
+come and each reply is passed back when it arrives, as the daemon itself answers pipelined
+requests. A request that finds no daemon is answered ``no_daemon`` or ``closed``, which a
+session's own commands wait out (``cli.main.wait_out_busy``).
 
 Only what a session may send is passed on; the agent's own requests (register, heartbeat …),
 and those whose replies never end (``subscribe``, a ledger that follows), are refused here.
@@ -31,12 +34,15 @@ import msgspec
 
 from colibri.client import STREAM_LIMIT, AsyncClient, Remote
 from colibri.core.access import ALLOWED
-from colibri.core.errors import BadJson, BadRequest, ColibriError, Forbidden
+from colibri.core.errors import BadJson, BadRequest, Busy, ColibriError, Forbidden
 
 log = logging.getLogger(__name__)
 
 #: The harness's own requests: a session has no business sending them.
 _HARNESS = {"auth", "register-agent", "heartbeat", "reclaimed", "requeue"}
+#: Requests of one session passed on and not answered yet, at most; past it a request is
+#: refused ``busy``.
+IN_FLIGHT = 64
 PASSED = frozenset(str(c.__struct_config__.tag) for c in ALLOWED["agent"]) - _HARNESS
 _decode = msgspec.json.Decoder(dict[str, Any]).decode
 _encode = msgspec.json.Encoder().encode
@@ -66,18 +72,43 @@ class Relay:
 
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         upstream = _Upstream(self.remote)
+        answering: set[asyncio.Task[None]] = set()
         try:
-            while (line := await reader.readline()).endswith(b"\n"):
-                if line.strip():
-                    writer.write(_encode(await self._pass_on(line, upstream)) + b"\n")
-                    await writer.drain()
-        except (ConnectionError, ValueError):  # ValueError: a line past STREAM_LIMIT
-            pass
+            async with asyncio.TaskGroup() as group:
+                # Each request is passed on as it comes, while the next line is read: a session
+                # that goes away with a ``wait`` or an ``ask`` in flight is seen to go at once.
+                try:
+                    while (line := await reader.readline()).endswith(b"\n"):
+                        if not line.strip():
+                            continue
+                        if len(answering) >= IN_FLIGHT:
+                            # Refused, not left unread: a session that goes is still seen to go.
+                            refusal = Busy(f"more than {IN_FLIGHT} requests of this session "
+                                           "are waiting for a reply; wait for one")  # fmt: skip
+                            writer.write(_encode(_refused(line, refusal)) + b"\n")
+                            await writer.drain()
+                        else:
+                            task = group.create_task(self._answer(line, upstream, writer))
+                            answering.add(task)
+                            task.add_done_callback(answering.discard)
+                except (ConnectionError, ValueError):  # ValueError: a line past STREAM_LIMIT
+                    pass
+                # The session is gone (or cut off): no reply is owed to it any more.
+                for task in answering:
+                    task.cancel()
         finally:
+            # Its connection to the daemon goes with it, and with that whatever the daemon
+            # held for it (waits, a question's asker).
             await upstream.close()
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
+
+    async def _answer(self, line: bytes, upstream: _Upstream, writer: asyncio.StreamWriter) -> None:
+        reply = await self._pass_on(line, upstream)
+        with contextlib.suppress(ConnectionError):
+            writer.write(_encode(reply) + b"\n")
+            await writer.drain()
 
     async def _pass_on(self, line: bytes, upstream: _Upstream) -> dict[str, Any]:
         request_id: Any = None
@@ -112,16 +143,30 @@ class _Upstream:
     def __init__(self, remote: Remote) -> None:
         self.remote = remote
         self.client: AsyncClient | None = None
+        # Requests of one session are passed on side by side: one of them connects.
+        self._connecting = asyncio.Lock()
 
     async def connection(self) -> AsyncClient:
-        if self.client is None or self.client.closed.is_set():
-            await self.close()
-            client = AsyncClient(self.remote)
-            await client.connect()
-            self.client = client
-        return self.client
+        async with self._connecting:
+            if self.client is None or self.client.closed.is_set():
+                if self.client is not None:  # lost: a daemon that took over is further on
+                    self.remote = self.remote.past(self.client.path)
+                await self.close()
+                client = AsyncClient(self.remote)
+                await client.connect()
+                self.client = client
+            return self.client
 
     async def close(self) -> None:
         if self.client is not None:
             await self.client.close()
             self.client = None
+
+
+def _refused(line: bytes, error: ColibriError) -> dict[str, Any]:
+    """``error`` as the answer to the request ``line``, under its own id if it has one."""
+    try:
+        request_id = _decode(line).get("id")
+    except msgspec.DecodeError:
+        request_id = None
+    return {"id": request_id, "ok": False, "error": error.to_wire()}

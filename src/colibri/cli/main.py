@@ -26,6 +26,11 @@ from colibri.core.errors import ColibriError
 
 T = TypeVar("T")
 
+#: How long a command that follows the board (``wait``, ``submit --wait``, ``attach``,
+#: ``ledger --follow``) looks for a daemon again after losing its own, before it gives up
+#: (``--follow-for``): a takeover takes the lease's ttl and a few seconds (10–14 s with the
+#: default 10 s ttl).
+FOLLOW_PATIENCE = 60.0
 #: How a session's own command waits out a daemon that refuses it as ``busy``: the first pause,
 #: the longest pause (each one doubles), and the time after which it gives up.
 BUSY_FIRST_PAUSE = 0.05
@@ -41,12 +46,27 @@ class Context:
         token: str | None = None,
         tls_ca: str | None = None,
         insecure_loopback: bool = False,
+        follow_for: str | None = None,
     ) -> None:
         self.root_option = root
         self.connect = connect
         self.token = token
         self.tls_ca = tls_ca
         self.insecure_loopback = insecure_loopback
+        self.follow_for = follow_for
+
+    def patience(self) -> float:
+        """How long a command that follows the board looks for a daemon again after losing
+        its own (``--follow-for``)."""
+        if self.follow_for is None:
+            return FOLLOW_PATIENCE
+        from colibri.core.durations import DAY, parse_duration
+
+        try:
+            return parse_duration(self.follow_for, high=DAY)
+        except ColibriError as exc:
+            exc.message = f"--follow-for (COLIBRI_FOLLOW_FOR): {exc.message}"
+            raise
 
     def root(self) -> Path:
         from colibri.config import resolve_root
@@ -112,6 +132,72 @@ def wait_out_busy(attempt: Callable[[], T]) -> T:
                 raise
         time.sleep(pause)
         pause = min(pause * 2, BUSY_LONGEST_PAUSE)
+
+
+#: What such a command follows through: its daemon gone (killed, stopped, restarting), or
+#: one that does not serve the board or the tenant now (it stands by, or another took it).
+LOST = frozenset({"closed", "no_daemon", "standby", "not_owner", "busy"})
+
+
+def through_takeovers(ctx: Context, run: Callable[[Any], T], *, patient: bool = False) -> T:
+    """``run(client)`` on a connection to the daemon, for a command that follows the board.
+    When the connection is lost (``LOST``) it connects again — over TCP trying the addresses
+    after the lost one first, where a standby that took over serves — says so in one line on
+    stderr, and calls ``run`` again, which goes on from where it was. It gives up, ``no_daemon``,
+    once no daemon has answered for ``ctx.patience()`` seconds (0: the loss is raised as it
+    is). On this root's socket, a daemon gone for good (no process holds the root any more)
+    ends it at once with the error that lost it, unless ``patient`` (a session's own command,
+    which waits out a restart for ``BUSY_PATIENCE`` as ``wait_out_busy`` does, its first
+    connection too)."""
+    import time
+
+    from colibri.client import Client, socket_path
+    from colibri.core.errors import DaemonNotRunning
+
+    patience = BUSY_PATIENCE if patient else ctx.patience()
+    remote = ctx.remote()
+    lost: ColibriError | None = None
+    lost_at = 0.0
+    where = ""  # the daemon that was lost ("": none yet, a session waiting for its first)
+    pause = BUSY_FIRST_PAUSE
+    while True:
+        try:
+            client = ctx.client() if remote is None else Client.remote(remote)
+        except ColibriError as exc:
+            if exc.code not in LOST or (lost is None and not patient):
+                raise
+            if lost is None:
+                lost, lost_at = exc, time.monotonic()
+            if remote is None and exc.code == "no_daemon" and not patient:
+                raise lost from None  # the root's daemon stopped: nothing to follow
+            if time.monotonic() - lost_at + pause > patience:
+                after = f"losing the daemon at {where}" if where else "the first try"
+                raise DaemonNotRunning.at(
+                    str(remote) if remote is not None else str(socket_path(ctx.root())),
+                    f"none answered within {patience:g}s after {after} "
+                    f"({lost.message}); last: {exc.message}",
+                ) from None
+            time.sleep(pause)
+            pause = min(pause * 2, BUSY_LONGEST_PAUSE)
+            continue
+        with client:
+            if lost is not None and where:
+                from colibri.cli.output import printable
+
+                click.echo(
+                    printable(f"colibri: lost the daemon at {where} ({lost.message}); "
+                              f"following the board at {client.path}"),
+                    err=True,
+                )  # fmt: skip
+            lost, pause = None, BUSY_FIRST_PAUSE
+            try:
+                return run(client)
+            except ColibriError as exc:
+                if exc.code not in LOST or not patience:
+                    raise
+                lost, lost_at, where = exc, time.monotonic(), client.path
+                if remote is not None:
+                    remote = remote.past(client.path)
 
 
 def in_session() -> bool:
@@ -269,6 +355,14 @@ def _paths(kind: str) -> Callable[[click.Context, click.Parameter, str], list[An
     envvar="COLIBRI_INSECURE_LOOPBACK",
     help="Plain TCP without TLS, to a loopback daemon run with --insecure-loopback (tests).",
 )
+@click.option(
+    "--follow-for",
+    envvar="COLIBRI_FOLLOW_FOR",
+    metavar="DURATION",
+    help="How long wait, submit --wait, attach and ledger --follow look for a daemon again "
+    "after losing theirs (a takeover, a restart), before they give up; 0: not at all "
+    f"[default: {FOLLOW_PATIENCE:.0f}s; env: COLIBRI_FOLLOW_FOR]",
+)
 @click.version_option(__version__, prog_name="colibri")
 @click.pass_context
 def cli(
@@ -278,6 +372,7 @@ def cli(
     token: str | None,
     tls_ca: str | None,
     insecure_loopback: bool,
+    follow_for: str | None,
 ) -> None:
     """Colibri: a task board and scheduler for fleets of agents.
 
@@ -288,7 +383,7 @@ def cli(
     Work:    colibri submit "upgrade zfs" --cap freebsd --cap zfs --wait
     Watch:   colibri tui, colibri attach, colibri list, colibri ledger --follow
     """
-    ctx.obj = Context(root, connect, token, tls_ca, insecure_loopback)
+    ctx.obj = Context(root, connect, token, tls_ca, insecure_loopback, follow_for)
 
 
 #: Commands that never reach a daemon over TCP: they act on this host's root.

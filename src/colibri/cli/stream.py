@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from colibri.cli.output import print_json_line
@@ -129,7 +130,9 @@ def _key(message: dict[str, Any]) -> tuple[Any, ...] | None:
     """What one task transition is, the same for its ledger row and its ``task`` event."""
     if message.get("event") == "ledger":
         e = message["entry"]
-        return (e.get("task"), e.get("from_state"), e["to_state"], e.get("epoch"))
+        if e.get("task") is None:
+            return None  # a schedule's row: no task event stands for it
+        return (e["task"], e.get("from_state"), e["to_state"], e.get("epoch"))
     if message.get("event") == "task":
         t = message["task"]
         return (t["id"], message.get("from"), message["to"], t.get("epoch"))
@@ -149,6 +152,28 @@ def _request(client: Client, buffered: list[dict[str, Any]], cmd: str, **fields:
             if not message.get("ok"):
                 raise from_wire(message.get("error"))
             return message
+
+
+#: How many transitions a follower remembers having shown, to show none twice when it catches
+#: up after a takeover (past it the oldest are forgotten: at worst an old one shown again).
+SHOWN_KEPT = 100_000
+
+
+@dataclass
+class Seen:
+    """Where a follower is, so that it goes on from there on another connection (after a
+    takeover): ``after``, a ledger position every row up to which has been shown or was there
+    before it started (None: nowhere yet), and the transitions shown since."""
+
+    after: int | None = None
+    shown: dict[tuple[Any, ...], None] = field(default_factory=dict)
+
+    def show(self, key: tuple[Any, ...] | None) -> None:
+        if key is None:
+            return
+        self.shown[key] = None
+        if len(self.shown) > SHOWN_KEPT:
+            del self.shown[next(iter(self.shown))]
 
 
 class Printer:
@@ -185,31 +210,41 @@ def follow(
     stop: Callable[[dict[str, Any]], bool] | None = None,
     subscribed: Callable[[], None] | None = None,
     subscribe: bool = True,
+    seen: Seen | None = None,
 ) -> bool:
     """Subscribe, catch up from ledger position ``since`` (rows after it), then print every
     event until the daemon closes the connection (False) or ``stop`` says so (True).
-    ``subscribed`` is called once nothing more can be missed.
+    ``subscribed`` is called once nothing more can be missed. ``seen`` is kept up to date
+    (and what it says was shown is not shown again), for a follow that goes on elsewhere.
 
     Over TCP a token may not subscribe (``subscribe`` False): the ledger is followed instead
     (the tasks' transitions and the schedules' skipped fires, as ledger rows)."""
+    seen = seen if seen is not None else Seen()
     if not subscribe:
-        return _follow_the_ledger(client, printer, since, stop)
+        return _follow_the_ledger(client, printer, since, stop, seen)
     buffered: list[dict[str, Any]] = []
     _request(client, buffered, "subscribe", name="attach")
     if subscribed is not None:
         subscribed()
-    shown: set[tuple[Any, ...]] = set()
     if since is not None:
         after, more = since, True
         while more:
             reply = _request(client, buffered, "ledger", after=after, limit=1000)
             for entry in reply["entries"]:
                 message = {"event": "ledger", "entry": entry}
-                shown.add((entry.get("task"), entry.get("from_state"), entry["to_state"],
-                           entry.get("epoch")))  # fmt: skip
-                printer(message)
+                if (key := _key(message)) not in seen.shown:
+                    seen.show(key)
+                    printer(message)
             after, more = reply["next"], bool(reply.get("more"))
-    return _until_the_end(client, printer, buffered, stop, lambda m: _key(m) not in shown)
+
+    def new(message: dict[str, Any]) -> bool:
+        key = _key(message)
+        if key in seen.shown:
+            return False
+        seen.show(key)
+        return True
+
+    return _until_the_end(client, printer, buffered, stop, new)
 
 
 def _follow_the_ledger(
@@ -217,6 +252,7 @@ def _follow_the_ledger(
     printer: Printer,
     since: int | None,
     stop: Callable[[dict[str, Any]], bool] | None,
+    seen: Seen,
 ) -> bool:
     buffered: list[dict[str, Any]] = []
     after = LEDGER_END if since is None else since
@@ -225,13 +261,22 @@ def _follow_the_ledger(
         for entry in reply["entries"]:
             printer({"event": "ledger", "entry": entry})
         after = reply["next"]
+        if after != LEDGER_END:
+            # (Asked for the new rows only, the reply's ``next`` is that same end, past every
+            # row: the first row pushed says where the follow is.)
+            seen.after = after
         if not reply.get("more"):
             break
         reply = _request(client, buffered, "ledger", after=after, limit=1000)
+
     # Rows of the pages' batches come pushed too: only those past the last page are new.
-    return _until_the_end(
-        client, printer, buffered, stop, lambda m: "entry" in m and m["entry"]["seq"] > after
-    )
+    def new(message: dict[str, Any]) -> bool:
+        if "entry" not in message or message["entry"]["seq"] <= (seen.after or 0):
+            return False
+        seen.after = message["entry"]["seq"]
+        return True
+
+    return _until_the_end(client, printer, buffered, stop, new)
 
 
 def _until_the_end(

@@ -8,7 +8,15 @@ from typing import Any
 import click
 
 from colibri.cli.completion import agent_names, task_ids, workspace_names
-from colibri.cli.main import Context, cli, in_session, json_option, pass_ctx, wait_out_busy
+from colibri.cli.main import (
+    Context,
+    cli,
+    in_session,
+    json_option,
+    pass_ctx,
+    through_takeovers,
+    wait_out_busy,
+)
 from colibri.cli.output import (
     TASK_COLUMNS,
     describe_task,
@@ -127,6 +135,8 @@ def submit(
         return
     if text is None:
         raise click.UsageError("give the task's TEXT, or --from FILE")
+    if wait:
+        ctx.patience()  # a bad --follow-for is refused before anything is submitted
     if text == "-":
         text = sys.stdin.read()
     handoff: str | None = None
@@ -190,7 +200,7 @@ def submit(
             err=True,
         )  # fmt: skip
     if wait:
-        task = ctx.call("wait", patient=in_session(), task=task["id"])["task"]
+        task = _wait(ctx, task["id"])
     if as_json:
         print_json(task)
     elif wait:
@@ -332,7 +342,7 @@ def wait(ctx: Context, task_id: str, as_json: bool) -> None:
     Exit 0 once it ended, whatever the outcome: read the task's outcome (with --json, the task
     object). A retry (back to pending) does not end the wait.
     """
-    task = ctx.call("wait", patient=in_session(), task=task_id)["task"]
+    task = _wait(ctx, task_id)
     if as_json:
         print_json(task)
         return
@@ -341,6 +351,14 @@ def wait(ctx: Context, task_id: str, as_json: bool) -> None:
     if task.get("outcome") != "done":
         error = f": {task['error']}" if task.get("error") else ""
         click.echo(printable(f"colibri: task {task['id']} {task.get('outcome')}{error}"), err=True)
+
+
+def _wait(ctx: Context, task_id: str) -> dict[str, Any]:
+    """The task once it has ended, waited for through a takeover (or a restart) of the
+    daemon: on the next daemon to answer, the wait is simply asked again."""
+    return through_takeovers(
+        ctx, lambda client: client.call("wait", task=task_id)["task"], patient=in_session()
+    )
 
 
 @cli.command()
@@ -436,20 +454,31 @@ def ledger(
                 flush=True,
             )
 
-    with ctx.client() as client:
-        reply = client.call("ledger", after=after, limit=limit, task=task_id, follow=follow or None)
+    if not follow:
+        with ctx.client() as client:
+            reply = client.call("ledger", after=after, limit=limit, task=task_id)
         for entry in reply["entries"]:
             emit(entry)
-        if not follow:
-            if reply.get("more"):
-                click.echo(f"more: colibri ledger --after {reply['next']}", err=True)
-            return
-        while reply.get("more"):  # the rows already written, page by page, then the new ones
-            reply = client.call("ledger", after=reply["next"], limit=limit, task=task_id)
+        if reply.get("more"):
+            click.echo(f"more: colibri ledger --after {reply['next']}", err=True)
+        return
+    last = after  # the position followed from: every row up to it has been printed
+
+    def follow_from(client: Any) -> None:
+        # Run again on the next daemon after a takeover: from the last row printed, so that
+        # no row is skipped or printed twice.
+        nonlocal last
+        reply = client.call("ledger", after=last, limit=limit, task=task_id, follow=True)
+        while True:  # the rows already written, page by page, then the new ones
             for entry in reply["entries"]:
                 emit(entry)
-        last = reply["next"]
+            last = reply["next"]
+            if not reply.get("more"):
+                break
+            reply = client.call("ledger", after=last, limit=limit, task=task_id)
         for event in client.events():
             if event["event"] == "ledger" and event["entry"]["seq"] > last:
                 emit(event["entry"])
                 last = event["entry"]["seq"]
+
+    through_takeovers(ctx, follow_from)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from colibri.cli.main import Context, cli, json_option, pass_ctx
@@ -50,16 +52,37 @@ def attach(ctx: Context, since: int | None, as_json: bool) -> None:
     {"event": "ledger", "entry": …}). Over --connect (a token may not subscribe) it follows
     the ledger's rows instead.
     """
-    from colibri.cli.stream import Printer, follow
+    from colibri.cli.main import through_takeovers
+    from colibri.cli.stream import Printer, Seen, follow
+    from colibri.core.errors import ConnectionClosed
 
     printer = Printer(as_json)
     # Over TCP a token may not subscribe: there the ledger's rows are what is followed.
     remote = ctx.remote() is not None
-    with ctx.client() as client:
-        status = client.call("status")
-        daemon = status.get("daemon", {})
-        where = f"pid {daemon['pid']}" if "pid" in daemon else f"version {daemon.get('version')}"
-        seq = f", ledger at #{status['ledger_seq']}" if "ledger_seq" in status else ""
-        printer.say(f"attached to the daemon ({where}){seq}; Ctrl+C detaches")
-        follow(client, printer, since=since, subscribe=not remote)
+    seen = Seen(since)
+    attached = False
+
+    def attach_to(client: Any) -> None:
+        # Run again on the next daemon after a takeover: from where the last one left off.
+        nonlocal attached
+        catch_up = since
+        if not attached:
+            status = client.call("status")
+            daemon = status.get("daemon", {})
+            version = f"version {daemon.get('version')}"
+            where = f"pid {daemon['pid']}" if "pid" in daemon else version
+            seq = f", ledger at #{status['ledger_seq']}" if "ledger_seq" in status else ""
+            printer.say(f"attached to the daemon ({where}){seq}; Ctrl+C detaches")
+            if seen.after is None:
+                seen.after = status.get("ledger_seq")
+            attached = True
+        else:
+            catch_up = seen.after
+        if not follow(client, printer, since=catch_up, subscribe=not remote, seen=seen):
+            raise ConnectionClosed("the daemon closed the connection")
+
+    try:
+        through_takeovers(ctx, attach_to)
+    except ConnectionClosed:
+        pass  # the root's daemon stopped
     printer.say("the daemon stopped; detached")
