@@ -127,3 +127,16 @@ def test_no_error_is_raised_without_a_class_of_its_own() -> None:
                     assert f"{name}.{node.name}" in NOT_REPORTED, (
                         f"{where}:{node.lineno}: {node.name} belongs in core/errors.py"
                     )
+
+
+def test_the_transient_refusals_are_those_a_request_may_be_taken_after() -> None:
+    """One home for which answers a report (or any request that must not be lost) is kept and
+    sent again after: the harness, a session's own commands and a registration read
+    ``transient``; every other code is the request's own, refused again if sent as it is."""
+    transient = {code for code, cls in BY_CODE.items() if cls.transient}
+    assert transient == {
+        "busy", "storage_unavailable", "lease_lost", "standby", "not_owner", "throttled",
+        "internal", "no_daemon", "closed",
+    }  # fmt: skip
+    assert from_wire({"code": "lease_lost", "message": "m"}).transient
+    assert not from_wire({"code": "illegal_transition", "message": "m"}).transient

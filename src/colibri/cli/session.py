@@ -1,7 +1,7 @@
 """Commands a session runs from inside itself (out, fail, ask, ready), and the cost report.
 
-A session's own commands wait out a daemon that is momentarily full (``busy``): see
-``main.wait_out_busy``.
+A session's own commands wait out a daemon that is momentarily full, away or without its
+store (a transient refusal): see ``main.wait_out_busy``.
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ def ask(
                 question=question,
             )  # fmt: skip
         except ColibriError as exc:
-            if exc.code not in ("closed", "no_daemon", "standby"):
+            if not exc.transient:
                 raise
             time.sleep(0.5)
             continue

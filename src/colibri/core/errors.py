@@ -64,6 +64,15 @@ batch held back by the PostgreSQL store and refused as it was sent, lost whole),
 daemon answers as ``Internal``, the batch rolled back. A driver's own errors (``sqlite3``) pass the
 store only from a bug in a statement or from a read that met a storage fault; the daemon
 answers them as ``Internal``.
+
+**Transient refusals.** An error whose class has ``transient`` set says nothing about the
+request itself: the daemon could not take it now (``busy``, ``storage_unavailable`` and
+``lease_lost``, ``standby``, ``not_owner``, ``throttled``, ``internal`` — a batch rolled back,
+"retry it"), or it was never heard (``no_daemon``, ``closed``). The same request, sent again
+later (to the daemon serving its tenant by then), may be taken. Whoever must not lose a request
+— a harness's report, a session's ``colibri out`` — keeps it and sends it again; the daemon
+answers a report sent again after it was taken as taken, changing nothing. Every other error is
+the request's own: sending it again as it is would be refused again.
 """
 
 from __future__ import annotations
@@ -74,6 +83,8 @@ class ColibriError(Exception):
     ``error`` is the code of none of them."""
 
     code = "error"
+    #: Whether the request may be taken if sent again later, unchanged (the docstring above).
+    transient = False
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -256,6 +267,7 @@ class Unauthorized(ColibriError):
 
 class Throttled(ColibriError):
     code = "throttled"
+    transient = True
 
 
 class TlsRequired(ColibriError):
@@ -271,10 +283,12 @@ class UnknownToken(ColibriError):
 
 class Busy(ColibriError):
     code = "busy"
+    transient = True
 
 
 class StorageUnavailable(ColibriError):
     code = "storage_unavailable"
+    transient = True
 
 
 class LeaseLost(StorageUnavailable):
@@ -289,6 +303,7 @@ class Standby(ColibriError):
     one (the message says where), or wait for this one to take over."""
 
     code = "standby"
+    transient = True
 
 
 class NotOwner(ColibriError):
@@ -297,6 +312,7 @@ class NotOwner(ColibriError):
     carries a field beside code and message; ``colibri.client`` follows it."""
 
     code = "not_owner"
+    transient = True
 
     def __init__(self, message: str, address: str | None = None) -> None:
         super().__init__(message)
@@ -311,6 +327,7 @@ class NotOwner(ColibriError):
 
 class Internal(ColibriError):
     code = "internal"
+    transient = True
 
 
 class ConfigError(ColibriError):
@@ -377,6 +394,7 @@ class BadTaskBody(ColibriError):
 
 class DaemonNotRunning(ColibriError):
     code = "no_daemon"
+    transient = True
 
     def __init__(self, root: str) -> None:
         super().__init__(f"no daemon is running for {root} (start one with: colibri run)")
@@ -400,6 +418,7 @@ class ConnectionClosed(ColibriError):
     connection broke; a request in flight may or may not have been taken."""
 
     code = "closed"
+    transient = True
 
 
 class UnexpectedReply(ColibriError):
