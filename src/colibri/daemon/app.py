@@ -727,8 +727,8 @@ def serve_tenants(daemon: Daemon) -> None:
     at a batch boundary — what the batch holds commits first, under the fence it began with —
     the store names the new set and writes under its fence, the board is built from its
     tenants' rows (as after a failed batch: connected agents stay), colibri.jsonc's schedules
-    of tenants gained are brought in, and the connections of tenants no longer served are
-    closed (they connect again, and are sent on)."""
+    of tenants gained are brought in, the connections of tenants no longer served are
+    closed (they connect again, and are sent on), and their agents forgotten."""
     lease, server, board = daemon.lease, daemon.server, daemon.board
     assert lease is not None
     server.flush()
@@ -754,6 +754,7 @@ def serve_tenants(daemon: Daemon) -> None:
             server.fatal(f"the board could not be built for its new tenants ({exc!r})")
             return
     server.close_unserved()
+    board.forget_unserved()
     server.schedule_flush()
 
 

@@ -202,6 +202,18 @@ class Board:
             )
         self.batch.dispatch_wanted = True
 
+    def forget_unserved(self) -> None:
+        """Drop from memory what is of tenants this daemon no longer serves (given back to
+        another daemon of a PostgreSQL board): their agents, their agent indexes, questions
+        of their tasks. Their tasks, schedules and known agents went with the rebuild, their
+        waits and connections with ``Server.close_unserved`` (which finds their agents'
+        connections by the agents, so comes first)."""
+        served = self.tenancy.served
+        if served is None:
+            return
+        self.presence.forget_tenants(served)
+        self.reports.unasked = {t: d for t, d in self.reports.unasked.items() if t in self.tasks}
+
     # -- effects and connections -------------------------------------------------------------
 
     def take_effects(self) -> tuple[list[LedgerEntry], list[tuple[Peer, Message]]]:
