@@ -14,7 +14,7 @@ import click
 from colibri.cli.completion import task_ids, workspace_names
 from colibri.cli.main import Context, cli, json_option, pass_ctx
 from colibri.cli.output import print_json, print_line, print_output, print_table
-from colibri.core.errors import ColibriError
+from colibri.core.errors import ColibriError, shown
 from colibri.core.model import MIN_LINE
 
 _session_options = [
@@ -105,7 +105,7 @@ def parse_cost(text: str) -> dict[str, Any]:
         key, eq, raw = part.partition("=")
         if not eq:
             raise click.BadParameter(
-                f"{part!r}: write key=value (usd, tokens_in, tokens_out, model)"
+                f"{shown(part)}: write key=value (usd, tokens_in, tokens_out, model)"
             )
         try:
             if key in ("tokens_in", "tokens_out"):
@@ -115,7 +115,7 @@ def parse_cost(text: str) -> dict[str, Any]:
             else:
                 cost[key] = raw
         except ValueError:
-            raise click.BadParameter(f"{part!r}: {key} must be a number") from None
+            raise click.BadParameter(f"{shown(part)}: {key} must be a number") from None
     return cost
 
 

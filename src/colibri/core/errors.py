@@ -2,10 +2,12 @@
 
 The codes are API: they appear as ``error.code`` on the socket and in ``--json`` output
 (``{"ok": false, "error": {"code": …, "message": …}}``), and tests assert them. Messages say
-what was wrong and, where it helps, what to do. Each code belongs to one class below, and
-each class is raised for its own code only: errors of other libraries (``OSError``,
-``ValueError`` …) are translated where they enter — by the daemon's server (``internal``), by
-the client (``closed``, ``unexpected_reply``) and by the CLI (``os_error``, ``internal``).
+what was wrong and, where it helps, what to do; input they quote back is quoted by ``shown``
+(its repr, clipped), so a 10 KB name makes a line of a hundred characters, not of 10 KB.
+Each code belongs to one class below, and each class is raised for its own code only: errors
+of other libraries (``OSError``, ``ValueError`` …) are translated where they enter — by the
+daemon's server (``internal``), by the client (``closed``, ``unexpected_reply``) and by the
+CLI (``os_error``, ``internal``).
 ``from_wire`` turns an error reply back into its class, so a caller of ``colibri.client`` can
 ``except UnknownTask``.
 
@@ -148,14 +150,16 @@ class UnknownSchedule(ColibriError):
     code = "unknown_schedule"
 
     def __init__(self, name: str) -> None:
-        super().__init__(f"no schedule named {name!r} (list them with: colibri schedule list)")
+        super().__init__(f"no schedule named {shown(name)} (list them with: colibri schedule list)")
 
 
 class ScheduleExists(ColibriError):
     code = "schedule_exists"
 
     def __init__(self, name: str) -> None:
-        super().__init__(f"a schedule named {name!r} exists; remove it first or add with replace")
+        super().__init__(
+            f"a schedule named {shown(name)} exists; remove it first or add with replace"
+        )
 
 
 class UnknownParent(ColibriError):
@@ -249,7 +253,7 @@ class IdempotencyConflict(ColibriError):
 
     def __init__(self, key: str, task_id: str) -> None:
         super().__init__(
-            f"idempotency key {key!r} names task {task_id}, submitted with other fields; "
+            f"idempotency key {shown(key)} names task {task_id}, submitted with other fields; "
             "send the same fields to get that task back, or use a new key for a new task"
         )
 
@@ -354,7 +358,7 @@ class UnknownWorkspace(ColibriError):
 
     def __init__(self, name: str, known: list[str]) -> None:
         listed = ", ".join(known) or "none"
-        super().__init__(f"colibri.jsonc defines no workspace {name!r} (workspaces: {listed})")
+        super().__init__(f"colibri.jsonc defines no workspace {shown(name)} (workspaces: {listed})")
 
 
 class WorkspaceExists(ColibriError):

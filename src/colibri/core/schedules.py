@@ -32,7 +32,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 
-from colibri.core.errors import BadDuration, BadRequest
+from colibri.core.errors import BadDuration, BadRequest, shown
 from colibri.core.model import TaskSpec
 from colibri.core.model import parse_rfc3339 as instant
 
@@ -116,7 +116,7 @@ def zone(name: str) -> ZoneInfo:
     # OSError: a folder of the zone database ("Europe"), or a name too long for a file name
     except (ZoneInfoNotFoundError, ValueError, OSError):
         raise BadRequest(
-            f"unknown time zone {name!r}: use an IANA name such as Europe/Ljubljana or UTC"
+            f"unknown time zone {shown(name)}: use an IANA name such as Europe/Ljubljana or UTC"
         ) from None
 
 
@@ -128,13 +128,13 @@ def normalize_cron(expr: str) -> str:
     text = MACROS.get(text.lower(), text)
     if len(text.split(" ")) != 5:
         raise BadRequest(
-            f"cron expression {expr!r} must have five fields (minute hour day-of-month month "
+            f"cron expression {shown(expr)} must have five fields (minute hour day-of-month month "
             f"day-of-week) or be one of {', '.join(MACROS)}"
         )
     try:
         CronSim(text, datetime(2000, 1, 1, tzinfo=UTC))
     except CronSimError as exc:
-        raise BadRequest(f"invalid cron expression {expr!r}: {exc}") from None
+        raise BadRequest(f"invalid cron expression {shown(expr)}: {exc}") from None
     return text
 
 
@@ -350,8 +350,8 @@ def build(
         assert every is not None
         if jitter >= every:
             raise BadRequest(
-                f"schedule {name!r}: jitter {spec.jitter!r} must be shorter than every "
-                f"{spec.every!r} (a fire is spread within its interval)"
+                f"schedule {name!r}: jitter {shown(spec.jitter)} must be shorter than every "
+                f"{shown(spec.every)} (a fire is spread within its interval)"
             )
         schedule.kind, schedule.every, schedule.at = "interval", every, stamp
     else:
@@ -360,7 +360,7 @@ def build(
             when = datetime.fromisoformat(spec.at.strip().replace("Z", "+00:00"))
         except ValueError:
             raise BadRequest(
-                f"schedule {name!r}: at {spec.at!r} is not a time; write it like "
+                f"schedule {name!r}: at {shown(spec.at)} is not a time; write it like "
                 "2026-12-24T18:00:00+01:00 or 2026-12-24 18:00 (local to tz)"
             ) from None
         if when.tzinfo is None:

@@ -250,6 +250,18 @@ def _heeding_class() -> type[psycopg.Connection[dict[str, Any]]]:
     return Heeding
 
 
+def _leases_lost(fence: tuple[str, list[str], list[int]], held: set[str]) -> str:
+    """Which of the fence's leases (``board``, ``tenant/acme``) were not found held."""
+    lost = [
+        ("on the board" if name == "board" else f"of tenant {name.removeprefix('tenant/')}")
+        + f" (epoch {epoch})"
+        for name, epoch in zip(fence[1], fence[2], strict=True)
+        if name not in held
+    ]
+    leases = "lease" if len(lost) == 1 else "leases"
+    return f"this daemon's {leases} {', '.join(lost)} passed to another daemon (or expired)"
+
+
 def _connect(dsn: str, silence: float | None = None) -> psycopg.Connection[dict[str, Any]]:
     """A connection in autocommit mode; with ``silence``, its waits and its connecting give
     up after that long without a word from the server (connecting: 2 s at least, libpq's
@@ -454,11 +466,9 @@ class PostgresStore:
             opened = conn.execute(_WRITERS_LOCK, (self.tenants, *self.bounds))
             top = conn.execute(_Q["ledger_top"].encode())
         if fenced is not None and self.fence is not None:
-            if len(fenced.fetchall()) != len(self.fence[1]):
-                self._lost = (
-                    f"this daemon's lease on the board (epoch {max(self.fence[2], default=0)}) "
-                    "has passed to another daemon; nothing was written"
-                )
+            held = {row["name"] for row in fenced.fetchall()}
+            if len(held) != len(self.fence[1]):
+                self._lost = f"{_leases_lost(self.fence, held)}; nothing was written"
                 self._lost_as = LeaseLost
                 # Not left open: the batch's reads would go on in a transaction that names
                 # no tenant, and see nothing. (A connection that breaks meanwhile ends it too.)
