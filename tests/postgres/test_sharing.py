@@ -347,3 +347,55 @@ def test_a_sweep_meeting_another_tenants_agent_row_fails_no_other_request(board:
         assert store.get_task(task.id) is not None
     finally:
         store.close()
+
+
+#: The edge HIVE.md gives for sharing daemons: PostgreSQL a round trip of a twentieth of the
+#: lease's ttl away (here 100 ms, 50 ms each way, for a 2 s lease).
+FAR = 0.05
+
+
+def test_sharing_daemons_a_twentieth_of_their_ttl_from_postgresql_keep_their_leases(
+    tmp_path: Path, board: str
+) -> None:
+    """Three sharing daemons, a 2 s lease, 7 tenants, PostgreSQL 50 ms away each way: they
+    divide the tenants and keep them, renewing every lease, for ten ttls by PostgreSQL's clock.
+    Before, all three exited 1 (`could not be renewed within its ttl`) within seconds at 20 ms:
+    a sharing step — tenants taken one at a time, each about ten round trips under the
+    ``leases`` table's lock — ran up to the deadline, the next turn stopped without trying the
+    renewal, and every other daemon's renewal waited behind that lock."""
+    from tests.postgres.hive import relayed
+
+    app = as_app_role(board)
+    with psycopg.connect(board, autocommit=True) as admin:
+        for n in range(6):
+            admin.execute("INSERT INTO tenants (name, created_at) VALUES (%s, 'x')", (f"t{n}",))
+    relay, far = relayed(app, FAR)
+    members = [Member(tmp_path / name, far, share=True) for name in ("a", "b", "c")]
+    try:
+        for member in members:
+            _start(member)
+        wait_until(lambda: _fair(board, members, 7), timeout=60)
+        with psycopg.connect(board) as conn:
+            fair_at = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+
+        def renewed_past(instant: object) -> bool:
+            with psycopg.connect(board) as conn:
+                row = conn.execute(
+                    "SELECT count(*), min(expires_at) FROM leases WHERE name LIKE 'tenant/%%' "
+                    "AND expires_at > now()"
+                ).fetchone()
+            assert row is not None
+            return bool(row[0] == 7 and row[1] > instant)
+
+        # Every lease renewed until it runs out twenty seconds after the division.
+        with psycopg.connect(board) as conn:
+            later = conn.execute("SELECT %s + interval '20 seconds'", (fair_at,)).fetchone()
+        assert later is not None
+        wait_until(lambda: renewed_past(later[0]), timeout=60, interval=0.5)
+        for member in members:
+            assert member.process is not None and member.process.poll() is None, member.log()
+            assert "could not be renewed" not in member.log()
+        assert _fair(board, members, 7)
+    finally:
+        members[0].stop_with(*members[1:])
+        relay.close()
