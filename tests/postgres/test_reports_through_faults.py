@@ -32,7 +32,13 @@ class FarAgent:
     def __init__(self, connect: str, token: str) -> None:
         self.state = Path(tempfile.mkdtemp(prefix="cr-", dir="/tmp"))
         self.go, self.ended, self.log = (self.state / n for n in ("go", "ended", "agent.log"))
-        session = f'while [ ! -e {self.go} ]; do sleep 0.05; done; cat; touch "{self.ended}"'
+        #: Written when a session is told to stop (SIGTERM): it then waits for ``go`` too.
+        self.stopped = self.state / "stopped"
+        stop = f'touch "{self.stopped}"; while [ ! -e {self.go} ]; do sleep 0.05; done; exit 1'
+        session = (
+            f"trap '{stop}' TERM; while [ ! -e {self.go} ]; do sleep 0.05; done; cat; "
+            f'touch "{self.ended}"'
+        )
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
                 [PYTHON, "-m", "colibri", "agent", "--connect", connect, "--insecure-loopback",
@@ -165,3 +171,30 @@ def test_a_report_made_while_its_daemon_is_stopped_past_its_lease_reaches_the_ne
         ended_once(standby, agent, first, second)
     finally:
         owner.stop_with(standby)
+
+
+def test_a_cancelled_sessions_end_refused_while_the_relay_is_cut_is_delivered_once_it_is_back(
+    tmp_path: Path, relayed_board: tuple[Relay, str], far_agents: Callable[[str, str], FarAgent]
+) -> None:
+    """The same for the harness's word that a cancelled task's session is gone (``reclaimed``),
+    which frees the agent's slot: before, a refusal of it was dropped, and the task stayed
+    cancelled, not closed, with the slot taken."""
+    relay, through = relayed_board
+    daemon = Member(tmp_path / "a", through, ttl="15s")
+    daemon.start()
+    try:
+        agent, first, second = start_a_session(daemon, far_agents, daemon.address)
+        daemon.call("cancel", task=first)
+        wait_until(agent.stopped.exists, timeout=20)  # told to stop; it waits for go
+        relay.cut()
+        agent.go.touch()
+        wait_until(lambda: "event=report_deferred" in agent.said(), timeout=20)
+        relay.restore()
+        agent.go.unlink()
+        wait_until(lambda: answers(daemon), timeout=30)
+        final = daemon.wait_closed(first, timeout=30)
+        assert final["outcome"] == "cancelled", final
+        agent.go.touch()
+        assert daemon.wait_closed(second, timeout=30)["outcome"] == "done"
+    finally:
+        daemon.stop()

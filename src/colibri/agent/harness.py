@@ -349,11 +349,11 @@ class Harness:
         return False
 
     async def _cancel(self, session: Session) -> None:
+        """The daemon cancelled the session's task: stop it, and say its session is gone — a
+        report like any other, kept until taken (the task's slot is freed by it)."""
         await self.runner.kill(session)
-        self.sessions.pop(session.task, None)
-        if self.client is not None:
-            with contextlib.suppress(ColibriError):
-                await self.client.call("reclaimed", task=session.task, epoch=session.epoch)
+        session.report = ("reclaimed", {})
+        await self._deliver(session)
 
     async def _stop_sessions(self) -> None:
         """On SIGINT/SIGTERM, once the agent's connection is closed: stop every session and
