@@ -399,3 +399,47 @@ def test_sharing_daemons_a_twentieth_of_their_ttl_from_postgresql_keep_their_lea
     finally:
         members[0].stop_with(*members[1:])
         relay.close()
+
+
+def test_forgetting_a_tenant_given_back_drops_its_agents_indexes_and_questions(
+    board: str,
+) -> None:
+    """What ``serve_tenants`` does once a tenant is given back, on a board in process: acme's
+    agent runs acme's task, whose session waits for an answer on this daemon's socket. Built
+    again for beta alone and told to forget the rest: no agent, no index of acme's, no question
+    left, and the asker answered ``not_owner`` (its question belongs where acme is served)."""
+    from colibri.config import SchedulerSettings
+    from colibri.core.model import TaskSpec
+    from colibri.core.protocol import RegisterAgent
+    from colibri.daemon.board import Board
+    from colibri.store.postgres import PostgresStore
+    from tests.reliability.test_board_state_machine import ManualClock, Peer
+
+    store = PostgresStore(board)
+    try:
+        memory = Board(store, SchedulerSettings(), ManualClock())
+        memory.rebuild()
+        memory.register(RegisterAgent(name="far", tenant="acme", capabilities=["x"]), Peer("far"))
+        task, _ = memory.submit(TaskSpec(text="acme's", tenant="acme", capabilities=["x"]))
+        memory.dispatch()
+        store.commit()
+        memory.take_effects()
+        epoch = memory.tasks[task.id].epoch
+        asker = Peer("session")
+        memory.ask(asker, 7, task.id, epoch, "go on?", memory.claim_of(task.id, epoch))
+        store.commit()
+        memory.take_effects()
+        assert task.id in memory.reports.askers and "acme" in memory.capacity.indexes
+
+        store.tenants = "beta"  # acme given back
+        memory.tenancy.served = frozenset({"beta"})
+        store.rollback()
+        memory.rebuild()
+        memory.forget_unserved()
+        store.commit()
+        _, outbox = memory.take_effects()
+        assert memory.agents == {} and "acme" not in memory.capacity.indexes
+        assert memory.reports.askers == {} and memory.reports.unasked == {}
+        assert [(p, m["id"], m["error"]["code"]) for p, m in outbox] == [(asker, 7, "not_owner")]
+    finally:
+        store.close()
