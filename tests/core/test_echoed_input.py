@@ -36,7 +36,16 @@ CASES: dict[str, Callable[[], object]] = {
     "a schedule that exists": lambda: _raise(errors.ScheduleExists(LONG)),
     "an idempotency key": lambda: _raise(errors.IdempotencyConflict(LONG, "t1")),
     "an unknown workspace": lambda: _raise(errors.UnknownWorkspace(LONG, ["api"])),
+    # Checked before anything connects: no server is asked.
+    "hive move --to": lambda: _hive("hand_over", "postgresql://u@127.0.0.1:1/db", "acme", LONG),
+    "hive grant's role": lambda: _hive("grant_role", "postgresql://u@127.0.0.1:1/db", LONG),
 }
+
+
+def _hive(name: str, *args: str) -> object:
+    from colibri.store import postgres
+
+    return getattr(postgres, name)(*args)
 
 
 def _raise(error: ColibriError) -> None:

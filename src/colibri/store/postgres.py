@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import msgspec
 
-from colibri.core.errors import ConfigError, LeaseLost, LockHeld, StorageUnavailable
+from colibri.core.errors import ConfigError, LeaseLost, LockHeld, StorageUnavailable, shown
 from colibri.core.model import DEFAULT_TENANT, Agent, LedgerEntry, Task, rfc3339
 from colibri.core.schedules import Schedule
 from colibri.core.tokens import Token
@@ -1188,7 +1188,7 @@ def hand_over(dsn: str, tenant: str, to: str) -> dict[str, Any]:
     check_name(tenant, "tenant")
     if not re.fullmatch(r"[0-9a-f-]{1,36}", to):
         raise ConfigError(
-            f"--to {to!r} is not a daemon's id: give its id, or the start of it, as colibri "
+            f"--to {shown(to)} is not a daemon's id: give its id, or the start of it, as colibri "
             "hive list shows it"
         )
     where = shown_location(dsn)
@@ -1271,7 +1271,7 @@ def grant_role(dsn: str, role: str) -> dict[str, Any]:
 
     if not _ROLE_NAME.fullmatch(role) or role in _RESERVED_ROLES:
         raise ConfigError(
-            f"role name {role!r} is not one this command takes: 1 to 63 of a-z, 0-9 and _, "
+            f"role name {shown(role)} is not one this command takes: 1 to 63 of a-z, 0-9 and _, "
             "not starting with a digit or pg_, and not a name PostgreSQL reserves"
         )
     PostgresStore(dsn).close()
