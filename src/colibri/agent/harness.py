@@ -328,7 +328,7 @@ class Harness:
                     extra={"event": "report_refused", "task": session.task},
                 )
                 if fields.get("refused"):
-                    self.sessions.pop(session.task, None)
+                    self._forget(session)
                     return False
                 why = f"the session's {cmd} report was refused: {exc.message[:300]}"
                 session.report = ("fail", {"error": why, "refused": True})
@@ -338,15 +338,22 @@ class Harness:
                 # end closes the task.
                 with contextlib.suppress(ColibriError):
                     await client.call("reclaimed", task=session.task, epoch=session.epoch)
-                self.sessions.pop(session.task, None)
+                self._forget(session)
                 return False
             log.warning(
                 "report refused: %s",
                 exc.message,
                 extra={"event": "report_refused", "task": session.task},
             )
-        self.sessions.pop(session.task, None)
+        self._forget(session)
         return False
+
+    def _forget(self, session: Session) -> None:
+        """Done with ``session``: its report taken (or refused for good). Only if it is still
+        the one held for its task: the daemon may have assigned the task again meanwhile (a
+        requeue's assign can come before its reply), and that session is another's to end."""
+        if self.sessions.get(session.task) is session:
+            del self.sessions[session.task]
 
     async def _cancel(self, session: Session) -> None:
         """The daemon cancelled the session's task: stop it, and say its session is gone — a
