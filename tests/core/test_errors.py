@@ -140,3 +140,16 @@ def test_an_errors_index_goes_over_the_wire_and_back() -> None:
     assert (type(back), back.index, back.message) == (UnknownParent, 3, error.message)
     for odd in (True, "3", None, 2.0):
         assert from_wire({"code": "unknown_parent", "message": "m", "index": odd}).index is None
+
+
+def test_the_transient_refusals_are_those_a_request_may_be_taken_after() -> None:
+    """One home for which answers a report (or any request that must not be lost) is kept and
+    sent again after: the harness, a session's own commands and a registration read
+    ``transient``; every other code is the request's own, refused again if sent as it is."""
+    transient = {code for code, cls in BY_CODE.items() if cls.transient}
+    assert transient == {
+        "busy", "storage_unavailable", "lease_lost", "standby", "not_owner", "throttled",
+        "internal", "no_daemon", "closed",
+    }  # fmt: skip
+    assert from_wire({"code": "lease_lost", "message": "m"}).transient
+    assert not from_wire({"code": "illegal_transition", "message": "m"}).transient

@@ -15,7 +15,7 @@ import pytest
 from colibri.core.errors import ColibriError
 from colibri.core.model import MAX_TOKENS, MAX_USD
 from tests.daemon.conftest import Spawn
-from tests.helpers import Daemon, RawConnection, colibri, pong, sqlite_only
+from tests.helpers import Daemon, RawConnection, colibri, error_code, pong, sqlite_only
 from tests.sessions.support import ECHO
 
 INT64_MAX = 2**63 - 1
@@ -232,6 +232,35 @@ def test_a_sessions_report_sent_again_after_a_lost_reply_is_taken_once(
     closed = agent.out(assign, "the result")["task"]  # the harness, once the session ended
     assert (closed["state"], closed["outcome"]) == ("closed", "done")
     assert closed["output"] == "the result"
+
+
+def test_a_harness_report_sent_again_after_its_task_closed_is_answered_as_taken(
+    daemon: Daemon, spawn: Spawn
+) -> None:
+    """The harness keeps a report until the daemon has taken it: one whose reply was lost (the
+    store's answer to its commit, a takeover) is sent again after the task closed. The same
+    out, or the same fail, under the same claim is answered as taken and changes nothing;
+    another output, another error or another epoch is still refused."""
+    agent = spawn(daemon, "a1")
+    done = daemon.call("submit", text="out twice")["task"]
+    assign = agent.next_assign()
+    first = agent.out(assign, "the result")["task"]
+    assert (first["state"], first["outcome"]) == ("closed", "done")
+    rows = seqs(daemon)
+    again = agent.out(assign, "the result")["task"]
+    assert again == first and seqs(daemon) == rows
+    assert error_code(lambda: agent.out(assign, "another result")) == "illegal_transition"
+    assert error_code(lambda: agent.fail(assign, "the result")) == "illegal_transition"
+    assert error_code(lambda: agent.out({**assign, "epoch": 2}, "the result")) == "stale_claim"
+
+    failed = daemon.call("submit", text="fail twice")["task"]
+    assign = agent.next_assign()
+    first = agent.fail(assign, "it broke")["task"]
+    assert (first["id"], first["state"], first["outcome"]) == (failed["id"], "closed", "failed")
+    rows = seqs(daemon)
+    assert agent.fail(assign, "it broke")["task"] == first and seqs(daemon) == rows
+    assert error_code(lambda: agent.fail(assign, "it broke otherwise")) == "illegal_transition"
+    assert daemon.task(done["id"])["output"] == "the result" and seqs(daemon) == rows
 
 
 def test_ledger_follow_pages_through_a_long_backlog_without_a_gap(

@@ -76,8 +76,10 @@ class Relay:
     While ``deaf`` is set, what the server says is dropped: the client's statements still reach
     it (and commit), their answers never come back."""
 
-    def __init__(self, target: tuple[str, int]) -> None:
+    def __init__(self, target: tuple[str, int], delay: float = 0.0) -> None:
         self.target = target
+        #: Seconds every chunk waits, each way: the server that much further away.
+        self.delay = delay
         self.port = free_port()
         self.loop = asyncio.new_event_loop()
         self.server: asyncio.Server | None = None
@@ -104,6 +106,10 @@ class Relay:
         try:
             while data := await reader.read(65536):
                 if answers and self.deaf:
+                    continue
+                if self.delay:
+                    # In order: each chunk is due later than the one read before it.
+                    self.loop.call_later(self.delay, writer.write, data)
                     continue
                 writer.write(data)
                 if not answers and self.deaf_after is not None and self.deaf_after in data:
@@ -187,13 +193,13 @@ class Relay:
         self.loop.close()
 
 
-def relayed(dsn: str) -> tuple[Relay, str]:
-    """A relay to the server of ``dsn``, and ``dsn`` through it."""
+def relayed(dsn: str, delay: float = 0.0) -> tuple[Relay, str]:
+    """A relay to the server of ``dsn`` (``delay`` seconds each way), and ``dsn`` through it."""
     from psycopg.conninfo import conninfo_to_dict
 
     parts = conninfo_to_dict(dsn)
     port = int(parts.get("port") or 5432)
-    relay = Relay((str(parts.get("host") or "127.0.0.1"), port))
+    relay = Relay((str(parts.get("host") or "127.0.0.1"), port), delay)
     through = dsn.replace(f":{port}/", f":{relay.port}/", 1)
     assert through != dsn
     return relay, through

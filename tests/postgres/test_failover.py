@@ -183,6 +183,43 @@ def test_a_renewal_never_waits_behind_a_batch_and_a_takeover_always_does(board: 
         store.close()
 
 
+def test_a_renewal_never_waits_behind_another_daemons_taking(board: str) -> None:
+    """Takings queue on a lock of their own, not the ``leases`` table's: a renewal's UPDATE
+    queued behind every other daemon's taking, and sharing daemons far from PostgreSQL,
+    taking tenants one after another, starved each other's renewals past their ttl. Here a
+    taking of beta waits inside its transaction (for a batch still holding the whole board's
+    expired row, as a stalled daemon's would) while acme's owner renews."""
+    import psycopg
+
+    PostgresStore(board).close()
+    whole = BoardLease(board, ttl=30)
+    assert whole.take()
+    whole.release()  # the board's row, expired: a tenant's taking locks it FOR UPDATE
+    acme = BoardLease(board, 30, tenants=("acme",))
+    thief = BoardLease(board, 30, sharing=True)
+    try:
+        assert acme.take()
+        with psycopg.connect(board) as stalled:  # a batch under the board's row
+            stalled.execute("SELECT 1 FROM leases WHERE name = 'board' FOR KEY SHARE")
+            took: list[list[str]] = []
+            taking = threading.Thread(target=lambda: took.append(thief.take_tenants(("beta",))))
+            taking.start()
+            taking.join(0.5)
+            assert taking.is_alive()  # waiting inside its transaction
+            renewed: list[bool] = []
+            renewal = threading.Thread(target=lambda: renewed.append(acme.renew()))
+            renewal.start()
+            renewal.join(5)
+            assert renewed == [True], "the renewal waited for another daemon's taking"
+            assert taking.is_alive()
+            stalled.rollback()
+        taking.join(10)
+        assert took == [["beta"]]
+    finally:
+        for lease in (acme, thief, whole):
+            lease.close()
+
+
 def test_an_owner_cut_off_for_a_third_of_its_lease_keeps_it_and_serves_again(
     tmp_path: Path, board: str, relayed_board: tuple[Relay, str]
 ) -> None:

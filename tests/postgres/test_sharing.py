@@ -269,3 +269,184 @@ def test_a_tenant_whose_daemon_of_given_tenants_stands_by_is_left_to_it(
         assert _served(board)["default"] == ids[sharer.address]
     finally:
         sharer.stop_with(standby, pinned)
+
+
+def test_a_tenant_given_back_leaves_nothing_of_it_in_the_daemons_memory(
+    tmp_path: Path, board: str
+) -> None:
+    """A sharing daemon gives acme back (here by ``hive move``) while acme's agent is connected
+    to it: the agent goes to the new owner, and the daemon that gave it back forgets it — its
+    ``agents`` no longer list it. Before, it stayed in memory; once silent past its ttl the
+    sweep wrote its row, which is another tenant's to that daemon now (``agent name … is
+    another tenant's``), and the whole batch, other tenants' requests in it, rolled back."""
+    app = as_app_role(board)
+    with psycopg.connect(board, autocommit=True) as admin:
+        admin.execute("INSERT INTO tenants (name, created_at) VALUES ('acme', 'x')")
+    a, b = Member(tmp_path / "a", app, share=True), Member(tmp_path / "b", app, share=True)
+    state = tempfile.mkdtemp(prefix="cr-", dir="/tmp")
+    agent = None
+    try:
+        _start(a)
+        wait_until(lambda: _shares(board, [a]) == [2], timeout=20)
+        worker = a.call("token-create", role="agent", tenant="acme", agent="far")["secret"]
+        agent = tcp_agent(f"{a.address},{b.address}", worker, state)
+        wait_until(lambda: "far" in {x["name"] for x in a.call("agents")["agents"]}, timeout=20)
+        _start(b)
+        wait_until(lambda: _fair(board, [a, b], 2), timeout=30)
+        ids = _ids(board)
+        if _served(board)["acme"] == ids[a.address]:
+            moved = colibri(None, "hive", "move", "acme", "--to", ids[b.address][:8],
+                            "--store", board)  # fmt: skip
+            assert moved.returncode == 0, moved.stderr
+        wait_until(lambda: "gave back tenant acme" in a.log(), timeout=30)
+        # The agent follows acme to b, and a has nothing of it left.
+        wait_until(lambda: "far" in {x["name"] for x in b.call("agents")["agents"]}, timeout=30)
+        assert "far" not in {x["name"] for x in a.call("agents")["agents"]}
+        served_here = a.call("status")
+        assert served_here["agents"] == {"online": 0, "known": 0}, served_here
+        token = b.call("token-create", role="operator", tenant="acme")["secret"]
+        ran = _submit(a.address, token, "acme on b", capabilities=["far"])
+        wait_until(lambda: _closed(board, ran.id), timeout=30)
+        assert "another tenant's" not in a.log() and "internal_error" not in a.log()
+    finally:
+        if agent is not None:
+            agent.send_signal(signal.SIGTERM)
+            agent.wait(timeout=20)
+        shutil.rmtree(state, ignore_errors=True)
+        a.stop_with(b)
+
+
+def test_a_sweep_meeting_another_tenants_agent_row_fails_no_other_request(board: str) -> None:
+    """The class behind the tenant given back: a board whose memory still holds an agent of a
+    tenant its store no longer names (acme, moved on). The agent falls silent and the sweep
+    writes its row, which is another tenant's to this store: refused alone, the agent
+    forgotten, and the batch — beta's submit in it — commits. Before, the refusal failed the
+    sweep and the whole batch with it."""
+    from colibri.config import SchedulerSettings
+    from colibri.core.model import TaskSpec
+    from colibri.core.protocol import RegisterAgent
+    from colibri.daemon.board import STALL, Board
+    from colibri.store.postgres import PostgresStore
+    from tests.reliability.test_board_state_machine import ManualClock, Peer
+
+    store = PostgresStore(board)
+    try:
+        clock = ManualClock()
+        memory = Board(store, SchedulerSettings(), clock)
+        memory.rebuild()
+        memory.register(RegisterAgent(name="far", tenant="acme", ttl=STALL), Peer("far"))
+        store.commit()
+        store.tenants = "beta"  # acme given back; its agent left in memory
+        memory.tenancy.served = frozenset({"beta"})
+        task, _ = memory.submit(TaskSpec(text="beta's", tenant="beta"))
+        for _ in range(3):  # past the agent's ttl, one step under the stall's
+            clock.mono += STALL * 0.9
+            memory.sweep()
+        store.commit()
+        assert "far" not in memory.agents
+        assert store.get_task(task.id) is not None
+    finally:
+        store.close()
+
+
+#: The edge HIVE.md gives for sharing daemons: PostgreSQL a round trip of a twentieth of the
+#: lease's ttl away (here 100 ms, 50 ms each way, for a 2 s lease).
+FAR = 0.05
+
+
+def test_sharing_daemons_a_twentieth_of_their_ttl_from_postgresql_keep_their_leases(
+    tmp_path: Path, board: str
+) -> None:
+    """Three sharing daemons, a 2 s lease, 7 tenants, PostgreSQL 50 ms away each way: they
+    divide the tenants and keep them, renewing every lease, for ten ttls by PostgreSQL's clock.
+    Before, all three exited 1 (`could not be renewed within its ttl`) within seconds at 20 ms:
+    a sharing step — tenants taken one at a time, each about ten round trips under the
+    ``leases`` table's lock — ran up to the deadline, the next turn stopped without trying the
+    renewal, and every other daemon's renewal waited behind that lock."""
+    from tests.postgres.hive import relayed
+
+    app = as_app_role(board)
+    with psycopg.connect(board, autocommit=True) as admin:
+        for n in range(6):
+            admin.execute("INSERT INTO tenants (name, created_at) VALUES (%s, 'x')", (f"t{n}",))
+    relay, far = relayed(app, FAR)
+    members = [Member(tmp_path / name, far, share=True) for name in ("a", "b", "c")]
+    try:
+        for member in members:
+            _start(member)
+        wait_until(lambda: _fair(board, members, 7), timeout=60)
+        with psycopg.connect(board) as conn:
+            fair_at = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+
+        def renewed_past(instant: object) -> bool:
+            with psycopg.connect(board) as conn:
+                row = conn.execute(
+                    "SELECT count(*), min(expires_at) FROM leases WHERE name LIKE 'tenant/%%' "
+                    "AND expires_at > now()"
+                ).fetchone()
+            assert row is not None
+            return bool(row[0] == 7 and row[1] > instant)
+
+        # Every lease renewed until it runs out twenty seconds after the division.
+        with psycopg.connect(board) as conn:
+            later = conn.execute("SELECT %s + interval '20 seconds'", (fair_at,)).fetchone()
+        assert later is not None
+        wait_until(lambda: renewed_past(later[0]), timeout=60, interval=0.5)
+        for member in members:
+            assert member.process is not None and member.process.poll() is None, member.log()
+            assert "could not be renewed" not in member.log()
+        assert _fair(board, members, 7)
+    finally:
+        members[0].stop_with(*members[1:])
+        relay.close()
+
+
+def test_forgetting_a_tenant_given_back_drops_its_agents_indexes_and_questions(
+    board: str,
+) -> None:
+    """What ``serve_tenants`` does once a tenant is given back, on a board in process: acme's
+    agent runs acme's task, whose session waits for an answer on this daemon's socket. Built
+    again for beta alone and told to forget the rest: no agent, no index of acme's, no question
+    left, and the asker answered ``not_owner`` (its question belongs where acme is served)."""
+    from colibri.config import SchedulerSettings
+    from colibri.core.access import OWNER
+    from colibri.core.model import TaskSpec
+    from colibri.core.protocol import RegisterAgent
+    from colibri.daemon.board import Board
+    from colibri.store.postgres import PostgresStore
+    from tests.reliability.test_board_state_machine import ManualClock, Peer
+
+    store = PostgresStore(board)
+    try:
+        memory = Board(store, SchedulerSettings(), ManualClock())
+        memory.rebuild()
+        memory.register(RegisterAgent(name="far", tenant="acme", capabilities=["x"]), Peer("far"))
+        task, _ = memory.submit(TaskSpec(text="acme's", tenant="acme", capabilities=["x"]))
+        memory.dispatch()
+        store.commit()
+        memory.take_effects()
+        epoch = memory.tasks[task.id].epoch
+        asker = Peer("session")
+        claim = memory.claim_of(task.id, epoch)
+        holder = memory.reporter(
+            asker, OWNER, "ask", task.id, epoch, from_session=True, claim=claim
+        )
+        memory.ask(holder, asker, 7, task.id, epoch, "go on?")
+        store.commit()
+        memory.take_effects()
+        assert task.id in memory.reports.askers and "acme" in memory.capacity.indexes
+
+        store.tenants = "beta"  # acme given back
+        memory.tenancy.served = frozenset({"beta"})
+        store.rollback()
+        memory.rebuild()
+        memory.forget_unserved()
+        store.commit()
+        _, outbox = memory.take_effects()
+        assert memory.agents == {} and "acme" not in memory.capacity.indexes
+        assert memory.reports.askers == {} and memory.reports.unasked == {}
+        replies = [(p, m) for p, m in outbox if isinstance(m, dict)]
+        assert [(p, m["id"], m["error"]["code"]) for p, m in replies] == [(asker, 7, "not_owner")]
+        assert len(replies) == len(outbox)
+    finally:
+        store.close()

@@ -79,8 +79,13 @@ def test_a_lease_taken_over_fences_its_tenant_and_not_the_others(board: str) -> 
             conn.execute("UPDATE leases SET expires_at = now() WHERE name = 'tenant/acme'")
         assert thief.take() and thief.epoch == 2
         acme_store.append_ledger(_entry("t-acme-2", "acme"))
-        with pytest.raises(LeaseLost):  # refused by the fence as the batch is sent
+        with pytest.raises(LeaseLost) as lost:  # refused by the fence as the batch is sent
             acme_store.commit()
+        # It says which lease: a sharing daemon holds one per tenant, none "on the board".
+        assert lost.value.message == (
+            "this daemon's lease of tenant acme (epoch 1) passed to another daemon (or expired); "
+            "nothing was written"
+        )
         beta_store.append_ledger(_entry("t-beta-1", "beta"))
         beta_store.commit()
         with psycopg.connect(board) as conn:

@@ -42,9 +42,14 @@ log = logging.getLogger(__name__)
 
 #: A connection that lasted this long was a good one: the next reconnect starts fast again.
 STABLE_CONNECTION = 5.0
-#: Refusals of a registration worth waiting out; any other stops the harness.
-#: (``not_owner``: no daemon serves its tenant at the moment, or it was followed too far.)
-RETRY_REGISTER = frozenset({"closed", "busy", "no_daemon", "throttled", "standby", "not_owner"})
+#: A report refused by a transient answer (``ColibriError.transient``) is sent again after
+#: this pause, doubled each time up to ``REPORT_LONGEST_PAUSE``, until the daemon takes it or
+#: refuses it for good.
+REPORT_FIRST_PAUSE = 0.1
+REPORT_LONGEST_PAUSE = 5.0
+#: Transient answers that say this daemon does not serve the agent's tenant (now): the harness
+#: connects again, to the daemon that does, and delivers its reports there.
+ELSEWHERE = frozenset({"not_owner", "standby", "lease_lost"})
 #: How long a stopping harness tries to deliver its sessions' last reports (after the kills,
 #: within the supervisor's 10 s before it SIGKILLs the harness).
 REPORT_TIMEOUT = 4.0
@@ -157,7 +162,9 @@ class Harness:
                     ],
                 )
             except (ColibriError, OSError) as exc:
-                if isinstance(exc, ColibriError) and exc.code not in RETRY_REGISTER:
+                # A transient refusal (the store away for a moment, no daemon serving the
+                # tenant yet: ``not_owner``) is waited out; any other stops the harness.
+                if isinstance(exc, ColibriError) and not exc.transient:
                     log.error(
                         "registration refused: %s", exc.message, extra={"event": "register_refused"}
                     )
@@ -194,14 +201,12 @@ class Harness:
                 session.resume_clock()
             for session in list(self.sessions.values()):
                 if session.report is not None:
-                    await self._deliver(session)
+                    self._deliver_soon(session)
             interval = float(reply.get("heartbeat", 10.0))
             self._reregister.clear()
             try:
                 while not client.closed.is_set() and not self._reregister.is_set():
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(interval):
-                            await client.closed.wait()
+                    await _first_of(interval, client.closed, self._reregister)
                     if not client.closed.is_set():
                         await self._heartbeat(client)
             finally:
@@ -283,17 +288,66 @@ class Harness:
         text = fit_report(fields[field], self.max_line, cmd, {**where, **rest}, field)
         return {**rest, field: text}
 
+    def _deliver_soon(self, session: Session) -> None:
+        """Deliver ``session``'s report in a task of its own: one whose delivery waits out a
+        transient refusal must not hold up the registration, nor the heartbeats after it."""
+        assert self._group is not None
+        self._group.create_task(self._deliver(session), name=f"report-{session.task}")
+
     async def _deliver(self, session: Session) -> None:
-        if session.report is None or self.client is None:
-            return  # delivered after the next registration
+        """Send ``session``'s report until the daemon has taken it or refused it for good.
+
+        The report is the agent's to keep until then: a transient answer (``busy``, the store
+        unavailable, a rolled-back batch, another daemon serving the tenant now — see
+        ``ColibriError.transient``) keeps it and sends it again after a growing pause, over
+        whatever connection the harness has by then (another daemon's after a takeover). A
+        report that went through but whose answer was lost is taken once: the daemon answers
+        the same report again as taken. One delivery per session at a time: a registration
+        meanwhile leaves it to the one under way."""
+        if session.delivering:
+            return
+        session.delivering = True
+        try:
+            pause = REPORT_FIRST_PAUSE
+            while await self._deliver_once(session):
+                try:
+                    async with asyncio.timeout(pause):
+                        await self.stopping.wait()
+                    return  # stopping: _stop_sessions sends what is left
+                except TimeoutError:
+                    pass
+                pause = min(pause * 2, REPORT_LONGEST_PAUSE)
+        finally:
+            session.delivering = False
+
+    async def _deliver_once(self, session: Session) -> bool:
+        """Send the report once; True if it is to be sent again after a pause."""
+        client = self.client
+        if (
+            session.report is None
+            or client is None
+            or self.sessions.get(session.task) is not session
+        ):
+            return False  # delivered after the next registration (or already)
         cmd, fields = session.report
         try:
-            await self.client.call(
+            await client.call(
                 cmd, task=session.task, epoch=session.epoch, **self._fitted(session, cmd, fields)
             )
         except ColibriError as exc:
             if exc.code == "closed":
-                return
+                return False  # sent again once registered again
+            if exc.transient:
+                log.warning(
+                    "report not taken yet; sending it again: %s",
+                    exc.message,
+                    extra={"event": "report_deferred", "task": session.task, "code": exc.code},
+                )
+                if exc.code in ELSEWHERE and client is self.client:
+                    # This daemon no longer serves the tenant (or is about to stop): register
+                    # again where it is served, and deliver there.
+                    self._reregister.set()
+                return True
             if exc.code in ("line_too_long", "bad_request") and cmd in ("out", "fail"):
                 # Never sent again as it is (the daemon would refuse it again, for ever): the
                 # task fails, saying why, in a report short enough for any line. It goes now
@@ -305,33 +359,39 @@ class Harness:
                     extra={"event": "report_refused", "task": session.task},
                 )
                 if fields.get("refused"):
-                    self.sessions.pop(session.task, None)
-                    return
+                    self._forget(session)
+                    return False
                 why = f"the session's {cmd} report was refused: {exc.message[:300]}"
                 session.report = ("fail", {"error": why, "refused": True})
-                if exc.code == "bad_request":
-                    await self._deliver(session)
-                return
+                return exc.code == "bad_request"
             if exc.code == "illegal_transition" and cmd in ("out", "fail"):
                 # The session reported by itself (``colibri out`` in a one-shot command): its
                 # end closes the task.
                 with contextlib.suppress(ColibriError):
-                    await self.client.call("reclaimed", task=session.task, epoch=session.epoch)
-                self.sessions.pop(session.task, None)
-                return
+                    await client.call("reclaimed", task=session.task, epoch=session.epoch)
+                self._forget(session)
+                return False
             log.warning(
                 "report refused: %s",
                 exc.message,
                 extra={"event": "report_refused", "task": session.task},
             )
-        self.sessions.pop(session.task, None)
+        self._forget(session)
+        return False
+
+    def _forget(self, session: Session) -> None:
+        """Done with ``session``: its report taken (or refused for good). Only if it is still
+        the one held for its task: the daemon may have assigned the task again meanwhile (a
+        requeue's assign can come before its reply), and that session is another's to end."""
+        if self.sessions.get(session.task) is session:
+            del self.sessions[session.task]
 
     async def _cancel(self, session: Session) -> None:
+        """The daemon cancelled the session's task: stop it, and say its session is gone — a
+        report like any other, kept until taken (the task's slot is freed by it)."""
         await self.runner.kill(session)
-        self.sessions.pop(session.task, None)
-        if self.client is not None:
-            with contextlib.suppress(ColibriError):
-                await self.client.call("reclaimed", task=session.task, epoch=session.epoch)
+        session.report = ("reclaimed", {})
+        await self._deliver(session)
 
     async def _stop_sessions(self) -> None:
         """On SIGINT/SIGTERM, once the agent's connection is closed: stop every session and
@@ -355,16 +415,35 @@ class Harness:
                     if report is not None and report[0] == "reclaimed":
                         report = ENDED_WITHOUT_OUT  # ``reclaimed`` is for the agent's connection
                     cmd, fields = report if report and report[0] in ("out", "fail") else stopped
-                    with contextlib.suppress(ColibriError):
-                        await client.call(
-                            cmd, task=session.task, epoch=session.epoch, from_session=True,
-                            claim=session.claim, **self._fitted(session, cmd, fields),
-                        )  # fmt: skip
+                    pause = REPORT_FIRST_PAUSE
+                    while True:  # a transient refusal is waited out, within REPORT_TIMEOUT
+                        try:
+                            await client.call(
+                                cmd, task=session.task, epoch=session.epoch, from_session=True,
+                                claim=session.claim, **self._fitted(session, cmd, fields),
+                            )  # fmt: skip
+                        except ColibriError as exc:
+                            if not exc.transient or exc.code in ("closed", *ELSEWHERE):
+                                break
+                            await asyncio.sleep(pause)
+                            pause = min(pause * 2, REPORT_LONGEST_PAUSE)
+                            continue
+                        break
         except (DaemonNotRunning, OSError, TimeoutError):
             pass  # no daemon (or a frozen one): these fail as lost later, unless claimed
         finally:
             self.sessions.clear()
             await client.close()
+
+
+async def _first_of(timeout: float, *events: asyncio.Event) -> None:
+    """Wait until one of ``events`` is set, or ``timeout`` seconds have passed."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
 
 
 def run_agent(spec: AgentSpec, daemon: Path | Remote, root: Path) -> int:

@@ -47,6 +47,8 @@ class Session:
     runner: asyncio.Task[None] | None = None
     #: The report still to deliver, once the session has ended.
     report: Report | None = None
+    #: Whether a delivery of the report is under way (``Harness._deliver``).
+    delivering: bool = False
     cancelled: bool = False
     #: Set by a ``ready`` event: the session ran ``colibri ready``.
     ready: asyncio.Event = field(default_factory=asyncio.Event)

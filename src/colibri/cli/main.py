@@ -109,13 +109,15 @@ class Context:
 
 
 def wait_out_busy(attempt: Callable[[], T]) -> T:
-    """Run ``attempt`` (which opens its own connection) again while the daemon answers
-    ``busy``, or is not there for a moment (restarting: no socket, the connection closed under
-    the request, or a daemon standing by until its predecessor's lease lapses), with growing
-    pauses, for up to ``BUSY_PATIENCE`` seconds. For what a
-    session reports from inside itself: a report must not be lost because the daemon was full
-    or restarting. ``busy`` changes nothing; a request cut off by a restart either committed or
-    did not, and sent again it is refused (the task has moved on) or taken, never done twice.
+    """Run ``attempt`` (which opens its own connection) again while the daemon's answer is
+    transient (``ColibriError.transient``): ``busy``, not there for a moment (restarting: no
+    socket, the connection closed under the request, or a daemon standing by until its
+    predecessor's lease lapses), its store unavailable, a batch rolled back — with growing
+    pauses, for up to ``BUSY_PATIENCE`` seconds. For what a session reports from inside
+    itself: a report must not be lost because the daemon was full or restarting. A transient
+    refusal changes nothing; a request cut off by a restart either committed or did not, and
+    sent again it is answered as taken (the same report), refused (the task has moved on) or
+    taken, never done twice.
     """
     import time
 
@@ -125,7 +127,7 @@ def wait_out_busy(attempt: Callable[[], T]) -> T:
         try:
             return attempt()
         except ColibriError as exc:
-            if exc.code not in ("busy", "closed", "no_daemon", "standby"):
+            if not exc.transient:
                 raise
             if time.monotonic() + pause > give_up:
                 exc.message += f" (still so after {BUSY_PATIENCE:.0f}s of retries)"

@@ -1,7 +1,7 @@
 """Commands a session runs from inside itself (out, fail, ask, ready), and the cost report.
 
-A session's own commands wait out a daemon that is momentarily full (``busy``): see
-``main.wait_out_busy``.
+A session's own commands wait out a daemon that is momentarily full, away or without its
+store (a transient refusal): see ``main.wait_out_busy``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import click
 from colibri.cli.completion import task_ids, workspace_names
 from colibri.cli.main import Context, cli, json_option, pass_ctx
 from colibri.cli.output import print_json, print_line, print_output, print_table
-from colibri.core.errors import ColibriError
+from colibri.core.errors import ColibriError, shown
 from colibri.core.model import MIN_LINE
 
 _session_options = [
@@ -105,7 +105,7 @@ def parse_cost(text: str) -> dict[str, Any]:
         key, eq, raw = part.partition("=")
         if not eq:
             raise click.BadParameter(
-                f"{part!r}: write key=value (usd, tokens_in, tokens_out, model)"
+                f"{shown(part)}: write key=value (usd, tokens_in, tokens_out, model)"
             )
         try:
             if key in ("tokens_in", "tokens_out"):
@@ -115,7 +115,7 @@ def parse_cost(text: str) -> dict[str, Any]:
             else:
                 cost[key] = raw
         except ValueError:
-            raise click.BadParameter(f"{part!r}: {key} must be a number") from None
+            raise click.BadParameter(f"{shown(part)}: {key} must be a number") from None
     return cost
 
 
@@ -209,7 +209,7 @@ def ask(
                 question=question,
             )  # fmt: skip
         except ColibriError as exc:
-            if exc.code not in ("closed", "no_daemon", "standby"):
+            if not exc.transient:
                 raise
             time.sleep(0.5)
             continue

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from colibri.core import protocol as p
-from colibri.core.errors import Forbidden, NotOwner, UnknownTask
+from colibri.core.errors import Forbidden, NotOwner, UnknownTask, shown
 from colibri.core.model import DEFAULT_TENANT, check_name
 from colibri.core.tokens import Token
 
@@ -88,7 +88,7 @@ class Principal:
         if self.tenant is None or requested is None or requested == self.tenant:
             return self.tenant if self.tenant is not None else requested
         raise Forbidden(
-            f"this token acts in tenant {self.tenant!r} only, not {requested!r}; "
+            f"this token acts in tenant {self.tenant!r} only, not {shown(requested)}; "
             "leave --tenant out or use a token of that tenant"
         )
 
@@ -108,12 +108,12 @@ class Principal:
         if workspace != self.workspace:
             allowed = f"workspace {self.workspace!r} only" if self.workspace else "no workspace"
             raise Forbidden(
-                f"this token serves {allowed}, not {workspace!r}; create a token with "
+                f"this token serves {allowed}, not {shown(workspace)}; create a token with "
                 "--workspace for the one this agent serves"
             )
         if name != self.agent:
             raise Forbidden(
-                f"this token registers agent {self.agent!r} only, not {name!r}; "
+                f"this token registers agent {self.agent!r} only, not {shown(name)}; "
                 "give --name as the token says, or create a token for that name"
             )
         if self.capabilities:

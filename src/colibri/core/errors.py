@@ -2,10 +2,12 @@
 
 The codes are API: they appear as ``error.code`` on the socket and in ``--json`` output
 (``{"ok": false, "error": {"code": …, "message": …}}``), and tests assert them. Messages say
-what was wrong and, where it helps, what to do. Each code belongs to one class below, and
-each class is raised for its own code only: errors of other libraries (``OSError``,
-``ValueError`` …) are translated where they enter — by the daemon's server (``internal``), by
-the client (``closed``, ``unexpected_reply``) and by the CLI (``os_error``, ``internal``).
+what was wrong and, where it helps, what to do; input they quote back is quoted by ``shown``
+(its repr, clipped), so a 10 KB name makes a line of a hundred characters, not of 10 KB.
+Each code belongs to one class below, and each class is raised for its own code only: errors
+of other libraries (``OSError``, ``ValueError`` …) are translated where they enter — by the
+daemon's server (``internal``), by the client (``closed``, ``unexpected_reply``) and by the
+CLI (``os_error``, ``internal``).
 ``from_wire`` turns an error reply back into its class, so a caller of ``colibri.client`` can
 ``except UnknownTask``.
 
@@ -64,6 +66,15 @@ batch held back by the PostgreSQL store and refused as it was sent, lost whole),
 daemon answers as ``Internal``, the batch rolled back. A driver's own errors (``sqlite3``) pass the
 store only from a bug in a statement or from a read that met a storage fault; the daemon
 answers them as ``Internal``.
+
+**Transient refusals.** An error whose class has ``transient`` set says nothing about the
+request itself: the daemon could not take it now (``busy``, ``storage_unavailable`` and
+``lease_lost``, ``standby``, ``not_owner``, ``throttled``, ``internal`` — a batch rolled back,
+"retry it"), or it was never heard (``no_daemon``, ``closed``). The same request, sent again
+later (to the daemon serving its tenant by then), may be taken. Whoever must not lose a request
+— a harness's report, a session's ``colibri out`` — keeps it and sends it again; the daemon
+answers a report sent again after it was taken as taken, changing nothing. Every other error is
+the request's own: sending it again as it is would be refused again.
 """
 
 from __future__ import annotations
@@ -76,6 +87,8 @@ class ColibriError(Exception):
     code = "error"
     #: For a request of several items (``submit-all``): the one (from 0) the error is about.
     index: int | None = None
+    #: Whether the request may be taken if sent again later, unchanged (the docstring above).
+    transient = False
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -142,14 +155,16 @@ class UnknownSchedule(ColibriError):
     code = "unknown_schedule"
 
     def __init__(self, name: str) -> None:
-        super().__init__(f"no schedule named {name!r} (list them with: colibri schedule list)")
+        super().__init__(f"no schedule named {shown(name)} (list them with: colibri schedule list)")
 
 
 class ScheduleExists(ColibriError):
     code = "schedule_exists"
 
     def __init__(self, name: str) -> None:
-        super().__init__(f"a schedule named {name!r} exists; remove it first or add with replace")
+        super().__init__(
+            f"a schedule named {shown(name)} exists; remove it first or add with replace"
+        )
 
 
 class UnknownParent(ColibriError):
@@ -243,7 +258,7 @@ class IdempotencyConflict(ColibriError):
 
     def __init__(self, key: str, task_id: str) -> None:
         super().__init__(
-            f"idempotency key {key!r} names task {task_id}, submitted with other fields; "
+            f"idempotency key {shown(key)} names task {task_id}, submitted with other fields; "
             "send the same fields to get that task back, or use a new key for a new task"
         )
 
@@ -261,6 +276,7 @@ class Unauthorized(ColibriError):
 
 class Throttled(ColibriError):
     code = "throttled"
+    transient = True
 
 
 class TlsRequired(ColibriError):
@@ -276,10 +292,12 @@ class UnknownToken(ColibriError):
 
 class Busy(ColibriError):
     code = "busy"
+    transient = True
 
 
 class StorageUnavailable(ColibriError):
     code = "storage_unavailable"
+    transient = True
 
 
 class LeaseLost(StorageUnavailable):
@@ -294,6 +312,7 @@ class Standby(ColibriError):
     one (the message says where), or wait for this one to take over."""
 
     code = "standby"
+    transient = True
 
 
 class NotOwner(ColibriError):
@@ -302,6 +321,7 @@ class NotOwner(ColibriError):
     carries a field beside code and message; ``colibri.client`` follows it."""
 
     code = "not_owner"
+    transient = True
 
     def __init__(self, message: str, address: str | None = None) -> None:
         super().__init__(message)
@@ -316,6 +336,7 @@ class NotOwner(ColibriError):
 
 class Internal(ColibriError):
     code = "internal"
+    transient = True
 
 
 class ConfigError(ColibriError):
@@ -342,7 +363,7 @@ class UnknownWorkspace(ColibriError):
 
     def __init__(self, name: str, known: list[str]) -> None:
         listed = ", ".join(known) or "none"
-        super().__init__(f"colibri.jsonc defines no workspace {name!r} (workspaces: {listed})")
+        super().__init__(f"colibri.jsonc defines no workspace {shown(name)} (workspaces: {listed})")
 
 
 class WorkspaceExists(ColibriError):
@@ -382,6 +403,7 @@ class BadTaskBody(ColibriError):
 
 class DaemonNotRunning(ColibriError):
     code = "no_daemon"
+    transient = True
 
     def __init__(self, root: str) -> None:
         super().__init__(f"no daemon is running for {root} (start one with: colibri run)")
@@ -405,6 +427,7 @@ class ConnectionClosed(ColibriError):
     connection broke; a request in flight may or may not have been taken."""
 
     code = "closed"
+    transient = True
 
 
 class UnexpectedReply(ColibriError):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from colibri.core.errors import BadTaskBody
+from colibri.core.errors import BadTaskBody, shown
 
 MAGIC = "colibri-task"
 FIELDS = ("epoch", "claim", "parent", "from", "workspace")
@@ -61,7 +61,7 @@ def parse_body(data: str) -> Body:
     for line in head.split("\n"):
         key, colon, value = line.partition(": ")
         if not colon:
-            raise BadTaskBody(f"not a task body: header line {line!r} has no ': '")
+            raise BadTaskBody(f"not a task body: header line {shown(line)} has no ': '")
         values[key] = value
     if MAGIC not in values:
         raise BadTaskBody(f"not a task body: the first header is not {MAGIC}")

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import msgspec
 
-from colibri.core.errors import BadRequest
+from colibri.core.errors import BadRequest, shown
 
 DEFAULT_TENANT = "default"
 #: Longest request line the daemon accepts by default (server.max_line), in bytes, and the
@@ -175,8 +175,9 @@ def parse_rfc3339(text: str) -> float:
 
 def check_name(value: str, what: str) -> str:
     if not _NAME_RE.fullmatch(value):  # match() would let a trailing "\n" through
+        # Quoted clipped, yet a name a few characters too long still whole, to be seen so.
         raise BadRequest(
-            f"invalid {what} {value!r}: use 1-64 characters a-z 0-9 . _ : + -, "
+            f"invalid {what} {shown(value, 80)}: use 1-64 characters a-z 0-9 . _ : + -, "
             "starting with a letter or digit"
         )
     return value

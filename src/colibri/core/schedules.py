@@ -32,7 +32,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 
-from colibri.core.errors import BadDuration, BadRequest
+from colibri.core.errors import BadDuration, BadRequest, shown
 from colibri.core.model import TaskSpec
 from colibri.core.model import parse_rfc3339 as instant
 
@@ -116,7 +116,7 @@ def zone(name: str) -> ZoneInfo:
     # OSError: a folder of the zone database ("Europe"), or a name too long for a file name
     except (ZoneInfoNotFoundError, ValueError, OSError):
         raise BadRequest(
-            f"unknown time zone {name!r}: use an IANA name such as Europe/Ljubljana or UTC"
+            f"unknown time zone {shown(name)}: use an IANA name such as Europe/Ljubljana or UTC"
         ) from None
 
 
@@ -128,7 +128,7 @@ def normalize_cron(expr: str) -> str:
     text = MACROS.get(text.lower(), text)
     if len(text.split(" ")) != 5:
         raise BadRequest(
-            f"cron expression {expr!r} must have five fields (minute hour day-of-month month "
+            f"cron expression {shown(expr)} must have five fields (minute hour day-of-month month "
             f"day-of-week) or be one of {', '.join(MACROS)}"
         )
     try:
@@ -156,11 +156,11 @@ def _cron_error(expr: str, text: str, why: str) -> str:
             field = text.split(" ")[index]
             never = " or never comes in the months given" if name == "day-of-month" else ""
             return (
-                f"invalid cron expression {expr!r}: its {name} field {field!r} is not valid"
-                f"{never}: {name} takes {values}, as one value, a list (1,2), a range (1-5) or "
-                f"a step (*/5); e.g. {example!r}"
+                f"invalid cron expression {shown(expr)}: its {name} field {shown(field)} is not "
+                f"valid{never}: {name} takes {values}, as one value, a list (1,2), a range "
+                f"(1-5) or a step (*/5); e.g. {example!r}"
             )
-    return f"invalid cron expression {expr!r}: {why}"
+    return f"invalid cron expression {shown(expr)}: {why}"
 
 
 def next_after(schedule: Schedule, after: float) -> float | None:
@@ -375,8 +375,8 @@ def build(
         assert every is not None
         if jitter >= every:
             raise BadRequest(
-                f"schedule {name!r}: jitter {spec.jitter!r} must be shorter than every "
-                f"{spec.every!r} (a fire is spread within its interval)"
+                f"schedule {name!r}: jitter {shown(spec.jitter)} must be shorter than every "
+                f"{shown(spec.every)} (a fire is spread within its interval)"
             )
         schedule.kind, schedule.every, schedule.at = "interval", every, stamp
     else:
@@ -385,7 +385,7 @@ def build(
             when = datetime.fromisoformat(spec.at.strip().replace("Z", "+00:00"))
         except ValueError:
             raise BadRequest(
-                f"schedule {name!r}: at {spec.at!r} is not a time; write it like "
+                f"schedule {name!r}: at {shown(spec.at)} is not a time; write it like "
                 "2026-12-24T18:00:00+01:00 or 2026-12-24 18:00 (local to tz)"
             ) from None
         if when.tzinfo is None:

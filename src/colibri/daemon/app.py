@@ -615,8 +615,9 @@ RELEASE_WAIT = 5.0
 
 
 def _keeper_ended(keeper: asyncio.Task[None], server: Server) -> None:
-    """``keep_lease`` ends only by the daemon's stop (cancelled) or its fatal error: a bug
-    that ended it otherwise would leave the daemon serving with nobody renewing its leases."""
+    """``keep_lease`` (and its beat) ends only by the daemon's stop (cancelled) or its fatal
+    error: a bug that ended it otherwise would leave the daemon serving with nobody renewing
+    its leases (or saying it is there, and sharing the tenants out)."""
     if keeper.cancelled() or server.fatal_error is not None:
         return
     exc = keeper.exception()
@@ -634,59 +635,89 @@ async def keep_lease(
     its stopping too, when the harnesses' last reports are still written. Stop serving by this
     daemon's own deadline (when the last statement that renewed it was sent + ttl - margin, on
     the monotonic clock) when renewals fail or hang, and at once when the lease has passed to
-    another. A sharing daemon takes and gives back tenants after each renewal, ``retenant``
-    serving the lease's tenants anew."""
+    another. After each renewal the daemon beats and — sharing — takes and gives back tenants
+    (``retenant`` serving the lease's tenants anew), in a task of its own: renewals come every
+    third of the ttl whatever that work takes, on a connection of their own, and no other
+    daemon's taking holds them up (``BoardLease``)."""
     loop = asyncio.get_running_loop()  # its time() is time.monotonic(), as lease.held_since
     margin = min(1.0, lease.ttl / 10)
     why = "PostgreSQL did not answer in time, or this daemon was held up past it"
-    every = 0.0  # the first renewal at once: building the board took some of the ttl
+    due = loop.time()  # the first renewal at once: building the board took some of the ttl
+    renewed_now = asyncio.Event()
+    beating = asyncio.create_task(_keep_beating(lease, server, renewed_now, retenant, stopping))
+    beating.add_done_callback(lambda ended: _keeper_ended(ended, server))
+    try:
+        while True:
+            valid_until = lease.held_since + lease.ttl - margin
+            # The next renewal, or the deadline if that comes first: failing renewals must
+            # not carry the daemon past it (a third of the ttl later, the lease could be
+            # another's).
+            await asyncio.sleep(max(0.0, min(due, valid_until) - loop.time()))
+            try:
+                if loop.time() >= valid_until:
+                    raise TimeoutError
+                async with asyncio.timeout(valid_until - loop.time()):
+                    renewed = await _off_loop(lease.renew)
+            except StorageUnavailable as exc:
+                why = exc.message
+                # Again soon, not a third of the ttl later: a server back after a restart or
+                # a blip must find the lease renewed well before the deadline.
+                due = loop.time() + min(lease.ttl / 3, RENEW_RETRY)
+                continue
+            except TimeoutError:
+                server.fatal(
+                    f"{lease.what} could not be renewed within its ttl ({why}); "
+                    "stopping, so that another daemon may take the board"
+                )
+                return
+            if not renewed:
+                server.fatal(f"{lease.what} has passed to another daemon (or expired)")
+                return
+            # A third of the ttl from when this one was sent, whatever the beat does meanwhile.
+            due = lease.held_since + lease.ttl / 3
+            renewed_now.set()
+    finally:
+        beating.cancel()
+
+
+async def _keep_beating(
+    lease: BoardLease,
+    server: Server,
+    renewed: asyncio.Event,
+    retenant: Callable[[], None] | None,
+    stopping: Callable[[], bool],
+) -> None:
+    """After each renewal: the daemon's beat, then a step of sharing the tenants out. A turn
+    that takes longer than a third of the ttl (a server far away, another daemon's taking to
+    wait for) lets renewals go on meanwhile; the next turn follows the renewal after it. A
+    beat or step hung on a silent server ends by its connection's bound on silence."""
     pinned: set[str] = set()  # tenants handed to this daemon (hive move): given back last
+    loop = asyncio.get_running_loop()
     while True:
-        valid_until = lease.held_since + lease.ttl - margin
-        # The next renewal, or the deadline if that comes first: failing renewals must not
-        # carry the daemon past it (a third of the ttl later, the lease could be another's).
-        await asyncio.sleep(max(0.0, min(every, valid_until - loop.time())))
-        every = lease.ttl / 3
-        try:
-            if loop.time() >= valid_until:
-                raise TimeoutError
-            async with asyncio.timeout(valid_until - loop.time()):
-                renewed = await _off_loop(lease.renew)
-        except StorageUnavailable as exc:
-            why = exc.message
-            # Again soon, not a third of the ttl later: a server back after a restart or a
-            # blip must find the lease renewed well before the deadline.
-            every = min(every, RENEW_RETRY)
-            continue
-        except TimeoutError:
-            server.fatal(
-                f"{lease.what} could not be renewed within its ttl ({why}); "
-                "stopping, so that another daemon may take the board"
-            )
-            return
-        if not renewed:
-            server.fatal(f"{lease.what} has passed to another daemon (or expired)")
-            return
-        # Bounded by the deadline too: a beat or share step hung on a silent server must not
-        # keep the keeper from the deadline's check (the next turn stops the daemon).
-        with contextlib.suppress(StorageUnavailable, TimeoutError):
-            async with asyncio.timeout(
-                max(0.0, lease.held_since + lease.ttl - margin - loop.time())
-            ):
-                lease.agents = sum(a.online for a in server.board.agents.values())
-                await _off_loop(lease.beat)
-                server.board.tenancy.elsewhere = lease.elsewhere
-                if retenant is not None and not server.closed and not stopping():
-                    await _share_out(lease, server.board.tenancy, retenant, pinned)
+        await renewed.wait()
+        renewed.clear()
+        with contextlib.suppress(StorageUnavailable):
+            lease.agents = sum(a.online for a in server.board.agents.values())
+            await _off_loop(lease.beat)
+            server.board.tenancy.elsewhere = lease.elsewhere
+            if retenant is not None and not server.closed and not stopping():
+                # Bounded: tenants taken one at a time for a third of the ttl at most (always
+                # one), then planned again from the leases as they are by then.
+                until = loop.time() + lease.ttl / 3
+                await _share_out(lease, server.board.tenancy, retenant, pinned, until)
 
 
 async def _share_out(
-    lease: BoardLease, tenancy: Tenancy, retenant: Callable[[], None], pinned: set[str]
+    lease: BoardLease,
+    tenancy: Tenancy,
+    retenant: Callable[[], None],
+    pinned: set[str],
+    until: float | None = None,
 ) -> None:
     """One step of sharing the board's tenants out (``core.sharing``): record the tenants asked
     for that nobody serves; then, for a sharing daemon, read the leases and daemons, and give
     tenants back — once this daemon no longer serves them — or take free ones and serve them.
-    A step that fails is tried again at the next renewal: it must never stop the renewals."""
+    A step that fails is tried again after the next renewal."""
     try:
         if tenancy.wanted:
             # A copy: the loop adds to the set meanwhile, and those are recorded next time.
@@ -694,7 +725,7 @@ async def _share_out(
             await _off_loop(lambda: lease.make_known(wanted))
             tenancy.wanted -= wanted
         if lease.sharing:
-            await _share_step(lease, retenant, pinned)
+            await _share_step(lease, retenant, pinned, until)
     except StorageUnavailable:
         pass
     except Exception:
@@ -705,7 +736,11 @@ async def _share_out(
         retenant()
 
 
-async def _share_step(lease: BoardLease, retenant: Callable[[], None], pinned: set[str]) -> None:
+async def _share_step(
+    lease: BoardLease, retenant: Callable[[], None], pinned: set[str], until: float | None = None
+) -> None:
+    """Plan and make one step of sharing: give tenants back, or take free ones — one at a time,
+    as many as there is time for before ``until`` (at least one)."""
     from colibri.core import sharing
 
     survey = await _off_loop(lease.survey)
@@ -726,7 +761,7 @@ async def _share_step(lease: BoardLease, retenant: Callable[[], None], pinned: s
                    "serving": list(lease.tenants)},
         )  # fmt: skip
     elif chosen.take:
-        taken = await _off_loop(lambda: lease.take_tenants(chosen.take))
+        taken = await _off_loop(lambda: lease.take_tenants(chosen.take, until))
         if not taken:
             return
         pinned.update(t for t in taken if survey.handovers.get(t) == lease.owner)
@@ -744,8 +779,8 @@ def serve_tenants(daemon: Daemon) -> None:
     at a batch boundary — what the batch holds commits first, under the fence it began with —
     the store names the new set and writes under its fence, the board is built from its
     tenants' rows (as after a failed batch: connected agents stay), colibri.jsonc's schedules
-    of tenants gained are brought in, and the connections of tenants no longer served are
-    closed (they connect again, and are sent on)."""
+    of tenants gained are brought in, the connections of tenants no longer served are
+    closed (they connect again, and are sent on), and their agents forgotten."""
     lease, server, board = daemon.lease, daemon.server, daemon.board
     assert lease is not None
     server.flush()
@@ -771,6 +806,7 @@ def serve_tenants(daemon: Daemon) -> None:
             server.fatal(f"the board could not be built for its new tenants ({exc!r})")
             return
     server.close_unserved()
+    board.forget_unserved()
     server.schedule_flush()
 
 

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import msgspec
 
-from colibri.core.errors import ConfigError, LeaseLost, LockHeld, StorageUnavailable
+from colibri.core.errors import ConfigError, LeaseLost, LockHeld, StorageUnavailable, shown
 from colibri.core.model import DEFAULT_TENANT, Agent, LedgerEntry, Task, rfc3339
 from colibri.core.schedules import Schedule
 from colibri.core.tokens import Token
@@ -134,6 +134,13 @@ _WRITERS_LOCK = (
 #: The tenants a transaction sees and writes (row-level security), named for it alone.
 _NAME_TENANTS = b"SELECT set_config('colibri.tenants', %s, true)"
 _LOCK_TIMEOUT = b"SELECT set_config('lock_timeout', %s, true)"
+#: The lock that queues the daemons taking leases of one board (a key of its own per schema),
+#: held for the taking's transaction. Not the ``leases`` table's: a renewal's UPDATE would
+#: queue behind every other daemon's taking, and sharing daemons far from the server, taking
+#: tenants one after another, starved each other's renewals past their ttl.
+_TAKINGS_LOCK = (
+    b"SELECT pg_advisory_xact_lock(hashtextextended('colibri leases ' || current_schema(), 0))"
+)
 #: The rows a read finds: those of the tenants named (the queries of postgresql.sql say it too),
 #: also on a connection row-level security does not bind (a superuser's).
 _SEEN = "colibri_sees(tenant)"
@@ -272,6 +279,18 @@ def _heeding_class() -> type[psycopg.Connection[dict[str, Any]]]:
                 ) from None
 
     return Heeding
+
+
+def _leases_lost(fence: tuple[str, list[str], list[int]], held: set[str]) -> str:
+    """Which of the fence's leases (``board``, ``tenant/acme``) were not found held."""
+    lost = [
+        ("on the board" if name == "board" else f"of tenant {name.removeprefix('tenant/')}")
+        + f" (epoch {epoch})"
+        for name, epoch in zip(fence[1], fence[2], strict=True)
+        if name not in held
+    ]
+    leases = "lease" if len(lost) == 1 else "leases"
+    return f"this daemon's {leases} {', '.join(lost)} passed to another daemon (or expired)"
 
 
 #: What every connection sets for itself, whatever the server, database or role make the
@@ -535,11 +554,9 @@ class PostgresStore:
             opened = conn.execute(_WRITERS_LOCK, (self.tenants, *self.bounds))
             top = conn.execute(_Q["ledger_top"].encode())
         if fenced is not None and self.fence is not None:
-            if len(fenced.fetchall()) != len(self.fence[1]):
-                self._lost = (
-                    f"this daemon's lease on the board (epoch {max(self.fence[2], default=0)}) "
-                    "has passed to another daemon; nothing was written"
-                )
+            held = {row["name"] for row in fenced.fetchall()}
+            if len(held) != len(self.fence[1]):
+                self._lost = f"{_leases_lost(self.fence, held)}; nothing was written"
                 self._lost_as = LeaseLost
                 # Not left open: the batch's reads would go on in a transaction that names
                 # no tenant, and see nothing. (A connection that breaks meanwhile ends it too.)
@@ -1283,7 +1300,7 @@ def hand_over(dsn: str, tenant: str, to: str) -> dict[str, Any]:
     check_name(tenant, "tenant")
     if not re.fullmatch(r"[0-9a-f-]{1,36}", to):
         raise ConfigError(
-            f"--to {to!r} is not a daemon's id: give its id, or the start of it, as colibri "
+            f"--to {shown(to)} is not a daemon's id: give its id, or the start of it, as colibri "
             "hive list shows it"
         )
     where = shown_location(dsn)
@@ -1366,7 +1383,7 @@ def grant_role(dsn: str, role: str) -> dict[str, Any]:
 
     if not _ROLE_NAME.fullmatch(role) or role in _RESERVED_ROLES:
         raise ConfigError(
-            f"role name {role!r} is not one this command takes: 1 to 63 of a-z, 0-9 and _, "
+            f"role name {shown(role)} is not one this command takes: 1 to 63 of a-z, 0-9 and _, "
             "not starting with a digit or pg_, and not a name PostgreSQL reserves"
         )
     PostgresStore(dsn).close()
@@ -1501,6 +1518,12 @@ class Survey:
     reserved: set[str]
 
 
+#: About how many round trips a taking costs (the clash, then BEGIN, its bounds, the lock, the
+#: rows it overlaps, the clash again, the epoch, the row, COMMIT): one is not started unless
+#: it has the time for them.
+TAKING_ROUND_TRIPS = 10
+
+
 class BoardLease:
     """The leases that make a daemon the server of the board — of the whole of it (one row,
     ``board``), or of some tenants (a row each, ``tenant/<name>``) beside daemons serving
@@ -1549,7 +1572,10 @@ class BoardLease:
         #: at each taking and renewal: what the daemon's schedules add to its own wall clock
         #: (``daemon.clock.BoardClock``), as the lease itself is judged by the server's.
         self.clock_offset = 0.0
+        #: How long the last renewal took, sent to answered: a round trip to the server.
+        self.round_trip = 0.0
         self._conn: psycopg.Connection[dict[str, Any]] | None = None
+        self._renewing: psycopg.Connection[dict[str, Any]] | None = None
 
     @property
     def epoch(self) -> int:
@@ -1564,7 +1590,8 @@ class BoardLease:
     @property
     def fence(self) -> tuple[str, list[str], list[int]]:
         """What the store's batches check (``lease_fence``): this owner, its rows and epochs."""
-        return (self.owner, list(self.epochs), list(self.epochs.values()))
+        held = list(self.epochs.items())  # at once: a taking's thread may add to it meanwhile
+        return (self.owner, [n for n, _ in held], [e for _, e in held])
 
     @property
     def named(self) -> str:
@@ -1615,9 +1642,13 @@ class BoardLease:
         except psycopg.OperationalError as exc:
             self._unreachable(exc)
 
-    def _unreachable(self, exc: Exception) -> NoReturn:
-        if self._conn is not None:
-            self._conn.close()
+    def _unreachable(
+        self, exc: Exception, conn: psycopg.Connection[dict[str, Any]] | None = None
+    ) -> NoReturn:
+        """Close the connection that failed (the lease's, unless another is named) and say so."""
+        failed = conn or self._conn
+        if failed is not None:
+            failed.close()
         raise StorageUnavailable(
             f"the PostgreSQL board's lease could not be reached ({_first_line(exc)})"
         ) from None
@@ -1629,22 +1660,32 @@ class BoardLease:
         renewing theirs for long, nor any batch: the fence's row locks do not wait for it)."""
         return self._take(lease_names(self.configured))
 
-    def take_tenants(self, tenants: tuple[str, ...]) -> list[str]:
+    def take_tenants(self, tenants: tuple[str, ...], until: float | None = None) -> list[str]:
         """Take these tenants' leases, each if it is free (a sharing daemon); those taken —
-        up to the first the server could not be asked about."""
-        taken = []
+        up to the first the server could not be asked about, or the first after the first
+        there is no time for before ``until`` (``time.monotonic()``): the rest at a later
+        step, planned again from the leases as they are then."""
+        taken: list[str] = []
         for tenant in tenants:
+            left = None if until is None else until - time.monotonic()
+            if taken and left is not None and left < TAKING_ROUND_TRIPS * self.round_trip:
+                break  # (the first is always tried: a far server must not stop every taking)
             try:
-                if self._take([f"tenant/{tenant}"]):
+                if self._take([f"tenant/{tenant}"], left if taken else None):
                     taken.append(tenant)
             except StorageUnavailable:
                 break
         return taken
 
-    def _take(self, names: list[str]) -> bool:
+    def _take(self, names: list[str], left: float | None = None) -> bool:
         import psycopg
 
         sent = time.monotonic()
+        # A taking waits for nobody longer than a quarter of the ttl, nor past the time it
+        # was given (what is left of it once its own round trips are counted).
+        wait = self.ttl / 4
+        if left is not None:
+            wait = min(wait, left - TAKING_ROUND_TRIPS * self.round_trip)
         args: dict[str, Any] = {"owner": self.owner, "address": self.address,
                                 "ttl": self.ttl, "names": names}  # fmt: skip
         conn = self._connection()
@@ -1657,9 +1698,10 @@ class BoardLease:
             with conn.transaction():
                 # A taking waits for nobody longer than this: a daemon that takes a tenant
                 # must be back to its renewals well before its own leases' deadline.
-                conn.execute(_LOCK_TIMEOUT, (f"{int(self.ttl * 1000 / 4)}ms",))
-                # The table first (takings queue here, so two never hold rows the other wants),
-                conn.execute(b"LOCK TABLE leases IN SHARE ROW EXCLUSIVE MODE")
+                conn.execute(_LOCK_TIMEOUT, (f"{max(1, int(wait * 1000))}ms",))
+                # The takings' lock first (they queue here, so two never hold rows the other
+                # wants; renewals and batches do not wait for it),
+                conn.execute(_TAKINGS_LOCK)
                 # then the expired rows this one overlaps, held as a takeover holds its own: a
                 # batch still open under one of them (its daemon stalled past its lease) ends
                 # first, and none begins after — the whole board's fence and a tenant's meet
@@ -1694,19 +1736,32 @@ class BoardLease:
         return rows[0] if rows else None
 
     def renew(self) -> bool:
-        """Extend them by ``ttl`` from now; False if one is no longer ours (another took it)."""
+        """Extend them by ``ttl`` from now; False if one is no longer ours (another took it).
+        On a connection of its own, beside whatever other lease work runs on its thread (a
+        taking, a survey, a beat): none of that is ever in the way of a renewal. The rows
+        renewed are those held as it is sent; one taken meanwhile has a ttl of its own."""
+        import psycopg
+
         sent, asked = time.monotonic(), time.time()
-        rows = self._run("lease_renew", self._rows_args())
-        self._clocked(rows, asked, time.time())
-        if len(rows) != len(self.epochs):
+        args = self._rows_args()
+        try:
+            if self._renewing is None or self._renewing.closed or self._renewing.broken:
+                self._renewing = _connect(self.dsn, max(self.ttl / 3, LEAST_SILENCE / 2))
+            rows = self._renewing.execute(_Q["lease_renew"].encode(), args).fetchall()
+            self._clocked(rows, asked, time.time())
+        except psycopg.OperationalError as exc:
+            self._unreachable(exc, self._renewing)
+        if len(rows) != len(args["names"]):
             return False
         self.held_since = sent
+        # What other lease work is measured by: a taking costs a few round trips like this.
+        self.round_trip = time.monotonic() - sent
         return True
 
-    def _rows_args(self, names: list[str] | None = None) -> dict[str, Any]:
-        chosen = list(self.epochs) if names is None else names
-        return {"owner": self.owner, "ttl": self.ttl, "names": chosen,
-                "epochs": [self.epochs[n] for n in chosen]}  # fmt: skip
+    def _rows_args(self) -> dict[str, Any]:
+        held = list(self.epochs.items())  # at once: a taking's thread may add to it meanwhile
+        return {"owner": self.owner, "ttl": self.ttl, "names": [n for n, _ in held],
+                "epochs": [e for _, e in held]}  # fmt: skip
 
     def drop(self, tenants: tuple[str, ...]) -> dict[str, int]:
         """Stop counting these tenants' leases as held (a sharing daemon giving them back): no
@@ -1808,5 +1863,6 @@ class BoardLease:
         self.close()
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
+        for conn in (self._conn, self._renewing):
+            if conn is not None:
+                conn.close()

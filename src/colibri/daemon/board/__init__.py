@@ -31,6 +31,7 @@ from colibri.config import SchedulerSettings
 from colibri.core import states
 from colibri.core.access import Tenancy
 from colibri.core.claims import Claims
+from colibri.core.errors import NotOwner
 from colibri.core.model import LedgerEntry, Task
 from colibri.core.states import State
 from colibri.daemon.board.audience import Audience, Subscription
@@ -202,6 +203,28 @@ class Board:
                 extra={"event": "claims_confirmed", "tasks": told},
             )
         self.batch.dispatch_wanted = True
+
+    def forget_unserved(self) -> None:
+        """Drop from memory what is of tenants this daemon no longer serves (given back to
+        another daemon of a PostgreSQL board): their agents, their agent indexes, questions
+        of their tasks (an asker still waiting is answered ``not_owner``). Their tasks,
+        schedules and known agents went with the rebuild, their waits and connections with
+        ``Server.close_unserved`` (which finds their agents' connections by the agents, so
+        comes first)."""
+        served = self.tenancy.served
+        if served is None:
+            return
+        self.presence.forget_tenants(served)
+        reports = self.reports
+        reports.unasked = {t: d for t, d in reports.unasked.items() if t in self.tasks}
+        for task_id in [t for t in reports.askers if t not in self.tasks]:
+            # A session asking on this daemon's own socket (a token's connection is closed):
+            # its question is answered where its tenant is served now, never here.
+            peer, request_id = reports.askers.pop(task_id)
+            refused = NotOwner(
+                f"task {task_id}'s tenant is served by another daemon of the board now; ask there"
+            )
+            self.batch.emit(peer, {"id": request_id, "ok": False, "error": refused.to_wire()})
 
     # -- effects and connections -------------------------------------------------------------
 

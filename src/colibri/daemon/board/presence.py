@@ -192,6 +192,15 @@ class Presence:
                     )
                 self.capacity.drop_orphan(task_id)  # released above, or not a session any more
 
+    def forget_tenants(self, served: frozenset[str]) -> None:
+        """Drop every agent of a tenant not in ``served`` (given back to another daemon of a
+        PostgreSQL board): its row is that daemon's to write now, and it registers there."""
+        for name, agent in list(self.agents.items()):
+            if agent.tenant not in served:
+                del self.agents[name]
+        for tenant in set(self.capacity.indexes) - served:
+            del self.capacity.indexes[tenant]
+
     def deadlines(self) -> list[float]:
         """When agents fall silent, breakers close and unclaimed sessions are lost."""
         found = [a.last_seen + a.ttl for a in self.agents.values() if a.online]
@@ -212,7 +221,19 @@ class Presence:
                     task, f"session lost: agent {agent.name} silent for more than {agent.ttl:g}s"
                 )
         agent.holding.clear()
-        self.store.upsert_agent(agent.wire(), rfc3339(self.clock.time()))
+        try:
+            self.store.upsert_agent(agent.wire(), rfc3339(self.clock.time()))
+        except StoreConflict:
+            # Its name is another tenant's row now (a tenant of a PostgreSQL board moved on
+            # to another daemon): that is the other daemon's to write. Refused alone — the
+            # store's savepoint spares the batch — it must not fail the batch, and with it
+            # other tenants' requests: the agent is not this board's any more.
+            log.warning(
+                "agent went offline; its row is another tenant's now, forgotten here",
+                extra={"event": "agent_forgotten", "agent": agent.name},
+            )
+            del self.agents[agent.name]
+            return
         self.audience.broadcast(events.agent_changed(agent.wire()))
         if peer is not None:
             reason = f"silent for more than {agent.ttl:g}s; register again"

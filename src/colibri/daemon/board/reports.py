@@ -40,6 +40,9 @@ from colibri.store import Store
 
 log = logging.getLogger(__name__)
 
+#: What a report ends its task with: its outcome, and its output or error.
+Report = tuple[State, str]
+
 #: A question whose asker (``colibri ask``) went away is withdrawn after this long, unless it
 #: asks again (as it does within moments when the daemon restarts under it).
 ASK_GRACE = 10.0
@@ -153,12 +156,17 @@ class Reports:
             raise BadClaim(task_id, cmd)
         return holder
 
-    def _held(self, agent: LiveAgent, task_id: str, epoch: int) -> Task:
+    def _held(self, agent: LiveAgent, task_id: str, epoch: int, same: Report | None = None) -> Task:
+        """The task ``agent`` reports on under claim ``epoch``, as it is now. ``same``: the
+        report's outcome; the task it already ended (the report sent again, its reply lost) is
+        returned as it is, and the caller changes nothing."""
         task = self.tasks.get(task_id)
         if task is None:
             stored = self.store.get_task(task_id)
             if stored is None:
                 raise UnknownTask(task_id)
+            if same is not None and _ended_by(stored, epoch, same):
+                return stored
             log.warning(
                 "late report refused",
                 extra={"event": "late_report", "task": task_id, "agent": agent.name},
@@ -185,7 +193,9 @@ class Reports:
         cost: Cost | None,
         session_ended: bool = True,
     ) -> Task:
-        task = self._held(agent, task_id, epoch)
+        task = self._held(agent, task_id, epoch, (State.DONE, output))
+        if task.state == State.CLOSED:
+            return task  # the same report again, taken before: nothing changes
         if task.state == State.DONE and task.output == output:
             # The same report again: sent once more after its reply was lost (a restart).
             return self.transitions.close(task) if session_ended else task
@@ -201,7 +211,9 @@ class Reports:
     def fail(
         self, agent: LiveAgent, task_id: str, epoch: int, error: str, session_ended: bool = True
     ) -> Task:
-        task = self._held(agent, task_id, epoch)
+        task = self._held(agent, task_id, epoch, (State.FAILED, error or "session failed"))
+        if task.state == State.CLOSED:
+            return task  # the same report again, taken before: nothing changes
         if task.state == State.FAILED and task.error == (error or "session failed"):
             return self.transitions.close(task) if session_ended else task  # the same report again
         if task.state != State.RUNNING:
@@ -306,3 +318,12 @@ class Reports:
         holder = self.capacity.holder(task)
         if holder is not None and holder.peer is not None:
             self.batch.emit(holder.peer, events.QuestionWithdrawn(task=task_id))
+
+
+def _ended_by(task: Task, epoch: int, report: Report) -> bool:
+    """Whether ``task``, closed, was ended by this very report under claim ``epoch``: the same
+    outcome with the same output (``out``) or error (``fail``)."""
+    outcome, text = report
+    if task.state != State.CLOSED or task.epoch != epoch or task.outcome != outcome.value:
+        return False
+    return (task.output if outcome == State.DONE else task.error) == text

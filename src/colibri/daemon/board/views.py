@@ -8,7 +8,7 @@ from collections import deque
 from typing import Any
 
 from colibri.core import states
-from colibri.core.errors import BadRequest
+from colibri.core.errors import BadRequest, shown
 from colibri.core.matching import explain
 from colibri.core.model import Agent, Task
 from colibri.core.sizes import REPLY_BUDGET, task_size
@@ -54,7 +54,7 @@ class Views:
     def list_tasks(self, query: TaskFilter) -> list[Task]:
         if query.state is not None and query.state not in State.__members__.values():
             raise BadRequest(
-                f"unknown state {query.state!r}; states: {', '.join(s.value for s in State)}"
+                f"unknown state {shown(query.state)}; states: {', '.join(s.value for s in State)}"
             )
         return self.store.list_tasks(query)
 

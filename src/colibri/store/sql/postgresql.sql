@@ -321,8 +321,12 @@ SELECT name FROM leases
 SELECT COALESCE(MAX(epoch), 0) + 1 AS epoch FROM leases WHERE name = ANY(%(names)s);
 
 -- name: lease_take
+-- The ttl runs from this statement (clock_timestamp), not from the transaction's start: a
+-- taking far from its daemon spends round trips before it, which would be taken off the
+-- lease. (The daemon counts its own deadline from before the taking: it comes first.)
 INSERT INTO leases (name, owner, address, epoch, taken_at, expires_at)
-SELECT name, %(owner)s, %(address)s, %(epoch)s, now(), now() + %(ttl)s * interval '1 second'
+SELECT name, %(owner)s, %(address)s, %(epoch)s, now(),
+       clock_timestamp() + %(ttl)s * interval '1 second'
   FROM unnest(%(names)s::text[]) AS name
 ON CONFLICT (name) DO UPDATE
    SET owner = excluded.owner, address = excluded.address, epoch = excluded.epoch,
