@@ -184,10 +184,11 @@ class Commands:
         *,
         from_session: bool = False,
         claim: str | None = None,
+        same: tuple[State, str] | None = None,
     ) -> LiveAgent:
         return self.board.reporter(
             conn, self._principal(conn), cmd, task_id, epoch,
-            from_session=from_session, claim=claim,
+            from_session=from_session, claim=claim, same=same,
         )  # fmt: skip
 
     # -- commands ----------------------------------------------------------------------------
@@ -509,15 +510,17 @@ class Commands:
 
     def out(self, req: p.Out, conn: Connection) -> Reply:
         agent = self._reporter(
-            conn, "out", req.task, req.epoch, from_session=req.from_session, claim=req.claim
-        )
+            conn, "out", req.task, req.epoch, from_session=req.from_session, claim=req.claim,
+            same=(State.DONE, req.output),
+        )  # fmt: skip
         task = self.board.out(agent, req.task, req.epoch, req.output, req.cost, req.session_ended)
         return {"task": task}
 
     def fail(self, req: p.Fail, conn: Connection) -> Reply:
         agent = self._reporter(
-            conn, "fail", req.task, req.epoch, from_session=req.from_session, claim=req.claim
-        )
+            conn, "fail", req.task, req.epoch, from_session=req.from_session, claim=req.claim,
+            same=(State.FAILED, req.error or "session failed"),
+        )  # fmt: skip
         task = self.board.fail(agent, req.task, req.epoch, req.error, req.session_ended)
         return {"task": task}
 

@@ -104,6 +104,7 @@ class Reports:
         *,
         from_session: bool = False,
         claim: str | None = None,
+        same: Report | None = None,
     ) -> LiveAgent:
         """Who reports ``cmd`` on a task, or why nobody here may: the one check every report
         (``out``, ``fail``, ``reclaimed``, ``requeue``, ``ready``, ``ask`` and a session's
@@ -116,7 +117,9 @@ class Reports:
           report has shown the secret of the claim it reports on.
         - An agent token speaks for its own agent only: another agent of its tenant that has
           learnt the claim's secret is ``not_your_task``.
-        - The task must be held by that agent, at ``epoch`` (``_held``)."""
+        - The task must be held by that agent, at ``epoch`` (``_held``), or — ``same``, an
+          ``out`` or ``fail`` sent again after its reply was lost — already ended by this very
+          report under that claim."""
         if not principal.is_owner:
             principal.visible(task_id, self.transitions.get(task_id).tenant)
         if from_session:
@@ -125,7 +128,7 @@ class Reports:
             agent = self.presence.agent_of(peer, cmd)
         if principal.kind == "agent" and agent.name != principal.agent:
             raise NotYourTask(task_id, principal.agent or "")
-        self._held(agent, task_id, epoch)
+        self._held(agent, task_id, epoch, same)
         return agent
 
     def _claim_holder(self, cmd: str, task_id: str, epoch: int, claim: str | None) -> LiveAgent:
