@@ -85,6 +85,8 @@ class Relay:
         self.server: asyncio.Server | None = None
         self.writers: set[asyncio.StreamWriter] = set()
         self.deaf = False
+        #: While set, nothing passes either way: a partition (the statements never arrive).
+        self.silent = False
         #: Once a client's bytes contain this, the relay turns ``deaf`` and sets ``deafened``.
         self.deaf_after: bytes | None = None
         self.deafened = threading.Event()
@@ -105,7 +107,7 @@ class Relay:
     ) -> None:
         try:
             while data := await reader.read(65536):
-                if answers and self.deaf:
+                if (answers and self.deaf) or self.silent:
                     continue
                 if self.delay:
                     # In order: each chunk is due later than the one read before it.

@@ -529,6 +529,52 @@ def test_a_server_gone_silent_mid_batch_is_given_up_and_the_daemon_stops_by_its_
         daemon.stop()
 
 
+def test_a_batch_begun_just_before_the_deadline_on_a_silent_server_stops_the_daemon_by_it(
+    tmp_path: Path, board: str, relayed_board: tuple[Relay, str]
+) -> None:
+    """A partition (nothing passes either way) between the daemon and PostgreSQL, and a submit
+    whose batch begins 1.6 s before the lease expires by PostgreSQL's clock: the batch's wait
+    on the loop is given up by the daemon's deadline (its last renewal + ttl - 0.8 s), not
+    after half the ttl of silence, and the daemon stops before its lease can pass to another.
+    Before, the loop waited out the 4 s of silence, and the deadline was checked 2.4 s after
+    the lease had expired."""
+    from tests.postgres.test_clock_skew import lease
+
+    relay, dsn = relayed_board
+    root = tmp_path / "r"
+    root.mkdir()
+    write_config(root, tick="1s")
+    daemon = Daemon(root, "--store", dsn, "--lease-ttl", "8s")
+    daemon.start()
+    submitting: threading.Thread | None = None
+    try:
+        daemon.submit("before")
+        relay.silent = True
+        silenced = time.monotonic()
+        epoch, left = lease(board)  # (straight to the server, past the relay)
+        assert epoch == 1 and 0 < left <= 8
+        expires = silenced + left
+        # The moment the batch begins is the scenario; what is asserted waits for events.
+        time.sleep(max(0.0, expires - 1.6 - time.monotonic()))
+        submitting = threading.Thread(
+            target=lambda: error_code(lambda: daemon.submit("just before")), daemon=True
+        )
+        submitting.start()
+
+        def stopped() -> float | bool:
+            return "could not be renewed within its ttl" in daemon.log() and time.monotonic()
+
+        stopped_at = float(wait_until(stopped, timeout=30))
+        assert stopped_at < expires, (stopped_at - silenced, expires - silenced)
+        assert daemon.process is not None and daemon.process.wait(timeout=20) == 1
+        assert "had not answered by this daemon's lease deadline" in daemon.log()
+    finally:
+        relay.silent = False
+        if submitting is not None:
+            submitting.join(30)
+        daemon.stop()
+
+
 def _accepted(daemon: Daemon, text: str) -> dict[str, Any] | None:
     try:
         return daemon.submit(text)

@@ -1131,3 +1131,33 @@ def test_touching_a_token_sets_when_it_was_last_used(backend: Backend, store: St
     found = backend.open().token(token.id)
     assert found is not None and found[0].last_used_at == LATER
     assert [t.id for t in store.tokens()] == [token.id]
+
+
+def test_a_deadline_passed_gives_a_wait_up_and_one_ahead_changes_nothing(
+    backend: Backend, store: Store
+) -> None:
+    """The daemon's lease deadline (``heed_deadline``), asked anew as the store goes on: ahead,
+    the store works as before; passed, a wait for the server is given up as a silence is
+    (``StorageUnavailable``), and once it is ahead again the store is usable after
+    ``reachable`` and ``rollback``. SQLite waits for no server: nothing is given up."""
+    import time
+
+    from colibri.core.errors import StorageUnavailable
+
+    deadline = [time.monotonic() + 3600]
+    store.heed_deadline(lambda: deadline[0])
+    add(store, make_task("t0001"))
+    store.commit()
+    deadline[0] = time.monotonic() - 1  # passed (a renewal moves it on)
+    if backend.name == "sqlite":
+        assert store.get_task("t0001") is not None
+        return
+    with pytest.raises(StorageUnavailable, match="lease deadline"):
+        store.get_task("t0001")
+    deadline[0] = time.monotonic() + 3600
+    store.reachable()
+    store.rollback()
+    assert store.get_task("t0001") is not None
+    add(store, make_task("t0002"))
+    store.commit()
+    assert ids(backend.open().list_tasks(TaskFilter())) == ["t0001", "t0002"]

@@ -641,6 +641,9 @@ async def keep_lease(
     daemon's taking holds them up (``BoardLease``)."""
     loop = asyncio.get_running_loop()  # its time() is time.monotonic(), as lease.held_since
     margin = min(1.0, lease.ttl / 10)
+    # The store's waits on the loop end by the deadline too: one begun just before it (a batch
+    # meeting a server gone silent) would hold the loop, and this check, up to half the ttl.
+    server.board.store.heed_deadline(lambda: lease.held_since + lease.ttl - margin)
     why = "PostgreSQL did not answer in time, or this daemon was held up past it"
     due = loop.time()  # the first renewal at once: building the board took some of the ttl
     renewed_now = asyncio.Event()

@@ -63,6 +63,7 @@ batch, no number used twice, and no gaps: a rolled-back row gives its number bac
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -156,6 +157,14 @@ class Store(Protocol):
         """Discard every write since the last commit; with nothing written, do nothing.
 
         The store is usable again afterwards, also after ``StorageUnavailable``.
+        """
+
+    def heed_deadline(self, deadline: Callable[[], float]) -> None:
+        """Give up any wait for the store's server past ``deadline()``, a monotonic time asked
+        anew as the wait goes on (the daemon's lease deadline, which each renewal moves): a
+        wait on the daemon's loop begun just before it must not keep the daemon serving past
+        it. The waits given up are answered as a silence is (``StorageUnavailable``).
+        SQLite: nothing to wait for.
         """
 
     def reachable(self) -> None:

@@ -49,7 +49,7 @@ import math
 import re
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -213,12 +213,22 @@ class _Silent(Exception):
     """The server said nothing for as long as a connection's ``silence`` allows."""
 
 
-def _heard_within(gen: Any, pgconn: Any, silence: float) -> Any:
+class _PastDeadline(_Silent):
+    """The server had not answered by the daemon's lease deadline: the daemon stops then, and
+    its loop must be free to (a wait begun just before it would otherwise go on for up to
+    the whole ``silence``, past the lease's expiry)."""
+
+
+def _heard_within(
+    gen: Any, pgconn: Any, silence: float, until: Callable[[], float | None] | None = None
+) -> Any:
     """Drive one of psycopg's protocol generators on ``pgconn``'s socket as its own wait
     does, but give up once the socket has been neither readable nor writable for ``silence``
     seconds: a server gone silent (a network partition, a host frozen, a half-open connection)
     answers nothing, and the kernel says nothing of it for many minutes. A long answer that
-    keeps coming (a big read) is not cut: every byte that arrives starts the silence again."""
+    keeps coming (a big read) is not cut: every byte that arrives starts the silence again.
+    ``until``: the monotonic time (asked anew at each turn: a renewal moves it) past which no
+    wait goes on, silence or not — the daemon's lease deadline (``_PastDeadline``)."""
     import select
 
     fileno = pgconn.socket
@@ -228,10 +238,16 @@ def _heard_within(gen: Any, pgconn: Any, silence: float) -> Any:
         poller.register(fileno, _POLL_EVENTS[wanted])
         heard = time.monotonic()
         while True:
-            left = heard + silence - time.monotonic()
+            now = time.monotonic()
+            left = heard + silence - now
             if left <= 0:
                 raise _Silent
-            events = poller.poll(left * 1000)
+            deadline = until() if until is not None else None
+            if deadline is not None:
+                if deadline <= now:
+                    raise _PastDeadline
+                left = min(left, deadline - now)
+            events = poller.poll(None if left == math.inf else left * 1000)
             if not events:
                 continue
             heard = time.monotonic()
@@ -263,20 +279,27 @@ def _heeding_class() -> type[psycopg.Connection[dict[str, Any]]]:
         #: Whether it was closed so: its server may be silent still, and connecting to it
         #: again could take as long (``PostgresStore._reset`` leaves that to ``reachable``).
         went_silent = False
+        #: The monotonic time past which no wait goes on (None: none): the daemon's lease
+        #: deadline, for the connections its loop waits on (``PostgresStore.heed_deadline``).
+        until: Callable[[], float | None] | None = None
 
         def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
             if timeout is not None:  # psycopg's own bounded waits (notifies) keep their bound
                 return super().wait(gen, interval, timeout)
-            if self.silence is None:
+            if self.silence is None and (self.until is None or self.until() is None):
                 return super().wait(gen, interval)
+            silence = math.inf if self.silence is None else self.silence
             try:
-                return _heard_within(gen, self.pgconn, self.silence)
-            except _Silent:
+                return _heard_within(gen, self.pgconn, silence, self.until)
+            except _Silent as exc:
                 self.went_silent = True
                 self.pgconn.finish()
-                raise psycopg.OperationalError(
-                    f"PostgreSQL said nothing for {self.silence:g} s; the connection was closed"
-                ) from None
+                said = (
+                    "PostgreSQL had not answered by this daemon's lease deadline"
+                    if isinstance(exc, _PastDeadline)
+                    else f"PostgreSQL said nothing for {self.silence:g} s"
+                )
+                raise psycopg.OperationalError(f"{said}; the connection was closed") from None
 
     return Heeding
 
@@ -327,11 +350,15 @@ def _session(server_version: int, durability: str) -> tuple[bytes, list[str]]:
 
 
 def _connect(
-    dsn: str, silence: float | None = None, durability: str = "full"
+    dsn: str,
+    silence: float | None = None,
+    durability: str = "full",
+    until: Callable[[], float | None] | None = None,
 ) -> psycopg.Connection[dict[str, Any]]:
     """A connection in autocommit mode, its session set as the store relies on (``_SESSION``);
     with ``silence``, its waits and its connecting give up after that long without a word
-    from the server (connecting: 2 s at least, libpq's least ``connect_timeout``)."""
+    from the server (connecting: 2 s at least, libpq's least ``connect_timeout``), and with
+    ``until`` at that time too (``Heeding.until``)."""
     import psycopg  # not installed: the CLI says what to install (colibri.extras)
     from psycopg.rows import dict_row
 
@@ -348,6 +375,7 @@ def _connect(
             f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
         ) from None
     conn.silence = silence  # type: ignore[attr-defined]
+    conn.until = until  # type: ignore[attr-defined]
     #: Its backend's pid, known here without a round trip, for when it is no more.
     conn.backend = conn.info.backend_pid  # type: ignore[attr-defined]
     try:
@@ -390,12 +418,15 @@ class PostgresStore:
         #: bounded by its lease (``lease_ttl``): see ``_bound``.
         self.bounds = ("0", "0")
         self.silence: float | None = None
+        #: The daemon's lease deadline, past which no wait of its connections goes on
+        #: (``heed_deadline``); None: no such bound.
+        self._deadline: Callable[[], float] | None = None
         if lease_ttl is not None:
             self._bound(lease_ttl)
         #: A connection made off the loop by ``reachable``, taken by ``_reset`` in place of one
         #: that went silent.
         self._spare: psycopg.Connection[dict[str, Any]] | None = None
-        self._conn = _connect(dsn, self.silence, durability)
+        self._conn = _connect(dsn, self.silence, durability, self._until)
         try:
             self._migrate()
         except BaseException:
@@ -695,6 +726,15 @@ class PostgresStore:
         self.bounds = (f"{int(ttl * 1000 / 3)}ms", f"{int(ttl * 1000 / 2)}ms")
         self.silence = max(ttl / 2, LEAST_SILENCE)
 
+    def heed_deadline(self, deadline: Callable[[], float]) -> None:
+        """Give every wait of the store's connections up by ``deadline()`` (the monotonic time
+        by which the daemon's lease must have been renewed), silent server or not: the daemon's
+        loop runs the statements, and must be free at its deadline to stop serving."""
+        self._deadline = deadline
+
+    def _until(self) -> float | None:
+        return None if self._deadline is None else self._deadline()
+
     def reachable(self) -> None:
         """Asked on a connection of its own, which is kept (if none is yet) for ``_reset`` to
         take in place of one that went silent: connecting again is never done on the loop
@@ -702,7 +742,7 @@ class PostgresStore:
         import psycopg
 
         try:
-            conn = _connect(self._dsn, self.silence, self._durability)
+            conn = _connect(self._dsn, self.silence, self._durability, self._until)
             try:
                 conn.execute(b"SELECT 1")
             except BaseException:
@@ -867,7 +907,7 @@ class PostgresStore:
                 self._lost = f"the PostgreSQL board said nothing for {self.silence:g} s"
                 return
             try:
-                self._conn = _connect(self._dsn, self.silence, self._durability)
+                self._conn = _connect(self._dsn, self.silence, self._durability, self._until)
             except StorageUnavailable as exc:
                 self._lost = exc.message
             return

@@ -190,6 +190,9 @@ class SqliteStore:
     def reachable(self) -> None:
         return  # a file on this host: whether it can be written, the next batch says
 
+    def heed_deadline(self, deadline: Callable[[], float]) -> None:
+        return  # no lease: a board of SQLite is this host's alone
+
     def _lose_batch(self, why: str) -> None:
         """Give the open batch up: nothing of it commits until ``rollback``."""
         self._abort()
