@@ -113,3 +113,72 @@ def test_an_unknown_group_is_a_one_line_error(root: Path) -> None:
     line = one_line(done.stderr)
     assert "colibri.jsonc:" in line and "no-such-group-here" in line, line
     assert not (root / ".colibri" / "colibri.sock").exists()
+
+
+HOLDER = """
+import json, os, socket, sys, time
+path, n, said, done = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+held, refusals = [], []
+for _ in range(n):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    try:
+        s.sendall(b'{"id": 1, "cmd": "ledger", "after": 0, "follow": true}' + b"\\n")
+    except OSError:
+        pass  # refused at once: the refusal is there to read
+    reply = json.loads(s.makefile("rb").readline())
+    if reply.get("ok"):
+        held.append(s)
+    else:
+        refusals.append(reply["error"])
+        s.close()
+with open(said + ".part", "w") as out:
+    json.dump({"held": len(held), "refusals": refusals}, out)
+os.rename(said + ".part", said)
+while not os.path.exists(done):
+    time.sleep(0.05)
+"""
+
+
+def test_a_socket_groups_members_never_take_the_owners_last_places(root: Path) -> None:
+    """A member of the socket group follows the ledger on as many connections as it can: it
+    gets ``max_connections`` less the owner's reserve (an eighth: 2 of 16), then ``busy``
+    saying so; the owner is still let in, twice. Before, the member filled the socket and
+    the owner was told ``busy``."""
+    import threading
+
+    from tests.helpers import wait_until
+
+    (root / "colibri.jsonc").write_text(
+        json.dumps({"scheduler": {"tick": "30s"},
+                    "server": {"socket_group": "nogroup", "max_connections": 16}})
+    )  # fmt: skip
+    os.chmod(root, 0o755)
+    talk = root.parent / f"{root.name}-talk"
+    talk.mkdir()
+    os.chmod(talk, 0o777)
+    said, done = talk / "said.json", talk / "done"
+    daemon = Daemon(root)
+    daemon.start()
+    holding = threading.Thread(
+        target=run_as_nobody,
+        args=(HOLDER, str(daemon.socket), "20", str(said), str(done)),
+        kwargs={"timeout": 120},
+        daemon=True,
+    )
+    try:
+        holding.start()
+        wait_until(said.exists, timeout=60)
+        found = json.loads(said.read_text())
+        assert found["held"] == 14, found
+        assert len(found["refusals"]) == 6
+        assert all(r["code"] == "busy" for r in found["refusals"])
+        assert "kept for the daemon's owner" in found["refusals"][0]["message"]
+        # The owner's two places, taken at once: 16 connections, the whole socket.
+        with daemon.client() as first, daemon.client() as second:
+            assert first.call("ping")["pong"] and second.call("ping")["pong"]
+            assert first.call("ping")["pong"]
+    finally:
+        done.touch()
+        holding.join(60)
+        daemon.stop()

@@ -57,6 +57,13 @@ EVICT_AFTER = 5.0
 TURN_TIME = 0.001
 
 
+def owner_reserve(max_connections: int) -> int:
+    """The places of the Unix socket's ``max_connections`` that only the daemon's owner (and
+    root) may take: an eighth, 1 at least and 8 at most, so that the members of a socket group
+    can never fill the socket and lock the owner out."""
+    return 0 if max_connections < 2 else min(8, max(1, max_connections // 8))
+
+
 def in_group(uid: int, gid: int, group: int) -> bool:
     """Whether a peer (uid, with its process's gid) belongs to ``group``: by that gid, or as
     a listed member in the group database."""
@@ -181,11 +188,19 @@ class Server:
         if remote:
             self.check_share(conn, "connections")
         cap = settings.remote_connections if remote else settings.max_connections
+        if not remote and conn.peer[0] not in (self.owner_uid, 0):
+            cap -= owner_reserve(cap)  # a socket group's members leave the owner room
         held = sum(1 for c in self.connections if (c.remote is not None) == remote)
         if held < cap or self.evict_idle(remote):
             return None
         if remote:
             return f"too many TCP connections ({held}, server.remote_connections); try again later"
+        if cap < settings.max_connections:
+            return (
+                f"too many connections ({held} of server.max_connections "
+                f"{settings.max_connections}, the last {settings.max_connections - cap} kept for "
+                "the daemon's owner); try again later"
+            )
         return "too many connections; try again later"
 
     def check_share(self, conn: Connection, kind: str) -> None:
