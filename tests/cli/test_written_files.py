@@ -56,3 +56,17 @@ def test_an_exported_skill_is_not_writable_by_others(tmp_path: Path) -> None:
     out = tmp_path / "skills" / "SKILL.md"
     under_umask_000("export-skill", "--out", str(out), cwd=tmp_path)
     assert mode(out) & 0o022 == 0
+
+
+def test_the_demos_files_are_never_writable_by_others(tmp_path: Path) -> None:
+    """The demo's worker is what every one of its sessions runs, its colibri.jsonc says so:
+    under umask 000 another user could have rewritten either (0666 before)."""
+    from colibri.cli.demo import lay_out
+
+    before = os.umask(0)
+    try:
+        worker = lay_out(tmp_path / "demo")
+    finally:
+        os.umask(before)
+    assert mode(worker) == 0o644
+    assert mode(tmp_path / "demo" / "colibri.jsonc") == 0o644

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 import random
 import signal
 import subprocess
@@ -34,6 +35,7 @@ from colibri import host
 from colibri.client import Client, socket_path
 from colibri.config import init_root
 from colibri.core.errors import ColibriError, DaemonNotRunning
+from colibri.privatefiles import open_private, write_private
 
 #: Each session: a moment's work, then its output with what it cost (as Claude Code's JSON
 #: result, which the harness reads). "fail" fails; "flaky" fails its first attempt; in the
@@ -96,7 +98,10 @@ def write_config(root: Path, worker: Path) -> None:
             "web": {"capabilities": ["web"], "session": session},
         }
     }
-    (root / "colibri.jsonc").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    # Never writable by others, whatever the umask: it says what sessions run.
+    write_private(
+        root / "colibri.jsonc", (json.dumps(config, indent=2) + "\n").encode(), mode=0o644
+    )
     for name in ("api", "web"):
         (root / name).mkdir(exist_ok=True)
 
@@ -179,11 +184,18 @@ def can_show_tui() -> bool:
     return True
 
 
-def run_demo(root: Path, *, exit_when_done: bool) -> int:
+def lay_out(root: Path) -> Path:
+    """Make ``root`` the demo's: its configuration and the worker every session runs (neither
+    writable by others, whatever the umask), and its workspaces' folders; the worker's path."""
     init_root(root, force=True)
     worker = root / "demo_worker.py"
-    worker.write_text(WORKER, encoding="utf-8")
+    write_private(worker, WORKER.encode(), mode=0o644)
     write_config(root, worker)
+    return worker
+
+
+def run_demo(root: Path, *, exit_when_done: bool) -> int:
+    worker = lay_out(root)
     base = [sys.executable, "-m", "colibri", "--root", str(root)]
     log_path = root / "demo.log"
     print(f"demo root: {root} (the daemon's and agents' own messages go to {log_path})")
@@ -191,7 +203,7 @@ def run_demo(root: Path, *, exit_when_done: bool) -> int:
     stops = host.stop_signals()
     for signum in stops:
         signal.signal(signum, _interrupted)
-    with open(log_path, "ab") as log:
+    with open(open_private(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab") as log:
         processes.append(
             subprocess.Popen(
                 [*base, "run", "--log-level", "warning"],
