@@ -243,6 +243,14 @@ class Reports:
         task = self._held(holder, task_id, epoch)
         if task.state != State.RUNNING:
             raise IllegalTransition(task_id, task.state, "waiting for an answer")
+        if task_id in self.askers:
+            # Its asker is still connected and waiting: taking this one's place would leave it
+            # waiting for ever. (An asker gone — a restart, a dropped connection — is not here,
+            # and its session asking again takes the question back.)
+            raise BadRequest(
+                f"task {task_id} has a question waiting for its answer already, asked on another "
+                "connection: one question at a time; ask again once it is answered"
+            )
         waiting = msgspec.structs.replace(task, question=question)
         self.store.set_question(task_id, question)
         self.tasks[task_id] = waiting
