@@ -70,3 +70,19 @@ def test_the_demos_files_are_never_writable_by_others(tmp_path: Path) -> None:
         os.umask(before)
     assert mode(worker) == 0o644
     assert mode(tmp_path / "demo" / "colibri.jsonc") == 0o644
+
+
+def test_export_skill_with_force_replaces_a_link_at_its_path_and_never_writes_through_it(
+    tmp_path: Path,
+) -> None:
+    """A link planted at ``--out`` (a folder others may write): ``--force`` replaced what it
+    pointed to before; now the link itself is replaced by the file, the target untouched."""
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("not yours to change\n")
+    out = tmp_path / "skills" / "SKILL.md"
+    out.parent.mkdir()
+    out.symlink_to(target)
+    under_umask_000("export-skill", "--out", str(out), "--force", cwd=tmp_path)
+    assert target.read_text() == "not yours to change\n"
+    assert not out.is_symlink() and "colibri" in out.read_text()
+    assert mode(out) == 0o644

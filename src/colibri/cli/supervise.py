@@ -73,11 +73,16 @@ def _write(path: Path, text: str, force: bool) -> None:
     import os
 
     from colibri.core.errors import FileExists
+    from colibri.privatefiles import write_private
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
+    if force:
+        # Replaced whole, never written through a link planted at the path (in a folder others
+        # may write, such a link would have the file written wherever it points).
+        write_private(path, text.encode(), mode=0o644)
+        return
     try:
-        fd = os.open(path, flags, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         raise FileExists(f"{path} exists already (give --force to replace it)") from None
     with open(fd, "w", encoding="utf-8") as file:
