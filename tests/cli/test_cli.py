@@ -560,3 +560,24 @@ def test_demo_runs_to_the_end(demo: Callable[..., Demo]) -> None:
     # The demo stopped its daemon on the way out.
     line = error_line(colibri("status", root=target))
     assert "no daemon is running" in line
+
+
+def test_a_root_given_on_the_command_line_wins_over_colibri_connect(root: Path) -> None:
+    """``COLIBRI_CONNECT`` exported for another board, ``--root`` given for this one: the root
+    named on the command line is used (before, ``--connect needs a token``, exit 2). Both
+    from the environment, or both on the command line, ``--connect`` goes on winning."""
+    from click.testing import CliRunner
+
+    from colibri.cli import agents  # noqa: F401 (registers ``status``, as ``main`` does)
+    from colibri.cli.main import cli
+
+    runner = CliRunner()
+    elsewhere = {"COLIBRI_CONNECT": "tcp://127.0.0.1:1"}
+    result = runner.invoke(cli, ["--root", str(root), "status"], env=elsewhere)
+    assert f"no daemon is running for {root}" in result.output, result.output
+    both = {**elsewhere, "COLIBRI_ROOT": str(root)}
+    result = runner.invoke(cli, ["status"], env=both)
+    assert "--connect needs a token" in result.output, result.output
+    given = ["--root", str(root), "--connect", "tcp://127.0.0.1:1", "status"]
+    result = runner.invoke(cli, given, env={"COLIBRI_CONNECT": None, "COLIBRI_ROOT": None})
+    assert "--connect needs a token" in result.output, result.output

@@ -385,6 +385,13 @@ def cli(
     Work:    colibri submit "upgrade zfs" --cap freebsd --cap zfs --wait
     Watch:   colibri tui, colibri attach, colibri list, colibri ledger --follow
     """
+    from click.core import ParameterSource
+
+    if (
+        ctx.get_parameter_source("root") == ParameterSource.COMMANDLINE
+        and ctx.get_parameter_source("connect") == ParameterSource.ENVIRONMENT
+    ):
+        connect = None  # what the command line names wins over the environment
     ctx.obj = Context(root, connect, token, tls_ca, insecure_loopback, follow_for)
 
 
