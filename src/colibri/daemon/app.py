@@ -9,6 +9,7 @@ import os
 import signal
 import stat
 import threading
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -637,49 +638,87 @@ async def keep_lease(
     the monotonic clock) when renewals fail or hang, and at once when the lease has passed to
     another. After each renewal the daemon beats and — sharing — takes and gives back tenants
     (``retenant`` serving the lease's tenants anew), in a task of its own: renewals come every
-    third of the ttl whatever that work takes, on a connection of their own, and no other
+    third of the ttl whatever that work takes, on a thread and a connection of their own —
+    whatever holds the loop up, a board rebuilt for new tenants included — and no other
     daemon's taking holds them up (``BoardLease``)."""
     loop = asyncio.get_running_loop()  # its time() is time.monotonic(), as lease.held_since
     margin = min(1.0, lease.ttl / 10)
+
+    def deadline() -> float:
+        return lease.held_since + lease.ttl - margin
+
     # The store's waits on the loop end by the deadline too: one begun just before it (a batch
     # meeting a server gone silent) would hold the loop, and this check, up to half the ttl.
-    server.board.store.heed_deadline(lambda: lease.held_since + lease.ttl - margin)
-    why = "PostgreSQL did not answer in time, or this daemon was held up past it"
-    due = loop.time()  # the first renewal at once: building the board took some of the ttl
+    server.board.store.heed_deadline(deadline)
+    why = ["PostgreSQL did not answer in time, or this daemon was held up past it"]
+    lost: list[str] = []
+    done = threading.Event()
+    heard = asyncio.Event()  # the renewer's word: a renewal made, or the lease lost
     renewed_now = asyncio.Event()
+
+    def tell(renewed: bool) -> None:
+        def told() -> None:
+            heard.set()
+            if renewed:
+                renewed_now.set()
+
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(told)
+
+    def renewing() -> None:
+        """On a thread of its own, never waiting for the loop: a loop held up by its batches'
+        round trips (a server far away, the writers' lock) must not keep the leases from being
+        renewed. The loop judges the deadline; this thread only renews."""
+        due = time.monotonic()  # the first at once: building the board took some of the ttl
+        while not done.wait(max(0.0, due - time.monotonic())):
+            if time.monotonic() >= deadline():
+                tell(False)  # past it: the loop stops the daemon
+                return
+            try:
+                renewed = lease.renew()
+            except StorageUnavailable as exc:
+                why[0] = exc.message
+                # Again soon, not a third of the ttl later: a server back after a restart or a
+                # blip must find the lease renewed well before the deadline.
+                due = time.monotonic() + min(lease.ttl / 3, RENEW_RETRY)
+                continue
+            except Exception as exc:  # the connection closed under it as the daemon stops
+                if done.is_set():
+                    return
+                why[0] = f"renewing failed ({exc!r})"
+                due = time.monotonic() + min(lease.ttl / 3, RENEW_RETRY)
+                continue
+            if not renewed:
+                lost.append(f"{lease.what} has passed to another daemon (or expired)")
+                tell(False)
+                return
+            # A third of the ttl from when this one was sent, whatever the loop does meanwhile.
+            due = lease.held_since + lease.ttl / 3
+            tell(True)
+
+    renewer = threading.Thread(target=renewing, name="colibri-lease", daemon=True)
+    renewer.start()
     beating = asyncio.create_task(_keep_beating(lease, server, renewed_now, retenant, stopping))
     beating.add_done_callback(lambda ended: _keeper_ended(ended, server))
     try:
         while True:
-            valid_until = lease.held_since + lease.ttl - margin
-            # The next renewal, or the deadline if that comes first: failing renewals must
-            # not carry the daemon past it (a third of the ttl later, the lease could be
-            # another's).
-            await asyncio.sleep(max(0.0, min(due, valid_until) - loop.time()))
-            try:
-                if loop.time() >= valid_until:
-                    raise TimeoutError
-                async with asyncio.timeout(valid_until - loop.time()):
-                    renewed = await _off_loop(lease.renew)
-            except StorageUnavailable as exc:
-                why = exc.message
-                # Again soon, not a third of the ttl later: a server back after a restart or
-                # a blip must find the lease renewed well before the deadline.
-                due = loop.time() + min(lease.ttl / 3, RENEW_RETRY)
-                continue
-            except TimeoutError:
+            heard.clear()
+            # Woken by the renewer, or at the deadline, whichever comes first: failing or hung
+            # renewals must not carry the daemon past it (the lease could be another's).
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, deadline() - loop.time())):
+                    await heard.wait()
+            if lost:
+                server.fatal(lost[0])
+                return
+            if loop.time() >= deadline():
                 server.fatal(
-                    f"{lease.what} could not be renewed within its ttl ({why}); "
+                    f"{lease.what} could not be renewed within its ttl ({why[0]}); "
                     "stopping, so that another daemon may take the board"
                 )
                 return
-            if not renewed:
-                server.fatal(f"{lease.what} has passed to another daemon (or expired)")
-                return
-            # A third of the ttl from when this one was sent, whatever the beat does meanwhile.
-            due = lease.held_since + lease.ttl / 3
-            renewed_now.set()
     finally:
+        done.set()
         beating.cancel()
 
 
@@ -794,14 +833,10 @@ def serve_tenants(daemon: Daemon) -> None:
     board.tenancy.served = frozenset(lease.tenants)
     if server.unavailable is None:
         try:
-            # Renewed meanwhile from a thread: the loop (and keep_lease) waits for the build.
-            with _renewed_while_building(lease) as lost:
-                store.rollback()
-                board.rebuild()
-                daemon.schedules.load(_served_schedules(daemon.config, board.tenancy))
-            if lost:
-                server.fatal(lost[0])
-                return
+            # (keep_lease's renewer renews meanwhile, on its own thread.)
+            store.rollback()
+            board.rebuild()
+            daemon.schedules.load(_served_schedules(daemon.config, board.tenancy))
         except StorageUnavailable as exc:
             server.unavailable = exc.message  # the sweep's recover() builds it once it is back
         except Exception as exc:

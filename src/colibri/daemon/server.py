@@ -188,7 +188,7 @@ class Server:
         if remote:
             self.check_share(conn, "connections")
         cap = settings.remote_connections if remote else settings.max_connections
-        if not remote and conn.peer[0] not in (self.owner_uid, 0):
+        if not remote and (conn.peer or (-1, -1))[0] not in (self.owner_uid, 0):
             cap -= owner_reserve(cap)  # a socket group's members leave the owner room
         held = sum(1 for c in self.connections if (c.remote is not None) == remote)
         if held < cap or self.evict_idle(remote):
