@@ -501,7 +501,7 @@ def run_sharing_at_the_edge(args: argparse.Namespace) -> dict[str, Any]:
             and f["lease_losses"] == 0
             and not f["tenants_changed_hands"]
             and f["acknowledged"] == f["submitted"]
-            and f["outcomes"] == {"done": f["submitted"]}
+            and f["outcomes"].get("done", 0) == sum(f["outcomes"].values()) == f["submitted"]
             and f["session_starts"] == f["submitted"]
         ),
         0,
