@@ -5,14 +5,18 @@ on the daemons of one PostgreSQL board through 50 kills of the serving one (H1),
 run by agents over TCP through such a kill (H2), a private PostgreSQL server restarted, killed
 and stopped for 30 s under 10,000 submits (A7), 10,000 writes racing 500 takeovers of the lease
 (F1), two tenants' 20,000 operations interleaved over 4 connections under row-level security
-(S4) and 100,000 fuzzed requests on one connection (G).
+(S4), 100,000 fuzzed requests on one connection (G), a real harness's reports through 20 blips
+of PostgreSQL (H4) and three sharing daemons at the edge of PostgreSQL's distance for 10 minutes
+(H5).
 
-    .venv/bin/python bench/chaos.py                      # about 40 minutes on 2 cores
+    .venv/bin/python bench/chaos.py                      # about 55 minutes on 2 cores
     .venv/bin/python bench/chaos.py --runs 5 --submits 250 --kills 5 --d4-examples 200 \
         --claim-tasks 5000 --power-cuts 10 --h1-schedules 300 --h1-kills 5 --h2-tasks 2000 \
         --fuzz 2000                                      # quick
     .venv/bin/python bench/chaos.py --only H1,H2         # some of them
     .venv/bin/python bench/chaos.py --only D1,B1         # some of them
+    .venv/bin/python bench/chaos.py --only H4 --h4-blips 20
+    .venv/bin/python bench/chaos.py --only H5 --h5-minutes 10 --h5-delay-ms 50 --h5-rate 3
 
 A1: 8 clients submit 1,250 tasks each with idempotency keys, 20 stub agents run them, the
 daemon is SIGKILLed at 20 seeded instants and restarted; clients retry what was not
@@ -54,6 +58,24 @@ checker: 0 acknowledged tasks lost, 0 sessions started twice, 0 re-spawns; the t
 kill to the standby's taking the lease and to the next assignment. With
 ``--h2-submit-through-kill`` the clients submit over TCP (every daemon's address, an operator
 token) while the agents work, and the kill comes once half the tasks are acknowledged.
+
+H4: a daemon on a PostgreSQL board through a relay (lease ttl 10 s), a real ``colibri agent
+--connect`` over TCP with ``--h4-slots`` slots running each task as ``sh -c 'sleep 1; cat'``
+(every session appends its start and its finish to a file), a client submitting 3 tasks a
+second with idempotency keys, and ``--h4-blips`` cuts of the relay, 1–3 s each, each once a
+session has started since the last (tests/postgres/reports_through_blips.py). Then the history
+checker over the board, the client's submissions and the sessions' file: 0 acknowledged lost,
+every task done, one session start and one ledger ``running`` row a task; and, from the agent's
+log, how many reports were refused transiently (``report_deferred``) and sent again.
+
+H5: three ``run --share`` daemons with a 2 s lease and 7 tenants, PostgreSQL ``--h5-delay-ms``
+(50) further away each way through a relay — the edge HIVE.md gives, a round trip of a twentieth
+of the ttl — for ``--h5-minutes`` (10) once they have divided the tenants, under ``--h5-rate``
+tasks a second (3; 0: none) submitted by a client a tenant and run by a stub agent a tenant over
+TCP (tests/postgres/sharing_at_the_edge.py). The tokens are made by the daemon serving each
+tenant once they are divided, or, with ``--h5-tokens-before``, by a daemon next to the server
+before the three start. Then: none exited, 0 lease losses, no tenant's lease changed hands
+after the division, the split at the end, and the history checker's 0 lost, 0 run twice.
 
 A7: ``--a7-submits`` tasks submitted by 8 clients with idempotency keys and run by
 ``--a7-agents`` stub agents, on a PostgreSQL server of the run's own (initdb; the machine's
@@ -106,7 +128,9 @@ from tests.reliability.test_socket_abuse import fuzz
 from colibri.config import init_root
 
 #: What ``--only`` selects from.
-SCENARIO_NAMES = ("A1", "A2", "D4", "D1", "B1", "A3", "H1", "H2", "H3", "A7", "F1", "S4", "G")
+SCENARIO_NAMES = (
+    "A1", "A2", "D4", "D1", "B1", "A3", "H1", "H2", "H3", "H4", "H5", "A7", "F1", "S4", "G"
+)  # fmt: skip
 #: The plan's bound on any one reply to a fuzzed request (a hang).
 FUZZ_SLOWEST_S = 1.0
 
@@ -413,6 +437,77 @@ def run_hive_agents(args: argparse.Namespace, name: str = "H2") -> dict[str, Any
     )
 
 
+def run_reports_through_blips(args: argparse.Namespace) -> dict[str, Any]:
+    """H4: a real harness's reports through blips of the relay to PostgreSQL."""
+    from tests.postgres.reports_through_blips import reports_through_blips
+
+    board, drop, skipped = _pg_board("H4")
+    if skipped is not None:
+        return skipped
+    workdir = Path(tempfile.mkdtemp(prefix="ch", dir="/tmp"))
+    note(f"H4: {args.h4_blips} blips of 1–3 s of the relay to PostgreSQL, a real agent over TCP"
+         f" with {args.h4_slots} slots, lease ttl 10 s (roots under {workdir})")  # fmt: skip
+    return judged(
+        "H4",
+        workdir,
+        lambda: _finally(
+            lambda: reports_through_blips(
+                workdir, board, blips=args.h4_blips, slots=args.h4_slots, seed=args.seed, log=note
+            ),
+            drop,
+        ),
+        lambda f: (
+            f["daemon_alive"]
+            and f["blips_done"] == args.h4_blips
+            and f["outcomes"] == {"done": f["acknowledged"]}
+            and f["tasks"] == f["acknowledged"]
+            and f["session_starts"] == f["acknowledged"] == f["ledger_running_rows"]
+            and f["tasks_started_twice"] == 0
+            and f["reports_refused_other"] == 0
+        ),
+        0,
+    )
+
+
+def run_sharing_at_the_edge(args: argparse.Namespace) -> dict[str, Any]:
+    """H5: three sharing daemons, PostgreSQL a twentieth of their ttl away, for minutes."""
+    from tests.postgres.sharing_at_the_edge import sharing_at_the_edge
+
+    board, drop, skipped = _pg_board("H5")
+    if skipped is not None:
+        return skipped
+    workdir = Path(tempfile.mkdtemp(prefix="ch", dir="/tmp"))
+    note(f"H5: 3 sharing daemons, lease ttl 2 s, 7 tenants, PostgreSQL {args.h5_delay_ms:g} ms"
+         " away each way, "
+         f"{args.h5_minutes:g} minutes (roots under {workdir})")  # fmt: skip
+    return judged(
+        "H5",
+        workdir,
+        lambda: _finally(
+            lambda: sharing_at_the_edge(
+                workdir,
+                board,
+                minutes=args.h5_minutes,
+                delay=args.h5_delay_ms / 1000,
+                rate=args.h5_rate,
+                tokens_before=args.h5_tokens_before,
+                log=note,
+            ),
+            drop,
+        ),
+        lambda f: (
+            all(f["alive"])
+            and not f["exits"]
+            and f["lease_losses"] == 0
+            and not f["tenants_changed_hands"]
+            and f["acknowledged"] == f["submitted"]
+            and f["outcomes"].get("done", 0) == sum(f["outcomes"].values()) == f["submitted"]
+            and f["session_starts"] == f["submitted"]
+        ),
+        0,
+    )
+
+
 def run_pg_restarts(args: argparse.Namespace) -> dict[str, Any]:
     """A7 with a real server: restarted, killed and stopped under load."""
     from tests.postgres.cluster import PrivateServer, unavailable
@@ -605,6 +700,53 @@ def run_state_machine(examples: int, steps: int) -> dict[str, Any]:
     }
 
 
+def _blips_line(h4: dict[str, Any]) -> str:
+    """The row of H4: a real harness's reports through blips of the relay to PostgreSQL."""
+    what = "| H4 | a real agent over TCP through blips of PostgreSQL: 0 reports lost (every task"
+    what += " done), 0 sessions run twice | "
+    if "skipped" in h4:
+        return what + f"skipped | {h4['skipped']} |"
+    if "outcomes" not in h4:
+        return what + f"FAIL | {h4['error']} |"
+    return (
+        what + f"{'pass' if h4['passed'] else 'FAIL'} | {h4['blips_done']} blips of "
+        f"{h4['cut_s'][0]}–{h4['cut_s'][1]} s ({h4['cut_s'][2]} s cut in all), lease ttl "
+        f"{h4['lease_ttl_s']:g} s, {h4['slots']} slots; {h4['acknowledged']:,} tasks acknowledged"
+        f" ({h4['submits_refused_storage_unavailable']} submits refused storage_unavailable and "
+        f"retried), outcomes {h4['outcomes']}; {h4['session_starts']:,} sessions, "
+        f"{h4['tasks_started_twice']} tasks started twice, {h4['ledger_running_rows']:,} ledger "
+        f"`running` rows; {h4['reports_deferred']} reports refused transiently and sent again "
+        f"({h4['report_refusals']} refusals), "
+        f"{h4['reports_refused_other']} refused for good; lost {h4['anomaly_lost']}, duplicate "
+        f"starts {h4['anomaly_duplicate_starts']}, re-spawns {h4['anomaly_respawns']}, stuck "
+        f"{h4['anomaly_stuck_running']}; daemon alive {h4['daemon_alive']}; load "
+        f"{h4['load_1min'][0]}–{h4['load_1min'][1]}; {h4['seconds']} s |"
+    )
+
+
+def _edge_line(h5: dict[str, Any]) -> str:
+    """The row of H5: sharing daemons with PostgreSQL at the edge of latency, for minutes."""
+    what = "| H5 | 3 sharing daemons, PostgreSQL a twentieth of the ttl away (or as told), light"
+    what += " load: none exits, 0 lease losses, 0 tenants changing hands, 0 acknowledged lost,"
+    what += " 0 run twice | "
+    if "skipped" in h5:
+        return what + f"skipped | {h5['skipped']} |"
+    if "alive" not in h5:
+        return what + f"FAIL | {h5['error']} |"
+    return (
+        what + f"{'pass' if h5['passed'] else 'FAIL'} | lease ttl {h5['lease_ttl_s']:g} s, "
+        f"{h5['tenants']} tenants, {h5['delay_each_way_ms']} ms each way; divided "
+        f"{h5['split_at_start']} in {h5['divided_s']} s, then {h5['ran_s'] / 60:.1f} min: alive "
+        f"{sum(h5['alive'])} of {h5['daemons']}, exits {h5['exits'] or 'none'}, lease losses "
+        f"{h5['lease_losses']}, tenants that changed hands {len(h5['tenants_changed_hands'])}"
+        f" ({h5['took_tenant_lines']} takes and {h5['gave_back_lines']} give-backs logged in all,"
+        f" the first division included); split at the end {h5['split_at_end']}; "
+        f"{h5['acknowledged']:,} of {h5['submitted']:,} tasks acknowledged, outcomes "
+        f"{h5['outcomes']}, {h5['session_starts']:,} session starts; lost {h5['anomaly_lost']}, "
+        f"duplicate starts {h5['anomaly_duplicate_starts']}; {h5['seconds']} s |"
+    )
+
+
 def _agents_through_kill_line(name: str, h2: dict[str, Any]) -> str:
     """The row of H2 (the serving daemon killed) or H3 (one of the daemons sharing the tenants
     out killed)."""
@@ -660,6 +802,8 @@ def table(
     fence: dict[str, Any] | None = None,
     apart: dict[str, Any] | None = None,
     hive_sharing: dict[str, Any] | None = None,
+    edge: dict[str, Any] | None = None,
+    blips: dict[str, Any] | None = None,
 ) -> str:
     lines = ["| test | what must hold | result | figures |", "| --- | --- | --- | --- |"]
     if storm is not None:
@@ -770,6 +914,10 @@ def table(
             lines.append(f"| {name} | agents over TCP through a kill | skipped | {h2['skipped']} |")
         elif h2 is not None:
             lines.append(_agents_through_kill_line(name, h2))
+    if blips is not None:
+        lines.append(_blips_line(blips))
+    if edge is not None:
+        lines.append(_edge_line(edge))
     if pg_restarts is not None and "skipped" in pg_restarts:
         skipped = pg_restarts["skipped"]
         lines.append(f"| A7 | PostgreSQL restarted under load | skipped | {skipped} |")
@@ -871,6 +1019,24 @@ def main() -> None:
     )
     parser.add_argument("--h3-tasks", type=int, default=20_000, help="H3; 0 skips it")
     parser.add_argument("--h3-tenants", type=int, default=6, help="H3: tenants shared out")
+    parser.add_argument("--h4-blips", type=int, default=20, help="H4; 0 skips it")
+    parser.add_argument("--h4-slots", type=int, default=4, help="H4 agent's slots")
+    parser.add_argument("--h5-minutes", type=float, default=10.0, help="H5; 0 skips it")
+    parser.add_argument(
+        "--h5-delay-ms",
+        type=float,
+        default=50.0,
+        help="H5: PostgreSQL this much further away each way (50: the edge for a 2 s lease)",
+    )
+    parser.add_argument(
+        "--h5-rate", type=float, default=3.0, help="H5 tasks a second across the tenants; 0: none"
+    )
+    parser.add_argument(
+        "--h5-tokens-before",
+        action="store_true",
+        help="H5 with the tokens made before the sharing daemons start, by a daemon next to"
+        " the server (by default each tenant's sharing daemon makes them once they are divided)",
+    )
     parser.add_argument("--a7-submits", type=int, default=10_000, help="A7; 0 skips it")
     parser.add_argument("--a7-agents", type=int, default=10)
     parser.add_argument("--a7-away", type=float, default=30.0, help="A7 outage, seconds")
@@ -902,6 +1068,8 @@ def main() -> None:
         args.h1_schedules = args.h1_schedules if "H1" in only else 0
         args.h2_tasks = args.h2_tasks if "H2" in only else 0
         args.h3_tasks = args.h3_tasks if "H3" in only else 0
+        args.h4_blips = args.h4_blips if "H4" in only else 0
+        args.h5_minutes = args.h5_minutes if "H5" in only else 0
         args.a7_submits = args.a7_submits if "A7" in only else 0
         args.f1_writes = args.f1_writes if "F1" in only else 0
         args.s4_operations = args.s4_operations if "S4" in only else 0
@@ -944,6 +1112,8 @@ def main() -> None:
     hive = run_hive_schedules(args) if args.h1_schedules else None
     hive_agents = run_hive_agents(args) if args.h2_tasks else None
     hive_sharing = run_hive_agents(args, "H3") if args.h3_tasks else None
+    blips = run_reports_through_blips(args) if args.h4_blips else None
+    edge = run_sharing_at_the_edge(args) if args.h5_minutes else None
     pg_restarts = run_pg_restarts(args) if args.a7_submits else None
     fence = run_fence_race(args) if args.f1_writes else None
     tenants = run_tenants_apart(args) if args.s4_operations else None
@@ -963,6 +1133,8 @@ def main() -> None:
             fence,
             tenants,
             hive_sharing,
+            edge,
+            blips,
         ),
         flush=True,
     )
@@ -977,6 +1149,8 @@ def main() -> None:
         and (hive is None or hive["passed"])
         and (hive_agents is None or hive_agents["passed"])
         and (hive_sharing is None or hive_sharing["passed"])
+        and (edge is None or edge["passed"])
+        and (blips is None or blips["passed"])
         and (pg_restarts is None or pg_restarts["passed"])
         and (fence is None or fence["passed"])
         and (tenants is None or tenants["passed"])
@@ -996,6 +1170,8 @@ def main() -> None:
             "hive_schedules": hive,
             "hive_agents": hive_agents,
             "hive_sharing": hive_sharing,
+            "reports_through_blips": blips,
+            "sharing_at_the_edge": edge,
             "pg_restarts": pg_restarts,
             "fence_race": fence,
             "tenants_apart": tenants,

@@ -198,6 +198,7 @@ class SubmitClient(threading.Thread):
                     "closed",
                     "standby",
                     "not_owner",  # no daemon serves its tenant for the moment (sharing)
+                    "storage_unavailable",  # its token not checked: the store is away
                 ):
                     raise
                 if time.monotonic() > deadline:
