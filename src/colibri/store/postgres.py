@@ -916,6 +916,13 @@ class PostgresStore:
                 self._conn.execute("ROLLBACK")
         except psycopg.Error:
             pass
+        # A pipeline cut short by an error (a lock timeout) may leave psycopg counting as
+        # prepared a statement whose PREPARE the server skipped: each later use of it fails
+        # "prepared statement … does not exist", every batch with it refused. Forget them
+        # all, here and (at the next statement) on the server; they are prepared again.
+        prepared = getattr(self._conn, "_prepared", None)
+        if prepared is not None:
+            prepared.clear()
         if spare is not None:
             if self._conn.broken:  # (the ROLLBACK found it gone after all)
                 self._spare = spare
