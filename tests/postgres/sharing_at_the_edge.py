@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 
 from colibri.client import Remote
+from colibri.core.errors import ColibriError
 from tests.helpers import wait_until, write_config
 from tests.postgres.agents_through_kill import served_by
 from tests.postgres.hive import Member, relayed
@@ -126,7 +127,16 @@ def sharing_at_the_edge(
                 if made:
                     return made[key]
                 maker = by_pid[serving[tenant]]
-                return str(maker.call("token-create", tenant=tenant, **fields)["secret"])
+                # Refused for now (the writers' lock taken too long by the others' batches,
+                # far away): asked again, as any client does with a transient refusal.
+                for attempt in range(30):
+                    try:
+                        return str(maker.call("token-create", tenant=tenant, **fields)["secret"])
+                    except ColibriError as exc:
+                        if not exc.transient or attempt == 29:
+                            raise
+                        time.sleep(min(2.0, 0.1 * 2**attempt))
+                raise AssertionError("unreachable")
 
             tokens = {n: token(n, tenant_of[n], role="agent", agent=n) for n in names}
             token_file = workdir / "tokens.json"
