@@ -37,6 +37,7 @@ from colibri.core.model import DEFAULT_TENANT, LedgerEntry, Task, TaskSpec, norm
 from colibri.core.states import State
 from colibri.daemon.board import Board
 from colibri.daemon.board.capacity import LiveAgent
+from colibri.daemon.board.reports import failure
 from colibri.daemon.tokens import TokenAuthority
 from colibri.store import TaskFilter
 
@@ -519,7 +520,7 @@ class Commands:
     def fail(self, req: p.Fail, conn: Connection) -> Reply:
         agent = self._reporter(
             conn, "fail", req.task, req.epoch, from_session=req.from_session, claim=req.claim,
-            same=(State.FAILED, req.error or "session failed"),
+            same=failure(req.error),
         )  # fmt: skip
         task = self.board.fail(agent, req.task, req.epoch, req.error, req.session_ended)
         return {"task": task}

@@ -43,6 +43,12 @@ log = logging.getLogger(__name__)
 #: What a report ends its task with: its outcome, and its output or error.
 Report = tuple[State, str]
 
+
+def failure(error: str) -> Report:
+    """What a ``fail`` report ends its task with (a session that says nothing: why not)."""
+    return State.FAILED, error or "session failed"
+
+
 #: A question whose asker (``colibri ask``) went away is withdrawn after this long, unless it
 #: asks again (as it does within moments when the daemon restarts under it).
 ASK_GRACE = 10.0
@@ -214,15 +220,16 @@ class Reports:
     def fail(
         self, agent: LiveAgent, task_id: str, epoch: int, error: str, session_ended: bool = True
     ) -> Task:
-        task = self._held(agent, task_id, epoch, (State.FAILED, error or "session failed"))
+        report = failure(error)
+        task = self._held(agent, task_id, epoch, report)
         if task.state == State.CLOSED:
             return task  # the same report again, taken before: nothing changes
-        if task.state == State.FAILED and task.error == (error or "session failed"):
+        if task.state == State.FAILED and task.error == report[1]:
             return self.transitions.close(task) if session_ended else task  # the same report again
         if task.state != State.RUNNING:
             raise IllegalTransition(task_id, task.state, State.FAILED.value)
         agent.requeues_in_row = 0
-        ended = self.transitions.end_session(task, error or "session failed")
+        ended = self.transitions.end_session(task, report[1])
         return (
             self.transitions.close(ended)
             if session_ended and ended.state != State.PENDING
