@@ -12,10 +12,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from colibri.client import Client, socket_path
 from colibri.core.model import DEFAULT_MAX_LINE
+
+if TYPE_CHECKING:
+    from tests.prestarted import Forked
 
 PYTHON = sys.executable
 #: ``COLIBRI_TEST_STORE=postgresql`` runs every test daemon on a PostgreSQL board (a schema of
@@ -74,16 +77,10 @@ def colibri(
 ) -> subprocess.CompletedProcess[str]:
     """``python -m colibri`` as a subprocess (``--root`` given unless ``root`` is None), with
     ``env`` added to our environment, in ``cwd``; what it printed is captured."""
-    prefix = ["--root", str(root)] if root is not None else []
-    return subprocess.run(
-        [PYTHON, "-m", "colibri", *prefix, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-        cwd=cwd,
-        check=False,
-    )
+    from tests import prestarted
+
+    argv = [PYTHON, "-m", "colibri", *(["--root", str(root)] if root is not None else []), *args]
+    return prestarted.run(argv, env={**os.environ, **(env or {})}, cwd=cwd, timeout=timeout)
 
 
 def run_refused(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -163,7 +160,7 @@ class Daemon:
         #: Extra environment variables for the daemon process (e.g. COLIBRI_CRASHPOINT).
         self.env = dict(env or {})
         self.log_level = log_level
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: subprocess.Popen[bytes] | Forked | None = None
         self.log_path = root / "daemon.log"
         self._pg_board: str | None = None
         #: The same board as its tables' owner, for a test's own reads (RLS binds the daemon's).
@@ -201,16 +198,13 @@ class Daemon:
         return self._pg_board
 
     def start(self, timeout: float = 15.0) -> None:
-        log = open(self.log_path, "ab")
-        self.process = subprocess.Popen(
-            self.command(),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-            env={**os.environ, **self.env} if self.env else None,
-        )
-        log.close()
+        from tests import prestarted
+
+        with open(self.log_path, "ab") as log:
+            self.process = prestarted.start(
+                self.command(), stdout=log.fileno(), stderr=log.fileno(),
+                start_new_session=True, env={**os.environ, **self.env} if self.env else None,
+            )  # fmt: skip
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

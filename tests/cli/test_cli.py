@@ -17,6 +17,7 @@ import pytest
 
 from colibri import __version__
 from colibri.client import socket_path
+from tests import prestarted
 from tests.cli.conftest import Demo
 from tests.helpers import Daemon, FakeAgent, wait_until
 
@@ -59,10 +60,7 @@ def colibri(
     command = [sys.executable, "-m", "colibri"]
     if root is not None:
         command += ["--root", str(root)]
-    return subprocess.run(
-        [*command, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
-        input=input,
-    )  # fmt: skip
+    return prestarted.run([*command, *args], cwd=cwd, env=env, timeout=timeout, input=input)
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:
