@@ -185,7 +185,7 @@ def test_a_hundred_failed_attempts_keep_every_retry_within_a_day(tmp_path: Path)
     from colibri.core.protocol import RegisterAgent
     from colibri.daemon.board import MAX_RETRY_DELAY, Board
     from colibri.store import open_store
-    from tests.reliability.test_board_state_machine import ManualClock, Peer
+    from tests.inprocess import ManualClock, Peer
 
     clock = ManualClock()
     store = open_store(str(tmp_path / "board.sqlite"), durability="relaxed")

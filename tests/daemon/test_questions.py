@@ -7,14 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from colibri.config import SchedulerSettings
 from colibri.core.access import OWNER
 from colibri.core.errors import BadRequest
 from colibri.core.model import TaskSpec
 from colibri.core.protocol import RegisterAgent
-from colibri.daemon.board import Board
-from colibri.store import open_store
-from tests.reliability.test_board_state_machine import ManualClock, Peer
+from tests.inprocess import Peer, board_on
 
 
 def test_a_second_question_while_the_first_waits_is_refused_and_the_first_is_answered(
@@ -24,10 +21,8 @@ def test_a_second_question_while_the_first_waits_is_refused_and_the_first_is_ans
     it took the first one's place, and the first asker was never answered. Now it is refused
     in one line, the first is answered, and once an asker is gone (its session asks again
     after a restart or a dropped connection) the question is taken again."""
-    store = open_store(str(tmp_path / "board.sqlite"), durability="relaxed")
-    try:
-        board = Board(store, SchedulerSettings(), ManualClock())
-        board.rebuild()
+    with board_on(tmp_path / "board.sqlite") as (board, _):
+        store = board.store
         agent = Peer("harness")
         board.register(RegisterAgent(name="a1", capabilities=["x"]), agent)
         task, _ = board.submit(TaskSpec(text="asks", capabilities=["x"]))
@@ -60,5 +55,3 @@ def test_a_second_question_while_the_first_waits_is_refused_and_the_first_is_ans
         board.disconnect(second)  # its connection dropped: the question waits for it
         ask(third, 4, "which tests?")
         assert board.reports.askers[task.id] == (third, 4)
-    finally:
-        store.close()

@@ -285,7 +285,7 @@ def test_the_runner_with_a_jitter_longer_than_the_gap_misses_nothing(tmp_path: P
     from colibri.daemon.board import Board
     from colibri.daemon.schedules import ScheduleRunner
     from colibri.store import open_store
-    from tests.reliability.test_board_state_machine import ManualClock
+    from tests.inprocess import ManualClock
 
     for catch_up in ("one", "all", "none"):
         clock = ManualClock()
@@ -327,7 +327,7 @@ def test_a_fire_that_meets_a_full_disk_fails_its_batch_and_records_nothing(
     from colibri.daemon.schedules import ScheduleRunner
     from colibri.store import open_store
     from colibri.store.sqlite import SqliteStore
-    from tests.reliability.test_board_state_machine import ManualClock
+    from tests.inprocess import ManualClock
 
     clock = ManualClock()
     store = open_store(str(tmp_path / "board.sqlite"), durability="relaxed")

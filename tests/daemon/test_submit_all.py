@@ -17,7 +17,7 @@ from colibri.core.errors import ColibriError
 from colibri.core.model import TaskSpec
 from colibri.daemon.board import Board
 from colibri.store import Store, TaskFilter, open_store
-from tests.reliability.test_board_state_machine import ManualClock
+from tests.inprocess import ManualClock
 
 MakeBoard = Callable[..., tuple[Store, Board]]
 

@@ -327,7 +327,7 @@ def test_a_sweep_meeting_another_tenants_agent_row_fails_no_other_request(board:
     from colibri.core.protocol import RegisterAgent
     from colibri.daemon.board import STALL, Board
     from colibri.store.postgres import PostgresStore
-    from tests.reliability.test_board_state_machine import ManualClock, Peer
+    from tests.inprocess import ManualClock, Peer
 
     store = PostgresStore(board)
     try:
@@ -414,7 +414,7 @@ def test_forgetting_a_tenant_given_back_drops_its_agents_indexes_and_questions(
     from colibri.core.protocol import RegisterAgent
     from colibri.daemon.board import Board
     from colibri.store.postgres import PostgresStore
-    from tests.reliability.test_board_state_machine import ManualClock, Peer
+    from tests.inprocess import ManualClock, Peer
 
     store = PostgresStore(board)
     try:

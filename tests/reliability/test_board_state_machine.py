@@ -21,7 +21,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
@@ -30,12 +29,12 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from colibri.config import SchedulerSettings
 from colibri.core.access import OWNER
 from colibri.core.errors import ColibriError, StaleClaim
-from colibri.core.events import Event
 from colibri.core.model import MAX_TOKENS, MAX_USD, Cost, TaskSpec
 from colibri.core.protocol import Held, RegisterAgent
 from colibri.core.states import ENDED, State
 from colibri.daemon.board import Board, LiveAgent
 from colibri.store import Store, open_store
+from tests.inprocess import ManualClock, Peer, plain
 from tests.reliability import history
 
 AGENTS = ("a0", "a1", "a2")
@@ -47,44 +46,6 @@ TENANTS = ("default", "team-b")
 TTL = 5.0
 #: A RAM-backed folder when there is one: the store is real SQLite, its fsyncs are cheap.
 SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
-
-
-class ManualClock:
-    """Wall and monotonic time that move only when the test says so."""
-
-    def __init__(self) -> None:
-        self.wall = 1_900_000_000.0
-        self.mono = 1_000.0
-
-    def time(self) -> float:
-        return self.wall
-
-    def monotonic(self) -> float:
-        return self.mono
-
-    def advance(self, seconds: float) -> None:
-        self.wall += seconds
-        self.mono += seconds
-
-
-def plain(message: Any) -> dict[str, Any]:
-    """A message as the agent reads it: an event as a plain object named by its tag."""
-    if isinstance(message, Event):
-        return {"event": type(message).__struct_config__.tag, **msgspec.structs.asdict(message)}
-    return dict(message)
-
-
-class Peer:
-    """An agent's connection as the board sees it; it keeps what the agent was told."""
-
-    def __init__(self, name: str) -> None:
-        self.agent_name: str | None = None
-        self.closing = False
-        self.name = name
-        self.messages: list[dict[str, Any]] = []
-
-    def send(self, message: Any) -> None:
-        self.messages.append(plain(message))
 
 
 class AgentModel:

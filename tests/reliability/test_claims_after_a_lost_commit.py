@@ -18,7 +18,7 @@ from colibri.core.model import TaskSpec
 from colibri.core.protocol import RegisterAgent
 from colibri.daemon.board import Board
 from colibri.store import open_store
-from tests.reliability.test_board_state_machine import ManualClock, Peer
+from tests.inprocess import ManualClock, Peer
 
 
 def _board(tmp_path: Path) -> tuple[Any, Board, Peer]:
