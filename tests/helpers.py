@@ -21,6 +21,11 @@ if TYPE_CHECKING:
     from tests.prestarted import Forked
 
 PYTHON = sys.executable
+
+#: Coverage.py's settings when the suite is measured (bench/coverage.sh), for the processes a
+#: test starts in an environment of its own: with them, those are measured too. Empty otherwise.
+COVERAGE_ENV = {name: value for name, value in os.environ.items() if name.startswith("COVERAGE_")}
+
 #: ``COLIBRI_TEST_STORE=postgresql`` runs every test daemon on a PostgreSQL board (a schema of
 #: its own on ``COLIBRI_TEST_PG``'s server) instead of its root's SQLite file. Read here, at
 #: import: each test's environment is cleared of COLIBRI_* variables.

@@ -11,7 +11,7 @@ from typing import Any
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from tests.helpers import PYTHON
+from tests.helpers import COVERAGE_ENV, PYTHON
 
 
 @asynccontextmanager
@@ -21,7 +21,10 @@ async def mcp_session(
     """An initialized MCP session with ``colibri ARGS mcp`` (its stderr in ``log``); ``env`` is
     added to what the SDK passes on, which is not our environment (no COLIBRI_*)."""
     server = StdioServerParameters(
-        command=PYTHON, args=["-m", "colibri", *args, "mcp"], env=env, cwd=cwd
+        command=PYTHON,
+        args=["-m", "colibri", *args, "mcp"],
+        env={**COVERAGE_ENV, **(env or {})},
+        cwd=cwd,
     )
     with open(log, "w") as errlog:
         async with stdio_client(server, errlog=errlog) as (read, write):

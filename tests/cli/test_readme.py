@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import COVERAGE_ENV
+
 REPOSITORY = Path(__file__).parents[2]
 README = REPOSITORY / "README.md"
 #: The commands that run until stopped: in a block they must be backgrounded (``&``).
@@ -65,6 +67,7 @@ def test_the_walk_through_runs_as_written(home: Path) -> None:
         ]
     )
     env = {
+        **COVERAGE_ENV,
         "HOME": str(home),
         "PATH": f"{colibri.parent}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
         "LANG": "C.UTF-8",
