@@ -211,7 +211,7 @@ def end_processes(procs: list[Proc], known: Callable[[Proc], bool], long_lived: 
         time.sleep(0.01)
         table = processes()
         reap_orphans(table, long_lived)
-        procs = left_behind(processes(), known, long_lived)
+        procs = left_behind(table, known, long_lived)
 
 
 # --- sockets -----------------------------------------------------------------------------------

@@ -217,12 +217,20 @@ def test_a_clean_run_passes_with_what_wider_fixtures_keep(
             process.kill()
             process.wait()
 
+        @pytest.fixture(scope="session")
+        def listener():
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                sock.listen()
+                yield sock
+
         def test_uses_the_module_pair(pair):
             pair[0].sendall(b"x")
             assert pair[1].recv(1) == b"x"
 
         def test_sets_up_the_session_fixtures_from_inside(request):
             assert request.getfixturevalue("sleeper").poll() is None
+            assert request.getfixturevalue("listener").getsockname()[1]
             assert request.getfixturevalue("pair")
 
         def test_and_again(pair, sleeper):
