@@ -7,8 +7,10 @@ subreaper (Linux), so every orphan a test makes (a harness whose daemon was SIGK
 ``run --detach`` daemon, a tmux server) is re-parented to it rather than to init. Around each
 test, the processes under the test process are listed from ``/proc``: one alive after the test
 that was not before is left behind. Those that were there before are the wider fixtures' and
-are not looked into; the long-lived helpers named in ``tests.helpers.LONG_LIVED_PIDS`` are not
-blamed, though what they start is (their descendants are looked into).
+are not looked into; the long-lived helpers named in ``LONG_LIVED_PIDS`` (of ``tests.prestarted``,
+the forker colibri's commands are started from, or ``tests.helpers``) are not blamed, though
+what they start is (their descendants are looked into), and neither are the sockets to them
+(``LONG_LIVED_FDS``).
 
 Sockets: the test process's socket descriptors are listed around each test; when there are more
 after it, the garbage collector runs (a socket it finds unclosed is a ``ResourceWarning``) and a
@@ -131,10 +133,21 @@ def now() -> int:
     return int(time.clock_gettime(time.CLOCK_BOOTTIME) * _TICKS)
 
 
+#: The modules that may name long-lived helpers (``LONG_LIVED_PIDS``, ``LONG_LIVED_FDS``).
+_HELPER_MODULES = ("tests.helpers", "tests.prestarted")
+
+
+def _long_lived(name: str) -> set[int]:
+    found: set[int] = set()
+    for module in _HELPER_MODULES:  # only those imported: a helper not imported is not started
+        found.update(getattr(sys.modules.get(module), name, ()))
+    return found
+
+
 def long_lived_pids() -> set[int]:
-    """The helper processes kept for many tests (``tests.helpers.LONG_LIVED_PIDS``)."""
-    helpers = sys.modules.get("tests.helpers")
-    return set(getattr(helpers, "LONG_LIVED_PIDS", set()))
+    """The helper processes kept for many tests (``LONG_LIVED_PIDS`` of ``tests.helpers`` or
+    ``tests.prestarted``: the forker each test process starts colibri's commands from)."""
+    return _long_lived("LONG_LIVED_PIDS")
 
 
 def left_behind(
@@ -245,10 +258,9 @@ def _describe_socket(fd: int) -> str:
 
 
 def long_lived_sockets() -> set[str]:
-    """The sockets of long-lived helpers (``tests.helpers.LONG_LIVED_FDS``, descriptors)."""
-    helpers = sys.modules.get("tests.helpers")
+    """The sockets to long-lived helpers (``LONG_LIVED_FDS``, descriptors, beside their pids)."""
     found = set()
-    for fd in getattr(helpers, "LONG_LIVED_FDS", set()):
+    for fd in _long_lived("LONG_LIVED_FDS"):
         with contextlib.suppress(OSError):
             found.add(os.readlink(f"/proc/self/fd/{fd}"))
     return found
