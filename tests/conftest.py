@@ -13,6 +13,9 @@ import pytest
 
 from tests.helpers import Daemon, write_config
 
+#: What every test is checked for leaving behind (processes, sockets, schemas): tests/leaks.py.
+pytest_plugins = ["tests.leaks"]
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """Every process a test starts does so with SIGINT, SIGHUP and SIGTERM at their default

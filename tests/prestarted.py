@@ -39,6 +39,8 @@ from typing import IO, Any, NoReturn
 
 #: The pid of each forker of this test process: a test's leak check leaves it alone.
 LONG_LIVED_PIDS: set[int] = set()
+#: The descriptor of the connection to each forker: the leak check leaves it alone too.
+LONG_LIVED_FDS: set[int] = set()
 
 #: Names in an environment that change how an interpreter starts: such a start is a fresh one.
 _FRESH_ONLY = ("LD_PRELOAD", "PYTHON")
@@ -124,6 +126,7 @@ class _Forker:
         self.owner = os.getpid()
         self.lock = threading.Lock()
         LONG_LIVED_PIDS.add(self.process.pid)
+        LONG_LIVED_FDS.add(self.socket.fileno())
 
     def start(
         self, args: list[str], env: dict[str, str], cwd: str, fds: tuple[int, int, int],
@@ -154,6 +157,7 @@ class _Forker:
         return Forked([sys.executable, "-m", "colibri", *args], int(pid_line), report_r)
 
     def close(self) -> None:
+        LONG_LIVED_FDS.discard(self.socket.fileno())
         self.socket.close()  # the forker reads its end of the connection and exits
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=10)

@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from tests.leaks import private_server_marker
 from tests.postgres.hive import free_port
 
 
@@ -49,7 +50,8 @@ class PrivateServer:
         assert binaries is not None, unavailable()
         self.bin = binaries
         # Not under pytest's tmp_path: as root, that is closed to the postgres user.
-        self.base = Path(tempfile.mkdtemp(prefix="colibri-pg-"))
+        # Named with the run's id: a server a run leaves running is found by it.
+        self.base = Path(tempfile.mkdtemp(prefix=private_server_marker()))
         self.data = self.base / "data"
         self.port = free_port()
         self.dsn = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"

@@ -158,7 +158,10 @@ def pg_schema(dsn: str = PG_DSN) -> tuple[str, Callable[[], None]]:
             raise
         pytest.skip(f"no PostgreSQL at {dsn} ({str(exc).strip().splitlines()[0]}); set "
                     "COLIBRI_TEST_PG=postgresql://… to run these tests")  # fmt: skip
-    name = "t_" + uuid.uuid4().hex[:16]
+    from tests.leaks import schema_prefix
+
+    # Named with the run's id: what a run leaves is found by name, never another run's.
+    name = schema_prefix() + uuid.uuid4().hex[:16]
     with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute(f"CREATE SCHEMA {name}")
     separator = "&" if "?" in dsn else "?"
