@@ -585,6 +585,15 @@ def test_a_batch_begun_just_before_the_deadline_on_a_silent_server_stops_the_dae
         daemon.stop()
 
 
+def _lease_past(board: str, instant: object) -> tuple[int, bool] | None:
+    """The lease's (epoch, live) once PostgreSQL's clock is past ``instant``; None before."""
+    with psycopg.connect(board) as db:
+        row = db.execute(
+            "SELECT epoch, expires_at > now() FROM leases WHERE now() > %s", (instant,)
+        ).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
 def _accepted(daemon: Daemon, text: str) -> dict[str, Any] | None:
     try:
         return daemon.submit(text)
@@ -608,17 +617,21 @@ def test_a_server_silent_for_less_than_the_lease_is_waited_out_and_served_again(
     daemon.start()
     try:
         before = [daemon.submit(f"before {n}") for n in range(3)]
+        with psycopg.connect(board) as db:
+            held = db.execute("SELECT expires_at FROM leases").fetchone()
+        assert held is not None
         relay.deaf = True
         threading.Timer(2.0, lambda: setattr(relay, "deaf", False)).start()
         assert error_code(lambda: daemon.submit("during")) == "storage_unavailable"
         after = wait_until(lambda: _accepted(daemon, "after"), timeout=20)
         assert "said nothing for 4 s" in daemon.log()
         assert [daemon.task(t["id"])["state"] for t in [*before, after]] == ["pending"] * 4
-        time.sleep(8)  # a whole ttl later: still this daemon's, never stopped
-        assert daemon.process is not None and daemon.process.poll() is None
-        with psycopg.connect(board) as db:
-            row = db.execute("SELECT epoch, expires_at > now() AS live FROM leases").fetchone()
+        # Past the end of the lease as it was when the silence began, by PostgreSQL's clock:
+        # still live, so renewed in time (a renewal takes only a live lease), never stopped.
+        row = wait_until(lambda: _lease_past(board, held[0]), timeout=20)
         assert row == (1, True)
+        assert daemon.process is not None and daemon.process.poll() is None
+        assert "could not be renewed" not in daemon.log()
         seqs = [row["seq"] for row in daemon.ledger()]
         assert seqs == list(range(1, len(seqs) + 1))
     finally:
