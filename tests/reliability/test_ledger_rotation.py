@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.helpers import Daemon, RawConnection, wait_until
 from tests.reliability import history
 from tests.reliability.crash_scenarios import (
@@ -133,6 +135,7 @@ def daemon_uid(daemon: Daemon) -> int:
     return os.stat(f"/proc/{daemon.process.pid}").st_uid  # the process's effective uid
 
 
+@pytest.mark.slow  # a soak: 10,000 rows through a rotation every ~90
 def test_10k_rows_across_rotations_and_kills_lose_nothing(root: Path) -> None:
     limit = configure(root, rotate_mib=0.02, keep=1000)  # ~20 KiB: a rotation per ~90 rows
     ops: list[dict[str, Any]] = []
