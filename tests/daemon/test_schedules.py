@@ -241,12 +241,12 @@ def test_three_days_down_gives_one_catch_up_task_and_loud_missed_fires(root: Pat
 def test_fires_that_intake_refuses_are_recorded_as_refused_and_the_rest_still_fire(
     root: Path,
 ) -> None:
-    """max_pending 3 and a schedule every second, with no agent: three fires make tasks, the
+    """max_pending 2 and a schedule every second, with no agent: two fires make tasks, the
     next ones are refused by the quota. Each refusal is recorded as refused, with its
     reason, a ledger row and the schedule's count — no fire record names a task that does not
     exist. After a downtime, a catch_up "all" batch is refused fire by fire, not abandoned at
     the first."""
-    (root / "colibri.jsonc").write_text(json.dumps({"scheduler": {"max_pending": 3}}))
+    (root / "colibri.jsonc").write_text(json.dumps({"scheduler": {"max_pending": 2}}))
     daemon = Daemon(root)
     daemon.start()
     try:
@@ -255,22 +255,33 @@ def test_fires_that_intake_refuses_are_recorded_as_refused_and_the_rest_still_fi
         records = fires(daemon, "often")
         fired = [f for f in records if f["outcome"] == "fired"]
         refused = [f for f in records if f["outcome"] == "refused"]
-        assert len(fired) == 3
+        assert len(fired) == 2
         for record in fired:
             assert daemon.call("get", task=record["task"])["task"]["schedule"] == "often"
         assert all(f["task"] is None and "quota_exceeded" in f["reason"] for f in refused)
         schedule = daemon.call("schedule-get", name="often", next=0)["schedule"]
-        assert schedule["fires"] == 3 and schedule["refused"] >= len(refused)
+        assert schedule["fires"] == 2 and schedule["refused"] >= len(refused)
         rows = [e for e in daemon.call("ledger", limit=10_000)["entries"]
                 if e.get("schedule") == "often" and e["to_state"] == "refused"]  # fmt: skip
         assert len(rows) >= len(refused) and all("quota_exceeded" in r["reason"] for r in rows)
         daemon.stop()
-        time.sleep(4.5)  # four or five fire times pass while it is down
+        down = time.time()
+        time.sleep(2.5)  # two or three fire times pass while it is down
+        up = time.time()
         daemon.start()
-        wait_until(lambda: len(fires(daemon, "often")) >= len(records) + 4)
+
+        def while_down() -> list[dict[str, Any]] | None:
+            """The records of the downtime's fire times, once there are two."""
+            nominal = [(parse_rfc3339(f["nominal"]), f) for f in fires(daemon, "often")]
+            missed = [f for at, f in nominal if down <= at <= up]
+            return missed if len(missed) >= 2 else None
+
+        # The catch-up batch: the downtime's fire times (two at least), each refused.
+        batch = wait_until(while_down)
+        assert {f["outcome"] for f in batch} == {"refused"}
         caught_up = [f for f in fires(daemon, "often") if f not in records]
         assert {f["outcome"] for f in caught_up} == {"refused"}
-        assert len(daemon.call("list", limit=100)["tasks"]) == 3
+        assert len(daemon.call("list", limit=100)["tasks"]) == 2
     finally:
         daemon.stop()
 

@@ -236,6 +236,9 @@ def test_an_owner_cut_off_for_a_third_of_its_lease_keeps_it_and_serves_again(
     try:
         standby.stand_by()
         before = owner.submit("before the cut", capabilities=["nobody"])
+        with psycopg.connect(board, autocommit=True) as db:
+            held = db.execute("SELECT expires_at FROM leases").fetchone()
+        assert held is not None
         relay.cut()
         time.sleep(ttl / 3)
         with pytest.raises(ColibriError) as refused:
@@ -244,9 +247,17 @@ def test_an_owner_cut_off_for_a_third_of_its_lease_keeps_it_and_serves_again(
         relay.restore()
         wait_until(lambda: "the store answers again" in owner.log(), timeout=ttl)
         after = owner.submit("after", capabilities=["nobody"])
-        time.sleep(ttl)  # a whole ttl more: the lease renewed, never lapsed
-        with psycopg.connect(board, autocommit=True) as db:
-            row = db.execute("SELECT epoch, expires_at > now() AS live FROM leases").fetchone()
+
+        def past_the_lease_held_at_the_cut() -> tuple[int, bool] | None:
+            with psycopg.connect(board, autocommit=True) as db:
+                return db.execute(
+                    "SELECT epoch, expires_at > now() AS live FROM leases WHERE now() > %s",
+                    held,
+                ).fetchone()
+
+        # By PostgreSQL's clock, past the end of the lease as it was at the cut, and still
+        # live: renewed before it lapsed (a renewal takes only a live lease), never lapsed.
+        row = wait_until(past_the_lease_held_at_the_cut, timeout=3 * ttl)
         assert row == (1, True), row
         assert "took the board's lease" not in standby.log()
         assert owner.process is not None and owner.process.poll() is None
@@ -283,13 +294,21 @@ def test_a_board_that_takes_longer_than_the_lease_to_build_is_kept(
     member.start(timeout=60)
     try:
         built_s = time.monotonic() - started
-        time.sleep(2)  # a few of keep_lease's renewals
+        with psycopg.connect(board) as conn:
+            held = conn.execute("SELECT expires_at FROM leases").fetchone()
+
+        def past_the_lease_held_once_built() -> tuple[int, bool] | None:
+            with psycopg.connect(board) as conn:
+                return conn.execute(
+                    "SELECT epoch, expires_at > now() FROM leases WHERE now() > %s", held
+                ).fetchone()
+
+        # By PostgreSQL's clock, past the end of the lease it held once built, and still live
+        # under epoch 1: renewed since, before it lapsed (a renewal takes only a live lease).
+        assert wait_until(past_the_lease_held_once_built, timeout=20) == (1, True)
         assert member.process is not None and member.process.poll() is None, member.log()
         assert "could not be renewed" not in member.log()
         assert member.call("status")["tasks"]["pending"] == 300_000
-        with psycopg.connect(board) as conn:
-            epoch = conn.execute("SELECT epoch FROM leases").fetchone()
-        assert epoch == (1,)
         assert built_s > 2.0, f"the board was built in {built_s:.2f}s: within the ttl, no proof"
     finally:
         member.stop()

@@ -354,6 +354,7 @@ def test_a_sweep_meeting_another_tenants_agent_row_fails_no_other_request(board:
 FAR = 0.05
 
 
+@pytest.mark.slow  # a soak: ten ttls of renewals from 50 ms away
 def test_sharing_daemons_a_twentieth_of_their_ttl_from_postgresql_keep_their_leases(
     tmp_path: Path, board: str
 ) -> None:

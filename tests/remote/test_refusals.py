@@ -357,26 +357,38 @@ def test_one_address_cannot_hold_more_than_32_handshakes_open(tls_daemon: TlsDae
 def test_anonymous_tcp_peers_never_take_the_owners_place(tls_daemon: TlsDaemon) -> None:
     """Peers past TLS that never authenticate have a small pool of their own (8 an address,
     64 in all): they fill it, are told busy beyond it, and the owner and the others get in."""
-    held: list[ssl.SSLSocket] = []
-    busy = 0
+    peers: list[ssl.SSLSocket] = []
+    said: dict[ssl.SSLSocket, bytes] = {}
+    closed: set[ssl.SSLSocket] = set()
+
+    def told_busy() -> int:
+        """What each peer has been told so far (read without waiting): how many heard busy."""
+        for sock in peers:
+            try:
+                while sock not in closed and (chunk := sock.recv(65536)):
+                    said[sock] += chunk
+                closed.add(sock)  # an end of the stream: it was closed
+            except (ssl.SSLWantReadError, BlockingIOError):
+                pass  # nothing more yet
+            except (ssl.SSLError, OSError):
+                closed.add(sock)
+        return sum(b'"busy"' in said[sock] for sock in peers)
+
     try:
         for address in range(10, 19):  # 9 addresses × 8 = 72 tries at the pool of 64
             for _ in range(8):
                 sock = tls_socket(tls_daemon, f"127.0.0.{address}")
-                sock.settimeout(0.3)
-                try:
-                    first = sock.recv(65536)
-                except (TimeoutError, ssl.SSLError):
-                    first = b""  # nothing said: it holds a place
-                if b'"busy"' in first:
-                    busy += 1
-                    sock.close()
-                else:
-                    held.append(sock)
-        assert (len(held), busy) == (64, 8)
-        assert tls_daemon.call("status")["daemon"]["connections"] >= 1  # the owner gets in
+                sock.setblocking(False)
+                peers.append(sock)
+                said[sock] = b""
+        wait_until(lambda: told_busy() >= 8, timeout=15)
+        # The owner gets in; its answer comes after every word to the peers before it.
+        assert tls_daemon.call("status")["daemon"]["connections"] >= 1
+        assert told_busy() == 8
+        held = [s for s in peers if not said[s] and s not in closed]  # each holds a place
+        assert len(held) == 64
     finally:
-        for sock in held:
+        for sock in peers:
             sock.close()
     # Once they are gone (or dropped at handshake_timeout), a token gets in as before.
     with tls_daemon.connect(tls_daemon.token()) as client:
@@ -471,8 +483,10 @@ def test_a_peer_that_takes_the_connection_and_says_nothing_does_not_hold_a_clien
     tmp_path: Path,
 ) -> None:
     """Something listening where a daemon should be, silent after the connection: the CLI and
-    the client library give up on the answer to auth (no_daemon, one line), not hang."""
+    the client library give up on the answer to auth (no_daemon, one line), not hang. The two
+    wait out their CONNECT_TIMEOUT side by side."""
     import asyncio
+    from concurrent.futures import ThreadPoolExecutor
 
     from colibri.client import CONNECT_TIMEOUT, AsyncClient
 
@@ -481,23 +495,25 @@ def test_a_peer_that_takes_the_connection_and_says_nothing_does_not_hold_a_clien
     silent.listen(8)
     address = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
     token = "colibri_0123456789ab_" + "x" * 43
+
+    async def connect() -> str:
+        remote = Remote.parse(address, token=token, insecure_loopback=True)
+        try:
+            await AsyncClient(remote).connect()
+        except ColibriError as exc:
+            return exc.code
+        return "connected"
+
     try:
-        done = colibri(None, "--connect", address, "--insecure-loopback", "--token", token,
-                       "status", timeout=CONNECT_TIMEOUT + 30)  # fmt: skip
+        with ThreadPoolExecutor(1) as cli:
+            args = ("--connect", address, "--insecure-loopback", "--token", token, "status")
+            running = cli.submit(colibri, None, *args, timeout=CONNECT_TIMEOUT + 30)
+            assert asyncio.run(asyncio.wait_for(connect(), CONNECT_TIMEOUT + 20)) == "no_daemon"
+            done = running.result()
         assert done.returncode == 1
         assert one_line(done.stderr) == (
             f"colibri: no daemon answers at {address}: no answer to auth within "
             f"{CONNECT_TIMEOUT:g}s"
         )
-
-        async def connect() -> str:
-            remote = Remote.parse(address, token=token, insecure_loopback=True)
-            try:
-                await AsyncClient(remote).connect()
-            except ColibriError as exc:
-                return exc.code
-            return "connected"
-
-        assert asyncio.run(asyncio.wait_for(connect(), CONNECT_TIMEOUT + 20)) == "no_daemon"
     finally:
         silent.close()

@@ -199,12 +199,20 @@ def test_a_harness_log_past_its_limit_is_renamed_and_no_line_is_lost(
     fleet: Fleet, root: Path
 ) -> None:
     """supervisor.harness_log_mib: the harness renames its log NAME.log.1 past the limit and
-    goes on in a new NAME.log, 0600; read .1 then the log, every line is there, whole."""
+    goes on in a new NAME.log, 0600; read .1 then the log, every line is there, whole. The log
+    holds an earlier harness's lines already, 358 bytes short of the limit (1 KiB, the least
+    there is): a few crashes' lines take it past."""
+    log = root / ".colibri" / "harness" / "web.log"
+    older = log.with_name("web.log.1")
+    log.parent.mkdir(mode=0o700)
+    earlier = "".join(f"03:00:{n:02} info    an earlier harness's line {n:02}\n" for n in range(15))
+    assert 500 < len(earlier) < 1024 - 300
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as prefill:
+        prefill.write(earlier)
     daemon = fleet({"web": {"session": {"command": ECHO}}}, supervisor={"harness_log_mib": 0.001})
     (pid,) = wait_until(lambda: one_each(root, ["web"])).values()
     wait_until(lambda: online(daemon, "web"))
-    log = root / ".colibri" / "harness" / "web.log"
-    older = log.with_name("web.log.1")
     # Each crash of the daemon makes the harness write a few lines: lost, waiting, registered.
     crashes = 0
     while not older.exists():
@@ -213,10 +221,11 @@ def test_a_harness_log_past_its_limit_is_renamed_and_no_line_is_lost(
         daemon.start()
         wait_until(lambda: online(daemon, "web"))
         crashes += 1
+    assert crashes >= 1  # the earlier lines alone were short of the limit
     assert one_each(root, ["web"]) == {"web": pid}  # one harness did it all, adopted each time
     assert older.stat().st_size >= 1024 > log.stat().st_size
     lines = older.read_text() + log.read_text()
-    assert lines.endswith("\n")
+    assert lines.startswith(earlier) and lines.endswith("\n")
     assert lines.count("event=registered") == crashes + 1
     assert lines.count("event=daemon_lost") == crashes
     for path in (log, older):

@@ -27,6 +27,7 @@ def test_the_protocol_is_what_the_proxy_records() -> None:
     assert "location" not in STORE_METHODS
 
 
+@pytest.mark.slow  # the whole contract suite again, in a pytest of its own
 def test_the_contract_suite_calls_every_store_method(tmp_path: Path) -> None:
     calls = tmp_path / "calls"
     done = subprocess.run(
