@@ -4,6 +4,7 @@ getpeereid), the portable calls forced here on Linux. Real processes, real socke
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -48,9 +49,12 @@ def test_running_zombie_and_reaped(mode: str) -> None:
 def test_a_process_that_is_not_our_child(mode: str) -> None:
     """A grandchild, re-parented when its parent exits: alive until killed, then gone once
     its new parent (init, or a subreaper) has reaped it."""
-    shell = subprocess.run(
-        ["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True
-    )
+    # The test process is a subreaper (tests/leaks.py) and would adopt the orphan: it is not
+    # one while the shell starts it, so init, or a subreaper above the test run, takes it.
+    with _not_a_subreaper():
+        shell = subprocess.run(
+            ["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True
+        )
     orphan = int(shell.stdout)
     try:
         assert alive(orphan)
@@ -58,6 +62,18 @@ def test_a_process_that_is_not_our_child(mode: str) -> None:
     finally:
         os.kill(orphan, signal.SIGKILL)
     wait_until(lambda: not alive(orphan), timeout=10)
+
+
+@contextlib.contextmanager
+def _not_a_subreaper() -> Iterator[None]:
+    libc = ctypes.CDLL(None)
+    flag = ctypes.c_int(0)
+    libc.prctl(37, ctypes.byref(flag), 0, 0, 0)  # PR_GET_CHILD_SUBREAPER
+    libc.prctl(36, 0, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    try:
+        yield
+    finally:
+        libc.prctl(36, flag.value, 0, 0, 0)
 
 
 def test_processes_exiting_under_the_reader_never_raise(mode: str) -> None:
