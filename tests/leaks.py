@@ -69,7 +69,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if not _is_worker(config) and _run_id is None:
         _run_id = uuid.uuid4().hex[:8]
         os.environ[RUN_ID_VARIABLE] = _run_id  # the workers, started after this, inherit it
-    if _LINUX:
+    # The process that runs the tests adopts their orphans; xdist's controller runs none, and
+    # adopting would keep what it never reaps (a test's orphan, when its worker is not a
+    # subreaper for a moment) from ever being gone.
+    if _LINUX and (_is_worker(config) or not config.getoption("numprocesses", None)):
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
