@@ -172,20 +172,16 @@ _forker_lock = threading.Lock()
 
 
 def _the_forker() -> _Forker:
+    """This test process's forker, started on first use (and again if it ended). It lives as
+    long as the test process: it ends by itself once its connection closes with it."""
     global _forker
     with _forker_lock:
-        if _forker is None or _forker.owner != os.getpid() or _forker.process.poll() is not None:
+        ours = _forker is not None and _forker.owner == os.getpid()
+        if _forker is not None and ours and _forker.process.poll() is not None:
+            _forker.close()  # ended: its pid and connection are no longer long-lived helpers
+        if _forker is None or not ours or _forker.process.poll() is not None:
             _forker = _Forker()
         return _forker
-
-
-def close() -> None:
-    """End this test process's forker (at the end of the session)."""
-    global _forker
-    with _forker_lock:
-        if _forker is not None and _forker.owner == os.getpid():
-            _forker.close()
-        _forker = None
 
 
 def forkable(argv: list[str], env: dict[str, str] | None) -> bool:
@@ -219,12 +215,15 @@ def start(
             argv, stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=stdout,
             stderr=stderr, start_new_session=start_new_session, env=env, cwd=cwd,
         )  # fmt: skip
-    with open(os.devnull, "rb") as devnull:
-        fds = (
-            devnull.fileno() if stdin is None else stdin,
-            1 if stdout is None else stdout,  # ours, as Popen leaves them
-            2 if stderr is None else stderr,
-        )
+    if subprocess.PIPE in (stdin, stdout, stderr):
+        raise ValueError("a forked command takes file descriptors, not pipes made for it")
+    with open(os.devnull, "r+b") as devnull:
+
+        def given(fd: int | None, ours: int) -> int:
+            """The descriptor to give: ours where None (as Popen leaves them), /dev/null's."""
+            return ours if fd is None else devnull.fileno() if fd == subprocess.DEVNULL else fd
+
+        fds = (given(stdin, devnull.fileno()), given(stdout, 1), given(stderr, 2))
         return _the_forker().start(
             argv[3:], dict(os.environ if env is None else env), os.fspath(cwd or os.getcwd()),
             fds, start_new_session,
