@@ -80,8 +80,9 @@ def colibri(
     timeout: float = 60.0,
     cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m colibri`` as a subprocess (``--root`` given unless ``root`` is None), with
-    ``env`` added to our environment, in ``cwd``; what it printed is captured."""
+    """``python -m colibri`` run to its end (forked: tests/prestarted.py), ``--root`` given
+    unless ``root`` is None, with ``env`` added to our environment, in ``cwd``; what it printed
+    is captured."""
     from tests import prestarted
 
     argv = [PYTHON, "-m", "colibri", *(["--root", str(root)] if root is not None else []), *args]

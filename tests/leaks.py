@@ -8,7 +8,7 @@ subreaper (Linux), so every orphan a test makes (a harness whose daemon was SIGK
 test, the processes under the test process are listed from ``/proc``: one alive after the test
 that was not before is left behind. Those that were there before are the wider fixtures' and
 are not looked into; the long-lived helpers named in ``LONG_LIVED_PIDS`` (of ``tests.prestarted``,
-the forker colibri's commands are started from, or ``tests.helpers``) are not blamed, though
+the forker colibri's commands are started from) are not blamed, though
 what they start is (their descendants are looked into), and neither are the sockets to them
 (``LONG_LIVED_FDS``).
 
@@ -136,20 +136,15 @@ def now() -> int:
     return int(time.clock_gettime(time.CLOCK_BOOTTIME) * _TICKS)
 
 
-#: The modules that may name long-lived helpers (``LONG_LIVED_PIDS``, ``LONG_LIVED_FDS``).
-_HELPER_MODULES = ("tests.helpers", "tests.prestarted")
-
-
 def _long_lived(name: str) -> set[int]:
-    found: set[int] = set()
-    for module in _HELPER_MODULES:  # only those imported: a helper not imported is not started
-        found.update(getattr(sys.modules.get(module), name, ()))
-    return found
+    """``tests.prestarted``'s set ``name``: its forker, if this test process started one (it
+    is not imported, or holds none, where no test started a colibri command)."""
+    return set(getattr(sys.modules.get("tests.prestarted"), name, ()))
 
 
 def long_lived_pids() -> set[int]:
-    """The helper processes kept for many tests (``LONG_LIVED_PIDS`` of ``tests.helpers`` or
-    ``tests.prestarted``: the forker each test process starts colibri's commands from)."""
+    """The helper processes kept for many tests (the forker each test process starts colibri's
+    commands from)."""
     return _long_lived("LONG_LIVED_PIDS")
 
 

@@ -107,13 +107,13 @@ def test_an_orphan_left_running_is_found_as_well(
 def test_what_a_long_lived_helper_starts_is_checked_the_helper_is_not(
     pytester: pytest.Pytester, planted: Callable[[str], pytest.RunResult]
 ) -> None:
-    """A helper kept for many tests (``tests.helpers.LONG_LIVED_PIDS``) that starts processes
+    """A helper kept for many tests (``tests.prestarted.LONG_LIVED_PIDS``) that starts processes
     on request: it is not blamed, even started by a test; what it starts for a test is."""
     pids = pytester.path / "pids"
     result = planted(
         f"""
         import os, subprocess, sys
-        import tests.helpers
+        import tests.prestarted
 
         PIDS = {str(pids)!r}
         SPAWNER = "import subprocess, sys\\n" \\
@@ -126,7 +126,7 @@ def test_what_a_long_lived_helper_starts_is_checked_the_helper_is_not(
             if not spawner:
                 spawner.append(subprocess.Popen([sys.executable, "-c", SPAWNER], text=True,
                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE))
-                tests.helpers.__dict__.setdefault("LONG_LIVED_PIDS", set()).add(spawner[0].pid)
+                tests.prestarted.LONG_LIVED_PIDS.add(spawner[0].pid)
             spawner[0].stdin.write("go\\n")
             spawner[0].stdin.flush()
             return int(spawner[0].stdout.readline())
