@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from colibri.client import Client
-from tests.helpers import Daemon, FakeAgent
+from tests.helpers import Daemon, FakeAgent, wait_until
 from tests.reliability import history
 
 DEPTH, FANOUT = 6, 4
@@ -67,41 +66,55 @@ def test_cancel_root_of_5461_while_8_clients_add_children(daemon: Daemon, root: 
     finally:
         worker.close()
 
-    outcomes: list[tuple[str, str]] = []  # (parent, "ok" | error code)
+    # (parent, "ok" | error code, whether it was sent after the cancel was answered)
+    outcomes: list[tuple[str, str, bool]] = []
     lock = threading.Lock()
     stop = threading.Event()
+    cancel_answered = threading.Event()
+    tried_after: dict[int, threading.Event] = {seed: threading.Event() for seed in range(CLIENTS)}
 
     def add_children(seed: int) -> None:
         rng = random.Random(seed)
         with Client(daemon.socket, timeout=30) as client:
             while not stop.is_set():
                 parent = rng.choice(members)
+                # Read before sending: a request sent once the cancel was answered reaches the
+                # daemon after the cancel's commit, however the threads are scheduled.
+                sent_after = cancel_answered.is_set()
                 request = client.send("submit", text="late child", parent=parent,
                                       capabilities=["nobody"])  # fmt: skip
                 reply = client.read()
                 assert reply["id"] == request
                 code = "ok" if reply["ok"] else reply["error"]["code"]
                 with lock:
-                    outcomes.append((parent, code))
+                    outcomes.append((parent, code, sent_after))
+                if sent_after:
+                    tried_after[seed].set()
+
+    def submitted() -> int:
+        with lock:
+            return len(outcomes)
 
     adders = [threading.Thread(target=add_children, args=(seed,)) for seed in range(CLIENTS)]
     for adder in adders:
         adder.start()
-    time.sleep(0.5)  # the adders are busy
+    wait_until(lambda: submitted() >= 10 * CLIENTS, timeout=60)  # the adders are busy
     cancelled = daemon.call("cancel", task=tree[0][0], reason="abandon the release")["cancelled"]
-    with lock:
-        after_cancel = len(outcomes)
-    time.sleep(0.5)  # and keep trying against the cancelled family
+    cancel_answered.set()
+    # Every adder keeps trying against the cancelled family.
+    for seed in range(CLIENTS):
+        assert tried_after[seed].wait(timeout=60), f"adder {seed} sent nothing after the cancel"
     stop.set()
     for adder in adders:
         adder.join(timeout=60)
     assert not any(adder.is_alive() for adder in adders)
 
-    codes = {code for _, code in outcomes}
+    codes = {code for _, code, _ in outcomes}
     assert codes <= {"ok", "parent_cancelled"}, codes
     assert "parent_cancelled" in codes and "ok" in codes
-    # Nothing is accepted once the cancel was answered.
-    assert all(code == "parent_cancelled" for _, code in outcomes[after_cancel + CLIENTS :])
+    # Nothing sent once the cancel was answered is accepted.
+    late = [code for _, code, sent_after in outcomes if sent_after]
+    assert len(late) >= CLIENTS and set(late) == {"parent_cancelled"}, late
 
     store = history.read_store(root / ".colibri" / "colibri.sqlite")
     report = history.check(store)
@@ -109,7 +122,7 @@ def test_cancel_root_of_5461_while_8_clients_add_children(daemon: Daemon, root: 
     assert report.problems() == {}, report.problems()
     family = set(store.tasks) - {tree[0][0]}  # everything here was put under the root
     created_late = len(store.tasks) - len(members)
-    assert created_late == sum(1 for _, code in outcomes if code == "ok")
+    assert created_late == sum(1 for _, code, _ in outcomes if code == "ok")
     open_ones = [t for t in family if store.tasks[t]["state"] in ("pending", "running")]
     assert open_ones == []
     # The leaves that had ended keep their outcome; everything else open was cancelled.
