@@ -11,7 +11,8 @@ exit status and command line (written over the forker's, so that ``/proc/PID/cmd
 ``ps`` show ``python -m colibri …`` as for a process started the usual way). What it is not:
 a fresh interpreter. So a start that depends on how the interpreter itself starts — an
 environment with ``LD_PRELOAD`` (libfaketime), ``PYTHON*`` variables, or another program than
-``python -m colibri`` — is started the usual way (``start`` decides).
+``python -m colibri`` or the installed ``colibri`` script — is started the usual way (``start``
+decides).
 
 Under the forker each start is two forks: a *waiter*, whose one job is to fork the command, wait
 for it and write its exit status into a pipe the test holds, and the command itself. The forker
@@ -44,6 +45,9 @@ LONG_LIVED_FDS: set[int] = set()
 
 #: Names in an environment that change how an interpreter starts: such a start is a fresh one.
 _FRESH_ONLY = ("LD_PRELOAD", "PYTHON")
+
+#: The ``colibri`` program pip installed beside this interpreter (its console script).
+SCRIPT = str(Path(sys.executable).parent / "colibri")
 
 #: Room for the command line the forked command shows (written over the forker's own).
 _CMDLINE_ROOM = 8192
@@ -129,11 +133,14 @@ class _Forker:
         LONG_LIVED_FDS.add(self.socket.fileno())
 
     def start(
-        self, args: list[str], env: dict[str, str], cwd: str, fds: tuple[int, int, int],
+        self, argv: list[str], env: dict[str, str], cwd: str, fds: tuple[int, int, int],
         new_session: bool,
     ) -> Forked:  # fmt: skip
         report_r, report_w = os.pipe()
-        request = json.dumps({"args": args, "env": env, "cwd": cwd, "session": new_session})
+        script, args = _program_and_args(argv)
+        request = json.dumps(
+            {"script": script, "args": args, "env": env, "cwd": cwd, "session": new_session}
+        )
         try:
             with self.lock:
                 ancillary = array.array("i", [*fds, report_w])
@@ -154,7 +161,7 @@ class _Forker:
             if report_w != -1:
                 os.close(report_w)
             raise
-        return Forked([sys.executable, "-m", "colibri", *args], int(pid_line), report_r)
+        return Forked(argv, int(pid_line), report_r)
 
     def close(self) -> None:
         LONG_LIVED_FDS.discard(self.socket.fileno())
@@ -184,10 +191,17 @@ def _the_forker() -> _Forker:
         return _forker
 
 
+def _program_and_args(argv: list[str]) -> tuple[bool, list[str]]:
+    """Whether ``argv`` starts the ``colibri`` script (else ``python -m colibri``), and the
+    arguments it gives colibri."""
+    return (True, argv[1:]) if argv[0] == SCRIPT else (False, argv[3:])
+
+
 def forkable(argv: list[str], env: dict[str, str] | None) -> bool:
-    """Whether ``argv`` is ``python -m colibri …`` in an environment that does not change how
-    an interpreter starts (``env``: the whole environment it runs with, None for ours)."""
-    if argv[:3] != [sys.executable, "-m", "colibri"]:
+    """Whether ``argv`` is ``python -m colibri …`` or the ``colibri`` script in an environment
+    that does not change how an interpreter starts (``env``: the whole environment it runs
+    with, None for ours)."""
+    if argv[:3] != [sys.executable, "-m", "colibri"] and argv[:1] != [SCRIPT]:
         return False
     return _interpreter_settings(os.environ if env is None else env) == _interpreter_settings(
         _forker.environment if _forker is not None else os.environ
@@ -225,7 +239,7 @@ def start(
 
         fds = (given(stdin, devnull.fileno()), given(stdout, 1), given(stderr, 2))
         return _the_forker().start(
-            argv[3:], dict(os.environ if env is None else env), os.fspath(cwd or os.getcwd()),
+            argv, dict(os.environ if env is None else env), os.fspath(cwd or os.getcwd()),
             fds, start_new_session,
         )  # fmt: skip
 
@@ -236,13 +250,14 @@ def run(
     env: dict[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
     timeout: float | None = None,
-    input: str | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """As ``subprocess.run(argv, capture_output=True, text=True, …)``: ``argv`` run to its end
+    input: str | bytes | None = None,
+    text: bool = True,
+) -> subprocess.CompletedProcess[Any]:
+    """As ``subprocess.run(argv, capture_output=True, text=text, …)``: ``argv`` run to its end
     (killed past ``timeout``, raising ``TimeoutExpired``), ``input`` on its stdin."""
     with tempfile.TemporaryFile() as given, tempfile.TemporaryFile() as out, \
             tempfile.TemporaryFile() as err:  # fmt: skip
-        given.write((input or "").encode())
+        given.write(input.encode() if isinstance(input, str) else input or b"")
         given.seek(0)
         process = start(
             argv, env=env, cwd=cwd, stdin=given.fileno() if input is not None else None,
@@ -256,6 +271,8 @@ def run(
             raise
         out.seek(0)
         err.seek(0)
+        if not text:
+            return subprocess.CompletedProcess(argv, code, out.read(), err.read())
         return subprocess.CompletedProcess(argv, code, _text(out.read()), _text(err.read()))
 
 
@@ -315,12 +332,16 @@ def _run(request: dict[str, Any], fds: list[int], connection: socket.socket) -> 
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    import importlib.util
+    if request["script"]:
+        sys.argv = [SCRIPT, *request["args"]]  # as the script sets it
+        _show_command_line([sys.executable, SCRIPT, *request["args"]])
+    else:
+        import importlib.util
 
-    entry = importlib.util.find_spec("colibri.__main__")
-    assert entry is not None and entry.origin is not None
-    sys.argv = [entry.origin, *request["args"]]  # as ``python -m colibri`` sets it
-    _show_command_line([sys.executable, "-m", "colibri", *request["args"]])
+        entry = importlib.util.find_spec("colibri.__main__")
+        assert entry is not None and entry.origin is not None
+        sys.argv = [entry.origin, *request["args"]]  # as ``python -m colibri`` sets it
+        _show_command_line([sys.executable, "-m", "colibri", *request["args"]])
     from colibri.cli.main import main
 
     try:

@@ -30,6 +30,20 @@ def test_a_forked_command_says_and_ends_as_the_same_command_started_afresh(
     assert forked.returncode == 1 and "is not a Colibri root" in forked.stderr
 
 
+def test_the_installed_script_is_forked_and_answers_as_when_started_afresh(scratch: Path) -> None:
+    """``colibri`` as pip installed it (the program a shell runs, completions included)."""
+    args = [prestarted.SCRIPT, "--root", str(scratch / "none"), "status"]
+    assert prestarted.forkable(args, None)
+    forked = prestarted.run(args, timeout=30)
+    fresh = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
+    assert (forked.returncode, forked.stderr) == (fresh.returncode, fresh.stderr)
+    assert forked.returncode == 1 and "is not a Colibri root" in forked.stderr
+    # Click names the program from argv[0], as a shell's completion asks for it.
+    env = {**os.environ, "_COLIBRI_COMPLETE": "bash_source"}
+    source = prestarted.run([prestarted.SCRIPT], env=env, timeout=30)
+    assert source.returncode == 0 and "_colibri_completion()" in source.stdout
+
+
 def test_input_reaches_a_forked_command_and_its_usage_errors_exit_2(scratch: Path) -> None:
     """``submit --from -`` reads what it is given on stdin (and refuses it here, saying where);
     an unknown option is click's usage error, exit 2."""

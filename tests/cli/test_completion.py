@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import PYTHON, Daemon, FakeAgent, claim_of, wait_until
+from tests import prestarted
+from tests.helpers import Daemon, FakeAgent, claim_of, wait_until
 
-COLIBRI = str(Path(PYTHON).parent / "colibri")
+COLIBRI = prestarted.SCRIPT
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -31,16 +32,13 @@ def complete(
     """What ``colibri`` offers for the last of ``words`` (``""``: a Tab after a space)."""
     line = " ".join(["colibri", *words])
     cword = words[-1] if kind == "fish" else str(len(words))
-    return subprocess.run(
+    return prestarted.run(
         [COLIBRI],
         env=_env(
             _COLIBRI_COMPLETE=f"{kind}_complete", COMP_WORDS=line, COMP_CWORD=cword, **(env or {})
         ),
         cwd=cwd or "/",
-        capture_output=True,
-        text=True,
         timeout=30,
-        check=False,
     )
 
 
@@ -209,7 +207,7 @@ def test_a_daemon_that_never_answers_costs_a_moment_not_a_hang(scratch: Path) ->
     finally:
         silent.close()
     assert (done.returncode, done.stdout, done.stderr) == (0, "\n", "")
-    assert took < 20  # the subprocess timeout is 30 s; the completion gives up after 1 s
+    assert took < 20  # the command's timeout is 30 s; the completion gives up after 1 s
 
 
 def test_replies_not_as_expected_offer_nothing(scratch: Path) -> None:
@@ -286,7 +284,14 @@ def test_the_bash_script_loads_and_completes(daemon: Daemon) -> None:
     commands = _bash(_bash_tab("colibri s"))
     assert commands.returncode == 0 and commands.stderr == "", commands.stderr
     assert commands.stdout.split() == [
-        "schedule", "send", "show", "skills", "status", "stop", "store", "submit"
+        "schedule",
+        "send",
+        "show",
+        "skills",
+        "status",
+        "stop",
+        "store",
+        "submit",
     ]
     task = daemon.submit()["id"]
     ids = _bash(_bash_tab(f"colibri --root {daemon.root} show ''"))
@@ -301,8 +306,7 @@ def test_the_bash_script_loads_and_completes(daemon: Daemon) -> None:
     ("fish", ["complete --no-files --command colibri", "fish_complete"]),
 ])  # fmt: skip
 def test_each_shell_gets_its_script(shell: str, marks: list[str]) -> None:
-    done = subprocess.run([COLIBRI, "completions", shell], capture_output=True, text=True,
-                          env=_env(), check=False)  # fmt: skip
+    done = prestarted.run([COLIBRI, "completions", shell], env=_env(), timeout=30)
     assert done.returncode == 0 and done.stderr == ""
     for mark in [*marks, "_COLIBRI_COMPLETE"]:
         assert mark in done.stdout
@@ -313,7 +317,6 @@ def test_each_shell_gets_its_script(shell: str, marks: list[str]) -> None:
 
 
 def test_an_unknown_shell_is_a_usage_error() -> None:
-    done = subprocess.run([COLIBRI, "completions", "tcsh"], capture_output=True, text=True,
-                          env=_env(), check=False)  # fmt: skip
+    done = prestarted.run([COLIBRI, "completions", "tcsh"], env=_env(), timeout=30)
     assert done.returncode == 2 and done.stdout == ""
     assert "'tcsh' is not one of 'bash', 'zsh', 'fish'" in done.stderr

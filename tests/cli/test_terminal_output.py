@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 
 from colibri.cli.output import printable
+from tests import prestarted
 from tests.helpers import Daemon, FakeAgent, claim_of, wait_until
+from tests.prestarted import Forked
 
 #: Sets the window title, rings the bell, clears the screen, reverses what follows (an
 #: override, a mark, the Arabic letter mark, an isolate), is rich markup, and is a
@@ -34,9 +36,9 @@ RAW = [b"\x1b", b"\x07", b"\xc2\x9b"] + [
 
 def run(*args: str, root: Path, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     """``python -m colibri ARGS``, its output as bytes: what a terminal would be sent."""
-    return subprocess.run(
+    return prestarted.run(
         [sys.executable, "-m", "colibri", "--root", str(root), *args],
-        input=stdin, capture_output=True, timeout=30,
+        input=stdin, timeout=30, text=False,
     )  # fmt: skip
 
 
@@ -244,7 +246,9 @@ def test_schedules_and_workspaces_show_escapes(daemon: Daemon) -> None:
     assert_safe(ok(run("workspace", "show", "api", root=root)), r"\x1b[2J")
 
 
-def finish_waited_task(daemon: Daemon, waiter: subprocess.Popen[bytes], how: str) -> dict[str, Any]:
+def finish_waited_task(
+    daemon: Daemon, waiter: subprocess.Popen[bytes] | Forked, how: str
+) -> dict[str, Any]:
     """Let a FakeAgent end the task a ``submit --wait`` is waiting on."""
     agent = FakeAgent(daemon, "worker")
     try:
@@ -281,7 +285,7 @@ def test_submit_wait_prints_the_output_byte_for_byte_into_a_pipe(daemon: Daemon)
     assert err.decode() == f"colibri: task {assign['task']['id']} failed: {SHOWN}\n"
 
 
-def read_terminal(fd: int, process: subprocess.Popen[bytes], timeout: float = 30) -> bytes:
+def read_terminal(fd: int, process: subprocess.Popen[bytes] | Forked, timeout: float = 30) -> bytes:
     """Everything written to a pseudo-terminal until the process on it exits."""
     data = b""
     deadline = time.monotonic() + timeout
@@ -302,7 +306,7 @@ def read_terminal(fd: int, process: subprocess.Popen[bytes], timeout: float = 30
 def test_submit_wait_escapes_the_output_on_a_terminal(daemon: Daemon) -> None:
     terminal, side = pty.openpty()
     try:
-        waiter = subprocess.Popen(
+        waiter = prestarted.start(
             [sys.executable, "-m", "colibri", "--root", str(daemon.root), "submit", "job",
              "--wait"],
             stdin=subprocess.DEVNULL, stdout=side, stderr=side,
@@ -328,7 +332,7 @@ def test_a_csv_export_onto_a_terminal_shows_escapes(daemon: Daemon) -> None:
     daemon.call("cancel", task=task["id"], reason=HOSTILE)
     terminal, side = pty.openpty()
     try:
-        exporter = subprocess.Popen(
+        exporter = prestarted.start(
             [sys.executable, "-m", "colibri", "--root", str(daemon.root), "ledger", "export",
              "--format", "csv"],
             stdin=subprocess.DEVNULL, stdout=side, stderr=side,
