@@ -6,10 +6,12 @@ import itertools
 import math
 from collections.abc import Iterable
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from colibri.core.matching import AgentIndex, AgentView, Shape, explain, pick_agent, score
+from tests.properties import examples
 
 
 def caps(*names: str) -> frozenset[str]:
@@ -363,7 +365,8 @@ def check_pick(shape: Shape, agents: list[AgentView], index: AgentIndex) -> None
     assert (first.agent, first.eligible) == (expected, True)
 
 
-@settings(max_examples=2500, deadline=None)
+@pytest.mark.properties
+@settings(max_examples=examples(2500), deadline=None)
 @given(agents=fleets(), shape_list=st.lists(shapes, min_size=1, max_size=3), ops=churn)
 def test_index_pick_equals_reference_pick(
     agents: list[AgentView], shape_list: list[Shape], ops: list[tuple[str, str, int]]

@@ -33,6 +33,7 @@ from colibri.core.schedules import (
     upcoming,
     wake_at,
 )
+from tests.properties import examples
 
 #: A Monday at midnight UTC, the reference "now" of most tests.
 T0 = parse_rfc3339("2026-03-02T00:00:00Z")
@@ -792,7 +793,8 @@ def near_transition(t: float, tz: ZoneInfo) -> bool:
     start=st.integers(int(ts("2000-01-01T00:00:00Z")), int(ts("2040-01-01T00:00:00Z"))).map(float)
     | st.floats(ts("2000-01-01T00:00:00Z"), ts("2040-01-01T00:00:00Z")),
 )
-@settings(max_examples=1000, deadline=None, derandomize=True)
+@settings(max_examples=examples(1000), deadline=None, derandomize=True)
+@pytest.mark.properties
 def test_cron_agrees_with_croniter(expr: str, tz_name: str, start: float) -> None:
     tz = ZoneInfo(tz_name)
     try:

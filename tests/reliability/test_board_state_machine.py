@@ -35,6 +35,7 @@ from colibri.core.states import ENDED, State
 from colibri.daemon.board import Board, LiveAgent
 from colibri.store import Store, open_store
 from tests.inprocess import ManualClock, Peer, plain
+from tests.properties import examples
 from tests.reliability import history
 
 AGENTS = ("a0", "a1", "a2")
@@ -453,9 +454,9 @@ class BoardMachine(RuleBasedStateMachine):
 
 
 BoardMachine.TestCase.settings = settings(
-    max_examples=200,
+    max_examples=examples(200),
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-TestBoardStateMachine = BoardMachine.TestCase
+TestBoardStateMachine = pytest.mark.properties(BoardMachine.TestCase)

@@ -40,6 +40,7 @@ from tests.helpers import (
     run_refused,
     wait_until,
 )
+from tests.properties import examples
 
 
 def write_settings(root: Path, **server: Any) -> None:
@@ -613,12 +614,13 @@ def fuzz(daemon: Daemon, conn: RawConnection, examples: int) -> tuple[dict[str, 
     return seen, slowest
 
 
+@pytest.mark.properties
 def test_fuzzed_requests_get_ok_or_a_known_error_and_never_kill_the_daemon(
     daemon: Daemon, peers: Peers
 ) -> None:
     conn = peers.raw(daemon, timeout=30)
-    seen, _slowest = fuzz(daemon, conn, 1000)
-    assert sum(seen.values()) >= 1000
+    seen, _slowest = fuzz(daemon, conn, examples(1000))
+    assert sum(seen.values()) >= examples(1000)
     # Far from everything was refused: the dispatcher ran real commands, too.
     assert seen.get("ok", 0) > 0 and seen.get("bad_request", 0) > 0 and seen.get("bad_json", 0)
     assert ping(conn, "end") == pong("end")
