@@ -1,11 +1,11 @@
 """The modules Colibri imports only where a feature needs them, and what installs each.
 
 The PostgreSQL store and ``colibri mcp`` need an extra of their own (``pip install
-'colibri[postgresql]'``, ``'colibri[mcp]'``); uvloop, Textual, prometheus-client and
-cryptography are dependencies, but loaded only by what uses them, so a trimmed or broken
-installation lacks one only when that feature runs. Either way the command ends in one line
-naming what is missing and how to install it (``missing``, called where the CLI translates
-the exceptions that reach it), never as a bug.
+'colibri-board[postgresql]'``, ``'colibri-board[mcp]'``: the distribution is ``colibri-board``);
+uvloop, Textual, prometheus-client and cryptography are dependencies, but loaded only by what
+uses them, so a trimmed or broken installation lacks one only when that feature runs. Either
+way the command ends in one line naming what is missing and how to install it (``missing``,
+called where the CLI translates the exceptions that reach it), never as a bug.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ class Extra:
     install: str
 
 
-_POSTGRESQL = Extra("the PostgreSQL store", "psycopg", "pip install 'colibri[postgresql]'")
-_MCP = Extra("colibri mcp", "the MCP SDK", "pip install 'colibri[mcp]'")
+_POSTGRESQL = Extra("the PostgreSQL store", "psycopg", "pip install 'colibri-board[postgresql]'")
+_MCP = Extra("colibri mcp", "the MCP SDK", "pip install 'colibri-board[mcp]'")
 
 #: Each lazily imported module, by its top-level name, and what needs it.
 OPTIONAL = {
@@ -34,15 +34,19 @@ OPTIONAL = {
     "pydantic": _MCP,
     "uvloop": Extra("--loop uvloop", "uvloop", "pip install uvloop"),
     "textual": Extra(
-        "colibri tui and the demo", "Textual", "pip install 'textual>=0.80' (or colibri again)"
+        "colibri tui and the demo",
+        "Textual",
+        "pip install 'textual>=0.80' (or colibri-board again)",
     ),
     "prometheus_client": Extra(
         "--metrics",
         "prometheus-client",
-        "pip install 'prometheus-client>=0.20' (or colibri again)",
+        "pip install 'prometheus-client>=0.20' (or colibri-board again)",
     ),  # fmt: skip
     "cryptography": Extra(
-        "colibri tls init", "cryptography", "pip install 'cryptography>=42' (or colibri again)"
+        "colibri tls init",
+        "cryptography",
+        "pip install 'cryptography>=42' (or colibri-board again)",
     ),
 }
 

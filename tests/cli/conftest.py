@@ -33,18 +33,21 @@ class Demo:
 
 @pytest.fixture
 def demo() -> Iterator[Callable[..., Demo]]:
-    """``demo(*args, env=…)`` starts ``colibri demo`` on a fresh folder, in a session of its
-    own (as a terminal's job), with the signal dispositions of the tests' own children
-    (tests/conftest.py: the defaults). Afterwards, however the test went: a demo still running
-    is stopped (SIGTERM, then SIGKILL), and every process naming its root is killed — its
-    workspace harnesses run in sessions of their own, which no kill of the demo's group
-    reaches."""
+    """``demo(*args, env=…, program=…)`` starts ``colibri demo`` on a fresh folder — by
+    ``program`` (``[this python, "-m", "colibri"]`` unless given: an installed ``colibri``
+    script, say) — in a session of its own (as a terminal's job), with the signal dispositions
+    of the tests' own children (tests/conftest.py: the defaults). Afterwards, however the test
+    went: a demo still running is stopped (SIGTERM, then SIGKILL), and every process naming its
+    root is killed — its workspace harnesses run in sessions of their own, which no kill of the
+    demo's group reaches."""
     started: list[Demo] = []
 
-    def start(*args: str, env: dict[str, str] | None = None) -> Demo:
+    def start(
+        *args: str, env: dict[str, str] | None = None, program: list[str] | None = None
+    ) -> Demo:
         target = Path(tempfile.mkdtemp(prefix="cbdemo", dir="/tmp")) / "demo"
         process = subprocess.Popen(
-            [sys.executable, "-m", "colibri", "demo", str(target), *args],
+            [*(program or [sys.executable, "-m", "colibri"]), "demo", str(target), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -18,12 +18,12 @@ PG = "postgresql://127.0.0.1:5432/test"
 
 # (the module made unimportable, the command, what the one line says)
 CASES = [
-    ("psycopg", ["run", "--store", PG], "pip install 'colibri[postgresql]'"),
-    ("psycopg", ["hive", "list", "--store", PG], "pip install 'colibri[postgresql]'"),
+    ("psycopg", ["run", "--store", PG], "pip install 'colibri-board[postgresql]'"),
+    ("psycopg", ["hive", "list", "--store", PG], "pip install 'colibri-board[postgresql]'"),
     ("psycopg", ["store", "copy", "--help"], None),  # help needs no driver
     ("psycopg", ["backup", "copy.sqlite", "--store", PG], "pg_dump"),  # not the driver's work
-    ("mcp", ["mcp"], "pip install 'colibri[mcp]'"),
-    ("pydantic", ["mcp"], "pip install 'colibri[mcp]'"),
+    ("mcp", ["mcp"], "pip install 'colibri-board[mcp]'"),
+    ("pydantic", ["mcp"], "pip install 'colibri-board[mcp]'"),
     ("cryptography", ["tls", "init", "{tmp}/tls"], "pip install 'cryptography>=42'"),
     ("prometheus_client", ["run", "--metrics", "127.0.0.1:0"], "pip install 'prometheus-client"),
     ("uvloop", ["run", "--loop", "uvloop"], "pip install uvloop"),
@@ -83,6 +83,6 @@ def test_an_installed_module_that_cannot_be_loaded_is_said_so() -> None:
     error = missing(ImportError("cannot import name 'pipeline' from 'psycopg'", name="psycopg"))
     assert error is not None and error.message == (
         "the PostgreSQL store needs psycopg, which cannot be loaded (cannot import name "
-        "'pipeline' from 'psycopg'): pip install 'colibri[postgresql]'"
+        "'pipeline' from 'psycopg'): pip install 'colibri-board[postgresql]'"
     )
     assert missing(ModuleNotFoundError("No module named 'yaml'", name="yaml")) is None

@@ -166,5 +166,6 @@ def test_without_the_sdk_it_says_how_to_install_it(root: Path) -> None:
                           timeout=60, check=False)  # fmt: skip
     assert done.returncode == 1
     assert one_line(done.stderr) == (
-        "colibri: colibri mcp needs the MCP SDK, which is not installed: pip install 'colibri[mcp]'"
+        "colibri: colibri mcp needs the MCP SDK, which is not installed: "
+        "pip install 'colibri-board[mcp]'"
     )

@@ -149,7 +149,7 @@ def pg_schema(dsn: str = PG_DSN) -> tuple[str, Callable[[], None]]:
     try:
         import psycopg
     except ImportError:
-        pytest.skip("psycopg is not installed: pip install 'colibri[postgresql]'")
+        pytest.skip("psycopg is not installed: pip install 'colibri-board[postgresql]'")
     try:
         admin = psycopg.connect(dsn, autocommit=True, connect_timeout=3)
         admin.close()

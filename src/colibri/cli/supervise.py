@@ -99,7 +99,7 @@ def mcp(ctx: Context) -> None:
                 schedule_list, schedule_add, schedule_pause, schedule_resume
     Resources:  colibri://tasks, colibri://tasks/{task_id}, colibri://agents, colibri://status
     An MCP client starts it as:  colibri --root DIR mcp
-    It needs the mcp extra:      pip install 'colibri[mcp]'
+    It needs the mcp extra:      pip install 'colibri-board[mcp]'
     """
     from colibri.cli.mcp_server import serve  # without the SDK: one line (colibri.extras)
     from colibri.client import socket_path
