@@ -4,6 +4,7 @@ everything it started."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -36,6 +37,11 @@ def test_the_demo_keeps_the_swarm_busy_until_interrupted(demo: Callable[..., Dem
     mine = colibri(target, "submit", "hello from another terminal", "--cap", "python")
     assert mine.returncode == 0, mine.stderr
     wait_until(lambda: saw("→ done") and saw("hello from another terminal"), timeout=60)
+    # The id its line shows is the one to paste: it names the task.
+    line = next(line for line in running.lines if "hello from another terminal" in line)
+    shown = colibri(target, "show", line.split()[1], "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["id"] == mine.stdout.strip()
     # Tasks keep arriving, and the schedule fires.
     wait_until(lambda: saw("schedule mirror-check fired"), timeout=30)
     wait_until(lambda: saw("new → pending") and saw("a flaky integration test"), timeout=60)

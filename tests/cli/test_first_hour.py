@@ -1,5 +1,6 @@
 """What a newcomer meets in the first hour: the newest tasks listed, outcomes that can be
-found, ids by prefix, and no task accepted in silence when nothing can run it."""
+found, ids by their start or by the end shown on screen, and no task accepted in silence when
+nothing can run it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.cli.test_attach import Attached
 from tests.cli.test_cli import as_json, colibri, error_line, json_error, ok
 from tests.helpers import Daemon, FakeAgent, stop_process, wait_until
 
@@ -100,8 +102,10 @@ def test_an_ambiguous_prefix_is_refused_in_one_line_naming_some_of_them(daemon: 
     common = ids[0][:8]
     assert all(i.startswith(common) for i in ids)  # five ids of one moment
     line = error_line(colibri("cancel", common, root=daemon.root))
-    assert line.startswith(f"colibri: id prefix {common} names 5 tasks ({ids[0]}, {ids[1]}, ")
-    assert line.endswith("…); give more of the id")
+    assert line.startswith(
+        f"colibri: {common} starts or ends the ids of 5 tasks ({ids[0]}, {ids[1]}, {ids[2]}, …)"
+    )
+    assert line.endswith("; give more of the id")
     assert json_error(colibri("show", common, "--json", root=daemon.root))["code"] == (
         "ambiguous_task"
     )
@@ -109,14 +113,89 @@ def test_an_ambiguous_prefix_is_refused_in_one_line_naming_some_of_them(daemon: 
     # Fewer than four characters name nothing: `cancel 0` must not take a family by chance.
     short = json_error(colibri("cancel", ids[0][:3], "--json", root=daemon.root))
     assert short["code"] == "bad_request" and "at least 4 characters" in short["message"]
+    short = json_error(colibri("cancel", ids[0][-3:], "--json", root=daemon.root))
+    assert short["code"] == "bad_request" and "at least 4 characters" in short["message"]
     assert all(daemon.task(i)["state"] == "pending" for i in ids)
     # A whole id in capitals is the id.
     assert as_json(colibri("show", ids[4].upper(), "--json", root=daemon.root))["id"] == ids[4]
-    # What starts no id, or is no id at all, is unknown as before.
-    for unknown in ("ffff", "zz", "0%", "0_"):
+    # What starts or ends no id, or is no id at all, is unknown as before.
+    for unknown in ("ffffffff", "zz", "0%", "0_", "%933", "_933"):
         assert json_error(colibri("show", unknown, "--json", root=daemon.root))["code"] == (
             "unknown_task"
         )
+    assert error_line(colibri("why", "ffffffff", root=daemon.root)) == (
+        "colibri: no task with id ffffffff (list tasks with: colibri list)"
+    )
+
+
+def _shown(line: str) -> str:
+    """The short id of a task's line of ``attach`` or the demo (``12:00:01 c874c933 …``)."""
+    short = line.split()[1]
+    assert len(short) == 8 and not short.strip("0123456789abcdef"), line
+    return short
+
+
+def test_the_short_id_attach_shows_names_its_task_wherever_an_id_is_taken(daemon: Daemon) -> None:
+    """The lines show an id's end, the part that differs between tasks of one minute: that is
+    what an operator copies, and every command takes it as it takes a whole id."""
+    texts = [f"burst task {i}" for i in range(5)]
+    attached = Attached(daemon.root)
+    try:
+        wait_until(lambda: attached.saw("attached to the daemon"))
+        whole = {text: daemon.submit(text)["id"] for text in texts}
+        wait_until(lambda: all(attached.saw(text) for text in texts))
+    finally:
+        attached.process.terminate()
+        attached.end()
+    shown = {text: _shown(line) for text in texts for line in attached.lines if line.endswith(text)}
+    assert len(set(shown.values())) == 5  # one minute's ids, told apart by their ends
+    for text, short in shown.items():
+        assert as_json(colibri("show", short, "--json", root=daemon.root))["id"] == whole[text]
+        assert ok(colibri("why", short.upper(), root=daemon.root)).startswith(
+            f"task {whole[text]} is pending"
+        )
+    # What list prints (whole ids) and longer ends are taken too.
+    listed = _ids(ok(colibri("list", root=daemon.root)))
+    assert listed == [whole[text] for text in texts]
+    assert as_json(colibri("show", listed[1][-17:], "--json", root=daemon.root))["id"] == listed[1]
+    cancelled = ok(colibri("cancel", shown[texts[2]], root=daemon.root))
+    assert whole[texts[2]] in cancelled
+    states = [daemon.task(whole[t])["state"] for t in texts]
+    assert states == ["pending", "pending", "closed", "pending", "pending"]
+    child = ok(colibri("submit", "child", "--parent", shown[texts[3]], root=daemon.root)).strip()
+    assert daemon.task(child)["parent"] == whole[texts[3]]
+    waited = as_json(colibri("wait", shown[texts[2]], "--json", root=daemon.root))
+    assert waited["id"] == whole[texts[2]] and waited["outcome"] == "cancelled"
+    retried = ok(colibri("retry", shown[texts[2]], root=daemon.root)).strip()
+    assert daemon.task(retried)["text"] == texts[2]
+
+
+def test_an_end_two_tasks_share_is_refused_in_one_line_naming_them(daemon: Daemon) -> None:
+    """The last four characters of 2,000 ids repeat (65,536 values: a repeat is all but
+    certain); such an end names no task, and the error names the tasks it could be."""
+    ids = [r["task"]["id"] for r in daemon.call(
+        "submit-all", tasks=[{"text": f"t{i}"} for i in range(2000)])["tasks"]]  # fmt: skip
+    by_end: dict[str, list[str]] = {}
+    for task_id in ids:
+        by_end.setdefault(task_id[-4:], []).append(task_id)
+    end, alike = next(
+        (end, alike)
+        for end, alike in sorted(by_end.items())
+        if len(alike) == 2 and not any(i.startswith(end) for i in ids)
+    )
+    line = error_line(colibri("cancel", end, root=daemon.root))
+    assert line == (
+        f"colibri: {end} starts or ends the ids of 2 tasks ({alike[0]}, {alike[1]}); "
+        "give more of the id"
+    )
+    refused = json_error(colibri("show", end, "--json", root=daemon.root))
+    assert refused["code"] == "ambiguous_task" and alike[1] in refused["message"]
+    assert all(daemon.task(i)["state"] == "pending" for i in alike)  # nothing was cancelled
+    # More of the end tells them apart.
+    shown_alike = len({i[-8:] for i in alike}) == 2  # all but certain: 32 random bits each
+    for task_id in alike:
+        longer = task_id[-8:] if shown_alike else task_id[-13:]
+        assert as_json(colibri("show", longer, "--json", root=daemon.root))["id"] == task_id
 
 
 def _waits(result: Any) -> str:

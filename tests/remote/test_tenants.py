@@ -49,11 +49,11 @@ def test_another_tenants_task_is_unknown_task(
 
 
 @pytest.mark.parametrize("cmd", ["get", "why", "cancel", "ledger"])
-def test_an_id_prefix_names_only_the_tokens_own_tenants_tasks(
+def test_the_start_or_end_of_an_id_names_only_the_tokens_own_tenants_tasks(
     tls_daemon: TlsDaemon, two_tenants: tuple[dict[str, Any], dict[str, Any]], cmd: str
 ) -> None:
-    """Another tenant's task counts neither as a match nor towards an ambiguity: a prefix
-    cannot be used to learn that it exists."""
+    """Another tenant's task counts neither as a match nor towards an ambiguity: a prefix or
+    a suffix cannot be used to learn that it exists."""
     acme, beta = two_tenants
     common = next(n for n in range(36, 0, -1) if acme["id"][:n] == beta["id"][:n])
     shared, acme_only = acme["id"][:common], acme["id"][: common + 1]
@@ -61,10 +61,13 @@ def test_an_id_prefix_names_only_the_tokens_own_tenants_tasks(
         # The prefix both ids start with names beta's task alone, for beta's token.
         if cmd == "get":
             assert client.call("get", task=shared)["task"]["id"] == beta["id"]
-        with pytest.raises(ColibriError) as caught:
-            client.call(cmd, task=acme_only)
-        assert caught.value.code == "unknown_task"
-        assert caught.value.message == UnknownTask(acme_only).message
+        if cmd == "get":
+            assert client.call("get", task=beta["id"][-8:])["task"]["id"] == beta["id"]
+        for part in (acme_only, acme["id"][-8:]):
+            with pytest.raises(ColibriError) as caught:
+                client.call(cmd, task=part)
+            assert caught.value.code == "unknown_task"
+            assert caught.value.message == UnknownTask(part).message
     # The owner sees both: the shared prefix is ambiguous to it.
     with pytest.raises(ColibriError) as caught:
         tls_daemon.call("get", task=shared)

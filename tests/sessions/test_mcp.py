@@ -62,7 +62,8 @@ def test_the_sdk_client_drives_real_sessions_through_the_tools(root: Path, fleet
             done = waited["task"]
             assert done["outcome"] == "done" and done["agent"] == "build"
             assert "say hello" in done["output"]
-            shown = await call(session, "show", task_id=task["id"])
+            # the id's end, as the TUI and colibri attach show it, names the task too
+            shown = await call(session, "show", task_id=task["id"][-8:])
             assert shown["task"]["output"] == done["output"]
             listed = await call(session, "list", agent="build")
             assert [t["id"] for t in listed["tasks"]] == [task["id"]]
@@ -80,7 +81,7 @@ def test_the_sdk_client_drives_real_sessions_through_the_tools(root: Path, fleet
             stuck = (await call(session, "submit", text="x", capabilities=["gpu"]))["task"]
             waited = await call(session, "wait", task_id=stuck["id"], timeout_seconds=0.3)
             assert waited["ended"] is False and waited["task"]["state"] == "pending"
-            why = await call(session, "why", task_id=stuck["id"])
+            why = await call(session, "why", task_id=stuck["id"][-8:])
             assert {a["agent"] for a in why["agents"]} == {"build", "slow"}
             assert all("gpu" in a["missing"] for a in why["agents"])
             await call(session, "cancel", task_id=stuck["id"])

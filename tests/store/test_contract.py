@@ -580,6 +580,13 @@ def _board(store: Store) -> list[Task]:
         (TaskFilter(prefix="t13"), ""),
         (TaskFilter(prefix="u"), ""),
         (TaskFilter(prefix="t1", tenant="acme"), "t10"),
+        (TaskFilter(suffix="1"), "t01 t11"),
+        (TaskFilter(suffix="11"), "t11"),
+        (TaskFilter(suffix="t11"), "t11"),
+        (TaskFilter(suffix="xt11"), ""),
+        (TaskFilter(suffix="0", tenant="acme"), "t10"),
+        (TaskFilter(prefix="t1", suffix="1"), "t11"),
+        (TaskFilter(prefix="t0", suffix="0"), ""),
         (TaskFilter(before="t03"), "t01 t02"),
         (TaskFilter(after="t03", before="t06"), "t04 t05"),
         (TaskFilter(newest=True), "t12 t11 t10 t09 t08 t07 t06 t05 t04 t03 t02 t01"),
@@ -596,6 +603,31 @@ def test_list_tasks_filters(store: Store, query: TaskFilter, expected: str) -> N
     # count_tasks counts what the same filter lists, whatever the limit and the order.
     whole = dataclasses.replace(query, limit=1000)
     assert store.count_tasks(query) == len(store.list_tasks(whole))
+
+
+def test_ids_are_found_by_their_end_through_any_length_of_it(store: Store) -> None:
+    """A suffix longer than the index's tail is matched whole, not by its tail alone."""
+    for task_id, tenant in (
+        ("0190aaaa-0000-7000-8000-0000c874c933", "default"),
+        ("0190aaaa-0000-7000-8000-00001111c933", "default"),
+        ("0190aaaa-0000-7000-8000-00002222c933", "acme"),
+        ("0190aaaa-0000-7000-8000-0000c874c934", "default"),
+    ):
+        add(store, make_task(task_id, tenant=tenant))
+    store.commit()
+
+    def ends(suffix: str, tenant: str | None = None) -> list[str]:
+        found = ids(store.list_tasks(TaskFilter(suffix=suffix, tenant=tenant)))
+        assert store.count_tasks(TaskFilter(suffix=suffix, tenant=tenant)) == len(found)
+        return [i[-12:] for i in found]
+
+    assert ends("c933") == ["00001111c933", "00002222c933", "0000c874c933"]
+    assert ends("c933", tenant="acme") == ["00002222c933"]
+    assert ends("c874c933") == ["0000c874c933"]
+    assert ends("74c933") == ["0000c874c933"]
+    assert ends("c874c93") == []
+    assert ends("8000-0000c874c933") == ["0000c874c933"]
+    assert ends("00000190aaaa-0000-7000-8000-0000c874c933") == []
 
 
 def test_count_by_outcome_counts_every_ended_task_closed_or_not(store: Store) -> None:

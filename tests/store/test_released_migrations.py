@@ -29,6 +29,7 @@ MIGRATIONS = {
         6: "72695749d794aa89",
         7: "c96ffee9cbb56376",
         8: "edb7f2b918f00daf",
+        9: "09b54b6a56264bdd",
     },
     "sqlite": {
         1: "99002eedcb5e8eb8",
@@ -36,6 +37,7 @@ MIGRATIONS = {
         3: "77848991e26d054f",
         4: "dea0d85832fa5674",
         5: "edb7f2b918f00daf",
+        6: "09b54b6a56264bdd",
     },
 }
 
@@ -51,6 +53,7 @@ RELEASED = {
         6: ["9d1e96f7c78b2d50", "b175eb70bdd09cac", "72695749d794aa89"],
         7: ["c96ffee9cbb56376"],
         8: ["edb7f2b918f00daf"],
+        9: ["09b54b6a56264bdd"],
     },
     "sqlite": {
         1: [
@@ -65,6 +68,7 @@ RELEASED = {
         3: ["a2a957238e8f94de", "e71f0e7d0ecafc96", "77848991e26d054f"],
         4: ["f327405cb1ebe754", "dea0d85832fa5674"],
         5: ["edb7f2b918f00daf"],
+        6: ["09b54b6a56264bdd"],
     },
 }
 

@@ -40,7 +40,13 @@ WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_worl
 #: The longest a ``wait`` may be asked to block: a day.
 MAX_WAIT = 86_400.0
 
-TaskId = Annotated[str, Field(description="A task's id (the `id` of a task object).")]
+TaskId = Annotated[
+    str,
+    Field(
+        description="A task's id (the `id` of a task object), or its start or end (at least 4 "
+        "characters; the last 8 as colibri attach and the TUI show them) if that names one task."
+    ),
+]
 Names = Annotated[list[str], Field(description="Names (capabilities, labels), lower case.")]
 
 

@@ -18,7 +18,7 @@ CLI (``os_error``, ``internal``).
     │   └── BadDuration      bad_duration        not a duration, or outside its range
     ├── LineTooLong          line_too_long       framing is lost: the connection closes
     ├── UnknownTask          unknown_task
-    ├── AmbiguousTask        ambiguous_task      an id prefix that names more than one task
+    ├── AmbiguousTask        ambiguous_task      part of an id that names more than one task
     ├── UnknownSchedule      unknown_schedule
     ├── ScheduleExists       schedule_exists
     ├── UnknownParent        unknown_parent
@@ -146,9 +146,11 @@ class UnknownTask(ColibriError):
 class AmbiguousTask(ColibriError):
     code = "ambiguous_task"
 
-    def __init__(self, prefix: str, count: int, examples: list[str]) -> None:
+    def __init__(self, part: str, count: int, examples: list[str]) -> None:
         shown = ", ".join(examples) + (", …" if count > len(examples) else "")
-        super().__init__(f"id prefix {prefix} names {count} tasks ({shown}); give more of the id")
+        super().__init__(
+            f"{part} starts or ends the ids of {count} tasks ({shown}); give more of the id"
+        )
 
 
 class UnknownSchedule(ColibriError):

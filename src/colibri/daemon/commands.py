@@ -62,11 +62,15 @@ LEDGER_SCAN = LEDGER_PAGE
 TOKEN_LIST = 500
 TOKEN_FAMILY_BYTES = sizes.REPLY_BUDGET // 8
 #: The length of a whole task id (a UUID's text), and the characters of one: anything shorter
-#: made of these may be a prefix of ids, as git and docker take them.
+#: made of these may be the start of ids, as git and docker take them, or their end, as the
+#: CLI's lines and the TUI show them (``short_id``: a UUIDv7 starts with its time, the same for
+#: the tasks of one minute, and ends with random bits).
 WHOLE_ID = 36
 ID_CHARACTERS = "0123456789abcdef-"
-#: The shortest prefix taken, as git's: ``cancel 0`` must not name a family by accident.
-SHORTEST_PREFIX = 4
+#: The fewest characters taken, as git's: ``cancel 0`` must not name a family by accident.
+SHORTEST_PART = 4
+#: The most ids named in an ``ambiguous_task`` refusal (and how many it counts).
+NAMED = 3
 
 
 def _past(query: TaskFilter, last: str) -> TaskFilter:
@@ -153,28 +157,36 @@ class Commands:
         return task
 
     def _resolve(self, conn: Connection, task_id: str) -> str:
-        """The whole id of the one task whose id starts with ``task_id``, among the tasks the
-        connection may see (a token's prefix never counts another tenant's); ``task_id`` itself
-        when it is a whole id or starts none, for the caller's ``unknown_task``."""
+        """The whole id of the one task whose id starts or ends with ``task_id``, among the
+        tasks the connection may see (a token's never counts another tenant's); ``task_id``
+        itself when it is a whole id or names none, for the caller's ``unknown_task``.
+
+        The one place where an id an operator typed is read: every command that names a task
+        for one resolves it here, so the short form shown anywhere is taken everywhere.
+        """
         if task_id in self.board.tasks:
             return task_id
-        prefix = task_id.lower()
-        if not prefix or prefix.strip(ID_CHARACTERS):
-            return task_id  # not the start of any id: a pattern could not match either
-        if len(prefix) >= WHOLE_ID:
-            return prefix  # a whole id, in whatever case it was written
-        if len(prefix) < SHORTEST_PREFIX:
+        part = task_id.lower()
+        if not part or part.strip(ID_CHARACTERS):
+            return task_id  # not part of any id
+        if len(part) >= WHOLE_ID:
+            return part  # a whole id, in whatever case it was written
+        if len(part) < SHORTEST_PART:
             raise BadRequest(
-                f"{task_id!r} is too short to name a task: give at least {SHORTEST_PREFIX} "
-                "characters of its id"
+                f"{task_id!r} is too short to name a task: give at least {SHORTEST_PART} "
+                "characters of its id, from its start or its end"
             )
-        query = TaskFilter(prefix=prefix, tenant=self._principal(conn).tenant, limit=3)
-        found = self.board.list_tasks(query)
+        tenant = self._principal(conn).tenant
+        starts = TaskFilter(prefix=part, tenant=tenant, limit=NAMED)
+        ends = TaskFilter(suffix=part, tenant=tenant, limit=NAMED)
+        found = sorted({t.id for q in (starts, ends) for t in self.board.list_tasks(q)})
         if len(found) == 1:
-            return found[0].id
+            return found[0]
         if not found:
             return task_id
-        raise AmbiguousTask(task_id, self.board.store.count_tasks(query), [t.id for t in found])
+        count = self.board.store.count_tasks
+        both = TaskFilter(prefix=part, suffix=part, tenant=tenant)
+        raise AmbiguousTask(task_id, count(starts) + count(ends) - count(both), found[:NAMED])
 
     def _reporter(
         self,

@@ -104,7 +104,8 @@ class TaskFilter:
 
     ``state``, ``outcome``, ``agent``, ``workspace``, ``parent`` and ``tenant`` are compared
     for equality with the task's field (``agent`` is the pinned agent or the one that holds or
-    last held the task); ``prefix`` keeps the ids that start with it; ``after`` keeps only ids
+    last held the task); ``prefix`` keeps the ids that start with it and ``suffix`` those that
+    end with it (both set: ids that do both); ``after`` keeps only ids
     greater than it and ``before`` only ids less than it (byte order), for paging; ``newest``
     returns the greatest ids first (the newest: ids are UUIDv7) instead of the least; ``limit``
     is the most tasks returned.
@@ -117,6 +118,7 @@ class TaskFilter:
     parent: str | None = None
     tenant: str | None = None
     prefix: str | None = None
+    suffix: str | None = None
     after: str | None = None
     before: str | None = None
     newest: bool = False

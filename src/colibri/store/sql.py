@@ -36,6 +36,17 @@ def cost_query(text: str, by: str) -> str:
     return text.replace("{key}", key)
 
 
+#: How many of an id's last characters the index ``tasks_tail`` keeps: a suffix of at least
+#: this many is found through it (among the ids that end alike: one in 65,536 of them).
+TAIL = 4
+
+
+def _end(n: int) -> str:
+    """The last ``n`` characters of a task's id, as both dialects write it (``substr`` from a
+    position: the same text as ``tasks_tail``'s expression for ``TAIL``, so the index is used)."""
+    return f"substr(id, length(id) - {n - 1})"
+
+
 def _task_conditions(query: TaskFilter, placeholder: str, scope: str) -> tuple[str, list[Any]]:
     """The ``WHERE`` clause (or nothing) of a task filter, and its arguments; ``scope``: a
     condition every row must meet besides (the tenants a PostgreSQL store names), or ""."""
@@ -52,6 +63,14 @@ def _task_conditions(query: TaskFilter, placeholder: str, scope: str) -> tuple[s
         # character bounds every id that starts with the prefix.
         where.append(f"id >= {placeholder} AND id < {placeholder}")
         args += [query.prefix, query.prefix[:-1] + chr(ord(query.prefix[-1]) + 1)]
+    if query.suffix:
+        # Equality, not LIKE: no character of the suffix is a pattern. An id shorter than the
+        # suffix yields a shorter substring in both dialects, never equal to it.
+        if len(query.suffix) > TAIL:
+            where.append(f"{_end(TAIL)} = {placeholder}")  # what tasks_tail finds
+            args.append(query.suffix[-TAIL:])
+        where.append(f"{_end(len(query.suffix))} = {placeholder}")
+        args.append(query.suffix)
     if query.after is not None:
         where.append(f"id > {placeholder}")
         args.append(query.after)

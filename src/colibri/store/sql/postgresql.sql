@@ -259,6 +259,11 @@ $$;
 CREATE INDEX IF NOT EXISTS ledger_tenant ON ledger (tenant, seq);
 CREATE INDEX IF NOT EXISTS tasks_tenant ON tasks (tenant, id);
 
+-- name: migration_9
+-- Ids by their end, as the CLI and the TUI show them (their last 8 characters): the ids that
+-- end with the same 4 characters as a suffix given, then of its tenant (a token's).
+CREATE INDEX IF NOT EXISTS tasks_tail ON tasks (substr(id, length(id) - 3), tenant);
+
 -- name: board_columns
 -- The columns of the board's tables, as a board of this version must have them (``_COLUMNS``).
 SELECT c.relname AS table_name, a.attname AS column_name

@@ -122,6 +122,11 @@ CREATE TABLE tokens (
 CREATE INDEX IF NOT EXISTS ledger_tenant ON ledger (tenant, seq);
 CREATE INDEX IF NOT EXISTS tasks_tenant ON tasks (tenant, id);
 
+-- name: migration_6
+-- Ids by their end, as the CLI and the TUI show them (their last 8 characters): the ids that
+-- end with the same 4 characters as a suffix given, then of its tenant (a token's).
+CREATE INDEX IF NOT EXISTS tasks_tail ON tasks (substr(id, length(id) - 3), tenant);
+
 -- name: insert_task
 -- Positional values, in the order of colibri.store.rows.TASK_COLUMNS, then the fingerprint.
 INSERT INTO tasks (id, tenant, text, capabilities, workspace, agent, pinned, parent, sender, priority,
