@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -17,6 +18,7 @@ from colibri.cli.init import AGENTS
 from colibri.config import load_config
 from colibri.config.scan import MAX_DEPTH, find_projects, unique_name, workspace_name
 from colibri.config.starter import AGENT_CLIS, SCRIPT_NAME
+from colibri.core.text import short_id
 from tests.helpers import Daemon, colibri, one_line, wait_until
 from tests.sessions.support import sweep
 
@@ -46,7 +48,11 @@ def test_the_starter_runs_tasks_flowing_with_no_agent_installed(scratch: Path) -
     assert set(config.schedules) == {"starter"}
     assert "//" in (root / "colibri.jsonc").read_text()
 
-    daemon = Daemon(root, log_level="info")
+    # Started by absolute path with no colibri on its PATH (`.venv/bin/colibri run` with the
+    # virtual environment not activated): the sessions' `colibri submit` runs all the same.
+    path = "/usr/bin:/bin"
+    assert shutil.which("colibri", path=path) is None
+    daemon = ByPath(root, log_level="info", env={"PATH": path})
     daemon.start()
     try:
 
@@ -68,8 +74,18 @@ def test_the_starter_runs_tasks_flowing_with_no_agent_installed(scratch: Path) -
         assert fired["cost"]["usd"] == pytest.approx(0.01)
         assert fired["cost"]["tokens_in"] == 1200
         daemon.stop()
+        assert short_id(fired["id"]) not in daemon.log()  # not on a terminal: only the log
     finally:
         sweep(root, daemon)
+
+
+class ByPath(Daemon):
+    """A daemon started as the installed ``colibri`` script, by its absolute path."""
+
+    def command(self) -> list[str]:
+        python, dash_m, module, *args = super().command()
+        assert (dash_m, module) == ("-m", "colibri")
+        return [str(Path(python).parent / "colibri"), *args]
 
 
 def test_the_starter_refuses_a_root_or_files_already_there(scratch: Path) -> None:
