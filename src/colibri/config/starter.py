@@ -96,8 +96,9 @@ _STARTER = string.Template("""\
   // ---- The starter ---------------------------------------------------------------------
   // `colibri run` starts a harness for each workspace below. Every $every the schedule
   // "$schedule" submits a task to "$planner", whose session hands a child task to "$builder".
-  // Watch them in another terminal:  colibri ledger --follow   (or: colibri list --tree,
-  // colibri cost --by workspace). Stop the schedule with: colibri schedule pause $schedule
+  // `colibri run` on a terminal shows each task as it moves; from another terminal: colibri
+  // tui (or: colibri attach, colibri list --tree, colibri cost --by workspace). Stop the
+  // schedule with: colibri schedule pause $schedule
   //
   // Both workspaces run $script, beside this file (a command's path is taken from the
   // workspace's folder, hence ../). It stands in for an AI agent: it reads the task on
