@@ -17,6 +17,7 @@ harnesses of different installs on one root never overwrite each other's.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shlex
@@ -38,8 +39,8 @@ def script() -> str:
     # The folder that holds the package: put on the path if this Python would not find it
     # there by itself (a source tree run with PYTHONPATH, which a session may set otherwise).
     home = os.path.dirname(os.path.dirname(os.path.abspath(colibri.__file__)))
-    code = (
-        f"import sys\nhome = {home!r}\n"
+    code = (  # (a JSON string is a Python one, and reads well in single quotes)
+        f"import sys\nhome = {json.dumps(home)}\n"
         "if home not in sys.path: sys.path.insert(0, home)\n"
         "from colibri.cli.main import main\nmain()"
     )
