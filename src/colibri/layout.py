@@ -11,6 +11,7 @@
     ROOT/.colibri/sessions/TASK.task      a running session's task (header and text)
     ROOT/.colibri/sessions/AGENT.PGID.pgid  a session's process group, for a successor to stop
     ROOT/.colibri/tmux/AGENT.sock         the tmux server of an agent's tmux sessions
+    ROOT/.colibri/bin/DIGEST/colibri      the colibri a harness puts first on its sessions' PATH
 
 Nothing else builds these paths.
 """
@@ -79,3 +80,7 @@ class RootLayout:
 
     def tmux_socket(self, agent: str) -> Path:
         return self.state / "tmux" / f"{agent}.sock"
+
+    def shim(self, digest: str) -> Path:
+        """The folder of one harness's ``colibri`` for its sessions (``agent/shim.py``)."""
+        return self.state / "bin" / digest

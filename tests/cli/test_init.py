@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import re
+import select
+import shutil
+import signal
 import stat
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +23,8 @@ from colibri.cli.init import AGENTS
 from colibri.config import load_config
 from colibri.config.scan import MAX_DEPTH, find_projects, unique_name, workspace_name
 from colibri.config.starter import AGENT_CLIS, SCRIPT_NAME
+from colibri.core.text import short_id
+from tests import prestarted
 from tests.helpers import Daemon, colibri, one_line, wait_until
 from tests.sessions.support import sweep
 
@@ -36,7 +44,7 @@ def init(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_starter_runs_tasks_flowing_with_no_agent_installed(scratch: Path) -> None:
     root = scratch / "try"
     out = ok(init("--starter", str(root)))
-    assert "colibri run" in out and "ledger --follow" in out
+    assert "colibri run" in out and "colibri tui" in out
     script = root / SCRIPT_NAME
     assert script.stat().st_mode & stat.S_IXUSR
     assert script.read_text().startswith("#!/bin/sh\n")
@@ -46,7 +54,11 @@ def test_the_starter_runs_tasks_flowing_with_no_agent_installed(scratch: Path) -
     assert set(config.schedules) == {"starter"}
     assert "//" in (root / "colibri.jsonc").read_text()
 
-    daemon = Daemon(root, log_level="info")
+    # Started by absolute path with no colibri on its PATH (`.venv/bin/colibri run` with the
+    # virtual environment not activated): the sessions' `colibri submit` runs all the same.
+    path = "/usr/bin:/bin"
+    assert shutil.which("colibri", path=path) is None
+    daemon = ByPath(root, log_level="info", env={"PATH": path})
     daemon.start()
     try:
 
@@ -68,8 +80,58 @@ def test_the_starter_runs_tasks_flowing_with_no_agent_installed(scratch: Path) -
         assert fired["cost"]["usd"] == pytest.approx(0.01)
         assert fired["cost"]["tokens_in"] == 1200
         daemon.stop()
+        assert short_id(fired["id"]) not in daemon.log()  # not on a terminal: only the log
     finally:
         sweep(root, daemon)
+
+
+class ByPath(Daemon):
+    """A daemon started as the installed ``colibri`` script, by its absolute path."""
+
+    def command(self) -> list[str]:
+        python, dash_m, module, *args = super().command()
+        assert (dash_m, module) == ("-m", "colibri")
+        return [str(Path(python).parent / "colibri"), *args]
+
+
+def test_the_starter_run_in_the_foreground_shows_its_tasks_on_the_terminal(
+    scratch: Path,
+) -> None:
+    """`colibri init --starter DIR && cd DIR && colibri run`, on a terminal: beside the log,
+    a line per task as it moves (`colibri attach`'s), as a foreground worker shows its work."""
+    root = scratch / "try"
+    ok(init("--starter", str(root)))
+    terminal, side = pty.openpty()
+    daemon = None
+    try:
+        daemon = prestarted.start(
+            [sys.executable, "-m", "colibri", "run"], cwd=root, stdin=subprocess.DEVNULL,
+            stdout=side, stderr=side, start_new_session=True,
+        )  # fmt: skip
+        os.close(side)
+        side = -1
+        shown = ""
+
+        def the_family_done() -> bool:
+            nonlocal shown
+            while select.select([terminal], [], [], 0)[0]:
+                shown += re.sub(r"\x1b\[[0-9;]*m", "", os.read(terminal, 65536).decode())
+            return bool(re.search(r"running → done .*plan the next small step.*handed", shown))
+
+        wait_until(the_family_done, timeout=60, interval=0.1)
+        assert "daemon ready" in shown  # the log, as before
+        planned = re.search(r"(\w{8}) +new → pending +plan the next small step", shown)
+        assert planned, shown
+        task = planned[1]
+        assert re.search(rf"{task} +pending → running +on planner +plan the next", shown), shown
+        assert re.search(r"new → pending +the builder part of: plan the next", shown), shown
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=30) == 0
+    finally:
+        os.close(terminal)
+        if side >= 0:
+            os.close(side)
+        sweep(root)
 
 
 def test_the_starter_refuses_a_root_or_files_already_there(scratch: Path) -> None:

@@ -91,6 +91,29 @@ def test_plain_messages_are_broadcast_and_other_workspaces_do_not_hear(daemon: D
         c.close()
 
 
+def test_a_subscriber_of_events_only_is_neither_told_nor_chained_a_message(
+    daemon: Daemon,
+) -> None:
+    """``messages: false`` (the foreground ``colibri run`` watching its board): the events,
+    none of the bus, whatever its priority."""
+    watcher = daemon.client()
+    watcher.call("subscribe", priority=100, name="watcher", messages=False)
+    web = subscriber(daemon, 1, "web-sub")
+    assert daemon.call("send", to="web", text="plain")["delivered"] == ["web-sub"]
+    assert next_message(web)["text"] == "plain"
+    thread, result = send_async(daemon, HEADED)
+    web.call("consumed", message=next_message(web)["message"])
+    thread.join(10)
+    assert (result["delivered"], result["consumed_by"]) == (["web-sub"], "web-sub")
+    task = daemon.call("submit", text="seen", capabilities=["nothing-has-this"])["task"]
+    for event in watcher.events():
+        assert event["event"] != "message"
+        if event["event"] == "task" and event["task"]["id"] == task["id"]:
+            break
+    for c in (watcher, web):
+        c.close()
+
+
 def test_consumed_for_a_message_not_waiting_on_you_is_refused(daemon: Daemon) -> None:
     with daemon.client() as client, pytest.raises(ColibriError) as err:
         client.call("consumed", message=12345)

@@ -85,6 +85,23 @@ def test_colibri_ready_and_attach_to_the_live_session(tmux_root: Path) -> None:
         daemon.stop()
 
 
+def test_a_tmux_session_runs_its_harness_colibri_first_on_its_path(tmux_root: Path) -> None:
+    """As a subprocess session does (tests/sessions/test_environment.py): the tmux server's
+    own PATH, the daemon's, has no colibri."""
+    (tmux_root / "colibri.jsonc").write_text(config({"term": {"session": {
+        "backend": "tmux", "ready_timeout": "10s", "command": ["/bin/sh", "-c",
+        'colibri ready && read -r line && colibri out "$line: $(command -v colibri)"']}}}))
+    daemon = Daemon(tmux_root, env={"PATH": "/usr/bin:/bin"})  # fmt: skip
+    daemon.start()
+    try:
+        task = daemon.call("submit", text="go", workspace="term")["task"]
+        final = daemon.wait_closed(task["id"], timeout=20)
+        said, colibri = final["output"].split(": ")
+        assert said == "go" and Path(colibri).parent.parent == tmux_root / ".colibri" / "bin"
+    finally:
+        daemon.stop()
+
+
 def test_an_operator_can_see_the_session_while_it_runs(tmux_root: Path) -> None:
     daemon = start(tmux_root, {"term": {"session": {
         "backend": "tmux", "ready_pattern": "PROMPT>", "ready_timeout": "10s",

@@ -18,6 +18,7 @@ from colibri.agent.backends.base import Report, Running, SessionBackend, StartFa
 from colibri.agent.pool import ReadyPool
 from colibri.agent.reaping import Reaper, sessions_dir
 from colibri.agent.session import Session, environment, task_environment, within_runtime
+from colibri.agent.shim import write_shim
 from colibri.agent.spec import AgentSpec
 from colibri.core.errors import ColibriError
 from colibri.core.lineage import Body, build_body
@@ -45,12 +46,14 @@ class Runner:
         self.root = root
         self.backend = backend
         self.reaper = reaper
+        #: The folder of this harness's own ``colibri``, first on its sessions' PATH.
+        self.shim = write_shim(root)
         self.pool = (
             ReadyPool(spec, root, backend, reaper, self._warm_environment) if spec.warm else None
         )
 
     def _warm_environment(self) -> dict[str, str]:
-        return environment(self.spec, self.socket_path, self.root, self.spec.workspace)
+        return environment(self.spec, self.socket_path, self.root, self.spec.workspace, self.shim)
 
     def _task_file(self, session: Session) -> Path:
         return RootLayout(self.root).task_file(session.task)
@@ -75,7 +78,7 @@ class Runner:
                 session.running = warm
             else:
                 env = task_environment(
-                    self.spec, self.socket_path, self.root, session, task, task_file
+                    self.spec, self.socket_path, self.root, self.shim, session, task, task_file
                 )
                 session.running = await self.backend.start(session.task, env, task_file)
             session.running.has_task = True

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from colibri.agent.backends.base import Report, Running
+from colibri.agent.shim import first_on_path
 from colibri.agent.spec import AgentSpec
 from colibri.core.model import Task
 
@@ -69,10 +70,10 @@ class Session:
 
 
 def environment(
-    spec: AgentSpec, socket_path: Path, root: Path, workspace: str | None
+    spec: AgentSpec, socket_path: Path, root: Path, workspace: str | None, shim: Path | None
 ) -> dict[str, str]:
     """What every session of this agent is given, warm or not (``COLIBRI_SESSION`` is added
-    by its backend)."""
+    by its backend): ``shim``, the folder of the harness's own ``colibri``, first on PATH."""
     inherited = {k: v for k, v in os.environ.items() if k not in HARNESS_ONLY}
     env = {
         **inherited,
@@ -81,17 +82,19 @@ def environment(
         "COLIBRI_ROOT": str(root),
         "COLIBRI_AGENT": spec.name,
     }
+    if shim is not None:
+        env["PATH"] = first_on_path(shim, env.get("PATH"))
     if workspace:
         env["COLIBRI_WORKSPACE"] = workspace
     return env
 
 
 def task_environment(
-    spec: AgentSpec, socket_path: Path, root: Path, session: Session, task: Task,
-    task_file: Path,
+    spec: AgentSpec, socket_path: Path, root: Path, shim: Path | None, session: Session,
+    task: Task, task_file: Path,
 ) -> dict[str, str]:  # fmt: skip
     """A session's environment for ``task``: the agent's, plus the task's own variables."""
-    env = environment(spec, socket_path, root, task.workspace)
+    env = environment(spec, socket_path, root, task.workspace, shim)
     env["COLIBRI_TASK_ID"] = session.task
     env["COLIBRI_EPOCH"] = str(session.epoch)
     env["COLIBRI_CLAIM"] = session.claim or ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     default="info",
     show_default=True,
     type=click.Choice(["debug", "info", "warning", "error"]),
+    help="At info or debug, in the foreground with stdout a terminal and the text log, what "
+    "the board does is shown too, a line per event as colibri attach prints it.",
 )
 @click.option(
     "--log-format", default="text", show_default=True, type=click.Choice(["text", "json"])
@@ -117,7 +120,9 @@ def run(
     """Run the daemon in the foreground (creating the root here if there is none).
 
     Stop it with Ctrl+C, SIGTERM or SIGHUP (or, with --detach, colibri stop): its harnesses
-    stop with it. One daemon per root.
+    stop with it. One daemon per root. On a terminal it shows, beside its log, a line per event
+    of the board (each task submitted, started, done or failed), as colibri attach does;
+    --log-level warning shows neither.
     """
     from colibri.config import init_root, load_config
 
@@ -141,7 +146,19 @@ def run(
             metrics=metrics, tenants=tenants, share=share,
         )  # fmt: skip
         setup(log_level, log_format)
-        raise SystemExit(run_loop(serve(config, started.say), loop))
+        shown = _Shown(root) if _shows_the_board(log_level, log_format) else None
+
+        def said(state: str) -> None:
+            started.say(state)
+            if state == "serving" and shown is not None:
+                shown.begin()
+
+        try:
+            code = run_loop(serve(config, said), loop)
+        finally:
+            if shown is not None:
+                shown.end()
+        raise SystemExit(code)
     except Exception as exc:
         from colibri.cli.main import translated
         from colibri.core.errors import ColibriError
@@ -150,6 +167,48 @@ def run(
         raise
     finally:
         started.close()  # stopped without a word (a signal, exit 0 while standing by)
+
+
+def _shows_the_board(log_level: str, log_format: str) -> bool:
+    """Whether ``run`` in the foreground shows what the board does beside its log: a person
+    watches (stdout a terminal, the log as text) and asked for the info lines (the default;
+    ``--log-level warning`` quiets both)."""
+    import sys
+
+    return sys.stdout.isatty() and log_format == "text" and log_level in ("debug", "info")
+
+
+class _Shown:
+    """The board's events on the terminal of a daemon run in the foreground, as a foreground
+    worker of Celery or RQ shows each task it takes and ends: ``colibri attach``'s lines, from
+    a connection of its own made once the daemon serves, read in a thread beside the loop.
+    It subscribes to the events only: it is no listener of the bus that ``send`` would count,
+    nor a link of its chains."""
+
+    #: How long a stopped daemon waits for the last lines (its connections are closed by then,
+    #: unless it stopped on a fatal error).
+    ENDING = 2.0
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.thread: threading.Thread | None = None
+
+    def begin(self) -> None:
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._show, name="shown", daemon=True)
+            self.thread.start()
+
+    def _show(self) -> None:
+        from colibri.cli.stream import Printer, follow
+        from colibri.client import Client
+        from colibri.core.errors import ColibriError
+
+        with contextlib.suppress(ColibriError, OSError), Client.for_root(self.root) as client:
+            follow(client, Printer(as_json=False), messages=False)
+
+    def end(self) -> None:
+        if self.thread is not None:
+            self.thread.join(self.ENDING)
 
 
 class _Started:

@@ -106,10 +106,10 @@ def _starter(target: Path, *, force: bool) -> None:
         f"initialised {target} with a starter: workspaces {PLANNER} and {BUILDER}, and a "
         f"schedule ({SCHEDULE}) that gives {PLANNER} a task every {EVERY}"
     )
-    print_line(f"start it:  cd {target} && colibri run")
     print_line(
-        "watch it, in another terminal there:  colibri ledger --follow  (or: colibri list --tree)"
+        f"start it:  cd {target} && colibri run  (on a terminal it shows each task as it moves)"
     )
+    print_line("or watch it from another terminal there:  colibri tui  (or: colibri attach)")
 
 
 def _scan(target: Path, *, force: bool, write: bool, agent: str, as_json: bool) -> None:

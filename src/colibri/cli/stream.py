@@ -211,6 +211,7 @@ def follow(
     subscribed: Callable[[], None] | None = None,
     subscribe: bool = True,
     seen: Seen | None = None,
+    messages: bool = True,
 ) -> bool:
     """Subscribe, catch up from ledger position ``since`` (rows after it), then print every
     event until the daemon closes the connection (False) or ``stop`` says so (True).
@@ -218,12 +219,15 @@ def follow(
     (and what it says was shown is not shown again), for a follow that goes on elsewhere.
 
     Over TCP a token may not subscribe (``subscribe`` False): the ledger is followed instead
-    (the tasks' transitions and the schedules' skipped fires, as ledger rows)."""
+    (the tasks' transitions and the schedules' skipped fires, as ledger rows). ``messages``
+    False: the board's events only, taking no part in the bus (``subscribe``'s field)."""
     seen = seen if seen is not None else Seen()
     if not subscribe:
         return _follow_the_ledger(client, printer, since, stop, seen)
     buffered: list[dict[str, Any]] = []
-    _request(client, buffered, "subscribe", name="attach")
+    # The field only when it says something: a daemon older than it refuses it.
+    events_only = {} if messages else {"messages": False}
+    _request(client, buffered, "subscribe", name="attach", **events_only)
     if subscribed is not None:
         subscribed()
     if since is not None:

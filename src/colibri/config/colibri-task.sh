@@ -5,13 +5,13 @@
 # - The task's text arrives on stdin.
 # - Given WORKSPACE, it hands a child task to it with `colibri submit --to WORKSPACE …`; the
 #   workspace it runs in must list WORKSPACE in its send_to, or the daemon refuses.
+#   (`colibri` is the one of the harness running the session: first on the session's PATH.)
+#   (`colibri` is the one of the harness running the session: first on the session's PATH.)
 # - It ends with one line of JSON shaped like the result of `claude -p --output-format json`:
 #   Colibri takes "result" as the task's output, and total_cost_usd and the usage tokens as
 #   what the session cost (see `colibri cost`). The figures here are made up.
 # - Exit 0 reports the task done; any other exit fails it, with the end of stderr as why.
 set -eu
-
-colibri() { command colibri "$@"; }  # how this script runs Colibri's command line
 
 task=$(cat)
 first_line=$(printf '%s\n' "$task" | head -n 1)

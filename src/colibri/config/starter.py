@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
-import shutil
 import string
-import sys
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -28,9 +25,6 @@ PLANNER, BUILDER = "planner", "builder"
 #: The starter's schedule, and how often it fires: often enough that a newcomer sees work
 #: within seconds of ``colibri run``, not so often that the board fills faster than one reads.
 SCHEDULE, EVERY = "starter", "10s"
-#: The line of the packaged script that says how it runs Colibri, replaced when ``colibri`` on
-#: PATH is not the Colibri writing the script (a virtual environment that is not activated).
-_CLI_LINE = 'colibri() { command colibri "$@"; }'
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +96,9 @@ _STARTER = string.Template("""\
   // ---- The starter ---------------------------------------------------------------------
   // `colibri run` starts a harness for each workspace below. Every $every the schedule
   // "$schedule" submits a task to "$planner", whose session hands a child task to "$builder".
-  // Watch them in another terminal:  colibri ledger --follow   (or: colibri list --tree,
-  // colibri cost --by workspace). Stop the schedule with: colibri schedule pause $schedule
+  // `colibri run` on a terminal shows each task as it moves; from another terminal: colibri
+  // tui (or: colibri attach, colibri list --tree, colibri cost --by workspace). Stop the
+  // schedule with: colibri schedule pause $schedule
   //
   // Both workspaces run $script, beside this file (a command's path is taken from the
   // workspace's folder, hence ../). It stands in for an AI agent: it reads the task on
@@ -160,25 +155,10 @@ def starter_config() -> str:
     return TEMPLATE[: -len("}\n")] + starter + "}\n"
 
 
-def starter_script(cli_prefix: list[str] | None) -> str:
-    """The session script; ``cli_prefix`` (say ``[python, "-m", "colibri"]``) replaces
-    ``colibri`` in it when that is not the Colibri that writes it."""
-    text = resources.files("colibri.config").joinpath(SCRIPT_NAME).read_text(encoding="utf-8")
-    if cli_prefix is None:
-        return text
-    assert _CLI_LINE in text
-    own = " ".join(shlex.quote(part) for part in cli_prefix)
-    return text.replace(_CLI_LINE, f'colibri() {{ {own} "$@"; }}', 1)
-
-
-def own_cli() -> list[str] | None:
-    """How a session reaches this very Colibri: None when ``colibri`` on PATH is it, else
-    this Python with ``-m colibri``."""
-    found = shutil.which("colibri")
-    beside = Path(sys.executable).parent / "colibri"
-    if found is not None and os.path.realpath(found) == os.path.realpath(beside):
-        return None
-    return [os.path.abspath(sys.executable), "-m", "colibri"]
+def starter_script() -> str:
+    """The session script, as packaged. It runs plain ``colibri``: a session finds its
+    harness's own first on its PATH (``agent/shim.py``), whatever the daemon's PATH."""
+    return resources.files("colibri.config").joinpath(SCRIPT_NAME).read_text(encoding="utf-8")
 
 
 def check_starter_target(target: Path) -> None:
@@ -215,5 +195,5 @@ def write_starter_files(root: Path) -> Path:
     except FileExistsError:
         raise FileExists(f"{script} exists; the starter writes its own: move it away") from None
     with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(starter_script(own_cli()))
+        out.write(starter_script())
     return script

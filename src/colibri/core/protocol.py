@@ -296,6 +296,10 @@ class Subscribe(Request, tag="subscribe"):
     workspace: ShortStr | None = None
     #: How ``send`` replies name this subscriber when it consumes a message.
     name: ShortStr | None = None
+    #: False: the board's events only, none of the bus's messages (a watcher that shows the
+    #: board takes no part in the bus: it is not a listener ``send`` counts, nor a link of a
+    #: chain).
+    messages: bool = True
 
 
 class Send(Request, tag="send"):

@@ -74,7 +74,9 @@ class Bus:
                 self._advance(chain)
 
     def send(self, conn: Connection, request_id: Any, to: str, text: str) -> dict[str, Any] | None:
-        targets = [s for s in self.audience.subscriptions if s.workspace in (None, to)]
+        targets = [
+            s for s in self.audience.subscriptions if s.messages and s.workspace in (None, to)
+        ]
         message_id = next(self._ids)
         chained = carries_header(text)
         message = MessageSent(message=message_id, to=to, text=text, chained=chained)

@@ -565,7 +565,7 @@ class Commands:
         return {"task": self.board.requeue(agent, req.task, req.epoch, req.reason)}
 
     def subscribe(self, req: p.Subscribe, conn: Connection) -> Reply:
-        self.board.subscribe(conn, req.priority, req.workspace, req.name)
+        self.board.subscribe(conn, req.priority, req.workspace, req.name, req.messages)
         conn.subscriber = True
         return {"subscribed": True}
 

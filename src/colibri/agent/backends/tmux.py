@@ -28,13 +28,14 @@ class TmuxBackend:
         self.spec = spec
         self.reaper = reaper
         self.socket = tmux.socket_for(root, spec.name)
-        #: Every variable a tmux session of this agent may be given.
-        self.names = [*SESSION_VARIABLES, *spec.env]
+        #: Every variable a tmux session of this agent may be given (PATH: the harness's own
+        #: ``colibri`` first on it, ``agent/shim.py``; the rest comes from the tmux server).
+        self.names = [*SESSION_VARIABLES, "PATH", *spec.env]
         self.pattern = re.compile(spec.ready_pattern) if spec.ready_pattern else None
 
     async def start(self, name: str, env: dict[str, str], task_file: Path) -> Running:
         sid = env["COLIBRI_SESSION"] = new_sid()
-        own = {k: v for k, v in env.items() if k.startswith("COLIBRI_") or k in self.spec.env}
+        own = {k: v for k, v in env.items() if k.startswith("COLIBRI_") or k in self.names}
         try:
             pid = await tmux.start(self.socket, name, self.spec.command, own, self.spec.cwd,
                                    self.names)  # fmt: skip

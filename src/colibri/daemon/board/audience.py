@@ -1,8 +1,8 @@
 """Who hears of the board's changes: subscribers, and ``wait`` requests for a task's end.
 
 One registry of subscribers serves both the board's events and the message bus
-(``daemon/bus.py``): a connection that subscribes once gets both, in the same order — highest
-``priority`` first, then first come.
+(``daemon/bus.py``): a connection that subscribes once gets both (or, with ``messages``
+false, the events alone), in the same order — highest ``priority`` first, then first come.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ class Subscription:
     workspace: str | None
     name: str
     order: int
+    #: Whether bus messages reach it at all (False: the board's events only).
+    messages: bool = True
 
 
 class Audience:
@@ -41,12 +43,13 @@ class Audience:
     # -- subscribers -------------------------------------------------------------------------
 
     def subscribe(
-        self, peer: Peer, priority: int = 0, workspace: str | None = None, name: str | None = None
-    ) -> None:
+        self, peer: Peer, priority: int = 0, workspace: str | None = None,
+        name: str | None = None, messages: bool = True,
+    ) -> None:  # fmt: skip
         self.unsubscribe(peer)  # a second subscribe must not double every event
         order = next(self._order)
         self.subscriptions.append(
-            Subscription(peer, priority, workspace, name or f"subscriber {order}", order)
+            Subscription(peer, priority, workspace, name or f"subscriber {order}", order, messages)
         )
         self.subscriptions.sort(key=lambda s: (-s.priority, s.order))
 
