@@ -135,6 +135,7 @@ class Takeover:
         self.patience = patience
         self.on_wait = on_wait
         self.give_up: float | None = None
+        self.bound = 0.0
         self.pause = TAKEOVER_FIRST_PAUSE
 
     def wait(self, error: ColibriError, what: str) -> None:
@@ -153,11 +154,11 @@ class Takeover:
             bound = takeover_patience(ttl) if self.patience is None else self.patience
             if bound <= 0:
                 raise error
-            self.give_up = now + bound
+            self.give_up, self.bound = now + bound, bound
             if self.on_wait is not None:
                 self.on_wait(f"waiting for a daemon to take over {what} (up to {bound:g} s)")
         if now + self.pause > self.give_up:
-            error.message += " (still so at the end of the wait for a takeover)"
+            error.message += f" (still so after waiting {self.bound:g} s for a takeover)"
             raise error
         pause, self.pause = self.pause, min(self.pause * 2, TAKEOVER_LONGEST_PAUSE)
         return pause

@@ -297,7 +297,7 @@ def test_a_takeover_is_waited_out_for_about_two_of_the_ttls_the_refusal_says() -
         while True:
             pauses.append(takeover.next_pause(refusal, "tenant 'acme'"))
             takeover.give_up = (takeover.give_up or 0) - pauses[-1]  # time passing, unslept
-    assert raised.value is refusal and "end of the wait for a takeover" in refusal.message
+    assert raised.value is refusal and "after waiting 6 s for a takeover" in refusal.message
     assert said == [f"waiting for a daemon to take over tenant 'acme' (up to "
                     f"{takeover_patience(2):g} s)"]  # fmt: skip
     assert pauses[:4] == [0.1, 0.2, 0.4, 0.8] and set(pauses[4:]) == {1.0}
