@@ -525,8 +525,13 @@ class Client:
                 remote, timeout, patience, on_wait = self._again
                 if error.code == "closed":
                     remote = remote.past(self.path)  # the one just lost tried last
-                takeover = takeover or Takeover(patience, on_wait)
-                takeover.wait(error, _taken_over(error))
+                if takeover is None:
+                    # The first loss: connected again at once. Where the daemons' refusals
+                    # say a takeover is under way (of which tenant, its lease's ttl), it is
+                    # waited out from there.
+                    takeover = Takeover(patience, on_wait)
+                else:
+                    takeover.wait(error, _taken_over(error))
                 self.close()
                 again = Client._reaching(remote, timeout, takeover)
                 self.path, self._sock, self._file = again.path, again._sock, again._file

@@ -13,8 +13,15 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from colibri.client import MAX_HOPS, Client, Remote, Takeover, takeover_patience
-from colibri.core.errors import ColibriError, LeaseLost, NotOwner, from_wire
+from colibri.client import (
+    MAX_HOPS,
+    Client,
+    Remote,
+    Takeover,
+    may_send_again,
+    takeover_patience,
+)
+from colibri.core.errors import ColibriError, ConnectionClosed, LeaseLost, NotOwner, from_wire
 from colibri.core.model import LedgerEntry
 from colibri.store.postgres import BoardLease, PostgresStore
 from tests.helpers import colibri, one_line, wait_until
@@ -284,6 +291,22 @@ def test_a_client_follows_not_owner_a_bounded_number_of_times_and_only_where_it_
     every = NotOwner("a daemon listening on every interface", "tcp://0.0.0.0:7002")
     with pytest.raises(NotOwner):
         over_tls.toward(every, 0)
+
+
+def test_only_what_is_safe_to_send_twice_is_sent_again_after_a_loss() -> None:
+    cut, refused = ConnectionClosed("the daemon closed the connection"), NotOwner("elsewhere")
+    keyed = {"idempotency_key": "k"}
+    # Cut off, the request may have been done: a read, or a submit by its key, only.
+    assert [may_send_again(cmd, fields, cut) for cmd, fields in [
+        ("get", {}), ("list", {}), ("submit", keyed), ("create-task", keyed), ("submit", {}),
+        ("cancel", {}), ("retry", {}), ("answer", {}), ("wait", {}), ("subscribe", {}),
+    ]] == [True, True, True, True, False, False, False, False, False, False]  # fmt: skip
+    # Refused as not served here (or by the fence), it was not done: a cancel, retry or
+    # answer too; never a wait or a subscription, whose connection is its state.
+    assert [may_send_again(cmd, {}, refused) for cmd in [
+        "get", "cancel", "retry", "answer", "submit", "wait", "subscribe", "register-agent",
+    ]] == [True, True, True, True, False, False, False, False]  # fmt: skip
+    assert not may_send_again("get", {}, from_wire({"code": "unauthorized", "message": "no"}))
 
 
 def test_a_takeover_is_waited_out_for_about_two_of_the_ttls_the_refusal_says() -> None:
