@@ -25,6 +25,10 @@ waiting calls raise that error. A connection that ends without one raises ``Conn
 (``closed``); no call raises a bare ``OSError`` for a connection the daemon closed. No daemon
 at the socket is ``DaemonNotRunning`` (``no_daemon``); a line that is not a JSON object is
 ``UnexpectedReply``.
+
+Given several daemons of a PostgreSQL hive, ``Client.remote`` waits out a takeover (the daemon
+serving the tenant killed, its lease not yet taken) and sends a request lost to one again where
+that is safe (``may_send_again``): a submit by an idempotency key of its own.
 """
 
 from __future__ import annotations
@@ -75,10 +79,97 @@ CLOSE_WAIT = 2.0
 #: How many ``not_owner`` answers a client follows before it gives up (daemons whose view of
 #: who serves what is a moment behind may point at each other while a lease changes hands).
 MAX_HOPS = 3
-#: How long a client waits, one wait after another, before asking again when ``not_owner``
-#: names no daemon (the tenant between two daemons, or the one asked has not yet heard who
-#: took it): about six seconds in all, then the refusal is raised.
-UNSERVED_WAITS = (0.2, 0.4, 0.8, 1.6, 3.2)
+#: A takeover waited out (``Client.remote``): the first pause between two tries of the
+#: addresses, and the longest (each one doubles).
+TAKEOVER_FIRST_PAUSE = 0.1
+TAKEOVER_LONGEST_PAUSE = 1.0
+#: The lease ttl a takeover is bounded by when no daemon has said its own (``not_owner``'s
+#: ``ttl``): a PostgreSQL board's default (``store.lease_ttl``).
+DEFAULT_LEASE_TTL = 10.0
+#: Requests that change nothing: sent again after the connection was cut under them.
+READS = frozenset({
+    "ping", "status", "get", "list", "family", "why", "cost", "agents", "skills", "ledger",
+    "schedule-list", "schedule-get",
+})  # fmt: skip
+#: Requests that make a task: sent again only with their ``idempotency_key`` (``Client.call``
+#: gives one of its own to those sent without), so that a second send returns the first task.
+SUBMITS = frozenset({"submit", "intake-task", "create-task"})
+#: Writes sent again only after a refusal that says nothing was done (``NOTHING_DONE``), never
+#: after a cut connection: done twice, the second would be refused (a cancel of a task that
+#: has ended, a retry of one that is pending again, an answer to a question answered).
+REFUSED_WRITES = frozenset({"cancel", "retry", "answer"})
+#: Refusals of a request that did nothing: the daemon does not serve its tenant (now), or its
+#: lease passed to another daemon and the batch was refused by the fence.
+NOTHING_DONE = frozenset({"not_owner", "standby", "lease_lost"})
+
+
+def takeover_patience(ttl: float) -> float:
+    """How long a takeover of a lease of ``ttl`` seconds may take: the lease, renewed every
+    third of its ttl, runs out within a ttl of its daemon's death; a standby or a sharing
+    daemon sees it within a third more, takes it and builds the board; two seconds of slack."""
+    return 2 * ttl + 2.0
+
+
+def may_send_again(cmd: str, fields: dict[str, Any], error: ColibriError) -> bool:
+    """Whether ``cmd`` may be sent again after ``error``, on a connection to the daemon that
+    serves now: a read always; a submit with its idempotency key; a cancel, retry or answer only
+    when refused before anything was done (``NOTHING_DONE``). The connection cut under it
+    (``closed``) may have let it through."""
+    if error.code != "closed" and error.code not in NOTHING_DONE:
+        return False
+    if cmd in READS:
+        return True
+    if cmd in SUBMITS:
+        return fields.get("idempotency_key") is not None
+    return cmd in REFUSED_WRITES and error.code in NOTHING_DONE
+
+
+class Takeover:
+    """One wait for a daemon to take over what a lost one served: tries spaced by growing
+    pauses, bounded by ``takeover_patience`` of the ttl the first refusal said (or
+    ``patience``: 0 waits not at all); ``on_wait`` is told once, when the wait starts."""
+
+    def __init__(
+        self, patience: float | None = None, on_wait: Callable[[str], object] | None = None
+    ) -> None:
+        self.patience = patience
+        self.on_wait = on_wait
+        self.give_up: float | None = None
+        self.bound = 0.0
+        self.pause = TAKEOVER_FIRST_PAUSE
+
+    def wait(self, error: ColibriError, what: str) -> None:
+        """Sleep before the next try, or raise ``error`` once the wait is over."""
+        import time
+
+        time.sleep(self.next_pause(error, what))
+
+    def next_pause(self, error: ColibriError, what: str) -> float:
+        """How long to wait before the next try; ``error`` raised once the wait is over."""
+        import time
+
+        now = time.monotonic()
+        if self.give_up is None:
+            ttl = getattr(error, "ttl", None) or DEFAULT_LEASE_TTL
+            bound = takeover_patience(ttl) if self.patience is None else self.patience
+            if bound <= 0:
+                raise error
+            self.give_up, self.bound = now + bound, bound
+            if self.on_wait is not None:
+                self.on_wait(f"waiting for a daemon to take over {what} (up to {bound:g} s)")
+        if now + self.pause > self.give_up:
+            error.message += f" (still so after waiting {self.bound:g} s for a takeover)"
+            raise error
+        pause, self.pause = self.pause, min(self.pause * 2, TAKEOVER_LONGEST_PAUSE)
+        return pause
+
+
+def _taken_over(error: ColibriError) -> str:
+    """What a takeover is waited for after ``error``, as a message says it."""
+    tenant = getattr(error, "tenant", None)
+    if tenant:
+        return f"tenant {tenant!r}"
+    return "the tenant" if error.code == "not_owner" else "the board"
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,17 +216,13 @@ class Remote:
         order = (*self.addresses[at + 1 :], *self.addresses[:at], lost[0])
         return Remote(order, self.token, self.ca, self.insecure_loopback)
 
-    def toward(self, refusal: NotOwner, hops: int) -> tuple[Remote, float]:
-        """Where to go after ``not_owner``, and how long to wait first: the address it names,
-        then these again, at once; these again after a wait (``UNSERVED_WAITS``) when it names
-        none. The refusal itself when the waits or the hops are used up (two daemons each
-        pointing at the other), or its address is not one this remote may reach."""
-        if refusal.address is None:
-            if hops >= len(UNSERVED_WAITS):
-                raise refusal
-            return self, UNSERVED_WAITS[hops]
-        if hops >= MAX_HOPS:
-            raise refusal
+    def toward(self, refusal: NotOwner, hops: int) -> Remote | None:
+        """Where to go at once after ``not_owner``: the address it names, then these again.
+        None when it names none, or the hops are used up (the daemon named does not answer,
+        or two daemons each point at the other): a takeover, to be waited out (``Takeover``).
+        The refusal itself when its address is not one this remote may reach."""
+        if refusal.address is None or hops >= MAX_HOPS:
+            return None
         try:
             (owner,) = parse_connect(refusal.address)
         except (ConfigError, ValueError):
@@ -145,7 +232,7 @@ class Remote:
         if owner.unspecified:
             raise refusal  # a daemon listening on every interface: no host to go to
         rest = tuple(a for a in self.addresses if a != owner)
-        return Remote((owner, *rest), self.token, self.ca, self.insecure_loopback), 0.0
+        return Remote((owner, *rest), self.token, self.ca, self.insecure_loopback)
 
 
 def _closed_early(exc: BaseException) -> bool:
@@ -273,6 +360,11 @@ def _raise_for(reply: dict[str, Any]) -> dict[str, Any]:
 class Client:
     """A blocking client: one request at a time, or ``events()`` after a subscribe."""
 
+    #: How to reach the daemons again (``Client.remote`` of several addresses, with
+    #: ``resend``): the remote, the timeout, and how a takeover is waited out.
+    _again: tuple[Remote, float | None, float | None, Callable[[str], object] | None] | None
+    _again = None
+
     def __init__(
         self, path: Path | str, *, root: Path | None = None, timeout: float | None = None
     ) -> None:
@@ -294,21 +386,49 @@ class Client:
         return cls(socket_path(root), root=root, timeout=timeout)
 
     @classmethod
-    def remote(cls, remote: Remote, timeout: float | None = None) -> Client:
+    def remote(
+        cls,
+        remote: Remote,
+        timeout: float | None = None,
+        *,
+        patience: float | None = None,
+        on_wait: Callable[[str], object] | None = None,
+        resend: bool = True,
+    ) -> Client:
         """Connected to the first of ``remote``'s addresses that answers, and authenticated
         with its token (``unauthorized``, ``forbidden``, ``throttled`` if the daemon says no);
         a daemon that serves other tenants than the token's says where its tenant is served
-        (``not_owner``), and the client goes there."""
-        for hops in itertools.count():
+        (``not_owner``), and the client goes there.
+
+        A takeover is waited out: the daemon named does not answer (killed, its lease not run
+        out yet), no daemon serves the tenant for the moment, or — given several addresses —
+        none answers (a standby listens on none until it serves). The addresses are tried again
+        with growing pauses, for ``takeover_patience`` of the lease ttl the daemons said
+        (``patience`` seconds instead: 0 waits not at all); ``on_wait`` is told once, when the
+        wait starts. With ``resend``, a request cut off or refused by such a loss is sent again
+        on a connection to the daemon serving now, when that is safe (``may_send_again``)."""
+        client = cls._reaching(remote, timeout, Takeover(patience, on_wait))
+        if resend and len(remote.addresses) > 1:
+            client._again = (remote, timeout, patience, on_wait)
+        return client
+
+    @classmethod
+    def _reaching(cls, remote: Remote, timeout: float | None, takeover: Takeover) -> Client:
+        given, hops = remote, 0
+        while True:
             try:
                 return cls._remote(remote, timeout)
             except NotOwner as refusal:
-                remote, wait = remote.toward(refusal, hops)
-                if wait:
-                    import time
-
-                    time.sleep(wait)
-        raise AssertionError("unreachable")
+                onward = remote.toward(refusal, hops)
+                if onward is not None:
+                    remote, hops = onward, hops + 1
+                    continue
+                takeover.wait(refusal, _taken_over(refusal))
+                hops = 0
+            except (DaemonNotRunning, ConnectionClosed) as lost:
+                if len(given.addresses) < 2:
+                    raise
+                takeover.wait(lost, _taken_over(lost))
 
     @classmethod
     def _remote(cls, remote: Remote, timeout: float | None) -> Client:
@@ -385,6 +505,39 @@ class Client:
         return _decode(line)
 
     def call(self, cmd: str, **fields: Any) -> dict[str, Any]:
+        """Send ``cmd`` and return the daemon's reply (its error raised). On a client of
+        several daemons (``Client.remote``), a request lost to a takeover is sent again where
+        it is served now when that is safe (``may_send_again``); a submit without an
+        ``idempotency_key`` is given one of its own first, kept across the sends."""
+        if self._again is None:
+            return self._call(cmd, fields)
+        if cmd in SUBMITS and fields.get("idempotency_key") is None:
+            import secrets
+
+            fields["idempotency_key"] = f"submit-{secrets.token_hex(16)}"
+        takeover: Takeover | None = None
+        while True:
+            try:
+                return self._call(cmd, fields)
+            except ColibriError as error:
+                if not may_send_again(cmd, fields, error):
+                    raise
+                remote, timeout, patience, on_wait = self._again
+                if error.code == "closed":
+                    remote = remote.past(self.path)  # the one just lost tried last
+                if takeover is None:
+                    # The first loss: connected again at once. Where the daemons' refusals
+                    # say a takeover is under way (of which tenant, its lease's ttl), it is
+                    # waited out from there.
+                    takeover = Takeover(patience, on_wait)
+                else:
+                    takeover.wait(error, _taken_over(error))
+                self.close()
+                again = Client._reaching(remote, timeout, takeover)
+                self.path, self._sock, self._file = again.path, again._sock, again._file
+                self._ids, self._used = again._ids, again._used
+
+    def _call(self, cmd: str, fields: dict[str, Any]) -> dict[str, Any]:
         if not self._used:
             self._used = True
             # The daemon refuses a connection (busy, forbidden) as soon as it accepts it. A
@@ -511,13 +664,18 @@ class AsyncClient:
         if isinstance(self.target, Remote):
             import asyncio
 
-            for hops in itertools.count():
+            takeover, hops = Takeover(), 0
+            while True:
                 try:
                     return await self._open()
                 except NotOwner as refusal:
-                    self.target, wait = self.target.toward(refusal, hops)
                     self._fresh()  # (that connection was closed by _open)
-                    await asyncio.sleep(wait)
+                    onward = self.target.toward(refusal, hops)
+                    if onward is not None:
+                        self.target, hops = onward, hops + 1
+                        continue
+                    await asyncio.sleep(takeover.next_pause(refusal, _taken_over(refusal)))
+                    hops = 0
         return await self._open()
 
     async def _open(self) -> AsyncClient:

@@ -13,8 +13,15 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from colibri.client import MAX_HOPS, UNSERVED_WAITS, Client, Remote
-from colibri.core.errors import ColibriError, LeaseLost, NotOwner
+from colibri.client import (
+    MAX_HOPS,
+    Client,
+    Remote,
+    Takeover,
+    may_send_again,
+    takeover_patience,
+)
+from colibri.core.errors import ColibriError, ConnectionClosed, LeaseLost, NotOwner, from_wire
 from colibri.core.model import LedgerEntry
 from colibri.store.postgres import BoardLease, PostgresStore
 from tests.helpers import colibri, one_line, wait_until
@@ -262,31 +269,66 @@ def _refusal(daemon: Member, cmd: str, **fields: object) -> NotOwner:
 def test_a_client_follows_not_owner_a_bounded_number_of_times_and_only_where_it_may() -> None:
     remote = Remote.parse("tcp://127.0.0.1:7001,tcp://127.0.0.1:7002", token="t",
                           insecure_loopback=True)  # fmt: skip
-    onward, wait = remote.toward(NotOwner("elsewhere", "tcp://127.0.0.1:7002"), 0)
+    onward = remote.toward(NotOwner("elsewhere", "tcp://127.0.0.1:7002"), 0)
+    assert onward is not None
     assert [str(a) for a in onward.addresses] == ["tcp://127.0.0.1:7002", "tcp://127.0.0.1:7001"]
-    assert onward.token == "t" and onward.insecure_loopback and wait == 0
-    # Nobody serves it now (a tenant between two daemons): the same addresses, asked again
-    # after a wait that doubles, then the refusal.
-    unserved = NotOwner("no daemon serves it", None)
-    assert [remote.toward(unserved, n) for n in range(len(UNSERVED_WAITS))] == [
-        (remote, w) for w in UNSERVED_WAITS
-    ]
-    assert UNSERVED_WAITS == (0.2, 0.4, 0.8, 1.6, 3.2)
-    for refusal, hops in [
-        (unserved, len(UNSERVED_WAITS)),
-        (NotOwner("round and round", "tcp://127.0.0.1:7001"), MAX_HOPS),
-        (NotOwner("plain text off this machine", "tcp://192.0.2.1:7001"), 0),
-        (NotOwner("not an address", "http://x"), 0),
+    assert onward.token == "t" and onward.insecure_loopback
+    # Nobody serves it now (a tenant between two daemons), or the daemon named does not answer
+    # (the hops used up): nowhere to go at once — a takeover, waited out (Takeover).
+    assert remote.toward(NotOwner("no daemon serves it", None), 0) is None
+    assert remote.toward(NotOwner("round and round", "tcp://127.0.0.1:7001"), MAX_HOPS) is None
+    for refusal in [
+        NotOwner("plain text off this machine", "tcp://192.0.2.1:7001"),
+        NotOwner("not an address", "http://x"),
     ]:
         with pytest.raises(NotOwner) as raised:
-            remote.toward(refusal, hops)
+            remote.toward(refusal, 0)
         assert raised.value is refusal
     over_tls = Remote.parse("tcp://db.example:7001", token="t")
-    sent_on, _ = over_tls.toward(NotOwner("x", "tcp://10.0.0.2:7001"), 0)
+    sent_on = over_tls.toward(NotOwner("x", "tcp://10.0.0.2:7001"), 0)
+    assert sent_on is not None
     assert [str(a) for a in sent_on.addresses] == ["tcp://10.0.0.2:7001", "tcp://db.example:7001"]
     every = NotOwner("a daemon listening on every interface", "tcp://0.0.0.0:7002")
     with pytest.raises(NotOwner):
         over_tls.toward(every, 0)
+
+
+def test_only_what_is_safe_to_send_twice_is_sent_again_after_a_loss() -> None:
+    cut, refused = ConnectionClosed("the daemon closed the connection"), NotOwner("elsewhere")
+    keyed = {"idempotency_key": "k"}
+    # Cut off, the request may have been done: a read, or a submit by its key, only.
+    assert [may_send_again(cmd, fields, cut) for cmd, fields in [
+        ("get", {}), ("list", {}), ("submit", keyed), ("create-task", keyed), ("submit", {}),
+        ("cancel", {}), ("retry", {}), ("answer", {}), ("wait", {}), ("subscribe", {}),
+    ]] == [True, True, True, True, False, False, False, False, False, False]  # fmt: skip
+    # Refused as not served here (or by the fence), it was not done: a cancel, retry or
+    # answer too; never a wait or a subscription, whose connection is its state.
+    assert [may_send_again(cmd, {}, refused) for cmd in [
+        "get", "cancel", "retry", "answer", "submit", "wait", "subscribe", "register-agent",
+    ]] == [True, True, True, True, False, False, False, False]  # fmt: skip
+    assert not may_send_again("get", {}, from_wire({"code": "unauthorized", "message": "no"}))
+
+
+def test_a_takeover_is_waited_out_for_about_two_of_the_ttls_the_refusal_says() -> None:
+    said: list[str] = []
+    takeover = Takeover(on_wait=said.append)
+    refusal = from_wire({"code": "not_owner", "message": "acme is at a", "address": "tcp://a:1",
+                         "tenant": "acme", "ttl": 2})  # fmt: skip
+    assert isinstance(refusal, NotOwner) and (refusal.tenant, refusal.ttl) == ("acme", 2.0)
+    pauses = []
+    with pytest.raises(NotOwner) as raised:
+        while True:
+            pauses.append(takeover.next_pause(refusal, "tenant 'acme'"))
+            takeover.give_up = (takeover.give_up or 0) - pauses[-1]  # time passing, unslept
+    assert raised.value is refusal and "after waiting 6 s for a takeover" in refusal.message
+    assert said == [f"waiting for a daemon to take over tenant 'acme' (up to "
+                    f"{takeover_patience(2):g} s)"]  # fmt: skip
+    assert pauses[:4] == [0.1, 0.2, 0.4, 0.8] and set(pauses[4:]) == {1.0}
+    assert takeover_patience(2) - 1 <= sum(pauses) <= takeover_patience(2)
+    # A refusal that says no ttl is bounded by the default one; 0 waits not at all.
+    assert Takeover().next_pause(NotOwner("x"), "x") == 0.1
+    with pytest.raises(NotOwner):
+        Takeover(patience=0).next_pause(NotOwner("x"), "x")
 
 
 @pytest.mark.parametrize(

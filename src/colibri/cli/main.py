@@ -90,12 +90,14 @@ class Context:
         )  # fmt: skip
 
     def client(self, timeout: float | None = None) -> Any:
-        """A connection to the daemon; ``timeout``: seconds each socket operation may take."""
+        """A connection to the daemon; ``timeout``: seconds each socket operation may take.
+        Over TCP a takeover is waited out, said once on stderr, and a request lost to one is
+        sent again where that is safe (``Client.remote``)."""
         from colibri.client import Client
 
         remote = self.remote()
         if remote is not None:
-            return Client.remote(remote, timeout=timeout)
+            return Client.remote(remote, timeout=timeout, on_wait=say_waiting)
         return Client.for_root(self.root(), timeout=timeout)
 
     def call(self, cmd: str, *, patient: bool = False, **fields: Any) -> dict[str, Any]:
@@ -106,6 +108,13 @@ class Context:
                 return client.call(cmd, **fields)  # type: ignore[no-any-return]
 
         return wait_out_busy(once) if patient else once()
+
+
+def say_waiting(what: str) -> None:
+    """One line on stderr: what the client waits for (a daemon to take over)."""
+    from colibri.cli.output import printable
+
+    click.echo(printable(f"colibri: {what}"), err=True)
 
 
 def wait_out_busy(attempt: Callable[[], T]) -> T:
@@ -164,7 +173,15 @@ def through_takeovers(ctx: Context, run: Callable[[Any], T], *, patient: bool = 
     pause = BUSY_FIRST_PAUSE
     while True:
         try:
-            client = ctx.client() if remote is None else Client.remote(remote)
+            if remote is None:
+                client = ctx.client()
+            else:
+                # This loop follows the board once it is lost (nothing is sent twice by the
+                # client): only a first try waits out a takeover under way, and says so.
+                first = lost is None
+                client = Client.remote(remote, patience=None if first else 0,
+                                       on_wait=say_waiting if first else None,
+                                       resend=False)  # fmt: skip
         except ColibriError as exc:
             if exc.code not in LOST or (lost is None and not patient):
                 raise

@@ -187,7 +187,8 @@ def submit(
     # A session handing work on waits out a busy or restarting daemon, as its reports do.
     reply = wait_out_busy(send) if in_session() else send()
     task = reply["task"]
-    if not reply.get("created", True) and not own_key:
+    # (A key the client made itself, sent again after a takeover, is no news to the user.)
+    if not reply.get("created", True) and idempotency_key is not None and not own_key:
         click.echo(
             printable(f"colibri: idempotency key {idempotency_key} already names task "
                       f"{task['id']} ({task['state']}); nothing new was submitted"),

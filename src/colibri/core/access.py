@@ -141,6 +141,9 @@ class Tenancy:
     #: Tenants asked for that no daemon serves: made known to the board (its ``tenants``), so
     #: that a sharing daemon takes them.
     wanted: set[str] = field(default_factory=set)
+    #: The daemon's lease ttl in seconds (said with ``not_owner``: a takeover of the tenant
+    #: is over within about two of them, so a client knows how long to wait).
+    ttl: float | None = None
 
     def serves(self, tenant: str | None) -> bool:
         return self.served is None or (tenant or DEFAULT_TENANT) in self.served
@@ -158,16 +161,18 @@ class Tenancy:
             self.wanted.add(name)
             raise NotOwner(
                 f"this daemon serves {here}, and no daemon serves tenant {name!r} now (a "
-                "sharing daemon takes it within seconds, or start one with --tenants); try again"
-            )
+                "sharing daemon takes it within seconds, or start one with --tenants); try again",
+                tenant=name, ttl=self.ttl,
+            )  # fmt: skip
         address = self.elsewhere[key]
         if address is None:
             raise NotOwner(
                 f"tenant {name!r} is served by another daemon of this board, which listens on no "
-                "TCP address; use that daemon's root"
-            )
+                "TCP address; use that daemon's root",
+                tenant=name, ttl=self.ttl,
+            )  # fmt: skip
         raise NotOwner(
             f"tenant {name!r} is served by another daemon of this board, at {address}; "
             "connect there",
-            address,
-        )
+            address, tenant=name, ttl=self.ttl,
+        )  # fmt: skip

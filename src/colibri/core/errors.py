@@ -94,8 +94,8 @@ class ColibriError(Exception):
         super().__init__(message)
         self.message = message
 
-    def to_wire(self) -> dict[str, str | int]:
-        wire: dict[str, str | int] = {"code": self.code, "message": self.message}
+    def to_wire(self) -> dict[str, str | int | float]:
+        wire: dict[str, str | int | float] = {"code": self.code, "message": self.message}
         if self.index is not None:
             wire["index"] = self.index
         return wire
@@ -318,21 +318,36 @@ class Standby(ColibriError):
 
 
 class NotOwner(ColibriError):
-    """This daemon serves other tenants of a PostgreSQL board: the tenant asked for is another
-    daemon's, at ``address`` (None when none serves it now). The one error whose wire form
-    carries a field beside code and message; ``colibri.client`` follows it."""
+    """This daemon serves other tenants of a PostgreSQL board: the tenant asked for
+    (``tenant``) is another daemon's, at ``address`` (None when none serves it now); ``ttl``
+    is the answering daemon's lease ttl in seconds, which bounds how long a takeover of the
+    tenant takes. The one error whose wire form carries fields beside code and message;
+    ``colibri.client`` follows it, and waits out a takeover by it."""
 
     code = "not_owner"
     transient = True
 
-    def __init__(self, message: str, address: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        address: str | None = None,
+        *,
+        tenant: str | None = None,
+        ttl: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.address = address
+        self.tenant = tenant
+        self.ttl = ttl
 
-    def to_wire(self) -> dict[str, str | int]:
+    def to_wire(self) -> dict[str, str | int | float]:
         wire = super().to_wire()
         if self.address is not None:
             wire["address"] = self.address
+        if self.tenant is not None:
+            wire["tenant"] = self.tenant
+        if self.ttl is not None:
+            wire["ttl"] = self.ttl
         return wire
 
 
@@ -479,8 +494,12 @@ def from_wire(error: object) -> ColibriError:
         made, message
     )  # each class's own __init__ builds a message; this one came made
     if isinstance(made, NotOwner):
-        address = error.get("address")
+        address, tenant, ttl = error.get("address"), error.get("tenant"), error.get("ttl")
         made.address = address if isinstance(address, str) else None
+        made.tenant = tenant if isinstance(tenant, str) else None
+        made.ttl = None
+        if isinstance(ttl, (int, float)) and not isinstance(ttl, bool) and 0 < ttl <= 3600:
+            made.ttl = float(ttl)
     index = error.get("index")
     if isinstance(index, int) and not isinstance(index, bool):
         made.index = index

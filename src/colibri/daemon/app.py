@@ -483,6 +483,7 @@ def _build(config: Config, hold: _BoardHold, store: Store, mirror: LedgerMirror)
         if config.tenants or config.share:
             tenancy.served = frozenset(hold.lease.tenants)
         tenancy.elsewhere = hold.lease.elsewhere
+        tenancy.ttl = hold.lease.ttl
     try:
         daemon.board.rebuild()
         daemon.schedules.load(_served_schedules(config, tenancy))

@@ -105,7 +105,7 @@ class Audience:
             self.batch.answered.append((task.id, peer, request_id))  # put back if it fails
             self.batch.emit(peer, {"id": request_id, "ok": True, "task": task})
 
-    def refuse(self, task_id: str, error: dict[str, str | int]) -> None:
+    def refuse(self, task_id: str, error: dict[str, str | int | float]) -> None:
         """Answer every wait for ``task_id`` with ``error`` (the wire form of a ColibriError):
         the task is no longer this daemon's to see end."""
         for peer, request_id in self._take(task_id):
