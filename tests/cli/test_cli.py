@@ -336,6 +336,27 @@ def test_status_shows_daemon_and_board(daemon: Daemon) -> None:
         agent.close()
 
 
+def test_status_counts_every_agent_that_agents_lists(daemon: Daemon) -> None:
+    """Agents the board knew before the daemon restarted are listed by ``agents`` (offline)
+    and counted by ``status`` alike: the two never disagree on how many there are."""
+    for name in ("old-1", "old-2"):
+        FakeAgent(daemon, name, ["zfs"]).close()
+    daemon.restart()
+    fresh = [FakeAgent(daemon, name, ["zfs"]) for name in ("new-1", "new-2")]
+    try:
+        listed = as_json(colibri("agents", "--json", root=daemon.root))
+        assert sorted((a["name"], a["online"]) for a in listed) == [
+            ("new-1", True), ("new-2", True), ("old-1", False), ("old-2", False)
+        ]  # fmt: skip
+        status = as_json(colibri("status", "--json", root=daemon.root))
+        assert status["agents"] == {"online": 2, "known": 4}
+        text = ok(colibri("status", root=daemon.root))
+        assert "agents   2 online of 4, 0/2 slots busy" in text.splitlines()
+    finally:
+        for agent in fresh:
+            agent.close()
+
+
 def test_ledger_json_lines(daemon: Daemon) -> None:
     task_id = ok(colibri("submit", "ledgered", root=daemon.root)).strip()
     ok(colibri("cancel", task_id, "--reason", "not needed", root=daemon.root))
