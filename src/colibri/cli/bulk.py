@@ -7,7 +7,6 @@ before their one summary; piped, they stay quiet and machine-readable.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -16,7 +15,7 @@ import msgspec
 
 from colibri.cli.main import Context, json_option, pass_ctx
 from colibri.cli.output import counted, print_json_line, print_line, printable
-from colibri.cli.tasks import ledger
+from colibri.cli.tasks import ledger, ledger_rows, parse_since
 from colibri.core.errors import BadRequest, ColibriError
 from colibri.core.text import json_safe
 
@@ -194,36 +193,6 @@ def submit_file(ctx: Context, path: str, as_json: bool) -> None:
         )  # fmt: skip
 
 
-def _ledger_rows(client: Any, after: int) -> Iterator[dict[str, Any]]:
-    while True:
-        reply = client.call("ledger", after=after, limit=10_000)
-        yield from reply["entries"]
-        if not reply.get("more"):
-            return
-        after = reply["next"]
-
-
-def _since(value: str | None) -> tuple[int, str]:
-    """``--since``: a ledger seq (rows after it), or a date or instant (rows at or after it)."""
-    if value is None:
-        return 0, ""
-    if value.isascii() and value.isdigit():
-        if int(value) >= 1 << 63:
-            raise click.BadParameter(f"{value} is past the last seq there can be",
-                                     param_hint="--since")  # fmt: skip
-        return int(value), ""
-    from colibri.core.model import parse_rfc3339, rfc3339
-
-    try:
-        return 0, rfc3339(parse_rfc3339(value if "T" in value else value + "T00:00:00Z"))
-    except ValueError:
-        raise click.BadParameter(
-            f"{value!r} is neither a seq nor a time: write 1200, 2026-11-30 or "
-            "2026-11-30T08:00:00Z",
-            param_hint="--since",
-        ) from None
-
-
 #: What makes a spreadsheet read a cell as a formula (or a DDE command) when it starts with it:
 #: OWASP's list (CSV injection), a tab and a carriage return included.
 FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")
@@ -274,7 +243,7 @@ def ledger_export(
     escapes, as in --json); onto a terminal, CSV shows them as escapes, as every table does."""
     import csv
 
-    after, at_least = _since(since)
+    after, at_least = parse_since(since)
     if out is not None:
         import os
 
@@ -303,9 +272,7 @@ def ledger_export(
         if writer is not None:
             writer.writerow(CSV_COLUMNS)
         with ctx.client() as client:
-            for entry in _ledger_rows(client, after):
-                if at_least and entry["at"] < at_least:
-                    continue
+            for entry in ledger_rows(client, after, at_least):
                 if writer is not None:
                     row = _csv_row(entry)
                     if terminal:
