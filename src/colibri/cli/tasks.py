@@ -63,7 +63,8 @@ ENDED = ("done", "failed", "cancelled", "closed")
 @click.option(
     "--workspace",
     shell_complete=workspace_names,
-    help="Only agents of this workspace may take it.",
+    help="Only agents of this workspace may take it (one nothing serves yet: it waits, and "
+    "submit says so).",
 )
 @click.option(
     "--parent",
