@@ -33,7 +33,14 @@ from colibri.core.errors import (
     UnknownParent,
     UnknownTask,
 )
-from colibri.core.model import DEFAULT_TENANT, LedgerEntry, Task, TaskSpec, normalize_names
+from colibri.core.model import (
+    DEFAULT_TENANT,
+    SHORTEST_PREFIX,
+    LedgerEntry,
+    Task,
+    TaskSpec,
+    normalize_names,
+)
 from colibri.core.states import State
 from colibri.daemon.board import Board
 from colibri.daemon.board.capacity import LiveAgent
@@ -65,8 +72,6 @@ TOKEN_FAMILY_BYTES = sizes.REPLY_BUDGET // 8
 #: made of these may be a prefix of ids, as git and docker take them.
 WHOLE_ID = 36
 ID_CHARACTERS = "0123456789abcdef-"
-#: The shortest prefix taken, as git's: ``cancel 0`` must not name a family by accident.
-SHORTEST_PREFIX = 4
 
 
 def _past(query: TaskFilter, last: str) -> TaskFilter:
@@ -234,8 +239,8 @@ class Commands:
         return {"tokens": self.tokens.list()}
 
     def token_revoke(self, req: p.TokenRevoke, conn: Connection) -> Reply:
-        token = self.tokens.revoke(req.token)
-        return {"token": token, "closed": self.server.close_token(req.token)}
+        token = self.tokens.revoke(self.tokens.resolve(req.token))
+        return {"token": token, "closed": self.server.close_token(token.id)}
 
     def ping(self, req: p.Ping, conn: Connection) -> Reply:
         # The line limit, so that a client can cut a long report to fit (``fit_report``).
