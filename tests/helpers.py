@@ -113,27 +113,72 @@ def error_code(call: Callable[[], Any]) -> str:
 
 
 def on_a_terminal(
-    args: list[str], timeout: float = 120.0
+    args: list[str], timeout: float = 120.0, *, stdout_too: bool = False
 ) -> tuple[subprocess.CompletedProcess[str], bytes]:
     """Run ``args`` with stderr on a pseudo-terminal (stdout piped, as when a person pipes a
-    command on): the finished process, and what it wrote to the terminal."""
+    command on, unless ``stdout_too``: then both are on the terminal, as a command typed
+    alone): the finished process, and what it wrote to the terminal."""
+    import selectors
+
     leader, follower = os.openpty()
     try:
-        process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=follower)
+        process = subprocess.Popen(
+            args, stdout=follower if stdout_too else subprocess.PIPE, stderr=follower
+        )
         os.close(follower)
-        shown = b""
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # the terminal's other end is closed: all of it was read
-                break
-            if not chunk:
-                break
-            shown += chunk
-        out, _ = process.communicate(timeout=timeout)
+        # Both read as they come: a pipe left unread fills up and stops the command.
+        piped = process.stdout.fileno() if process.stdout is not None else None
+        read = {fd: bytearray() for fd in (leader, piped) if fd is not None}
+        with selectors.DefaultSelector() as selector:
+            for fd in read:
+                selector.register(fd, selectors.EVENT_READ)
+            while selector.get_map():
+                for key, _ in selector.select():
+                    try:
+                        chunk = os.read(key.fd, 65536)
+                    except OSError:  # the terminal's other end is closed: all of it was read
+                        chunk = b""
+                    if chunk:
+                        read[key.fd] += chunk
+                    else:
+                        selector.unregister(key.fd)
+        process.communicate(timeout=timeout)
     finally:
         os.close(leader)
-    return subprocess.CompletedProcess(args, process.returncode, out.decode(), ""), shown
+    out = read[piped].decode() if piped is not None else ""
+    return subprocess.CompletedProcess(args, process.returncode, out, ""), bytes(read[leader])
+
+
+def screen(shown: bytes) -> list[str]:
+    """The lines a terminal shows once it has been written ``shown``: a carriage return goes
+    back to the line's start, ``ESC [ K`` erases from there to its end, and what is written
+    over a line replaces it, as a person sees it when the command is done."""
+    text = shown.decode()
+    lines: list[str] = []
+    line: list[str] = []
+    column = 0
+    i = 0
+    while i < len(text):
+        if text.startswith("\x1b[K", i):
+            del line[column:]
+            i += 3
+            continue
+        char = text[i]
+        if char == "\r":
+            column = 0
+        elif char == "\n":
+            lines.append("".join(line))
+            line, column = [], 0
+        elif column < len(line):
+            line[column] = char
+            column += 1
+        else:
+            line.append(char)
+            column += 1
+        i += 1
+    if line:
+        lines.append("".join(line))
+    return lines
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:

@@ -14,7 +14,7 @@ import pytest
 from colibri.cli.bulk import FORMULA_LEADS, spreadsheet_cell
 from colibri.core.errors import ColibriError
 from tests.cli.test_cli import as_json, colibri, error_line, ok
-from tests.helpers import Daemon, FakeAgent, on_a_terminal, wait_until
+from tests.helpers import Daemon, FakeAgent, on_a_terminal, screen, wait_until
 
 
 def _lines(path: Path, *objects: object) -> Path:
@@ -42,8 +42,8 @@ def test_submit_from_a_file_takes_every_task_and_honours_idempotency_keys(
     ids = ok(done).split()
     assert len(ids) == 4 and ids[1] == ids[2]
     summary = done.stderr.strip().splitlines()
-    assert summary[0] == f"colibri: submitted 3 tasks from {source}, 1 already there (their " \
-        "idempotency keys)"  # fmt: skip
+    assert summary[0] == f"colibri: submitted 3 tasks from {source}, 1 already there (its " \
+        "idempotency key)"  # fmt: skip
     assert any("1 task waits: no agent named ghost has registered yet" in x for x in summary)
     assert any("1 task waits: no agent has registered with python yet" in x for x in summary)
     tasks = {t["id"]: t for t in daemon.call("list", limit=10)["tasks"]}
@@ -136,16 +136,39 @@ def test_a_file_larger_than_one_request_is_refused_before_anything_is_sent(
         daemon.stop()
 
 
-def test_progress_shows_on_a_terminal_only(daemon: Daemon, tmp_path: Path) -> None:
-    source = _lines(tmp_path / "t.jsonl", *({"text": f"t{i}"} for i in range(600)))
-    done, shown = on_a_terminal(
-        [sys.executable, "-m", "colibri", "--root", str(daemon.root), "submit", "--from",
-         str(source)],
-    )  # fmt: skip
-    assert done.returncode == 0 and len(done.stdout.split()) == 600
-    assert b"\rsubmitted 500/600" in shown and b"\rsubmitted 600/600" in shown
+def test_on_a_terminal_progress_is_erased_and_one_summary_stays(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """While it runs, a bulk command says how far it is on stderr when that is a terminal;
+    once it is done the terminal shows its output and one summary line, no second count."""
+    command = [sys.executable, "-m", "colibri", "--root", str(daemon.root)]
+    kept = daemon.submit("already there", idempotency_key="k")["id"]
+    source = _lines(tmp_path / "t.jsonl", {"text": "already there", "idempotency_key": "k"},
+                    *({"text": f"t{i}"} for i in range(599)))  # fmt: skip
+    done, shown = on_a_terminal([*command, "submit", "--from", str(source)], stdout_too=True)
+    assert done.returncode == 0 and b"submitting 600 tasks from " in shown, shown
+    *ids, summary = screen(shown)
+    assert len(ids) == 600 and ids[0] == kept
+    assert summary == f"colibri: submitted 599 tasks from {source}, 1 already there (its " \
+        "idempotency key)"  # fmt: skip
+    # The ledger, 600 rows, into a file: counted while it runs, then its summary.
+    out = tmp_path / "ledger.jsonl"
+    done, shown = on_a_terminal([*command, "ledger", "export", "--out", str(out)],
+                                stdout_too=True)  # fmt: skip
+    rows = len(out.read_text().splitlines())
+    assert done.returncode == 0 and rows >= 600 and b"exporting the ledger: 500 rows" in shown
+    assert screen(shown) == [f"exported {rows} ledger rows to {out} (jsonl)"]
+    # Into a pipe, with stderr on the terminal: the count, erased.
+    done, shown = on_a_terminal([*command, "ledger", "export"])
+    assert len(done.stdout.splitlines()) == rows and b"exporting the ledger: 500" in shown
+    assert screen(shown) == []
+    # Onto the terminal itself: the rows, and no count drawn over them.
+    done, shown = on_a_terminal([*command, "ledger", "export"], stdout_too=True)
+    assert b"exporting" not in shown and len(screen(shown)) == rows
     piped = colibri("ledger", "export", root=daemon.root)
-    assert "\r" not in piped.stderr and piped.stderr == ""
+    assert piped.stderr == ""
+    one = colibri("submit", "--from", "-", root=daemon.root, input='{"text": "one"}\n')
+    assert one.stderr.splitlines()[0] == "colibri: submitted 1 task from stdin"
 
 
 def test_ledger_export_writes_every_row_as_json_lines_or_csv(

@@ -8,6 +8,7 @@ import re
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -334,6 +335,78 @@ def test_status_shows_daemon_and_board(daemon: Daemon) -> None:
         assert "1 online" in text
     finally:
         agent.close()
+
+
+def test_status_counts_every_agent_that_agents_lists(daemon: Daemon) -> None:
+    """Agents the board knew before the daemon restarted are listed by ``agents`` (offline)
+    and counted by ``status`` alike: the two never disagree on how many there are."""
+    for name in ("old-1", "old-2"):
+        FakeAgent(daemon, name, ["zfs"]).close()
+    daemon.restart()
+    fresh = [FakeAgent(daemon, name, ["zfs"]) for name in ("new-1", "new-2")]
+    try:
+        listed = as_json(colibri("agents", "--json", root=daemon.root))
+        assert sorted((a["name"], a["online"]) for a in listed) == [
+            ("new-1", True), ("new-2", True), ("old-1", False), ("old-2", False)
+        ]  # fmt: skip
+        status = as_json(colibri("status", "--json", root=daemon.root))
+        assert status["agents"] == {"online": 2, "known": 4}
+        text = ok(colibri("status", root=daemon.root))
+        assert "agents   2 online of 4, 0/2 slots busy" in text.splitlines()
+    finally:
+        for agent in fresh:
+            agent.close()
+
+
+def test_ledger_since_takes_a_seq_or_a_time_as_ledger_export_does(daemon: Daemon) -> None:
+    """``ledger --since`` takes what ``ledger export --since`` takes: a seq (the rows after it)
+    or a date or instant (the rows written at or after it); anything else is refused saying
+    which forms it takes."""
+    from colibri.core.model import rfc3339
+
+    early = daemon.submit("before the instant")["id"]
+    first = daemon.call("ledger")["entries"][-1]["at"]
+    wait_until(lambda: rfc3339(time.time()) > first)  # the rows below are written later
+    later = [daemon.submit(f"after the instant {i}")["id"] for i in range(3)]
+    rows = daemon.call("ledger")["entries"]
+    instant = next(r["at"] for r in rows if r["task"] == later[0])
+
+    def tasks(*args: str) -> list[str]:
+        out = ok(colibri("ledger", "--json", *args, root=daemon.root))
+        return [json.loads(line)["task"] for line in out.splitlines()]
+
+    assert tasks("--since", instant) == later
+    assert tasks("--since", instant[:10]) == [early, *later]  # a date: from its midnight UTC
+    assert tasks("--since", "2999-01-01") == []
+    assert tasks("--since", "1") == [r["task"] for r in rows[1:]]  # a seq: the rows after it
+    # --limit counts the rows shown, and says where to go on from.
+    paged = colibri("ledger", "--since", instant, "--limit", "2", "--json", root=daemon.root)
+    assert [json.loads(line)["task"] for line in ok(paged).splitlines()] == later[:2]
+    second = next(r["seq"] for r in rows if r["task"] == later[1])
+    assert paged.stderr == f"more: colibri ledger --after {second}\n"
+    # --follow: the rows from the instant on, then the new ones.
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "colibri", "--root", str(daemon.root), "ledger", "--follow",
+         "--json", "--since", instant],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert follower.stdout is not None
+        seen = [json.loads(follower.stdout.readline())["task"] for _ in later]
+        newest = daemon.submit("while following")["id"]
+        assert json.loads(follower.stdout.readline())["task"] == newest
+    finally:
+        follower.kill()
+        follower.communicate()
+    assert seen == later
+    for args, says in [
+        (["--since", "yesterday"], "'yesterday' is neither a seq nor a time: write 1200, "
+                                   "2026-11-30 or 2026-11-30T08:00:00Z"),
+        (["--since", "3", "--after", "2"], "give --since or --after, not both"),
+    ]:  # fmt: skip
+        refused = colibri("ledger", *args, root=daemon.root)
+        assert refused.returncode == 2 and says in refused.stderr, refused.stderr
+        assert "Did you mean" not in refused.stderr
 
 
 def test_ledger_json_lines(daemon: Daemon) -> None:

@@ -243,6 +243,38 @@ def test_a_task_nothing_can_run_is_not_accepted_in_silence(daemon: Daemon) -> No
     assert ok(quiet) and quiet.stderr == ""
 
 
+def test_a_task_for_a_workspace_nobody_serves_yet_is_taken_and_runs_once_one_does(
+    daemon: Daemon,
+) -> None:
+    """A workspace is served by colibri.jsonc's harness or by any agent that registers naming
+    it (``colibri agent --workspace gpu -- COMMAND``, here or on another host, in any tenant),
+    so ``submit --workspace`` takes a name nothing serves yet: it says in one line why the task
+    waits, and the first agent serving that workspace runs it. ``unknown_workspace`` is the
+    answer of the commands that read a workspace's definition from colibri.jsonc."""
+    root = daemon.root
+    submitted = colibri("submit", "render the site", "--workspace", "gpu", "--json", root=root)
+    task = json.loads(ok(submitted))
+    assert (task["state"], task["workspace"]) == ("pending", "gpu")
+    (line,) = submitted.stderr.splitlines()
+    assert line == (
+        f"colibri: task {task['id']} waits: no agent of workspace gpu has registered yet, and "
+        f"colibri.jsonc defines no such workspace (see: colibri why {task['id']})"
+    )
+    plain = FakeAgent(daemon, "cpu-1", [])  # free first, but of no workspace: not for it
+    gpu = FakeAgent(daemon, "gpu-1", [], workspace="gpu")
+    try:
+        assign = gpu.next_assign()
+        assert assign["task"]["id"] == task["id"]
+        gpu.out(assign, output="rendered")
+        wait_until(lambda: daemon.task(task["id"])["outcome"] == "done")
+        assert daemon.task(task["id"])["agent"] == "gpu-1"
+    finally:
+        gpu.close()
+        plain.close()
+    refused = json_error(colibri("workspace", "show", "gpu", "--json", root=root))
+    assert refused["code"] == "unknown_workspace"
+
+
 def test_a_partial_fit_says_in_the_ledger_what_the_agent_lacks(daemon: Daemon) -> None:
     agent = FakeAgent(daemon, "py-1", ["python"])
     try:

@@ -16,7 +16,7 @@ import pytest
 
 from colibri.client import Client, Remote
 from colibri.core.errors import ColibriError
-from tests.helpers import Daemon, colibri, one_line, wait_until
+from tests.helpers import Daemon, colibri, one_line, sqlite_only, wait_until
 from tests.remote.conftest import TlsDaemon
 
 
@@ -263,6 +263,61 @@ def test_the_cli_makes_lists_and_revokes_tokens(tls_daemon: TlsDaemon) -> None:
     assert wrong.returncode == 1 and "registers no agent" in one_line(wrong.stderr)
     bad = colibri(tls_daemon.root, "token", "create", "--role", "operator", "--expires", "0s")
     assert bad.returncode == 1 and "duration" in one_line(bad.stderr)
+
+
+@sqlite_only  # two tokens planted in the board's file, their ids sharing four characters
+def test_token_revoke_takes_a_prefix_that_names_one_token(root: Path) -> None:
+    """As a task's id, a token's is taken by any prefix of at least four characters (in any
+    case) that starts no other token's id; one that starts several, revoked ones too, or none,
+    is refused in one line, and nothing is revoked."""
+    from colibri.config import load_config
+    from colibri.core.tokens import Token
+    from colibri.store import open_store
+
+    planted = ["1eb4a0c51d2e", "1eb4b7730f01"]
+    store = open_store(load_config(root).store)
+    try:
+        for token_id in planted:
+            store.insert_token(Token(id=token_id, tenant="default", role="operator",
+                                     created_at="2026-12-01T00:00:00.000Z"), "00" * 32)  # fmt: skip
+        store.commit()
+    finally:
+        store.close()
+    daemon = Daemon(root)
+    daemon.start()
+    try:
+
+        def revoked() -> set[str]:
+            return {t["id"] for t in daemon.call("token-list")["tokens"] if t.get("revoked_at")}
+
+        made = json.loads(colibri(root, "token", "create", "--role", "operator", "--json").stdout)
+        ambiguous = colibri(root, "token", "revoke", "1eb4")
+        assert ambiguous.returncode == 1 and ambiguous.stdout == ""
+        assert one_line(ambiguous.stderr) == (
+            "colibri: id prefix 1eb4 names 2 tokens (1eb4a0c51d2e, 1eb4b7730f01); give more of "
+            "the id"
+        )
+        as_json = colibri(root, "token", "revoke", "1eb4", "--json")
+        assert json.loads(as_json.stdout)["error"]["code"] == "ambiguous_token"
+        for given, says in [
+            ("1eb", "'1eb' is too short to name a token: give at least 4 characters of its id"),
+            ("1eb4c", "no token with id 1eb4c (list them with: colibri token list)"),
+            ("zz12", "no token with id zz12"),
+        ]:
+            refused = colibri(root, "token", "revoke", given)
+            assert refused.returncode == 1 and says in one_line(refused.stderr), refused.stderr
+        assert revoked() == set()
+        done = colibri(root, "token", "revoke", "1EB4A")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == "token 1eb4a0c51d2e revoked; 0 connections using it closed\n"
+        assert revoked() == {"1eb4a0c51d2e"}
+        again = colibri(root, "token", "revoke", "1eb4")  # a revoked one still counts
+        assert again.returncode == 1 and "names 2 tokens" in one_line(again.stderr)
+        mine = colibri(root, "token", "revoke", made["id"][:6])
+        assert mine.returncode == 0 and mine.stdout.startswith(f"token {made['id']} revoked")
+        assert revoked() == {"1eb4a0c51d2e", made["id"]}
+    finally:
+        daemon.stop()
 
 
 def test_an_operator_cli_afar_with_a_bad_token_gets_one_line(tls_daemon: TlsDaemon) -> None:

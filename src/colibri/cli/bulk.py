@@ -1,12 +1,12 @@
 """Work in bulk: many tasks submitted from a JSON lines file, the ledger exported whole.
 
-Both show progress on a terminal (stderr) and stay quiet and machine-readable when piped.
+While they run, both show how far they are on stderr when it is a terminal, on a line erased
+before their one summary; piped, they stay quiet and machine-readable.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -14,13 +14,15 @@ import click
 import msgspec
 
 from colibri.cli.main import Context, json_option, pass_ctx
-from colibri.cli.output import print_json_line, print_line, printable
-from colibri.cli.tasks import ledger
+from colibri.cli.output import counted, print_json_line, print_line, printable
+from colibri.cli.tasks import ledger, ledger_rows, parse_since
 from colibri.core.errors import BadRequest, ColibriError
 from colibri.core.text import json_safe
 
 #: Progress is redrawn at most this often (rows or tasks), on a terminal only.
 PROGRESS_EVERY = 500
+#: The terminal's control sequence that erases from the cursor to the end of the line.
+ERASE_LINE = "\x1b[K"
 #: The ledger's columns in a CSV export; a row's cost is spread over the last four.
 CSV_COLUMNS = [
     "seq", "at", "task", "schedule", "tenant", "from_state", "to_state", "agent", "epoch",
@@ -38,29 +40,36 @@ def bulk_task_type() -> type[Any]:
 
 
 class Progress:
-    """``label N/TOTAL`` redrawn on stderr when it is a terminal; nothing otherwise."""
+    """How far a long command has got, on one line of stderr that each step redraws and
+    ``clear`` erases, so that what stays on the terminal is the command's own summary. Shown
+    only while stderr is a terminal (and ``shown`` is not False: the caller's output going to
+    that same terminal would be written over); nothing at all otherwise."""
 
-    def __init__(self, label: str, total: int | None = None) -> None:
-        self.label = label
-        self.total = total
-        self.shown = sys.stderr.isatty()
+    def __init__(self, template: str = "", *, shown: bool = True) -> None:
+        self.template = template
+        self.shown = shown and sys.stderr.isatty()
+        self.drawn = False
         self.count = 0
+
+    def say(self, text: str) -> None:
+        """Show ``text`` in place of what the line showed."""
+        if self.shown:
+            sys.stderr.write(f"\r{ERASE_LINE}{printable(text)}")
+            sys.stderr.flush()
+            self.drawn = True
 
     def step(self, n: int = 1) -> None:
         before, self.count = self.count, self.count + n
-        if self.shown and (before // PROGRESS_EVERY != self.count // PROGRESS_EVERY):
-            self._draw()
+        if before // PROGRESS_EVERY != self.count // PROGRESS_EVERY:
+            self.say(self.template.format(count=self.count))
 
-    def _draw(self) -> None:
-        of = f"/{self.total}" if self.total is not None else ""
-        sys.stderr.write(f"\r{self.label} {self.count}{of}")
-        sys.stderr.flush()
-
-    def done(self) -> None:
-        if self.shown and self.count:
-            self._draw()
-            sys.stderr.write("\n")
+    def clear(self) -> None:
+        """Erase the line, leaving the cursor where it began: called before anything else is
+        written, a summary or an error."""
+        if self.drawn:
+            sys.stderr.write(f"\r{ERASE_LINE}")
             sys.stderr.flush()
+            self.drawn = False
 
 
 def read_tasks(source: IO[str], name: str) -> list[tuple[int, Any]]:
@@ -126,7 +135,6 @@ def submit_file(ctx: Context, path: str, as_json: bool) -> None:
         }
         for _, task in tasks
     ]
-    progress = Progress("submitted", len(tasks))
     made: list[dict[str, Any]] = []
     if items:
         with ctx.client() as client:
@@ -138,6 +146,10 @@ def submit_file(ctx: Context, path: str, as_json: bool) -> None:
                     f"server.max_line of {max_line}; split the file (each part is taken whole "
                     "or not at all), or raise server.max_line; nothing was submitted"
                 )
+            # One request, taken whole: nothing to count while it runs, so a terminal is told
+            # what is under way until the answer comes; then only the summary stays.
+            progress = Progress()
+            progress.say(f"submitting {counted(len(items), 'task')} from {name}")
             try:
                 made = client.call("submit-all", tasks=items)["tasks"]
             except ColibriError as exc:
@@ -151,6 +163,8 @@ def submit_file(ctx: Context, path: str, as_json: bool) -> None:
                 else:
                     exc.message = f"{name}: {exc.message}; nothing was submitted"
                 raise
+            finally:
+                progress.clear()
     waiting: dict[str, list[str]] = {}
     again = 0
     for reply in made:
@@ -161,11 +175,15 @@ def submit_file(ctx: Context, path: str, as_json: bool) -> None:
             print_json_line({**reply["task"], "created": reply["created"]})
         else:
             print_line(reply["task"]["id"])
-        progress.step()
-    progress.done()
     if not as_json:
-        kept = f", {again} already there (their idempotency keys)" if again else ""
-        click.echo(f"colibri: submitted {len(made) - again} tasks from {name}{kept}", err=True)
+        kept = ""
+        if again:
+            keys = "its idempotency key" if again == 1 else "their idempotency keys"
+            kept = f", {again} already there ({keys})"
+        click.echo(
+            printable(f"colibri: submitted {counted(len(made) - again, 'task')} from {name}{kept}"),
+            err=True,
+        )
     for why, ids in waiting.items():  # one line per reason, not one per task
         n = len(ids)
         click.echo(
@@ -173,36 +191,6 @@ def submit_file(ctx: Context, path: str, as_json: bool) -> None:
                       f"{why} (see: colibri why {ids[0]})"),
             err=True,
         )  # fmt: skip
-
-
-def _ledger_rows(client: Any, after: int) -> Iterator[dict[str, Any]]:
-    while True:
-        reply = client.call("ledger", after=after, limit=10_000)
-        yield from reply["entries"]
-        if not reply.get("more"):
-            return
-        after = reply["next"]
-
-
-def _since(value: str | None) -> tuple[int, str]:
-    """``--since``: a ledger seq (rows after it), or a date or instant (rows at or after it)."""
-    if value is None:
-        return 0, ""
-    if value.isascii() and value.isdigit():
-        if int(value) >= 1 << 63:
-            raise click.BadParameter(f"{value} is past the last seq there can be",
-                                     param_hint="--since")  # fmt: skip
-        return int(value), ""
-    from colibri.core.model import parse_rfc3339, rfc3339
-
-    try:
-        return 0, rfc3339(parse_rfc3339(value if "T" in value else value + "T00:00:00Z"))
-    except ValueError:
-        raise click.BadParameter(
-            f"{value!r} is neither a seq nor a time: write 1200, 2026-11-30 or "
-            "2026-11-30T08:00:00Z",
-            param_hint="--since",
-        ) from None
 
 
 #: What makes a spreadsheet read a cell as a formula (or a DDE command) when it starts with it:
@@ -255,7 +243,7 @@ def ledger_export(
     escapes, as in --json); onto a terminal, CSV shows them as escapes, as every table does."""
     import csv
 
-    after, at_least = _since(since)
+    after, at_least = parse_since(since)
     if out is not None:
         import os
 
@@ -270,7 +258,6 @@ def ledger_export(
         sink: IO[str] = open(fd, "w", encoding="utf-8", newline="")
     else:
         sink = sys.stdout
-    progress = Progress("exported")
     # Every text cell quoted, numbers bare: a spreadsheet set to split on ";" (as many locales
     # are) keeps a reason with a ";" in it whole, rather than starting a cell after it.
     writer = csv.writer(sink, quoting=csv.QUOTE_NONNUMERIC) if fmt == "csv" else None
@@ -278,13 +265,14 @@ def ledger_export(
     # Onto a terminal, what sessions wrote is shown as people are shown it (JSON lines keep
     # the exact text either way: json_safe only escapes).
     terminal = out is None and sys.stdout.isatty()
+    # Rows written onto the terminal are their own progress (and a count would be drawn over
+    # them).
+    progress = Progress("exporting the ledger: {count} rows", shown=not terminal)
     try:
         if writer is not None:
             writer.writerow(CSV_COLUMNS)
         with ctx.client() as client:
-            for entry in _ledger_rows(client, after):
-                if at_least and entry["at"] < at_least:
-                    continue
+            for entry in ledger_rows(client, after, at_least):
                 if writer is not None:
                     row = _csv_row(entry)
                     if terminal:
@@ -301,14 +289,15 @@ def ledger_export(
             out.unlink(missing_ok=True)
         raise
     finally:
+        progress.clear()
         if out is not None:
             sink.close()
         else:
             sink.flush()
-    progress.done()
     if out is not None:
         summary = {"rows": progress.count, "format": fmt, "out": str(out)}
         if as_json:
             print_json_line(summary)
         else:
-            click.echo(printable(f"exported {progress.count} ledger rows to {out} ({fmt})"))
+            rows = counted(progress.count, "ledger row")
+            click.echo(printable(f"exported {rows} to {out} ({fmt})"))

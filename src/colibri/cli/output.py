@@ -22,6 +22,11 @@ if TYPE_CHECKING:
     from rich.text import Text
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 task``, ``2 tasks``: a count and its noun, agreeing."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def print_line(text: str, *, flush: bool = False) -> None:
     """Print one line made of data from the daemon (see ``printable``)."""
     print(printable(text), flush=flush)

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from colibri.cli.main import Context, cli, json_option, pass_ctx
-from colibri.cli.output import print_json, print_line
+from colibri.cli.output import counted, print_json, print_line
 
 
 @cli.group()
@@ -82,43 +82,39 @@ def _progress(kind: str, done: int, total: int) -> None:
     click.echo(f"\rcopying {kind}: {done:,} of {total:,}", nl=done >= total, err=True)
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
 def summary_lines(summary: dict[str, Any]) -> list[str]:
     tenant = summary["tenant"]
     states = ", ".join(f"{n} {state}" for state, n in summary["by_state"].items())
     seqs = summary["ledger_seqs"]
     numbered = f" (seq {seqs[0]}-{seqs[1]})" if seqs else ""
     lines = [
-        f"{'would copy' if summary['dry_run'] else 'copied'} {_count(summary['tasks'], 'task')}"
-        f"{f' ({states})' if states else ''}, {_count(summary['ledger'], 'ledger row')}"
-        f"{numbered}, {_count(summary['schedules'], 'schedule')} with "
-        f"{_count(summary['fires'], 'fire record')}, {_count(summary['agents'], 'agent')} and "
-        f"{_count(summary['skills'], 'new skill')} from {summary['from']} into tenant {tenant} "
+        f"{'would copy' if summary['dry_run'] else 'copied'} {counted(summary['tasks'], 'task')}"
+        f"{f' ({states})' if states else ''}, {counted(summary['ledger'], 'ledger row')}"
+        f"{numbered}, {counted(summary['schedules'], 'schedule')} with "
+        f"{counted(summary['fires'], 'fire record')}, {counted(summary['agents'], 'agent')} and "
+        f"{counted(summary['skills'], 'new skill')} from {summary['from']} into tenant {tenant} "
         f"of {summary['to']}"
     ]
     others = [t for t in summary["tenants"] if t != tenant]
     if others:
         lines.append(
-            f"the rows of {_count(len(others), 'tenant').split(' ', 1)[1]} {', '.join(others)} "
+            f"the rows of {counted(len(others), 'tenant').split(' ', 1)[1]} {', '.join(others)} "
             f"are in tenant {tenant} now"
         )
     if summary["agents_kept"]:
         lines.append(
-            f"{_count(summary['agents_kept'], 'agent')} registered in tenant {tenant} already "
+            f"{counted(summary['agents_kept'], 'agent')} registered in tenant {tenant} already "
             "kept the target's registration"
         )
     if summary["running"]:
         lines.append(
-            f"{_count(summary['running'], 'task')} running: the first daemon to serve the hive "
+            f"{counted(summary['running'], 'task')} running: the first daemon to serve the hive "
             "holds them as orphans; not claimed back within its adoption window, each is "
             "retried if it has attempts left, otherwise failed"
         )
     if summary["tokens_not_copied"]:
         lines.append(
-            f"{_count(summary['tokens_not_copied'], 'token')} not copied: make the hive's own "
+            f"{counted(summary['tokens_not_copied'], 'token')} not copied: make the hive's own "
             f"with colibri token create --tenant {tenant}"
         )
     if summary["dry_run"]:

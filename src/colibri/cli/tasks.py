@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from itertools import islice
 from typing import Any
 
 import click
@@ -61,7 +63,8 @@ ENDED = ("done", "failed", "cancelled", "closed")
 @click.option(
     "--workspace",
     shell_complete=workspace_names,
-    help="Only agents of this workspace may take it.",
+    help="Only agents of this workspace may take it (one nothing serves yet: it waits, and "
+    "submit says so).",
 )
 @click.option(
     "--parent",
@@ -422,25 +425,86 @@ def why(ctx: Context, task_id: str, as_json: bool) -> None:
     )
 
 
+#: Rows asked for a page when the ledger is read on past rows that are not shown.
+LEDGER_PAGE = 10_000
+
+
+def parse_since(value: str | None) -> tuple[int, str]:
+    """``--since`` of ``ledger`` and ``ledger export``: a ledger seq (rows after it), or a
+    date or instant (rows at or after it): ``(seq, "")`` or ``(0, instant)``."""
+    if value is None:
+        return 0, ""
+    if value.isascii() and value.isdigit():
+        if int(value) >= 1 << 63:
+            raise click.BadParameter(f"{value} is past the last seq there can be",
+                                     param_hint="--since")  # fmt: skip
+        return int(value), ""
+    from colibri.core.model import parse_rfc3339, rfc3339
+
+    try:
+        return 0, rfc3339(parse_rfc3339(value if "T" in value else value + "T00:00:00Z"))
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is neither a seq nor a time: write 1200, 2026-11-30 or "
+            "2026-11-30T08:00:00Z",
+            param_hint="--since",
+        ) from None
+
+
+def ledger_rows(
+    client: Any, after: int, at_least: str = "", task: str | None = None
+) -> Iterator[dict[str, Any]]:
+    """Every ledger row after seq ``after`` (of ``task`` alone, if given), page by page, but
+    those written before the instant ``at_least``. The daemon reads the ledger by seq only, so
+    rows before that instant are read and passed over."""
+    while True:
+        reply = client.call("ledger", after=after, limit=LEDGER_PAGE, task=task)
+        for entry in reply["entries"]:
+            if not at_least or entry["at"] >= at_least:
+                yield entry
+        if not reply.get("more"):
+            return
+        after = reply["next"]
+
+
 @cli.group(invoke_without_command=True)
 @click.option(
     "--task", "task_id", metavar="ID", shell_complete=task_ids(), help="Only rows of this task."
 )
 @click.option("--after", type=int, default=0, show_default=True, help="Only rows after this seq.")
+@click.option(
+    "--since", metavar="SEQ|TIME",
+    help="Only rows after this seq, or at or after this date or instant (2026-11-30, "
+    "2026-11-30T08:00:00Z).",
+)  # fmt: skip
 @click.option("--limit", type=click.IntRange(1, 10_000), default=1000, show_default=True)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new rows as they are written.")
 @json_option
 @pass_ctx
 def ledger(
-    ctx: Context, task_id: str | None, after: int, limit: int, follow: bool, as_json: bool
+    ctx: Context,
+    task_id: str | None,
+    after: int,
+    since: str | None,
+    limit: int,
+    follow: bool,
+    as_json: bool,
 ) -> None:
     """Print the ledger: every transition, oldest first (JSON lines with --json).
 
     colibri ledger export writes it whole, as JSON lines or CSV."""
-    if click.get_current_context().invoked_subcommand is not None:
+    click_ctx = click.get_current_context()
+    if click_ctx.invoked_subcommand is not None:
         return
+    at_least = ""
+    if since is not None:
+        if click_ctx.get_parameter_source("after") is not click.core.ParameterSource.DEFAULT:
+            raise click.UsageError("give --since or --after, not both (--since SEQ is --after SEQ)")
+        after, at_least = parse_since(since)
 
     def emit(entry: dict[str, Any]) -> None:
+        if at_least and entry["at"] < at_least:
+            return
         if as_json:
             print_json_line(entry)
         else:
@@ -455,6 +519,14 @@ def ledger(
                 flush=True,
             )
 
+    if not follow and at_least:
+        with ctx.client() as client:
+            shown = list(islice(ledger_rows(client, after, at_least, task_id), limit + 1))
+        for entry in shown[:limit]:
+            emit(entry)
+        if len(shown) > limit:
+            click.echo(f"more: colibri ledger --after {shown[limit - 1]['seq']}", err=True)
+        return
     if not follow:
         with ctx.client() as client:
             reply = client.call("ledger", after=after, limit=limit, task=task_id)
@@ -469,14 +541,16 @@ def ledger(
         # Run again on the next daemon after a takeover: from the last row printed, so that
         # no row is skipped or printed twice.
         nonlocal last
-        reply = client.call("ledger", after=last, limit=limit, task=task_id, follow=True)
+        # Rows before --since's instant are read only to be passed over: in large pages.
+        page = LEDGER_PAGE if at_least else limit
+        reply = client.call("ledger", after=last, limit=page, task=task_id, follow=True)
         while True:  # the rows already written, page by page, then the new ones
             for entry in reply["entries"]:
                 emit(entry)
             last = reply["next"]
             if not reply.get("more"):
                 break
-            reply = client.call("ledger", after=last, limit=limit, task=task_id)
+            reply = client.call("ledger", after=last, limit=page, task=task_id)
         for event in client.events():
             if event["event"] == "ledger" and event["entry"]["seq"] > last:
                 emit(event["entry"])

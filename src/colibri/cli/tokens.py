@@ -128,12 +128,15 @@ def list_tokens(ctx: Context, as_json: bool) -> None:
 @json_option
 @pass_ctx
 def revoke(ctx: Context, token_id: str, as_json: bool) -> None:
-    """Revoke a token for good; connections that use it are closed at once."""
+    """Revoke a token for good; connections that use it are closed at once.
+
+    ID is the token's id, or any prefix of it that names one token (at least 4 characters)."""
     reply = ctx.call("token-revoke", token=token_id)
     if as_json:
         print_json(reply)
         return
     closed = reply["closed"]
     print_line(
-        f"token {token_id} revoked; {closed} connection{'s' * (closed != 1)} using it closed"
+        f"token {reply['token']['id']} revoked; {closed} connection{'s' * (closed != 1)} "
+        "using it closed"
     )

@@ -37,6 +37,7 @@ CLI (``os_error``, ``internal``).
     ├── Throttled            throttled           too many failed logins from this address
     ├── TlsRequired          tls_required        plain text on the TLS port
     ├── UnknownToken         unknown_token
+    ├── AmbiguousToken       ambiguous_token     a token id prefix that names more than one token
     ├── Busy                 busy                too many connections
     ├── StorageUnavailable   storage_unavailable the store could not commit (disk full, read-only)
     │   └── LeaseLost        lease_lost          another daemon holds the PostgreSQL board now
@@ -290,6 +291,16 @@ class UnknownToken(ColibriError):
 
     def __init__(self, token_id: str) -> None:
         super().__init__(f"no token with id {token_id} (list them with: colibri token list)")
+
+
+class AmbiguousToken(ColibriError):
+    code = "ambiguous_token"
+
+    def __init__(self, prefix: str, ids: list[str]) -> None:
+        named = ", ".join(ids[:3]) + (", …" if len(ids) > 3 else "")
+        super().__init__(
+            f"id prefix {prefix} names {len(ids)} tokens ({named}); give more of the id"
+        )
 
 
 class Busy(ColibriError):

@@ -30,6 +30,9 @@ MAX_BUDGET_USD = 1_000_000_000.0
 #: Claims of one task are numbered from 1; far beyond any retry count, within SQLite's integer.
 MAX_EPOCH = 2**62
 
+#: The fewest characters of an id taken for a task (its start or its end) or a token (its
+#: start), as git's: ``cancel 0`` must not name a family by accident.
+SHORTEST_ID_PART = 4
 #: Capability, label, workspace, agent and tenant names: short, printable, no path tricks.
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._:+-]{0,63}$"
 _NAME_RE = re.compile(NAME_PATTERN)

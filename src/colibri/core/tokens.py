@@ -21,6 +21,8 @@ import msgspec
 
 PREFIX = "colibri_"
 ID_DIGITS = 12
+#: The characters of a token's id (lowercase hex).
+ID_CHARACTERS = "0123456789abcdef"
 SECRET_BYTES = 32
 Role = Literal["agent", "operator"]
 ROLES: tuple[Role, ...] = ("agent", "operator")
@@ -71,7 +73,7 @@ def split(text: str) -> tuple[str, str] | None:
     token_id, sep, secret = text[len(PREFIX) :].partition("_")
     if not sep or len(token_id) != ID_DIGITS or not secret or len(secret) > 100:
         return None
-    if any(c not in "0123456789abcdef" for c in token_id):
+    if any(c not in ID_CHARACTERS for c in token_id):
         return None
     return token_id, secret
 

@@ -33,7 +33,14 @@ from colibri.core.errors import (
     UnknownParent,
     UnknownTask,
 )
-from colibri.core.model import DEFAULT_TENANT, LedgerEntry, Task, TaskSpec, normalize_names
+from colibri.core.model import (
+    DEFAULT_TENANT,
+    SHORTEST_ID_PART,
+    LedgerEntry,
+    Task,
+    TaskSpec,
+    normalize_names,
+)
 from colibri.core.states import State
 from colibri.daemon.board import Board
 from colibri.daemon.board.capacity import LiveAgent
@@ -67,8 +74,6 @@ TOKEN_FAMILY_BYTES = sizes.REPLY_BUDGET // 8
 #: the tasks of one minute, and ends with random bits).
 WHOLE_ID = 36
 ID_CHARACTERS = "0123456789abcdef-"
-#: The fewest characters taken, as git's: ``cancel 0`` must not name a family by accident.
-SHORTEST_PART = 4
 #: The most ids named in an ``ambiguous_task`` refusal (and how many it counts).
 NAMED = 3
 
@@ -171,9 +176,9 @@ class Commands:
             return task_id  # not part of any id
         if len(part) >= WHOLE_ID:
             return part  # a whole id, in whatever case it was written
-        if len(part) < SHORTEST_PART:
+        if len(part) < SHORTEST_ID_PART:
             raise BadRequest(
-                f"{task_id!r} is too short to name a task: give at least {SHORTEST_PART} "
+                f"{task_id!r} is too short to name a task: give at least {SHORTEST_ID_PART} "
                 "characters of its id, from its start or its end"
             )
         tenant = self._principal(conn).tenant
@@ -246,8 +251,8 @@ class Commands:
         return {"tokens": self.tokens.list()}
 
     def token_revoke(self, req: p.TokenRevoke, conn: Connection) -> Reply:
-        token = self.tokens.revoke(req.token)
-        return {"token": token, "closed": self.server.close_token(req.token)}
+        token = self.tokens.revoke(self.tokens.resolve(req.token))
+        return {"token": token, "closed": self.server.close_token(token.id)}
 
     def ping(self, req: p.Ping, conn: Connection) -> Reply:
         # The line limit, so that a client can cut a long report to fit (``fit_report``).

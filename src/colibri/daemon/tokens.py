@@ -11,8 +11,14 @@ import logging
 
 from colibri.core import tokens
 from colibri.core.access import Principal, Tenancy
-from colibri.core.errors import BadRequest, Unauthorized, UnknownToken
-from colibri.core.model import DEFAULT_TENANT, check_name, normalize_names, rfc3339
+from colibri.core.errors import AmbiguousToken, BadRequest, Unauthorized, UnknownToken, shown
+from colibri.core.model import (
+    DEFAULT_TENANT,
+    SHORTEST_ID_PART,
+    check_name,
+    normalize_names,
+    rfc3339,
+)
 from colibri.core.tokens import Issued, Role, Token
 from colibri.daemon.clock import Clock
 from colibri.store import Store, StoreConflict
@@ -85,6 +91,27 @@ class TokenAuthority:
 
     def list(self) -> list[Token]:
         return [t for t in self.store.tokens() if self.tenancy.serves(t.tenant)]
+
+    def resolve(self, given: str) -> str:
+        """The id of the one token whose id starts with ``given`` (in any case), as task ids
+        are taken: ``UnknownToken`` when none does, ``AmbiguousToken`` when several do, revoked
+        ones counted (a revocation is for good: it is never made on a guess)."""
+        prefix = given.lower()
+        if self.store.token(prefix) is not None:
+            return prefix
+        if prefix.strip(tokens.ID_CHARACTERS) or len(prefix) >= tokens.ID_DIGITS:
+            raise UnknownToken(given)  # not the start of any id
+        if len(prefix) < SHORTEST_ID_PART:
+            raise BadRequest(
+                f"{shown(given)} is too short to name a token: give at least {SHORTEST_ID_PART} "
+                "characters of its id (list them with: colibri token list)"
+            )
+        found = sorted(t.id for t in self.store.tokens() if t.id.startswith(prefix))
+        if not found:
+            raise UnknownToken(given)
+        if len(found) > 1:
+            raise AmbiguousToken(given, found)
+        return found[0]
 
     def revoke(self, token_id: str) -> Token:
         found = self.store.token(token_id)

@@ -128,7 +128,9 @@ class Views:
     def status(self) -> dict[str, Any]:
         counts = self.store.count_by_state()
         outcomes = self.store.count_by_outcome()
-        online = sum(1 for a in self.agents.values() if a.online)
+        # Every agent ``agents`` lists, those only the store remembers (registered before
+        # the daemon restarted) included: the two commands agree on how many there are.
+        known = self.agent_list()
         return {
             "paused": self.dispatcher.paused,
             "tasks": {s.value: counts.get(s.value, 0) for s in State},
@@ -137,7 +139,7 @@ class Views:
             "warnings": dict(sorted(self.capacity.warnings.items())),
             "waiting": len(self.queue.pending),
             "retrying": len(self.queue.delayed),
-            "agents": {"online": online, "known": len(self.agents)},
+            "agents": {"online": sum(a.online for a in known), "known": len(known)},
             "slots": {
                 "total": sum(a.slots for a in self.agents.values() if a.online),
                 "busy": sum(len(a.holding) for a in self.agents.values() if a.online),
