@@ -3,13 +3,22 @@ on a clean stop, degraded when it crash-loops. Processes are read from /proc."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from colibri.daemon.supervisor import (
+    FAILURE_LENGTH,
+    FAILURE_TAIL,
+    exit_reason,
+    last_words,
+    log_mark,
+)
 from tests.helpers import Daemon, colibri, online, wait_until
 from tests.sessions.support import (
     ECHO,
@@ -66,6 +75,9 @@ def test_a_killed_harness_is_started_again(fleet: Fleet, root: Path) -> None:
     assert now["api"] == pids["api"]
     wait_until(lambda: status(daemon)["web"]["pid"] == now["web"])
     assert status(daemon)["web"]["restarts"] == 1
+    # It could say nothing: the signal is its last failure.
+    assert status(daemon)["web"]["last_failure"] == "killed by SIGKILL"
+    assert status(daemon)["api"]["last_failure"] is None
     assert status(daemon)["api"]["restarts"] == 0
     # the new harness serves its workspace
     wait_until(lambda: online(daemon, "web"))
@@ -188,7 +200,12 @@ def test_a_harness_that_cannot_start_is_marked_degraded(fleet: Fleet, root: Path
     log = (root / ".colibri" / "harness" / "broken.log").read_text()
     assert f"colibri: File exists: {root / 'broken'}\n" in log  # one line, no traceback
     assert "Traceback" not in log
-    assert "harness  broken: DEGRADED, 2 restarts" in colibri(root, "status").stdout
+    assert broken["state"] == "degraded"
+    assert broken["last_failure"] == f"File exists: {root / 'broken'}"
+    assert (
+        f"harness  broken: DEGRADED, 2 restarts, last failure: File exists: {root / 'broken'}\n"
+        in colibri(root, "status").stdout
+    )
     # the other workspace is not disturbed
     web = status(daemon)["web"]
     assert (web["restarts"], web["degraded"]) == (0, False)
@@ -239,3 +256,77 @@ def test_a_harness_log_past_its_limit_is_renamed_and_no_line_is_lost(
     grew = after.st_ino == before.st_ino and after.st_size > before.st_size
     assert grew or older.stat().st_ino == before.st_ino  # written on, or itself renamed .1
     assert sorted(p.name for p in log.parent.glob("web.log*")) == ["web.log", "web.log.1"]
+
+
+def test_a_harness_that_cannot_start_says_why_where_its_tasks_wait(
+    fleet: Fleet, root: Path
+) -> None:
+    """A workspace whose session command is not installed: its harness refuses to start, in
+    its log. status, why, workspace show and the submission say so too, in the harness's own
+    words, made printable (the other workspace's command names an escape sequence)."""
+    daemon = fleet({
+        "alpha": {"session": {"command": ["no-such-agent-here", "-p"]}},
+        "beta": {"session": {"command": ["/nonexistent/\x1b[2Jagent"]}},
+    })  # fmt: skip
+    said = "agent alpha: its command 'no-such-agent-here' is not found on PATH; give its " \
+        "path, or install it"  # fmt: skip
+    alpha = wait_until(lambda: status(daemon)["alpha"]["last_failure"] and status(daemon)["alpha"])
+    assert alpha["last_failure"] == said
+    assert alpha["state"] == "restarting" and alpha["last_failure_at"].endswith("Z")
+    line = re.compile(
+        rf"harness  alpha: restarting, \d+ restarts?, last failure: {re.escape(said)}\n"
+    )
+    assert line.search(colibri(root, "status").stdout)
+
+    submitted = colibri(root, "submit", "fix the login page", "--workspace", "alpha")
+    assert submitted.returncode == 0, submitted.stderr
+    task = submitted.stdout.strip()
+    assert f"colibri: task {task} waits: harness alpha: restarting" in submitted.stderr
+    assert f"last failure: {said} (see: colibri why {task})" in submitted.stderr
+
+    why = colibri(root, "why", task).stdout
+    assert why.startswith(f"task {task} is pending: no agents are registered — harness alpha: ")
+    assert said in why.splitlines()[0]
+    explained = json.loads(colibri(root, "why", task, "--json").stdout)
+    assert [h["workspace"] for h in explained["harnesses"]] == ["alpha"]
+    assert explained["harnesses"][0]["last_failure"] == said
+
+    shown = colibri(root, "workspace", "show", "alpha").stdout
+    assert re.search(rf"^harness: +restarting, \d+ restarts?, last failure: {re.escape(said)}$",
+                     shown, re.MULTILINE), shown  # fmt: skip
+    as_json = json.loads(colibri(root, "workspace", "show", "alpha", "--json").stdout)
+    assert as_json["harness"]["last_failure"] == said
+
+    # A task of no workspace that nobody can take names every harness that is down.
+    beta = wait_until(lambda: status(daemon)["beta"]["last_failure"])
+    assert beta == "agent beta: its command /nonexistent/\\x1b[2Jagent does not exist"
+    anywhere = colibri(root, "submit", "anything")
+    assert "waits: harness alpha: " in anywhere.stderr and "; harness beta: " in anywhere.stderr
+    printed = colibri(root, "status").stdout
+    assert "\x1b" not in printed and "/nonexistent/\\x1b[2Jagent does not exist" in printed
+
+
+def test_a_harness_s_last_words_are_the_end_of_what_it_wrote_to_its_log(tmp_path: Path) -> None:
+    """What the supervisor reads of a harness's log: the last line written since the harness
+    started (a renamed log, a new file: from its start), at most FAILURE_TAIL bytes of it, one
+    printable line of at most FAILURE_LENGTH characters; nothing written, nothing said."""
+    log = tmp_path / "alpha.log"
+    log.write_bytes(b"an earlier harness's line\n")
+    log.chmod(0o600)
+    mark = log_mark(log)
+    assert last_words(log, mark) is None
+    with log.open("ab") as out:
+        out.write(b"10:00:00 info    registered\ncolibri: refused: \x1b[2J\xff\n\n")
+    assert last_words(log, mark) == "refused: \\x1b[2J\ufffd"
+    # The harness renamed its log: the new file is all its own.
+    log.rename(tmp_path / "alpha.log.1")
+    log.write_bytes(b"Traceback (most recent call last):\nRuntimeError: boom\n")
+    log.chmod(0o600)
+    assert last_words(log, mark) == "RuntimeError: boom"
+    # A long last line is cut; only the log's end is read.
+    with log.open("ab") as out:
+        out.write(b"x" * (3 * FAILURE_TAIL) + b"\n" + b"y" * (2 * FAILURE_LENGTH) + b"\n")
+    words = last_words(log, mark)
+    assert words is not None and len(words) == FAILURE_LENGTH and words.startswith("yyy")
+    assert exit_reason(-9, words) == "killed by SIGKILL"
+    assert exit_reason(1, None) == "exit code 1, and nothing written to its log"

@@ -333,6 +333,37 @@ def test_workspaces_show_their_harness(root: Path) -> None:
         daemon.stop()
 
 
+def test_a_harness_that_cannot_start_says_why_on_the_agents_view(root: Path) -> None:
+    """A workspace whose session command is not installed: the agents view shows its harness
+    restarting and its last failure in its own words, as the daemon hears of each exit."""
+    import json
+
+    (root / "colibri.jsonc").write_text(json.dumps({"workspaces": {
+        "alpha": {"session": {"command": ["no-such-agent-here", "-p"]}},
+    }}))  # fmt: skip
+    daemon = Daemon(root)
+    daemon.start()
+    said = "its command 'no-such-agent-here' is not found on PATH"
+    try:
+
+        async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+            def row() -> str | None:
+                lines = shown_on(app).splitlines()
+                return next((line for line in lines if said in line and "no agent" in line), None)
+
+            await pilot.press("2")
+            line = await until(pilot, row, timeout=20)
+            assert "restarting" in line and "last failure: agent alpha: " in line
+            # The status line notes each exit too (the next one, if it failed before the TUI
+            # subscribed).
+            noted = f"harness alpha exited: agent alpha: {said}"
+            await until(pilot, lambda: noted in shown_on(app), timeout=20)
+
+        run(scenario, root, size=(240, 40))
+    finally:
+        daemon.stop()
+
+
 def test_attach_needs_a_running_task_and_a_terminal(daemon: Daemon) -> None:
     agent = FakeAgent(daemon, "term-1", ["interactive"])
     try:

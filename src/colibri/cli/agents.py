@@ -105,9 +105,14 @@ def status(ctx: Context, as_json: bool) -> None:
     if reply.get("warnings"):
         counts = ", ".join(f"{w}: {n}" for w, n in reply["warnings"].items())
         print_line(f"warnings sessions never ready — {counts}")
-    for h in reply.get("harnesses", []):
-        state = "DEGRADED" if h["degraded"] else (f"pid {h['pid']}" if h["pid"] else "starting")
-        print_line(f"harness  {h['workspace']}: {state}, {h['restarts']} restarts")
+    if reply.get("harnesses"):
+        import msgspec
+
+        from colibri.core.model import HarnessStatus
+
+        for entry in reply["harnesses"]:
+            harness = msgspec.convert(entry, HarnessStatus)
+            print_line(f"harness  {harness.workspace}: {harness.describe()}")
 
 
 def _toggle(ctx: Context, paused: bool, as_json: bool) -> None:

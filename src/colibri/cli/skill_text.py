@@ -142,7 +142,9 @@ colibri agents --json
 ```
 
 `why` lists every agent with its score for the task, what it lacks and why it cannot take it
-(offline, no free slot, another workspace, paused dispatch …). `cost` sums sessions, dollars
+(offline, no free slot, another workspace, paused dispatch …), and the workspace harnesses that
+keep exiting, each with its `last_failure` in its own words (a command that is not installed,
+say): tell the operator, retrying will not help. `cost` sums sessions, dollars
 and tokens per `agent`, `workspace`, `tenant` or `day` (`--since 2026-11-30`). `status` is the
 board at a glance, `agents` who is online with which capabilities and free slots.
 

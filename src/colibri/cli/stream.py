@@ -116,7 +116,7 @@ def render(message: dict[str, Any]) -> Text | None:
         line.append(f"  (colibri answer {message['task']} TEXT)", "dim")
     elif kind in ("answered", "question_withdrawn"):
         line.append(f"{short_id(message['task'])} {kind.replace('_', ' ')}", "magenta")
-    elif kind in ("warning", "unhealthy", "budget"):
+    elif kind in ("warning", "unhealthy", "budget", "harness"):
         who = message.get("workspace") or message.get("agent") or ""
         line.append(f"{kind} {printable(who)}: {_short(message['reason'])}", "yellow")
     elif kind == "message":

@@ -51,19 +51,45 @@ def list_workspaces(ctx: Context, as_json: bool) -> None:
 @json_option
 @pass_ctx
 def show_workspace(ctx: Context, name: str, as_json: bool) -> None:
-    """Show one workspace as the daemon sees it (templates merged, durations in seconds)."""
+    """Show one workspace as the daemon sees it (templates merged, durations in seconds), and
+    its harness as the running daemon supervises it."""
     import msgspec
 
     workspaces = _resolved(ctx)
     if name not in workspaces:
         raise UnknownWorkspace(name, list(workspaces))
     doc = msgspec.to_builtins(workspaces[name])
+    serving, harness = _harness(ctx, name)
     if as_json:
-        print_json(doc)
+        print_json({**doc, "harness": harness})
         return
-    width = max(len(key) for key in doc) + 2
+    width = max(len(key) for key in (*doc, "harness")) + 2
     for key, value in doc.items():
         print_line(f"{key + ':':{width}}{_shown(key, value)}")
+    if harness is not None:
+        from colibri.core.model import HarnessStatus
+
+        said = msgspec.convert(harness, HarnessStatus).describe()
+    elif serving:
+        said = "- (the daemon started before it was added; it starts one at its next start)"
+    else:
+        said = "- (no daemon is running; start one with: colibri run)"
+    print_line(f"{'harness:':{width}}{said}")
+
+
+def _harness(ctx: Context, name: str) -> tuple[bool, dict[str, Any] | None]:
+    """Whether a daemon runs for the root, and the workspace's harness in its ``status``
+    (None: no daemon, or one started before the workspace was added)."""
+    from colibri.core.errors import DaemonNotRunning
+
+    try:
+        reply = ctx.call("status")
+    except DaemonNotRunning:
+        return False, None
+    for entry in reply.get("harnesses", []):
+        if entry.get("workspace") == name:
+            return True, dict(entry)
+    return True, None
 
 
 def _shown(key: str, value: object) -> str:

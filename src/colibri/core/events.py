@@ -122,6 +122,16 @@ class BudgetChanged(Event, tag="budget"):
     reason: str
 
 
+class HarnessExited(Event, tag="harness"):
+    """A workspace's harness exited; the daemon starts it again after a backoff (unless it
+    crash-looped: ``degraded``). ``reason`` is why, in its own words (``HarnessStatus``)."""
+
+    workspace: str
+    restarts: int
+    degraded: bool
+    reason: str
+
+
 class ScheduleNoted(Event, tag="schedule"):
     """A schedule fired (``task`` is what it submitted), or skipped, missed or was refused."""
 
@@ -167,6 +177,7 @@ AnyEvent = Union[  # noqa: UP007 (msgspec reads the union's members)
     SessionNotReady,
     BreakerOpened,
     BudgetChanged,
+    HarnessExited,
     ScheduleNoted,
     MessageSent,
     LedgerAppended,

@@ -138,6 +138,46 @@ class Agent(msgspec.Struct, kw_only=True):
     breaker_open: bool = False
 
 
+class HarnessStatus(msgspec.Struct, kw_only=True):
+    """A workspace's harness as the daemon's supervisor sees it: one of ``status``'s
+    ``harnesses``. ``describe`` is how every client says it, in one line."""
+
+    workspace: str
+    #: Its process, while one runs (or is being started); None meanwhile.
+    pid: int | None = None
+    #: How many times it was started again after it exited, since the daemon started.
+    restarts: int = 0
+    #: It exited ``crash_loop`` times within ``crash_window``: left alone until ``cool_down``.
+    degraded: bool = False
+    #: ``running`` (it holds its workspace's lock), ``starting`` (not yet, and it never
+    #: exited), ``restarting`` (it exited; started again, or waiting out its backoff),
+    #: ``degraded``. Empty from a daemon older than the field.
+    state: str = ""
+    #: Why it last exited, in its own words: the last line it wrote to its log (one line, cut
+    #: short, made printable), or the signal that killed it. None: it never exited.
+    last_failure: str | None = None
+    #: When it last exited (RFC 3339 UTC).
+    last_failure_at: str | None = None
+
+    def describe(self) -> str:
+        """``restarting, 3 restarts, last failure: …``, ``pid 4711, 0 restarts``,
+        ``DEGRADED, 2 restarts, last failure: …``."""
+        if self.degraded:
+            state = "DEGRADED"
+        elif self.state == "restarting":
+            state = "restarting"
+        else:
+            state = f"pid {self.pid}" if self.pid else "starting"
+        line = f"{state}, {self.restarts} restart{'' if self.restarts == 1 else 's'}"
+        if self.last_failure:
+            line += f", last failure: {self.last_failure}"
+        return line
+
+    def line(self) -> str:
+        """``harness NAME: `` and ``describe``."""
+        return f"harness {self.workspace}: {self.describe()}"
+
+
 class LedgerEntry(msgspec.Struct, kw_only=True):
     seq: int = 0
     at: str

@@ -27,6 +27,7 @@ from colibri.core.errors import (
     RootError,
     StorageUnavailable,
 )
+from colibri.core.events import HarnessExited
 from colibri.daemon import crashpoints
 from colibri.daemon.board import Board
 from colibri.daemon.bus import Bus
@@ -315,7 +316,12 @@ def compose(
     server = Server(config, board, mirror)
     bus = Bus(board.audience, server.loop, server.schedule_flush)
     schedules = ScheduleRunner(board, board.batch, config.default_tz, schedule_clock)
-    supervisor = Supervisor(config, clock)
+
+    def announce(event: HarnessExited) -> None:
+        board.broadcast(event)
+        server.schedule_flush()
+
+    supervisor = Supervisor(config, clock, announce)
     tokens = TokenAuthority(store, clock, board.tenancy)
     commands = Commands(board, server, bus, schedules, supervisor, tokens)
     server.attach(commands.handle, bus, schedules.reload)

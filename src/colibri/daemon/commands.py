@@ -36,6 +36,7 @@ from colibri.core.errors import (
 from colibri.core.model import (
     DEFAULT_TENANT,
     SHORTEST_ID_PART,
+    HarnessStatus,
     LedgerEntry,
     Task,
     TaskSpec,
@@ -291,7 +292,7 @@ class Commands:
         task, created = self.board.submit(
             spec, idempotency_key=req.idempotency_key, claim=req.claim
         )
-        return self._submitted(task, created)
+        return self._submitted(task, created, conn)
 
     def submit_all(self, req: p.SubmitAll, conn: Connection) -> Reply:
         """Every submission checked — each as if those before it had been taken — before any
@@ -306,7 +307,7 @@ class Commands:
                 exc.index = index
                 raise
         made = self.board.submit_all(submissions)
-        return {"tasks": [self._submitted(task, created) for task, created in made]}
+        return {"tasks": [self._submitted(task, created, conn) for task, created in made]}
 
     def _submission(self, req: p.TaskFields, conn: Connection) -> TaskSpec:
         """A submission's spec as the connection may make it, or why not: its parent's whole
@@ -332,12 +333,53 @@ class Commands:
         self.board.tenancy.check(spec.tenant)
         return spec
 
-    def _submitted(self, task: Task, created: bool) -> dict[str, Any]:
+    def _submitted(self, task: Task, created: bool, conn: Connection) -> dict[str, Any]:
         reply: dict[str, Any] = {"task": task, "created": created}
         waits = self.board.waits_because(task) if created else None
+        if waits is None and created:
+            down = self._harnesses_down(task, conn, lambda: self._anyone_online(task.tenant))
+            if down:
+                waits = "; ".join(h.line() for h in down)
         if waits is not None:
             reply["waits"] = waits
         return reply
+
+    def _anyone_online(self, tenant: str) -> bool:
+        return any(a.online and a.tenant == tenant for a in self.board.agents.values())
+
+    def _harnesses_down(
+        self, task: Task, conn: Connection, anyone_can: Callable[[], bool]
+    ) -> list[HarnessStatus]:
+        """The workspace harnesses that would serve ``task`` but exited, and whose agent is
+        not online since: the harness of its workspace (or of the workspace it is pinned to);
+        for a task of no workspace, every one, if no other agent can take it (``anyone_can``).
+        Said to the root's owner only: the workspaces are the default tenant's, and their
+        harnesses' words are the host's."""
+        if (
+            not self._principal(conn).is_owner
+            or task.tenant != DEFAULT_TENANT
+            or task.state != State.PENDING
+        ):
+            return []
+        everywhere = task.workspace is None and not (task.pinned and task.agent is not None)
+        if task.workspace is not None:
+            names = [task.workspace]
+        elif not everywhere:
+            names = [str(task.agent)]
+        else:
+            names = list(self.supervisor.harnesses)
+        down = []
+        for name in names:
+            harness = self.supervisor.harnesses.get(name)
+            if harness is None or harness.last_failure is None:
+                continue
+            agent = self.board.agents.get(name)
+            if agent is not None and agent.online and agent.peer is not None:
+                continue  # it came back: its agent serves
+            down.append(harness.status(self.supervisor.clock.monotonic()))
+        if down and everywhere and anyone_can():
+            return []  # a task of no workspace that another agent can take
+        return down
 
     def get(self, req: p.Get, conn: Connection) -> Reply:
         return {"task": self._task(conn, self._resolve(conn, req.task))}
@@ -419,7 +461,14 @@ class Commands:
     def why(self, req: p.Why, conn: Connection) -> Reply:
         task_id = self._resolve(conn, req.task)
         self._task(conn, task_id)
-        return self.board.why(task_id)
+        reply = self.board.why(task_id)
+        # No agent can take it: a workspace harness that keeps exiting may be why.
+        eligible = any(row["eligible"] for row in reply["agents"])
+        down = [] if eligible else self._harnesses_down(reply["task"], conn, lambda: False)
+        if down:
+            reply["summary"] += " — " + "; ".join(h.line() for h in down)
+        reply["harnesses"] = down
+        return reply
 
     def wait(self, req: p.Wait, conn: Connection) -> Reply:
         task_id = self._resolve(conn, req.task)

@@ -8,7 +8,15 @@ their sessions (an AI agent may be an hour into its task) run on.
 
 A harness that exits is started again after a backoff (1 s, 2 s, 4 s … up to ``max_backoff``);
 the restarts are counted. One that exits ``crash_loop`` times within ``crash_window`` is marked
-degraded and left alone until ``cool_down`` has passed (``supervisor`` in colibri.jsonc). A
+degraded and left alone until ``cool_down`` has passed (``supervisor`` in colibri.jsonc).
+
+Why a harness exited is read from its log, ``.colibri/harness/NAME.log``, which is its stdout
+and stderr: the last line it wrote there since it started (a refusal's one line, a traceback's
+last) — a channel that holds whatever the harness could say, even when it could not reach the
+daemon, import colibri, or parse its workspace. Only the log's end is read, the line is cut
+short and made printable, and the signal that killed a harness that could say nothing is named
+instead. ``status``, ``why`` and a submission's ``waits`` say it; subscribers hear of each exit
+(``HarnessExited``). A
 clean daemon stop (SIGTERM) stops every harness; a daemon crash stops none. A harness whose
 daemon is gone for good — no daemon has held the root for ``orphan_after`` — stops its sessions
 and exits by itself (``--orphan-after``).
@@ -24,11 +32,15 @@ import signal
 import subprocess
 import sys
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
 
 from colibri.config import HOST_ENV, Config
 from colibri.core.errors import RootError
+from colibri.core.events import HarnessExited
+from colibri.core.model import HarnessStatus, rfc3339
+from colibri.core.text import one_line
 from colibri.daemon.clock import Clock
 from colibri.host import alive
 from colibri.locks import holder_pid
@@ -39,6 +51,12 @@ log = logging.getLogger(__name__)
 
 CHECK_EVERY = 0.5
 STOP_GRACE = 10.0
+#: The end of a harness's log read for why it exited (bytes), and the longest reason kept.
+FAILURE_TAIL = 4096
+FAILURE_LENGTH = 300
+
+#: Where a harness's output begins in its log: the file (device, inode) and the offset.
+LogMark = tuple[int, int, int]
 
 
 @dataclass
@@ -50,20 +68,91 @@ class Harness:
     exits: deque[float] = field(default_factory=deque)
     next_start: float = 0.0
     degraded_until: float = 0.0
+    #: It holds its workspace's lock: it runs (it may still fail to register).
+    locked: bool = False
+    #: Where what this harness wrote begins in its log; None: it writes to no log of ours.
+    log_mark: LogMark | None = None
+    last_failure: str | None = None
+    last_failure_at: str | None = None
 
-    def status(self, now: float) -> dict[str, Any]:
-        return {
-            "workspace": self.workspace,
-            "pid": self.pid,
-            "restarts": self.restarts,
-            "degraded": now < self.degraded_until,
-        }
+    def status(self, now: float) -> HarnessStatus:
+        degraded = now < self.degraded_until
+        if degraded:
+            state = "degraded"
+        elif self.locked:
+            state = "running"
+        else:
+            state = "restarting" if self.exits or self.last_failure else "starting"
+        return HarnessStatus(
+            workspace=self.workspace,
+            pid=self.pid,
+            restarts=self.restarts,
+            degraded=degraded,
+            state=state,
+            last_failure=self.last_failure,
+            last_failure_at=self.last_failure_at,
+        )
+
+
+def log_mark(path: Path) -> LogMark:
+    """Where the next line written to the log at ``path`` will be (a missing log: its start)."""
+    try:
+        info = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return (0, 0, 0)
+    return (info.st_dev, info.st_ino, info.st_size)
+
+
+def last_words(path: Path, mark: LogMark) -> str | None:
+    """The last line written to the log at ``path`` since ``mark``, as one printable line of
+    at most ``FAILURE_LENGTH`` characters; None if nothing was. A log renamed meanwhile (the
+    harness rotates it) is a new file: read from its start. Only its last ``FAILURE_TAIL``
+    bytes are read, and never through a link."""
+    try:
+        fd = open_private(path, os.O_RDONLY)
+    except (OSError, RootError):
+        return None
+    with os.fdopen(fd, "rb") as log:
+        info = os.fstat(log.fileno())
+        start = mark[2] if (info.st_dev, info.st_ino) == mark[:2] else 0
+        begin = max(start, info.st_size - FAILURE_TAIL)
+        log.seek(begin)
+        data = log.read(FAILURE_TAIL)
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    if begin > start and lines:
+        lines = lines[1:]  # begun inside a line: not all of it
+    said = next((line for line in reversed(lines) if line.strip()), None)
+    if said is None:
+        return None
+    return one_line(said.strip().removeprefix("colibri: "), FAILURE_LENGTH)
+
+
+def exit_reason(code: int | None, said: str | None) -> str:
+    """Why a harness exited: the signal that killed it (it could say nothing), else the last
+    line it wrote, else its exit code."""
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    if said is not None:
+        return said
+    if code is None:
+        return "the adopted harness is gone, and wrote nothing to its log"
+    return f"exit code {code}, and nothing written to its log"
 
 
 class Supervisor:
-    def __init__(self, config: Config, clock: Clock) -> None:
+    def __init__(
+        self,
+        config: Config,
+        clock: Clock,
+        announce: Callable[[HarnessExited], None] | None = None,
+    ) -> None:
         self.config = config
         self.clock = clock
+        #: Tells subscribers a harness exited (the daemon broadcasts it).
+        self.announce = announce or (lambda event: None)
         self.settings = config.supervisor
         self.harnesses = {
             name: Harness(name, exits=deque(maxlen=self.settings.crash_loop))
@@ -71,7 +160,7 @@ class Supervisor:
         }
         private_dir(config.layout.harnesses)
 
-    def status(self) -> list[dict[str, Any]]:
+    def status(self) -> list[HarnessStatus]:
         now = self.clock.monotonic()
         return [h.status(now) for h in self.harnesses.values()]
 
@@ -85,9 +174,10 @@ class Supervisor:
         if harness.process is not None and harness.process.poll() is not None:
             code = harness.process.returncode
             harness.process = None
-            self._exited(harness, now, f"exit code {code}")
+            self._exited(harness, now, code)
         pid = holder_pid(self.config.layout.harness_lock(harness.workspace))
         if pid is not None:
+            harness.locked = True
             if harness.pid != pid:
                 if harness.process is None:
                     log.info(
@@ -95,18 +185,31 @@ class Supervisor:
                         extra={"event": "harness_adopted", "workspace": harness.workspace,
                                "pid": pid},
                     )  # fmt: skip
+                    harness.log_mark = log_mark(self._log(harness))
                 harness.pid = pid
             return
+        harness.locked = False
         if harness.pid is not None and harness.process is None:
-            self._exited(harness, now, "the adopted harness is gone")
+            self._exited(harness, now, None)
         if harness.process is not None:
             return  # started, not holding its lock yet
         if now < harness.degraded_until or now < harness.next_start:
             return
         await self._start(harness)
 
-    def _exited(self, harness: Harness, now: float, why: str) -> None:
+    def _log(self, harness: Harness) -> Path:
+        return self.config.layout.harness_log(harness.workspace)
+
+    def _exited(self, harness: Harness, now: float, code: int | None) -> None:
+        """``harness`` exited (``code``: its exit status, negative for a signal; None for an
+        adopted one, whose status is its parent's to know)."""
+        mark = harness.log_mark
+        said = None if mark is None else last_words(self._log(harness), mark)
+        why = exit_reason(code, said)
+        harness.last_failure = why
+        harness.last_failure_at = rfc3339(self.clock.time())
         harness.pid = None
+        harness.locked = False
         harness.exits.append(now)
         limits = self.settings
         delay = min(limits.max_backoff, 2.0 ** (len(harness.exits) - 1))
@@ -116,7 +219,7 @@ class Supervisor:
             harness.exits.clear()
             log.error(
                 "harness crash-loops; marked degraded",
-                extra={"event": "harness_degraded", "workspace": harness.workspace,
+                extra={"event": "harness_degraded", "workspace": harness.workspace, "why": why,
                        "cool_down": limits.cool_down},
             )  # fmt: skip
         else:
@@ -125,12 +228,19 @@ class Supervisor:
                 extra={"event": "harness_exited", "workspace": harness.workspace, "why": why,
                        "backoff": delay},
             )  # fmt: skip
+        status = harness.status(now)
+        self.announce(
+            HarnessExited(
+                workspace=harness.workspace, restarts=status.restarts, degraded=status.degraded,
+                reason=why,
+            )
+        )  # fmt: skip
 
     async def _start(self, harness: Harness) -> None:
         if harness.next_start:
             harness.restarts += 1
         private_dir(self.config.layout.harnesses)
-        logfile = self.config.layout.harness_log(harness.workspace)
+        logfile = self._log(harness)
         logged = True
         try:  # the harness's own log: 0600, never through a link planted in its place
             fd = open_private(logfile, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
@@ -142,6 +252,9 @@ class Supervisor:
                        "error": str(exc)},
             )  # fmt: skip
             fd = os.open(os.devnull, os.O_WRONLY)
+        info = os.fstat(fd)
+        harness.log_mark = (info.st_dev, info.st_ino, info.st_size) if logged else None
+        harness.locked = False
         command = [
             sys.executable, "-m", "colibri", "--root", str(self.config.root), "agent",
             "--workspace", harness.workspace,

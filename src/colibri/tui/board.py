@@ -138,6 +138,8 @@ class Board:
             self.note(f"{event.workspace}: {event.reason}")
         elif isinstance(event, events.BudgetChanged):
             self.note(f"{event.workspace}: {event.reason}")
+        elif isinstance(event, events.HarnessExited):
+            self.note(f"harness {event.workspace} exited: {event.reason}")
         elif isinstance(event, events.ScheduleNoted):
             self.note(f"schedule {event.schedule} {event.what} ({event.nominal})")
         return False

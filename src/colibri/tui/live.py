@@ -133,7 +133,8 @@ class LiveBoard(App[None]):
                     kind = type(event).__name__
                     # The tables of agents and schedules change with their own events only.
                     self._others_dirty |= kind in ("AgentChanged", "BreakerOpened")
-                    self._status_due |= kind == "AgentChanged"
+                    # The harnesses are in status: read again when an agent or one changed.
+                    self._status_due |= kind in ("AgentChanged", "HarnessExited")
                     self._schedules_due |= kind == "ScheduleNoted"
             except (ColibriError, OSError) as exc:
                 self.board.note(f"the connection ended: {getattr(exc, 'message', exc)}")

@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import msgspec
 from rich.text import Text
 
-from colibri.core.model import Agent, Task
+from colibri.core.model import Agent, HarnessStatus, Task
 from colibri.core.text import one_line, printable, short_id
 from colibri.tui.board import Board, age, parse_instant
 
@@ -116,9 +117,7 @@ def agent_cells(agent: Agent, board: Board) -> tuple[Text, ...]:
     harness = "-"
     for entry in board.status.get("harnesses", []):
         if entry.get("workspace") == (agent.workspace or agent.name):
-            harness = f"pid {entry.get('pid') or '-'}, {entry.get('restarts', 0)} restarts"
-            if entry.get("degraded"):
-                harness += ", degraded"
+            harness = _harness(entry).describe()
     warnings = board.status.get("warnings", {}).get(agent.workspace or agent.name)
     if warnings:
         harness += f", {warnings} not ready"
@@ -139,16 +138,21 @@ def agent_cells(agent: Agent, board: Board) -> tuple[Text, ...]:
     )
 
 
-def harness_cells(harness: dict[str, Any]) -> tuple[Text, ...]:
-    """A workspace whose agent is not registered: what ``status`` says of its harness."""
-    degraded = ", degraded" if harness.get("degraded") else ""
+def _harness(entry: dict[str, Any]) -> HarnessStatus:
+    return msgspec.convert(entry, HarnessStatus)
+
+
+def harness_cells(entry: dict[str, Any]) -> tuple[Text, ...]:
+    """A workspace whose agent is not registered: what ``status`` says of its harness, its
+    last failure in its own words."""
+    harness = _harness(entry)
     return (
-        cell(harness.get("workspace"), "bold"),
+        cell(harness.workspace, "bold"),
         cell("no agent", "red"),
-        cell(harness.get("workspace")),
+        cell(harness.workspace),
         cell("-"),
         cell("-"),
-        cell(f"pid {harness.get('pid') or '-'}, {harness.get('restarts', 0)} restarts{degraded}"),
+        cell(harness.describe(), "red" if harness.last_failure else ""),
         cell("-"),
     )
 
