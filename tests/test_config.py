@@ -465,6 +465,42 @@ def test_init_does_not_follow_a_dangling_config_symlink(bare: Path) -> None:
     assert os.path.islink(bare / CONFIG_NAME)
 
 
+def _init_at_once(target: Path, commands: int) -> tuple[list[bool], list[BaseException]]:
+    """``init_root(target)`` by ``commands`` threads let go at the same moment: what each
+    returned, and what any raised."""
+    import threading
+
+    made: list[bool] = []
+    failed: list[BaseException] = []
+    go = threading.Barrier(commands)
+
+    def make() -> None:
+        go.wait()
+        try:
+            made.append(init_root(target, config="{}\n"))
+        except BaseException as exc:  # any failure is the finding
+            failed.append(exc)
+
+    threads = [threading.Thread(target=make) for _ in range(commands)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    return made, failed
+
+
+def test_commands_making_one_root_at_once_make_it_once_and_whole(bare: Path) -> None:
+    """Two ``run --detach`` (or ``init``) on a fresh folder at the same moment: one makes the
+    root, the others find it made, none fails, and colibri.jsonc is never half written."""
+    for n in range(40):
+        target = bare / f"root-{n}"
+        made, failed = _init_at_once(target, 4)
+        assert failed == [] and sorted(made) == [False, False, False, True], (n, made, failed)
+        assert (target / CONFIG_NAME).read_text() == "{}\n"
+        assert (target / STATE_DIR).is_dir()
+        assert [p.name for p in target.iterdir() if p.name.startswith(".colibri.jsonc.")] == []
+
+
 def test_init_on_a_file_is_refused(bare: Path) -> None:
     (bare / "file").write_text("x")
     with pytest.raises(RootError, match="is a file, not a directory"):
