@@ -525,6 +525,20 @@ def test_help_lists_the_commands(scratch: Path) -> None:
     assert "submit" in ok(colibri("submit", "--help", cwd=scratch))
 
 
+def test_run_help_says_the_store_may_be_postgresql_too() -> None:
+    """``run --store`` takes an SQLite file or a ``postgresql://`` URL (the daemon's own tests
+    on PostgreSQL start it so); its help said SQLite only."""
+    from click.testing import CliRunner
+
+    from colibri.cli import daemon  # noqa: F401 (registers ``run``, as ``main`` does)
+    from colibri.cli.main import cli
+
+    shown = CliRunner().invoke(cli, ["run", "--help"], terminal_width=200)
+    assert shown.exit_code == 0, shown.output
+    (line,) = [line for line in shown.output.splitlines() if "--store" in line]
+    assert "--store PATH|URL" in line and "SQLite file's path, or a postgresql:// URL" in line
+
+
 def test_version(scratch: Path) -> None:
     out = ok(colibri("--version", cwd=scratch))
     assert out.strip() == f"colibri, version {__version__}"
