@@ -357,6 +357,43 @@ def test_ledger_json_lines(daemon: Daemon) -> None:
     assert "not needed" in table
 
 
+def test_ledger_without_a_daemon_reads_the_board_itself(root: Path) -> None:
+    """``colibri ledger`` on a root whose daemon stopped, or crashed, prints the rows the daemon
+    printed, read from the SQLite board (read-only), saying so on stderr; before, it said no
+    daemon was running. A root no daemon has run on yet still says that."""
+    refused = colibri("ledger", root=root)
+    assert "no daemon is running for" in error_line(refused)
+    board = root / ".colibri" / "colibri.sqlite"
+    daemon = Daemon(root, "--store", str(board))  # (SQLite, whatever COLIBRI_TEST_STORE says)
+    daemon.start()
+    try:
+        first = ok(colibri("submit", "ledgered", root=root)).strip()
+        ok(colibri("cancel", first, root=root))
+        served = ok(colibri("ledger", "--json", root=root))
+        table = ok(colibri("ledger", root=root))
+    finally:
+        daemon.stop()
+    said = f"colibri: no daemon is running for {root}: read from its board, {board}\n"
+    read = colibri("ledger", "--json", root=root)
+    assert (read.returncode, read.stdout, read.stderr) == (0, served, "")
+    read = colibri("ledger", root=root)
+    assert (read.returncode, read.stdout, read.stderr) == (0, table, said)
+    # The task by a prefix of its id, a page of it, as the daemon gives them.
+    paged = colibri("ledger", "--task", first[:8], "--after", "1", "--limit", "1", root=root)
+    assert paged.returncode == 0
+    (row,) = paged.stdout.splitlines()
+    assert row.split()[:2] == ["2", served.splitlines()[1].split('"at":"')[1].split('"')[0]]
+    assert paged.stderr == said + "more: colibri ledger --after 2\n"
+    # A daemon killed: every row it committed is read, those still in its WAL too.
+    daemon.start()
+    try:
+        second = ok(colibri("submit", "before the crash", root=root)).strip()
+    finally:
+        daemon.kill()
+    rows = [json.loads(line) for line in ok(colibri("ledger", "--json", root=root)).splitlines()]
+    assert [r["task"] for r in rows][-1:] == [second] and [r["seq"] for r in rows] == [1, 2, 3, 4]
+
+
 def test_cancel_cancels_the_family(daemon: Daemon) -> None:
     parent = ok(colibri("submit", "release", root=daemon.root)).strip()
     child = ok(colibri("submit", "notes", "--parent", parent, root=daemon.root)).strip()

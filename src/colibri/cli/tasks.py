@@ -421,6 +421,41 @@ def why(ctx: Context, task_id: str, as_json: bool) -> None:
     )
 
 
+def _ledger_page(
+    ctx: Context, after: int, limit: int, task_id: str | None, *, say_where: bool
+) -> dict[str, Any]:
+    """Rows of the ledger, from the daemon; with no daemon running for this root, from its
+    SQLite board itself, read-only, as ``hive list`` reads a PostgreSQL board: the ledger is
+    what one reads after a daemon stopped or crashed, to see what happened."""
+    import os
+
+    from colibri.core.errors import DaemonNotRunning
+
+    try:
+        with ctx.client() as client:
+            return dict(client.call("ledger", after=after, limit=limit, task=task_id))
+    except DaemonNotRunning:
+        if ctx.remote() is not None:
+            raise
+        from colibri.config import load_config
+        from colibri.store.offline import read_ledger
+        from colibri.store.postgres import is_postgres
+
+        root = ctx.root()
+        board = load_config(root).store
+        if is_postgres(board) or not os.path.lexists(board):
+            # Its daemons may run elsewhere (colibri hive list says where); or no daemon has
+            # run on this root yet: nothing to read.
+            raise
+        reply = read_ledger(board, after, limit, task_id)
+    if say_where:
+        click.echo(
+            printable(f"colibri: no daemon is running for {root}: read from its board, {board}"),
+            err=True,
+        )
+    return reply
+
+
 @cli.group(invoke_without_command=True)
 @click.option(
     "--task", "task_id", metavar="ID", shell_complete=task_ids(), help="Only rows of this task."
@@ -455,8 +490,7 @@ def ledger(
             )
 
     if not follow:
-        with ctx.client() as client:
-            reply = client.call("ledger", after=after, limit=limit, task=task_id)
+        reply = _ledger_page(ctx, after, limit, task_id, say_where=not as_json)
         for entry in reply["entries"]:
             emit(entry)
         if reply.get("more"):

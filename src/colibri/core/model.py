@@ -173,6 +173,34 @@ def parse_rfc3339(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+#: The length of a whole task id (a UUID's text), and the characters of one: anything shorter
+#: made of these may be a prefix of ids, as git and docker take them.
+WHOLE_ID = 36
+ID_CHARACTERS = "0123456789abcdef-"
+#: The shortest prefix taken, as git's: ``cancel 0`` must not name a family by accident.
+SHORTEST_PREFIX = 4
+
+
+def task_id_prefix(task_id: str) -> tuple[str, bool]:
+    """How ``task_id``, as a user gave it, names a task: ``(prefix, True)`` when it is the
+    start of ids, to be looked for; else ``(id, False)``, to be taken as it is — a whole id (in
+    lower case), or text no id starts with, for the caller's ``unknown_task``.
+
+    :raises BadRequest: shorter than ``SHORTEST_PREFIX``.
+    """
+    prefix = task_id.lower()
+    if not prefix or prefix.strip(ID_CHARACTERS):
+        return task_id, False  # not the start of any id: a pattern could not match either
+    if len(prefix) >= WHOLE_ID:
+        return prefix, False  # a whole id, in whatever case it was written
+    if len(prefix) < SHORTEST_PREFIX:
+        raise BadRequest(
+            f"{task_id!r} is too short to name a task: give at least {SHORTEST_PREFIX} "
+            "characters of its id"
+        )
+    return prefix, True
+
+
 def check_name(value: str, what: str) -> str:
     if not _NAME_RE.fullmatch(value):  # match() would let a trailing "\n" through
         # Quoted clipped, yet a name a few characters too long still whole, to be seen so.

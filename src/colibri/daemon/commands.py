@@ -33,7 +33,14 @@ from colibri.core.errors import (
     UnknownParent,
     UnknownTask,
 )
-from colibri.core.model import DEFAULT_TENANT, LedgerEntry, Task, TaskSpec, normalize_names
+from colibri.core.model import (
+    DEFAULT_TENANT,
+    LedgerEntry,
+    Task,
+    TaskSpec,
+    normalize_names,
+    task_id_prefix,
+)
 from colibri.core.states import State
 from colibri.daemon.board import Board
 from colibri.daemon.board.capacity import LiveAgent
@@ -61,12 +68,6 @@ LEDGER_PAGE = 500
 LEDGER_SCAN = LEDGER_PAGE
 TOKEN_LIST = 500
 TOKEN_FAMILY_BYTES = sizes.REPLY_BUDGET // 8
-#: The length of a whole task id (a UUID's text), and the characters of one: anything shorter
-#: made of these may be a prefix of ids, as git and docker take them.
-WHOLE_ID = 36
-ID_CHARACTERS = "0123456789abcdef-"
-#: The shortest prefix taken, as git's: ``cancel 0`` must not name a family by accident.
-SHORTEST_PREFIX = 4
 
 
 def _past(query: TaskFilter, last: str) -> TaskFilter:
@@ -158,16 +159,9 @@ class Commands:
         when it is a whole id or starts none, for the caller's ``unknown_task``."""
         if task_id in self.board.tasks:
             return task_id
-        prefix = task_id.lower()
-        if not prefix or prefix.strip(ID_CHARACTERS):
-            return task_id  # not the start of any id: a pattern could not match either
-        if len(prefix) >= WHOLE_ID:
-            return prefix  # a whole id, in whatever case it was written
-        if len(prefix) < SHORTEST_PREFIX:
-            raise BadRequest(
-                f"{task_id!r} is too short to name a task: give at least {SHORTEST_PREFIX} "
-                "characters of its id"
-            )
+        prefix, is_prefix = task_id_prefix(task_id)
+        if not is_prefix:
+            return prefix
         query = TaskFilter(prefix=prefix, tenant=self._principal(conn).tenant, limit=3)
         found = self.board.list_tasks(query)
         if len(found) == 1:

@@ -190,6 +190,13 @@ SELECT * FROM ledger WHERE seq > ? ORDER BY seq LIMIT ?;
 -- (Of its tenant too, when one is given.)
 SELECT * FROM ledger WHERE task = ? AND (? IS NULL OR tenant = ?) AND seq > ? ORDER BY seq LIMIT ?;
 
+-- name: task_ids_from
+-- The ids that start with a prefix (ids are lower-case hex and '-', all below 'g').
+SELECT id FROM tasks WHERE id >= ?1 AND id < ?1 || 'g' ORDER BY id LIMIT 3;
+
+-- name: count_task_ids_from
+SELECT COUNT(*) FROM tasks WHERE id >= ?1 AND id < ?1 || 'g';
+
 -- name: ledger_of_tenant
 SELECT * FROM ledger WHERE tenant = ? AND seq > ? ORDER BY seq LIMIT ?;
 
