@@ -200,6 +200,40 @@ def test_the_async_client_without_a_daemon(root: Path) -> None:
     assert asyncio.run(scenario()) == "no_daemon"
 
 
+def test_a_folder_that_is_no_root_is_said_to_be_none_as_the_cli_says(
+    root: Path, scratch: Path
+) -> None:
+    """``Client.for_root`` of a folder that is not a root (missing, or without ``.colibri``)
+    says so, as ``colibri --root`` does, rather than that no daemon is running; a real root
+    without a daemon still says that."""
+    from click.testing import CliRunner
+
+    from colibri.cli import agents  # noqa: F401 (registers ``status``, as ``main`` does)
+    from colibri.cli.main import cli
+
+    async def refusal(folder: Path) -> colibri.ColibriError:
+        with pytest.raises(colibri.ColibriError) as caught:
+            await colibri.AsyncClient.for_root(folder).connect()
+        return caught.value
+
+    for folder in (scratch / "nonexistent", scratch):
+        with pytest.raises(colibri.ColibriError) as caught:
+            colibri.Client.for_root(folder, timeout=10)
+        said = CliRunner().invoke(cli, ["--root", str(folder), "status"])
+        assert said.exit_code == 1
+        assert said.output == f"colibri: {caught.value.message}\n"
+        assert caught.value.code == "root_error"
+        assert caught.value.message == (
+            f"{folder} is not a Colibri root (create one with: colibri init {folder})"
+        )
+        by_async = asyncio.run(refusal(folder))
+        assert (by_async.code, by_async.message) == ("root_error", caught.value.message)
+    with pytest.raises(colibri.ColibriError) as caught:
+        colibri.Client.for_root(root, timeout=10)
+    assert caught.value.code == "no_daemon"
+    assert caught.value.message.startswith(f"no daemon is running for {root} ")
+
+
 # -- the examples, as they are ------------------------------------------------------------------
 
 

@@ -23,7 +23,8 @@ A connection the daemon refuses (``busy``, ``forbidden``) or closes after a requ
 could not take (``line_too_long``) gets one error line without an id, then is closed: the
 waiting calls raise that error. A connection that ends without one raises ``ConnectionClosed``
 (``closed``); no call raises a bare ``OSError`` for a connection the daemon closed. No daemon
-at the socket is ``DaemonNotRunning`` (``no_daemon``); a line that is not a JSON object is
+at the socket is ``DaemonNotRunning`` (``no_daemon``), and a folder given to ``for_root`` that is
+no root a ``RootError`` (``root_error``), as the CLI says it; a line that is not a JSON object is
 ``UnexpectedReply``.
 
 Given several daemons of a PostgreSQL hive, ``Client.remote`` waits out a takeover (the daemon
@@ -52,6 +53,7 @@ from colibri.core.errors import (
     ConnectionClosed,
     DaemonNotRunning,
     NotOwner,
+    RootError,
     TlsFailed,
     UnexpectedReply,
     from_wire,
@@ -308,8 +310,23 @@ def _connect_unix(path: str, root: Path | None, timeout: float | None) -> socket
         if give_up is None:
             give_up = now + min(STARTING_PATIENCE, timeout or STARTING_PATIENCE)
         if root is None or now >= give_up or daemon_pid(root) is None:
-            raise DaemonNotRunning(str(root or Path(path).parent.parent)) from None
+            raise _no_daemon(root, path) from None
         time.sleep(0.05)
+
+
+def _no_daemon(root: Path | None, path: str) -> ColibriError:
+    """Nothing answers on the socket at ``path``: ``no_daemon``, or, for a ``root`` that is not
+    a Colibri root at all, ``root_error`` saying so as the CLI does (no daemon could run there)."""
+    if root is None:
+        return DaemonNotRunning(str(Path(path).parent.parent))
+    from colibri.config.roots import check_state_entry, not_a_root
+
+    try:
+        if not check_state_entry(root):
+            return not_a_root(root)
+    except RootError as exc:  # its .colibri is a file or a symlink: said as the CLI says it
+        return exc
+    return DaemonNotRunning(str(root))
 
 
 def daemon_pid(root: Path) -> int | None:
@@ -627,6 +644,8 @@ class AsyncClient:
         #: A Unix socket's path, or a daemon over TCP (connected to and authenticated with).
         self.target = path
         self.path = str(path)
+        #: The root it was made for (``for_root``), None when given a socket or a daemon over TCP.
+        self.root: Path | None = None
         self.on_event = on_event
         self._ids = itertools.count(1)
         self._fresh()
@@ -649,7 +668,9 @@ class AsyncClient:
     @classmethod
     def for_root(cls, root: Path | str, on_event: EventHandler | None = None) -> AsyncClient:
         """Not connected yet: ``await connect()``, or ``async with``."""
-        return cls(socket_path(Path(root)), on_event)
+        client = cls(socket_path(Path(root)), on_event)
+        client.root = Path(root)
+        return client
 
     async def __aenter__(self) -> AsyncClient:
         return await self.connect()
@@ -690,7 +711,7 @@ class AsyncClient:
             try:
                 transport, _ = await loop.create_unix_connection(lambda: protocol, self.path)
             except (FileNotFoundError, ConnectionRefusedError):
-                raise DaemonNotRunning(str(Path(self.path).parent.parent)) from None
+                raise _no_daemon(self.root, self.path) from None
             try:
                 check_daemon(transport.get_extra_info("socket"), self.path)  # before a byte
             except BaseException:

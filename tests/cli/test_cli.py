@@ -430,6 +430,43 @@ def test_ledger_json_lines(daemon: Daemon) -> None:
     assert "not needed" in table
 
 
+def test_ledger_without_a_daemon_reads_the_board_itself(root: Path) -> None:
+    """``colibri ledger`` on a root whose daemon stopped, or crashed, prints the rows the daemon
+    printed, read from the SQLite board (read-only), saying so on stderr; before, it said no
+    daemon was running. A root no daemon has run on yet still says that."""
+    refused = colibri("ledger", root=root)
+    assert "no daemon is running for" in error_line(refused)
+    board = root / ".colibri" / "colibri.sqlite"
+    daemon = Daemon(root, "--store", str(board))  # (SQLite, whatever COLIBRI_TEST_STORE says)
+    daemon.start()
+    try:
+        first = ok(colibri("submit", "ledgered", root=root)).strip()
+        ok(colibri("cancel", first, root=root))
+        served = ok(colibri("ledger", "--json", root=root))
+        table = ok(colibri("ledger", root=root))
+    finally:
+        daemon.stop()
+    said = f"colibri: no daemon is running for {root}: read from its board, {board}\n"
+    read = colibri("ledger", "--json", root=root)
+    assert (read.returncode, read.stdout, read.stderr) == (0, served, "")
+    read = colibri("ledger", root=root)
+    assert (read.returncode, read.stdout, read.stderr) == (0, table, said)
+    # The task by a prefix of its id, a page of it, as the daemon gives them.
+    paged = colibri("ledger", "--task", first[:8], "--after", "1", "--limit", "1", root=root)
+    assert paged.returncode == 0
+    (row,) = paged.stdout.splitlines()
+    assert row.split()[:2] == ["2", served.splitlines()[1].split('"at":"')[1].split('"')[0]]
+    assert paged.stderr == said + "more: colibri ledger --after 2\n"
+    # A daemon killed: every row it committed is read, those still in its WAL too.
+    daemon.start()
+    try:
+        second = ok(colibri("submit", "before the crash", root=root)).strip()
+    finally:
+        daemon.kill()
+    rows = [json.loads(line) for line in ok(colibri("ledger", "--json", root=root)).splitlines()]
+    assert [r["task"] for r in rows][-1:] == [second] and [r["seq"] for r in rows] == [1, 2, 3, 4]
+
+
 def test_cancel_cancels_the_family(daemon: Daemon) -> None:
     parent = ok(colibri("submit", "release", root=daemon.root)).strip()
     child = ok(colibri("submit", "notes", "--parent", parent, root=daemon.root)).strip()
@@ -596,6 +633,20 @@ def test_help_lists_the_commands(scratch: Path) -> None:
     for name in COMMANDS:
         assert f"\n  {name} " in commands, name
     assert "submit" in ok(colibri("submit", "--help", cwd=scratch))
+
+
+def test_run_help_says_the_store_may_be_postgresql_too() -> None:
+    """``run --store`` takes an SQLite file or a ``postgresql://`` URL (the daemon's own tests
+    on PostgreSQL start it so); its help said SQLite only."""
+    from click.testing import CliRunner
+
+    from colibri.cli import daemon  # noqa: F401 (registers ``run``, as ``main`` does)
+    from colibri.cli.main import cli
+
+    shown = CliRunner().invoke(cli, ["run", "--help"], terminal_width=200)
+    assert shown.exit_code == 0, shown.output
+    (line,) = [line for line in shown.output.splitlines() if "--store" in line]
+    assert "--store PATH|URL" in line and "SQLite file's path, or a postgresql:// URL" in line
 
 
 def test_version(scratch: Path) -> None:

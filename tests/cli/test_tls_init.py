@@ -3,6 +3,7 @@ accepts them in a real handshake on loopback, for the names in the certificate o
 
 from __future__ import annotations
 
+import shlex
 import socket
 import ssl
 import stat
@@ -15,7 +16,10 @@ import pytest
 from cryptography import x509
 
 from colibri.certs import default_names
+from colibri.client import Client, Remote
+from colibri.endpoints import parse_connect
 from tests.cli.test_cli import as_json, colibri, error_line, json_error, ok
+from tests.helpers import Daemon
 
 FILES = ("ca.pem", "ca.key", "server.pem", "server.key")
 MODES = {"ca.pem": 0o644, "ca.key": 0o600, "server.pem": 0o644, "server.key": 0o600}
@@ -99,6 +103,44 @@ def test_names_given_replace_the_defaults(tmp_path: Path) -> None:
     handshake(tmp_path / "pki", "only.test", tmp_path / "pki" / "ca.pem")
     with pytest.raises(ssl.SSLCertVerificationError):
         handshake(tmp_path / "pki", "localhost", tmp_path / "pki" / "ca.pem")
+
+
+def daemon_line(out: str) -> list[str]:
+    """The arguments of ``colibri run`` that ``tls init`` suggests."""
+    (line,) = [line for line in out.splitlines() if line.startswith("on the daemon:")]
+    words = shlex.split(line.removeprefix("on the daemon:"))
+    assert words[:2] == ["colibri", "run"]
+    return words[2:]
+
+
+def test_the_daemon_it_suggests_listens_where_the_certificate_says_not_everywhere(
+    tmp_path: Path, root: Path
+) -> None:
+    """The ``colibri run`` line ``tls init`` prints starts a daemon (its port made free for
+    the test) that a client trusting ca.pem reaches by the address suggested; it is one the
+    certificate names, never every interface (before: ``tcp://0.0.0.0:7433``, which a hive's
+    clients are refused to follow). Names given: the first of them."""
+    out = ok(colibri("tls", "init", str(tmp_path / "pki")))
+    args = daemon_line(out)
+    (listen,) = parse_connect(args[args.index("--listen") + 1])
+    assert listen.port == 7433 and listen.host in default_names() and not listen.unspecified
+    assert "0.0.0.0" not in out
+    assert ("this machine only" in out) == listen.loopback  # (then: how to be reached)
+    daemon = Daemon(root, *(a.replace(":7433", ":0") for a in args))
+    daemon.start()
+    try:
+        (bound,) = daemon.call("status")["daemon"]["listen"]
+        assert bound.startswith(f"{str(listen).removesuffix('7433')}")
+        token = daemon.call("token-create", role="operator", tenant="default")["secret"]
+        remote = Remote.parse(bound, token=token, ca=str(tmp_path / "pki" / "ca.pem"))
+        with Client.remote(remote, timeout=10) as client:
+            assert client.call("ping")["pong"]
+    finally:
+        daemon.stop()
+    given = ok(colibri("tls", "init", str(tmp_path / "named"), "--name", "0.0.0.0",
+                       "--name", "board.test", "--name", "10.1.2.3"))  # fmt: skip
+    assert daemon_line(given)[:2] == ["--listen", "tcp://board.test:7433"]
+    assert "this machine only" not in given
 
 
 def test_json_names_the_files_and_the_expiry(tmp_path: Path) -> None:

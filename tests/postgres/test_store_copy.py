@@ -183,6 +183,49 @@ def test_a_dry_run_checks_and_writes_nothing(source: Source, board: str) -> None
     assert counts(board) == before
 
 
+def test_a_dry_run_says_what_it_would_do_not_what_it_did(source: Source, board: str) -> None:
+    """Every line of a dry run's summary is in the conditional (before: ``the rows of tenants
+    … are in tenant acme now``, of rows it had not written), and the copy made after it says
+    the same in the past."""
+    args = ("--from", str(source.path), "--to", board, "--tenant", "acme")
+    dry = copy(*args, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    lines = dry.stdout.splitlines()
+    assert lines[0].startswith(f"would copy {len(source.tasks)} tasks (")
+    assert lines[1] == "the rows of tenants default, team-b would be in tenant acme"
+    assert lines[2].startswith("1 task running: the first daemon to serve the hive would hold")
+    assert "each would be retried" in lines[2]
+    assert lines[3:] == ["dry run: nothing was written"]
+    assert counts(board) == {}
+    done = copy(*args)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1:] == [
+        "the rows of tenants default, team-b are in tenant acme now",
+        lines[2].replace("would hold", "holds").replace("would be", "is"),
+    ]
+    # A second board, with an agent acme has now and a token, tried dry.
+    root = new_root()
+    path = root / ".colibri" / "colibri.sqlite"
+    daemon = Daemon(root, "--store", str(path))
+    daemon.start()
+    try:
+        FakeAgent(daemon, "small-1", ["py"]).close()
+        daemon.call("token-create", role="operator", tenant="default")
+    finally:
+        daemon.stop()
+    try:
+        again = copy("--from", str(path), "--to", board, "--tenant", "acme", "--dry-run")
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.splitlines()[1:] == [
+            "1 agent registered in tenant acme already would keep the target's registration",
+            "1 token would not be copied: make the hive's own with colibri token create "
+            "--tenant acme",
+            "dry run: nothing was written",
+        ]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def test_copying_twice_is_refused_at_the_first_task_and_writes_nothing(
     source: Source, board: str
 ) -> None:

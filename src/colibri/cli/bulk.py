@@ -15,7 +15,7 @@ import msgspec
 
 from colibri.cli.main import Context, json_option, pass_ctx
 from colibri.cli.output import counted, print_json_line, print_line, printable
-from colibri.cli.tasks import ledger, ledger_rows, parse_since
+from colibri.cli.tasks import LEDGER_PAGE, ledger, ledger_rows, parse_since
 from colibri.core.errors import BadRequest, ColibriError
 from colibri.core.text import json_safe
 
@@ -272,7 +272,10 @@ def ledger_export(
         if writer is not None:
             writer.writerow(CSV_COLUMNS)
         with ctx.client() as client:
-            for entry in ledger_rows(client, after, at_least):
+            rows = ledger_rows(
+                lambda after: client.call("ledger", after=after, limit=LEDGER_PAGE), after, at_least
+            )
+            for entry in rows:
                 if writer is not None:
                     row = _csv_row(entry)
                     if terminal:
@@ -299,5 +302,5 @@ def ledger_export(
         if as_json:
             print_json_line(summary)
         else:
-            rows = counted(progress.count, "ledger row")
-            click.echo(printable(f"exported {rows} to {out} ({fmt})"))
+            exported = counted(progress.count, "ledger row")
+            click.echo(printable(f"exported {exported} to {out} ({fmt})"))

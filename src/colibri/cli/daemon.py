@@ -20,7 +20,10 @@ if TYPE_CHECKING:
 
 @cli.command()
 @click.option(
-    "--store", metavar="PATH", help="Put the SQLite board here instead of .colibri/colibri.sqlite."
+    "--store",
+    metavar="PATH|URL",
+    help="Keep the board here instead of .colibri/colibri.sqlite: an SQLite file's path, or a "
+    "postgresql:// URL (docs/HIVE.md).",
 )
 @click.option(
     "--durability",

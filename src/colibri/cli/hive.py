@@ -13,31 +13,56 @@ def hive() -> None:
     """Several daemons on one PostgreSQL board (docs/HIVE.md)."""
 
 
+#: How long ``hive list`` goes on showing a daemon gone (silent past its lease's ttl), seconds.
+GONE_SHOWN = 3600
+
+
+def _silent_for(row: dict[str, object]) -> float:
+    return float(row["beat_ago_s"])  # type: ignore[arg-type]
+
+
+def _gone(row: dict[str, object]) -> bool:
+    """It beats at every third of its ttl: silent for longer than the ttl, it is gone."""
+    return _silent_for(row) > float(row["ttl"])  # type: ignore[arg-type]
+
+
 @hive.command("list")
 @click.option(
     "--store", metavar="postgresql://…",
     help="The board (default: this root's store, from colibri.jsonc).",
 )  # fmt: skip
+@click.option(
+    "--all", "every", is_flag=True,
+    help="Also the daemons gone for over an hour (the board keeps each a day after its last "
+    "beat).",
+)  # fmt: skip
 @json_option
 @pass_ctx
-def list_hive(ctx: Context, store: str | None, as_json: bool) -> None:
+def list_hive(ctx: Context, store: str | None, every: bool, as_json: bool) -> None:
     """Each daemon of the board: serving (with its lease's epoch and time left) the whole board
-    or some tenants, or standing by, its agents connected, and when it last said so. Read
+    or some tenants, or standing by, its agents connected, and when it last said so; a daemon
+    gone (silent past its lease's ttl) for an hour after its last beat (--all: longer). Read
     from PostgreSQL: it works while no daemon serves, and on any host."""
     from colibri.store.postgres import hive_list
 
-    rows = hive_list(_postgres_board(ctx, store))
+    found = hive_list(_postgres_board(ctx, store))
+    rows = [r for r in found if every or not _gone(r) or _silent_for(r) <= GONE_SHOWN]
+    hidden = len(found) - len(rows)
     if as_json:
         print_json(rows)
         return
+    if hidden:
+        click.echo(
+            f"{hidden} daemon{'s' if hidden > 1 else ''} gone for over an hour not shown "
+            "(colibri hive list --all)",
+            err=True,
+        )
 
     def role(row: dict[str, object]) -> str:
         left = row["lease_left_s"]
         if row["lease_epoch"] is not None and isinstance(left, float | int) and left > 0:
             return f"serving (epoch {row['lease_epoch']}, {float(left):.1f}s left)"
-        # It beats at every third of its ttl: silent for longer than the ttl, it is gone.
-        alive = float(row["beat_ago_s"]) <= float(row["ttl"])  # type: ignore[arg-type]
-        if not alive:
+        if _gone(row):
             return "gone"
         return "sharing (no tenant yet)" if row.get("sharing") else "standby"
 
@@ -69,7 +94,7 @@ def list_hive(ctx: Context, store: str | None, as_json: bool) -> None:
             ]
             for r in rows
         ],  # fmt: skip
-        empty="no daemon has run on this board",
+        empty="no daemon has run on this board" if not hidden else "no daemon beat within the hour",
     )
 
 

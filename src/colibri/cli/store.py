@@ -83,12 +83,14 @@ def _progress(kind: str, done: int, total: int) -> None:
 
 
 def summary_lines(summary: dict[str, Any]) -> list[str]:
+    """What a copy did, in the past; for a dry run, what it would do, in the conditional."""
     tenant = summary["tenant"]
+    dry = bool(summary["dry_run"])
     states = ", ".join(f"{n} {state}" for state, n in summary["by_state"].items())
     seqs = summary["ledger_seqs"]
     numbered = f" (seq {seqs[0]}-{seqs[1]})" if seqs else ""
     lines = [
-        f"{'would copy' if summary['dry_run'] else 'copied'} {counted(summary['tasks'], 'task')}"
+        f"{'would copy' if dry else 'copied'} {counted(summary['tasks'], 'task')}"
         f"{f' ({states})' if states else ''}, {counted(summary['ledger'], 'ledger row')}"
         f"{numbered}, {counted(summary['schedules'], 'schedule')} with "
         f"{counted(summary['fires'], 'fire record')}, {counted(summary['agents'], 'agent')} and "
@@ -99,23 +101,25 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     if others:
         lines.append(
             f"the rows of {counted(len(others), 'tenant').split(' ', 1)[1]} {', '.join(others)} "
-            f"are in tenant {tenant} now"
+            + (f"would be in tenant {tenant}" if dry else f"are in tenant {tenant} now")
         )
     if summary["agents_kept"]:
         lines.append(
             f"{counted(summary['agents_kept'], 'agent')} registered in tenant {tenant} already "
-            "kept the target's registration"
+            f"{'would keep' if dry else 'kept'} the target's registration"
         )
     if summary["running"]:
         lines.append(
             f"{counted(summary['running'], 'task')} running: the first daemon to serve the hive "
-            "holds them as orphans; not claimed back within its adoption window, each is "
-            "retried if it has attempts left, otherwise failed"
+            f"{'would hold' if dry else 'holds'} them as orphans; not claimed back within its "
+            f"adoption window, each {'would be' if dry else 'is'} retried if it has attempts "
+            "left, otherwise failed"
         )
     if summary["tokens_not_copied"]:
         lines.append(
-            f"{counted(summary['tokens_not_copied'], 'token')} not copied: make the hive's own "
-            f"with colibri token create --tenant {tenant}"
+            f"{counted(summary['tokens_not_copied'], 'token')} "
+            f"{'would not be' if dry else 'not'} copied: make the hive's own with colibri "
+            f"token create --tenant {tenant}"
         )
     if summary["dry_run"]:
         lines.append("dry run: nothing was written")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import Any
 
@@ -452,19 +452,54 @@ def parse_since(value: str | None) -> tuple[int, str]:
 
 
 def ledger_rows(
-    client: Any, after: int, at_least: str = "", task: str | None = None
+    page: Callable[[int], dict[str, Any]], after: int, at_least: str = ""
 ) -> Iterator[dict[str, Any]]:
-    """Every ledger row after seq ``after`` (of ``task`` alone, if given), page by page, but
-    those written before the instant ``at_least``. The daemon reads the ledger by seq only, so
-    rows before that instant are read and passed over."""
+    """Every ledger row after seq ``after``, page by page (``page(after)``: a ``ledger`` reply
+    of ``LEDGER_PAGE`` rows), but those written before the instant ``at_least``. The ledger is
+    read by seq only, so rows before that instant are read and passed over."""
     while True:
-        reply = client.call("ledger", after=after, limit=LEDGER_PAGE, task=task)
+        reply = page(after)
         for entry in reply["entries"]:
             if not at_least or entry["at"] >= at_least:
                 yield entry
         if not reply.get("more"):
             return
         after = reply["next"]
+
+
+def _ledger_page(
+    ctx: Context, after: int, limit: int, task_id: str | None, *, say_where: bool
+) -> dict[str, Any]:
+    """Rows of the ledger, from the daemon; with no daemon running for this root, from its
+    SQLite board itself, read-only, as ``hive list`` reads a PostgreSQL board: the ledger is
+    what one reads after a daemon stopped or crashed, to see what happened."""
+    import os
+
+    from colibri.core.errors import DaemonNotRunning
+
+    try:
+        with ctx.client() as client:
+            return dict(client.call("ledger", after=after, limit=limit, task=task_id))
+    except DaemonNotRunning:
+        if ctx.remote() is not None:
+            raise
+        from colibri.config import load_config
+        from colibri.store.offline import read_ledger
+        from colibri.store.postgres import is_postgres
+
+        root = ctx.root()
+        board = load_config(root).store
+        if is_postgres(board) or not os.path.lexists(board):
+            # Its daemons may run elsewhere (colibri hive list says where); or no daemon has
+            # run on this root yet: nothing to read.
+            raise
+        reply = read_ledger(board, after, limit, task_id)
+    if say_where:
+        click.echo(
+            printable(f"colibri: no daemon is running for {root}: read from its board, {board}"),
+            err=True,
+        )
+    return reply
 
 
 @cli.group(invoke_without_command=True)
@@ -519,17 +554,24 @@ def ledger(
                 flush=True,
             )
 
-    if not follow and at_least:
-        with ctx.client() as client:
-            shown = list(islice(ledger_rows(client, after, at_least, task_id), limit + 1))
-        for entry in shown[:limit]:
-            emit(entry)
-        if len(shown) > limit:
-            click.echo(f"more: colibri ledger --after {shown[limit - 1]['seq']}", err=True)
-        return
     if not follow:
-        with ctx.client() as client:
-            reply = client.call("ledger", after=after, limit=limit, task=task_id)
+        told = as_json  # where the rows come from, said once (not into JSON lines)
+
+        def page(after: int, size: int) -> dict[str, Any]:
+            nonlocal told
+            reply = _ledger_page(ctx, after, size, task_id, say_where=not told)
+            told = True
+            return reply
+
+        if at_least:
+            rows = ledger_rows(lambda after: page(after, LEDGER_PAGE), after, at_least)
+            shown = list(islice(rows, limit + 1))
+            for entry in shown[:limit]:
+                emit(entry)
+            if len(shown) > limit:
+                click.echo(f"more: colibri ledger --after {shown[limit - 1]['seq']}", err=True)
+            return
+        reply = page(after, limit)
         for entry in reply["entries"]:
             emit(entry)
         if reply.get("more"):

@@ -13,6 +13,29 @@ from colibri.cli.output import print_json, print_line
 DOCS_PORT = 7433
 
 
+def listen_host(names: tuple[str, ...], *, given: bool) -> str:
+    """The host ``tls init`` suggests the daemon listen on: one the certificate names, never
+    every interface (``0.0.0.0``: a hive's daemon gives its first ``--listen`` to clients as
+    where it serves, and they cannot go there). The first of the names given with ``--name``;
+    by default the first address of this host that is not loopback, else 127.0.0.1."""
+    from ipaddress import ip_address
+
+    from colibri.endpoints import TcpAddress
+
+    def is_address(name: str) -> bool:
+        try:
+            ip_address(name)
+        except ValueError:
+            return False
+        return True
+
+    hosts = [TcpAddress(name, DOCS_PORT) for name in names]
+    if given:
+        return next((a.host for a in hosts if not a.unspecified), "127.0.0.1")
+    external = (a for a in hosts if is_address(a.host) and not (a.loopback or a.unspecified))
+    return next((a.host for a in external), "127.0.0.1")
+
+
 @cli.group()
 def tls() -> None:
     """TLS certificates for a daemon on TCP and its clients."""
@@ -69,9 +92,17 @@ def init_tls(
         f"wrote {pki.ca_cert}, {pki.ca_key.name}, {pki.server_cert.name}, {pki.server_key.name} "
         f"(names: {', '.join(pki.names)})"
     )
+    from colibri.endpoints import TcpAddress
+
+    listen = TcpAddress(listen_host(pki.names, given=bool(names)), DOCS_PORT)
     print_line(
-        f"on the daemon:   colibri run --listen tcp://0.0.0.0:{DOCS_PORT} "
+        f"on the daemon:   colibri run --listen {shlex.quote(str(listen))} "
         f"--tls-cert {cert} --tls-key {key}"
     )
+    if listen.loopback:
+        print_line(
+            "                 (this machine only; for other machines, make the certificate "
+            "--name HOST, a name they reach this host by, and listen on that)"
+        )
     print_line(f"on each client:  --tls-ca {ca}   (or COLIBRI_TLS_CA={ca})")
     print_line("keep ca.key private (it signs certificates); it is needed only to make new ones")

@@ -58,13 +58,19 @@ def check_state_entry(root: Path) -> bool:
     )
 
 
+def not_a_root(root: Path | str) -> RootError:
+    """What is said of a folder named as a root that is none: by ``--root`` and
+    ``COLIBRI_ROOT``, and by ``Client.for_root``."""
+    return RootError(f"{root} is not a Colibri root (create one with: colibri init {root})")
+
+
 def resolve_root(explicit: str | None, cwd: Path) -> Path:
     """The root a command acts on: ``explicit`` (``--root``, ``COLIBRI_ROOT``), else the
     nearest at or above ``cwd``; refused if it is not one, or not ours (``trust.check_root``)."""
     if explicit:
         root = Path(explicit).expanduser().resolve()
         if not check_state_entry(root):
-            raise RootError(f"{root} is not a Colibri root (create one with: colibri init {root})")
+            raise not_a_root(root)
         check_root(root)
         return root
     found = find_root(cwd)

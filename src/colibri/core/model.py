@@ -216,6 +216,34 @@ def parse_rfc3339(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+#: The length of a whole task id (a UUID's text), and the characters of one: anything shorter
+#: made of these may be the start of ids, as git and docker take them, or their end, as the
+#: CLI's lines and the TUI show them (``short_id``: a UUIDv7 starts with its time, the same for
+#: the tasks of one minute, and ends with random bits).
+WHOLE_ID = 36
+ID_CHARACTERS = "0123456789abcdef-"
+
+
+def task_id_part(task_id: str) -> tuple[str, bool]:
+    """How ``task_id``, as a user gave it, names a task: ``(part, True)`` when it may be the
+    start or the end of ids, to be looked for; else ``(id, False)``, to be taken as it is — a
+    whole id (in lower case), or text no id holds, for the caller's ``unknown_task``.
+
+    :raises BadRequest: shorter than ``SHORTEST_ID_PART``.
+    """
+    part = task_id.lower()
+    if not part or part.strip(ID_CHARACTERS):
+        return task_id, False  # not part of any id: a pattern could not match either
+    if len(part) >= WHOLE_ID:
+        return part, False  # a whole id, in whatever case it was written
+    if len(part) < SHORTEST_ID_PART:
+        raise BadRequest(
+            f"{task_id!r} is too short to name a task: give at least {SHORTEST_ID_PART} "
+            "characters of its id, from its start or its end"
+        )
+    return part, True
+
+
 def check_name(value: str, what: str) -> str:
     if not _NAME_RE.fullmatch(value):  # match() would let a trailing "\n" through
         # Quoted clipped, yet a name a few characters too long still whole, to be seen so.

@@ -24,7 +24,6 @@ from colibri.core import protocol as p
 from colibri.core import sizes, states
 from colibri.core.access import OWNER, Principal
 from colibri.core.errors import (
-    AmbiguousTask,
     BadRequest,
     ColibriError,
     Forbidden,
@@ -35,7 +34,6 @@ from colibri.core.errors import (
 )
 from colibri.core.model import (
     DEFAULT_TENANT,
-    SHORTEST_ID_PART,
     HarnessStatus,
     LedgerEntry,
     Task,
@@ -47,7 +45,7 @@ from colibri.daemon.board import Board
 from colibri.daemon.board.capacity import LiveAgent
 from colibri.daemon.board.reports import failure
 from colibri.daemon.tokens import TokenAuthority
-from colibri.store import TaskFilter
+from colibri.store import TaskFilter, named_task
 
 if TYPE_CHECKING:
     from colibri.daemon.bus import Bus
@@ -69,14 +67,6 @@ LEDGER_PAGE = 500
 LEDGER_SCAN = LEDGER_PAGE
 TOKEN_LIST = 500
 TOKEN_FAMILY_BYTES = sizes.REPLY_BUDGET // 8
-#: The length of a whole task id (a UUID's text), and the characters of one: anything shorter
-#: made of these may be the start of ids, as git and docker take them, or their end, as the
-#: CLI's lines and the TUI show them (``short_id``: a UUIDv7 starts with its time, the same for
-#: the tasks of one minute, and ends with random bits).
-WHOLE_ID = 36
-ID_CHARACTERS = "0123456789abcdef-"
-#: The most ids named in an ``ambiguous_task`` refusal (and how many it counts).
-NAMED = 3
 
 
 def _past(query: TaskFilter, last: str) -> TaskFilter:
@@ -172,27 +162,12 @@ class Commands:
         """
         if task_id in self.board.tasks:
             return task_id
-        part = task_id.lower()
-        if not part or part.strip(ID_CHARACTERS):
-            return task_id  # not part of any id
-        if len(part) >= WHOLE_ID:
-            return part  # a whole id, in whatever case it was written
-        if len(part) < SHORTEST_ID_PART:
-            raise BadRequest(
-                f"{task_id!r} is too short to name a task: give at least {SHORTEST_ID_PART} "
-                "characters of its id, from its start or its end"
-            )
-        tenant = self._principal(conn).tenant
-        starts = TaskFilter(prefix=part, tenant=tenant, limit=NAMED)
-        ends = TaskFilter(suffix=part, tenant=tenant, limit=NAMED)
-        found = sorted({t.id for q in (starts, ends) for t in self.board.list_tasks(q)})
-        if len(found) == 1:
-            return found[0]
-        if not found:
-            return task_id
-        count = self.board.store.count_tasks
-        both = TaskFilter(prefix=part, suffix=part, tenant=tenant)
-        raise AmbiguousTask(task_id, count(starts) + count(ends) - count(both), found[:NAMED])
+        return named_task(
+            task_id,
+            self._principal(conn).tenant,
+            lambda query: [task.id for task in self.board.list_tasks(query)],
+            self.board.store.count_tasks,
+        )
 
     def _reporter(
         self,

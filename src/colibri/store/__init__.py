@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from colibri.store.base import BatchRefused, Store, StoreConflict, TaskFilter
+from colibri.store.base import BatchRefused, Store, StoreConflict, TaskFilter, named_task
 
-__all__ = ["BatchRefused", "Store", "StoreConflict", "TaskFilter", "open_store"]
+__all__ = ["BatchRefused", "Store", "StoreConflict", "TaskFilter", "named_task", "open_store"]
 
 
 def open_store(location: str, *, durability: str = "full", lease_ttl: float | None = None) -> Store:

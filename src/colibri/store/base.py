@@ -67,7 +67,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from colibri.core.model import Agent, LedgerEntry, Task
+from colibri.core.errors import AmbiguousTask
+from colibri.core.model import Agent, LedgerEntry, Task, task_id_part
 from colibri.core.schedules import Schedule
 from colibri.core.tokens import Token
 
@@ -123,6 +124,38 @@ class TaskFilter:
     before: str | None = None
     newest: bool = False
     limit: int = 100
+
+
+#: The most ids named in an ``ambiguous_task`` refusal (and how many it counts).
+NAMED_IDS = 3
+
+
+def named_task(
+    task_id: str,
+    tenant: str | None,
+    ids: Callable[[TaskFilter], list[str]],
+    count: Callable[[TaskFilter], int],
+) -> str:
+    """The whole id of the one task whose id starts or ends with ``task_id`` (``tenant``'s
+    alone, None: every tenant's), found by ``ids`` and ``count`` (a store's ``list_tasks``' ids
+    and ``count_tasks``, or the same queries on a board read without its daemon); ``task_id``
+    itself when it is a whole id or names none, for the caller's ``unknown_task``.
+
+    :raises AmbiguousTask: it starts or ends the ids of several tasks.
+    :raises BadRequest: it is too short to name one.
+    """
+    part, look = task_id_part(task_id)
+    if not look:
+        return part
+    starts = TaskFilter(prefix=part, tenant=tenant, limit=NAMED_IDS)
+    ends = TaskFilter(suffix=part, tenant=tenant, limit=NAMED_IDS)
+    found = sorted({*ids(starts), *ids(ends)})
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        return task_id
+    both = TaskFilter(prefix=part, suffix=part, tenant=tenant)
+    raise AmbiguousTask(task_id, count(starts) + count(ends) - count(both), found[:NAMED_IDS])
 
 
 class Store(Protocol):
