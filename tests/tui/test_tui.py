@@ -17,6 +17,7 @@ from textual.pilot import Pilot
 from textual.widgets import Static
 
 from colibri.client import socket_path
+from colibri.core.text import short_id
 from colibri.tui.app import ColibriApp
 from colibri.tui.screens import Confirm, TaskScreen
 from tests.helpers import Daemon, FakeAgent
@@ -351,6 +352,67 @@ def test_attach_needs_a_running_task_and_a_terminal(daemon: Daemon) -> None:
             await pilot.press("t")  # headless: no terminal to hand over to tmux
             await until(pilot, lambda: "cannot hand itself over to tmux" in notes(app))
             assert app.is_running
+
+        run(scenario, daemon.root)
+    finally:
+        agent.close()
+
+
+def agent_row(app: ColibriApp, name: str) -> list[str]:
+    """The cells of an agent's line on the agents tab, as the terminal shows them."""
+    for line in shown_on(app).splitlines():
+        cells = line.split()
+        if cells[:1] == [name]:
+            return cells
+    return []
+
+
+def test_the_agents_tab_follows_a_task_through_its_life(daemon: Daemon) -> None:
+    """Started while the agent is idle: its slots and its session change as its task is
+    assigned and ends, and its ready pool as its heartbeats say (from the events; nothing is
+    read on a timer)."""
+    agent = FakeAgent(daemon, "bsd-1", ["zfs"], workspace="bsd")
+    try:
+
+        async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+            await pilot.press("2")
+            await until(pilot, lambda: agent_row(app, "bsd-1")[:5] == [
+                "bsd-1", "online", "bsd", "0/1", "-"])  # fmt: skip
+            daemon.call("toggle-swarm", paused=True)
+            task = daemon.submit("upgrade the pool", capabilities=["zfs"])
+            await until(pilot, lambda: task["id"] in app.rows)
+            assert app.board.tasks[task["id"]].state == "pending"
+            assert agent_row(app, "bsd-1")[3:5] == ["0/1", "-"]
+            daemon.call("toggle-swarm", paused=False)
+            assign = agent.next_assign()
+            session = short_id(task["id"])
+            await until(pilot, lambda: agent_row(app, "bsd-1")[3:5] == ["1/1", session])
+            assert app.board.tasks[task["id"]].state == "running"
+            agent.client.call("heartbeat", ready=2)
+            await until(pilot, lambda: "2 ready" in " ".join(agent_row(app, "bsd-1")))
+            agent.out(assign, output="upgraded")
+            await until(pilot, lambda: agent_row(app, "bsd-1")[3:5] == ["0/1", "-"])
+            assert app.board.tasks[task["id"]].outcome == "done"
+
+        run(scenario, daemon.root)
+    finally:
+        agent.close()
+
+
+def test_a_tui_started_during_a_run_sees_the_agent_go_idle(daemon: Daemon) -> None:
+    agent = FakeAgent(daemon, "slow-1", ["build"], slots=2)
+    try:
+        task = daemon.submit("a long build", capabilities=["build"])
+        assign = agent.next_assign()
+
+        async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+            await pilot.press("2")
+            session = short_id(task["id"])
+            await until(pilot, lambda: agent_row(app, "slow-1")[1:5] == [
+                "online", "-", "1/2", session])  # fmt: skip
+            agent.fail(assign, error="the build broke")
+            await until(pilot, lambda: agent_row(app, "slow-1")[3:5] == ["0/2", "-"])
+            assert app.board.tasks[task["id"]].outcome == "failed"
 
         run(scenario, daemon.root)
     finally:
