@@ -417,3 +417,49 @@ def test_a_tui_started_during_a_run_sees_the_agent_go_idle(daemon: Daemon) -> No
         run(scenario, daemon.root)
     finally:
         agent.close()
+
+
+def test_new_rows_come_into_view_at_the_top_and_leave_a_chosen_task_where_it_is(
+    daemon: Daemon,
+) -> None:
+    """With the cursor on the first row, a new task takes the first row and the cursor, in
+    view (also after the cursor went down and came back). With the cursor moved down, its
+    task stays highlighted on the same line of the screen however many rows arrive above; Home
+    goes back to the newest."""
+    first = [daemon.submit(f"task {n}", capabilities=["nobody-has-this"]) for n in range(30)]
+
+    def submit(text: str) -> dict[str, Any]:
+        return daemon.submit(text, capabilities=["nobody-has-this"])
+
+    async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+        task_list = app.task_list
+
+        def line_of_cursor() -> int:
+            return task_list.cursor - int(task_list.scroll_offset.y)
+
+        await until(pilot, lambda: len(app.rows) == 30)
+        assert app.selected_id() == first[-1]["id"]
+        await pilot.press("down", "up")  # the cursor moved, and is back on the first row
+        newer = submit("newer")
+        await until(pilot, lambda: app.rows[:1] == [newer["id"]])
+        assert app.selected_id() == newer["id"] and task_list.scroll_offset.y == 0
+        assert "newer" in shown_on(app)
+
+        await pilot.press("down", "down")
+        chosen = app.selected_id()
+        assert chosen == first[-2]["id"] and line_of_cursor() == 2
+        height = task_list.size.height
+        burst = [submit(f"burst {n}") for n in range(height + 3)]  # more than a screen
+        await until(pilot, lambda: app.rows[:1] == [burst[-1]["id"]])
+        assert app.selected_id() == chosen and line_of_cursor() == 2
+        assert task_list.scroll_offset.y == len(burst)
+        assert "task 28" in shown_on(app)
+
+        await pilot.press("home")
+        assert app.selected_id() == burst[-1]["id"] and task_list.scroll_offset.y == 0
+        newest = submit("newest")
+        await until(pilot, lambda: app.rows[:1] == [newest["id"]])
+        assert app.selected_id() == newest["id"] and task_list.scroll_offset.y == 0
+        assert "newest" in shown_on(app)
+
+    run(scenario, daemon.root, size=(100, 20))
