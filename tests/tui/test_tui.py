@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Static
+from textual.widgets import DataTable, Static
 
 from colibri.client import socket_path
 from colibri.core.text import short_id
+from colibri.daemon.board import BREAKER_AFTER
 from colibri.tui.app import ColibriApp
 from colibri.tui.screens import Confirm, TaskScreen
 from tests.helpers import Daemon, FakeAgent
@@ -359,9 +360,10 @@ def test_attach_needs_a_running_task_and_a_terminal(daemon: Daemon) -> None:
 
 
 def agent_row(app: ColibriApp, name: str) -> list[str]:
-    """The cells of an agent's line on the agents tab, as the terminal shows them."""
-    for line in shown_on(app).splitlines():
-        cells = line.split()
+    """The cells of an agent's row on the agents tab."""
+    table = app.query_one("#agent-table", DataTable)
+    for row in range(table.row_count):
+        cells = [str(cell) for cell in table.get_row_at(row)]
         if cells[:1] == [name]:
             return cells
     return []
@@ -389,7 +391,8 @@ def test_the_agents_tab_follows_a_task_through_its_life(daemon: Daemon) -> None:
             await until(pilot, lambda: agent_row(app, "bsd-1")[3:5] == ["1/1", session])
             assert app.board.tasks[task["id"]].state == "running"
             agent.client.call("heartbeat", ready=2)
-            await until(pilot, lambda: "2 ready" in " ".join(agent_row(app, "bsd-1")))
+            await until(pilot, lambda: agent_row(app, "bsd-1")[5] == "-, 2 ready")
+            await until(pilot, lambda: "-, 2 ready" in shown_on(app))  # its column widened
             agent.out(assign, output="upgraded")
             await until(pilot, lambda: agent_row(app, "bsd-1")[3:5] == ["0/1", "-"])
             assert app.board.tasks[task["id"]].outcome == "done"
@@ -417,6 +420,35 @@ def test_a_tui_started_during_a_run_sees_the_agent_go_idle(daemon: Daemon) -> No
         run(scenario, daemon.root)
     finally:
         agent.close()
+
+
+def test_the_agents_tab_shows_a_breaker_open_and_keeps_its_cursor(daemon: Daemon) -> None:
+    """Sessions that never become ready open the agent's breaker: the agents tab says so as
+    it happens; redrawn meanwhile, the table's cursor stays on the agent it was on."""
+    flaky = FakeAgent(daemon, "flaky", ["f"], workspace="ws")
+    steady = FakeAgent(daemon, "steady", ["g"])
+    try:
+
+        async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+            await pilot.press("2")
+            await until(pilot, lambda: agent_row(app, "steady")[1:2] == ["online"])
+            table = app.query_one("#agent-table", DataTable)
+            await pilot.press("down")
+            assert table.cursor_row == 1  # on steady (flaky sorts first)
+            task = daemon.submit("never ready", capabilities=["f"])
+            for _ in range(BREAKER_AFTER):
+                assign = flaky.next_assign()
+                flaky.client.call("requeue", task=task["id"], epoch=assign["epoch"],
+                                  reason="not ready in time")  # fmt: skip
+            await until(pilot, lambda: agent_row(app, "flaky")[1] == "breaker open")
+            assert agent_row(app, "flaky")[3:5] == ["0/1", "-"]
+            assert agent_row(app, "steady")[1:2] == ["online"]
+            assert table.cursor_row == 1
+
+        run(scenario, daemon.root)
+    finally:
+        flaky.close()
+        steady.close()
 
 
 def test_new_rows_come_into_view_at_the_top_and_leave_a_chosen_task_where_it_is(

@@ -383,8 +383,8 @@ class LiveBoard(App[None]):
 
     def _fill(self, selector: str, rows: list[tuple[str, tuple[Text, ...]]]) -> None:
         """A table's rows (each named by a key), drawn again only when they changed; the
-        cursor stays on the row of its key. (The rows get no key in the table: a row drawn
-        again under its old key kept its old width in Textual's cache.)"""
+        cursor stays on the row of its key. (The table's rows get no key: one drawn again
+        under its old key was seen keeping the width of its old cells, cut short.)"""
         drawn = [(key, [(c.plain, str(c.style)) for c in cells]) for key, cells in rows]
         before = self._tables.get(selector, [])
         if before == drawn:
