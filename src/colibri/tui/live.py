@@ -383,8 +383,9 @@ class LiveBoard(App[None]):
 
     def _fill(self, selector: str, rows: list[tuple[str, tuple[Text, ...]]]) -> None:
         """A table's rows (each named by a key), drawn again only when they changed; the
-        cursor stays on the row of its key. (The table's rows get no key: one drawn again
-        under its old key was seen keeping the width of its old cells, cut short.)"""
+        cursor stays on the row of its key. Each column is as wide as its widest cell, set
+        here: Textual measures them only when idle, and a row drawn before that kept its
+        old width, cut short, until it changed."""
         drawn = [(key, [(c.plain, str(c.style)) for c in cells]) for key, cells in rows]
         before = self._tables.get(selector, [])
         if before == drawn:
@@ -394,6 +395,9 @@ class LiveBoard(App[None]):
         cursor = table.cursor_row
         on = before[cursor][0] if 0 <= cursor < len(before) else None
         table.clear()
+        for n, column in enumerate(table.ordered_columns):
+            column.width = max([column.label.cell_len, *(c[n].cell_len for _, c in rows)])
+            column.auto_width = False
         for _, cells in rows:
             table.add_row(*cells)
         keys = [key for key, _ in rows]
