@@ -62,6 +62,8 @@ def test_attach_catches_up_then_follows_and_ends_with_the_daemon(daemon: Daemon)
         agent.out(assign, output="module built")
         daemon.wait_closed(task["id"])
         wait_until(lambda: attached.saw("module built"))
+        agent.client.call("heartbeat", ready=2)  # its ready pool changed size: an agent event
+        wait_until(lambda: attached.saw("agent linux-1 online (linux; 1 slot; 2 ready)"))
         daemon.call("toggle-swarm", paused=True)
         wait_until(lambda: attached.saw("dispatch paused"))
         agent.close()

@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Static
+from textual.widgets import DataTable, Static
 
 from colibri.client import socket_path
+from colibri.core.text import short_id
+from colibri.daemon.board import BREAKER_AFTER
 from colibri.tui.app import ColibriApp
 from colibri.tui.screens import Confirm, TaskScreen
 from tests.helpers import Daemon, FakeAgent
@@ -386,3 +388,141 @@ def test_attach_needs_a_running_task_and_a_terminal(daemon: Daemon) -> None:
         run(scenario, daemon.root)
     finally:
         agent.close()
+
+
+def agent_row(app: ColibriApp, name: str) -> list[str]:
+    """The cells of an agent's row on the agents tab."""
+    table = app.query_one("#agent-table", DataTable)
+    for row in range(table.row_count):
+        cells = [str(cell) for cell in table.get_row_at(row)]
+        if cells[:1] == [name]:
+            return cells
+    return []
+
+
+def test_the_agents_tab_follows_a_task_through_its_life(daemon: Daemon) -> None:
+    """Started while the agent is idle: its slots and its session change as its task is
+    assigned and ends, and its ready pool as its heartbeats say (from the events; nothing is
+    read on a timer)."""
+    agent = FakeAgent(daemon, "bsd-1", ["zfs"], workspace="bsd")
+    try:
+
+        async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+            await pilot.press("2")
+            await until(pilot, lambda: agent_row(app, "bsd-1")[:5] == [
+                "bsd-1", "online", "bsd", "0/1", "-"])  # fmt: skip
+            daemon.call("toggle-swarm", paused=True)
+            task = daemon.submit("upgrade the pool", capabilities=["zfs"])
+            await until(pilot, lambda: task["id"] in app.rows)
+            assert app.board.tasks[task["id"]].state == "pending"
+            assert agent_row(app, "bsd-1")[3:5] == ["0/1", "-"]
+            daemon.call("toggle-swarm", paused=False)
+            assign = agent.next_assign()
+            session = short_id(task["id"])
+            await until(pilot, lambda: agent_row(app, "bsd-1")[3:5] == ["1/1", session])
+            assert app.board.tasks[task["id"]].state == "running"
+            agent.client.call("heartbeat", ready=2)
+            await until(pilot, lambda: agent_row(app, "bsd-1")[5] == "-, 2 ready")
+            await until(pilot, lambda: "-, 2 ready" in shown_on(app))  # its column widened
+            agent.out(assign, output="upgraded")
+            await until(pilot, lambda: agent_row(app, "bsd-1")[3:5] == ["0/1", "-"])
+            assert app.board.tasks[task["id"]].outcome == "done"
+
+        run(scenario, daemon.root)
+    finally:
+        agent.close()
+
+
+def test_a_tui_started_during_a_run_sees_the_agent_go_idle(daemon: Daemon) -> None:
+    agent = FakeAgent(daemon, "slow-1", ["build"], slots=2)
+    try:
+        task = daemon.submit("a long build", capabilities=["build"])
+        assign = agent.next_assign()
+
+        async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+            await pilot.press("2")
+            session = short_id(task["id"])
+            await until(pilot, lambda: agent_row(app, "slow-1")[1:5] == [
+                "online", "-", "1/2", session])  # fmt: skip
+            agent.fail(assign, error="the build broke")
+            await until(pilot, lambda: agent_row(app, "slow-1")[3:5] == ["0/2", "-"])
+            assert app.board.tasks[task["id"]].outcome == "failed"
+
+        run(scenario, daemon.root)
+    finally:
+        agent.close()
+
+
+def test_the_agents_tab_shows_a_breaker_open_and_keeps_its_cursor(daemon: Daemon) -> None:
+    """Sessions that never become ready open the agent's breaker: the agents tab says so as
+    it happens; redrawn meanwhile, the table's cursor stays on the agent it was on."""
+    flaky = FakeAgent(daemon, "flaky", ["f"], workspace="ws")
+    steady = FakeAgent(daemon, "steady", ["g"])
+    try:
+
+        async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+            await pilot.press("2")
+            await until(pilot, lambda: agent_row(app, "steady")[1:2] == ["online"])
+            table = app.query_one("#agent-table", DataTable)
+            await pilot.press("down")
+            assert table.cursor_row == 1  # on steady (flaky sorts first)
+            task = daemon.submit("never ready", capabilities=["f"])
+            for _ in range(BREAKER_AFTER):
+                assign = flaky.next_assign()
+                flaky.client.call("requeue", task=task["id"], epoch=assign["epoch"],
+                                  reason="not ready in time")  # fmt: skip
+            await until(pilot, lambda: agent_row(app, "flaky")[1] == "breaker open")
+            assert agent_row(app, "flaky")[3:5] == ["0/1", "-"]
+            assert agent_row(app, "steady")[1:2] == ["online"]
+            assert table.cursor_row == 1
+
+        run(scenario, daemon.root)
+    finally:
+        flaky.close()
+        steady.close()
+
+
+def test_new_rows_come_into_view_at_the_top_and_leave_a_chosen_task_where_it_is(
+    daemon: Daemon,
+) -> None:
+    """With the cursor on the first row, a new task takes the first row and the cursor, in
+    view (also after the cursor went down and came back). With the cursor moved down, its
+    task stays highlighted on the same line of the screen however many rows arrive above; Home
+    goes back to the newest."""
+    first = [daemon.submit(f"task {n}", capabilities=["nobody-has-this"]) for n in range(30)]
+
+    def submit(text: str) -> dict[str, Any]:
+        return daemon.submit(text, capabilities=["nobody-has-this"])
+
+    async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+        task_list = app.task_list
+
+        def line_of_cursor() -> int:
+            return task_list.cursor - int(task_list.scroll_offset.y)
+
+        await until(pilot, lambda: len(app.rows) == 30)
+        assert app.selected_id() == first[-1]["id"]
+        await pilot.press("down", "up")  # the cursor moved, and is back on the first row
+        newer = submit("newer")
+        await until(pilot, lambda: app.rows[:1] == [newer["id"]])
+        assert app.selected_id() == newer["id"] and task_list.scroll_offset.y == 0
+        assert "newer" in shown_on(app)
+
+        await pilot.press("down", "down")
+        chosen = app.selected_id()
+        assert chosen == first[-2]["id"] and line_of_cursor() == 2
+        height = task_list.size.height
+        burst = [submit(f"burst {n}") for n in range(height + 3)]  # more than a screen
+        await until(pilot, lambda: app.rows[:1] == [burst[-1]["id"]])
+        assert app.selected_id() == chosen and line_of_cursor() == 2
+        assert task_list.scroll_offset.y == len(burst)
+        assert "task 28" in shown_on(app)
+
+        await pilot.press("home")
+        assert app.selected_id() == burst[-1]["id"] and task_list.scroll_offset.y == 0
+        newest = submit("newest")
+        await until(pilot, lambda: app.rows[:1] == [newest["id"]])
+        assert app.selected_id() == newest["id"] and task_list.scroll_offset.y == 0
+        assert "newest" in shown_on(app)
+
+    run(scenario, daemon.root, size=(100, 20))

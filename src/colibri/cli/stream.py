@@ -98,7 +98,11 @@ def render(message: dict[str, Any]) -> Text | None:
         if agent["online"]:
             line.append("online", "green")
             line.append(f" ({printable(caps)}; {agent['slots']} slot" + "s" * (agent["slots"] != 1))
+            if agent.get("ready"):  # (the event of a ready pool that changed size)
+                line.append(f"; {agent['ready']} ready")
             line.append(")")
+            if agent.get("breaker_open"):
+                line.append(" breaker open", "bold red")
         else:
             line.append("offline", "red")
     elif kind == "swarm":

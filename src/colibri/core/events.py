@@ -72,7 +72,8 @@ class TaskChanged(Event, tag="task"):
 
 
 class AgentChanged(Event, tag="agent"):
-    """An agent registered, or went offline."""
+    """An agent registered or went offline, its ready pool changed size (a heartbeat said so),
+    or its circuit breaker closed. Which tasks it holds changes with their ``task`` events."""
 
     agent: Agent
 

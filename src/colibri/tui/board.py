@@ -1,11 +1,11 @@
 """What the TUI knows of the board: filled once by ``list``, ``status``, ``agents`` and
-``schedule-list``, then kept current by the daemon's events. No Textual here: the screens read
-it, and a filter is applied to it.
+``schedule-list``, then kept current by the daemon's events (and the agents read again when a
+task's event says a session came or went: ``moves_a_session``). No Textual here: the screens
+read it, and a filter is applied to it.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -17,8 +17,6 @@ from colibri.core import events
 from colibri.core.model import Agent, Task
 
 OPEN_STATES = frozenset({"pending", "running"})
-#: How long an agent's circuit breaker stays open (the daemon's fixed pause).
-BREAKER_SECONDS = 60.0
 
 FILTER_KEYS = {
     "state": "state",
@@ -74,6 +72,16 @@ class Filter:
         return True
 
 
+def moves_a_session(from_state: str | None, to_state: str, agent: str | None) -> bool:
+    """Whether a task's change (its event, or its ledger row) takes a session on or off its
+    agent: assigned (``running``), its session gone (``closed``), or back to ``pending`` (a
+    retry, a requeue). The agent's slots, sessions and ready pool change then, and no event
+    of the agent says so."""
+    if agent is None:
+        return False
+    return to_state in ("running", "closed") or (from_state == "running" and to_state == "pending")
+
+
 def parse_instant(text: str | None) -> datetime | None:
     if not text:
         return None
@@ -99,8 +107,6 @@ class Board:
     schedules: dict[str, dict[str, Any]] = field(default_factory=dict)
     status: dict[str, Any] = field(default_factory=dict)
     paused: bool = False
-    #: Agents whose circuit breaker opened, and when (monotonic clock).
-    breakers: dict[str, float] = field(default_factory=dict)
     #: The last notes worth a line (schedule fires, warnings, budgets), newest last.
     notes: list[str] = field(default_factory=list)
 
@@ -131,8 +137,9 @@ class Board:
             return self._set_question(event.task, event.question)
         elif isinstance(event, (events.Answered, events.QuestionWithdrawn)):
             return self._set_question(event.task, None)
-        elif isinstance(event, events.BreakerOpened):
-            self.breakers[event.agent] = time.monotonic()
+        elif isinstance(event, events.BreakerOpened):  # (its closing is an ``agent`` event)
+            if (agent := self.agents.get(event.agent)) is not None:
+                self.agents[event.agent] = msgspec.structs.replace(agent, breaker_open=True)
             self.note(f"{event.agent}: {event.reason}")
         elif isinstance(event, events.SessionNotReady):
             self.note(f"{event.workspace}: {event.reason}")
@@ -160,10 +167,6 @@ class Board:
 
     def note(self, text: str) -> None:
         self.notes = [*self.notes[-49:], text]
-
-    def breaker_open(self, agent: str) -> bool:
-        opened = self.breakers.get(agent)
-        return opened is not None and time.monotonic() - opened < BREAKER_SECONDS
 
     # -- what the screens show ------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from colibri.core.model import Agent, LedgerEntry, Task
 from colibri.core.protocol import LEDGER_END
 from colibri.core.text import printable
 from colibri.tui import views
-from colibri.tui.board import Board, Filter
+from colibri.tui.board import Board, Filter, moves_a_session
 from colibri.tui.tasklist import TaskList
 
 #: A page of the first load.
@@ -73,6 +73,11 @@ class LiveBoard(App[None]):
         self._header_at = 0.0
         self._status_due = False
         self._schedules_due = False
+        #: The agents are to be read again (a session came or went); and a read is under way.
+        self._agents_due = False
+        self._agents_reading = False
+        #: What the agents' and schedules' tables show (drawn again only when it changed).
+        self._tables: dict[str, list[tuple[str, list[tuple[str, str]]]]] = {}
         #: Tasks changed since the list was last drawn.
         self._changed: set[str] = set()
         self._listed = ""
@@ -131,11 +136,19 @@ class LiveBoard(App[None]):
                         self._changed.add(_task_id(event))
                     self._header_due = True
                     kind = type(event).__name__
-                    # The tables of agents and schedules change with their own events only.
+                    # The tables of agents and schedules change with their own events, and
+                    # an agent's sessions with the events of the tasks it takes and releases.
                     self._others_dirty |= kind in ("AgentChanged", "BreakerOpened")
-                    # The harnesses are in status: read again when an agent or one changed.
-                    self._status_due |= kind in ("AgentChanged", "HarnessExited")
+                    # The harnesses and the ready pools are in status: read again when an agent,
+                    # a harness or a session ready to be handed out changed.
+                    self._status_due |= kind in ("AgentChanged", "HarnessExited", "SessionNotReady")
                     self._schedules_due |= kind == "ScheduleNoted"
+                    if isinstance(event, events.TaskChanged):
+                        moved = (event.from_state, event.to_state, event.task.agent)
+                        self._agents_due |= moves_a_session(*moved)
+                    elif kind == "AgentChanged":
+                        # A read under way may answer what was before it: read again after.
+                        self._agents_due |= self._agents_reading
             except (ColibriError, OSError) as exc:
                 self.board.note(f"the connection ended: {getattr(exc, 'message', exc)}")
             finally:
@@ -161,7 +174,7 @@ class LiveBoard(App[None]):
             return  # gone (another tenant's, or never ours to see)
         self.board.put(msgspec.convert(reply["task"], Task))
         self._changed.add(entry.task)
-        self._header_due = self._status_due = True
+        self._header_due = self._status_due = self._agents_due = True
         self._schedules_due |= entry.schedule is not None
 
     async def _load(self, client: AsyncClient) -> None:
@@ -229,6 +242,10 @@ class LiveBoard(App[None]):
         if self._schedules_due and self.client is not None:
             self._schedules_due = False
             self.run_worker(self._refresh_schedules(), group="schedules")
+        if self._agents_due and not self._agents_reading and self.client is not None:
+            self._agents_due = False
+            self._agents_reading = True
+            self.run_worker(self._refresh_agents(), group="agents")
         if self._dirty:
             self._dirty = False
             self._changed.clear()
@@ -258,10 +275,17 @@ class LiveBoard(App[None]):
             self.board.status = reply
             self.board.paused = bool(reply.get("paused"))
             self._others_dirty = True
-        if self.remote and (agents := await self.call("agents")) is not None:
-            self.board.agents = {
-                a["name"]: msgspec.convert(a, Agent) for a in agents["agents"]
-            }  # fmt: skip
+
+    async def _refresh_agents(self) -> None:
+        """The agents as they are now: their slots in use, sessions, ready pools, breakers."""
+        try:
+            if self.client is not None and (reply := await self.call("agents")) is not None:
+                self.board.agents = {
+                    a["name"]: msgspec.convert(a, Agent) for a in reply["agents"]
+                }  # fmt: skip
+                self._others_dirty = True
+        finally:
+            self._agents_reading = False
 
     async def _refresh_schedules(self) -> None:
         if self.client is not None:
@@ -344,19 +368,43 @@ class LiveBoard(App[None]):
             banner.update("Dispatch is PAUSED: no task goes to an agent.  p resumes.")
 
     def _draw_agents(self) -> None:
-        table = self.query_one("#agent-table", DataTable)
-        table.clear()
-        for agent in sorted(self.board.agents.values(), key=lambda a: (not a.online, a.name)):
-            table.add_row(*views.agent_cells(agent, self.board))
-        for harness in self.board.status.get("harnesses", []):
-            if harness.get("workspace") not in self.board.agents:
-                table.add_row(*views.harness_cells(harness))
+        agents = sorted(self.board.agents.values(), key=lambda a: (not a.online, a.name))
+        rows = [(a.name, views.agent_cells(a, self.board)) for a in agents]
+        rows += [
+            (str(harness.get("workspace")), views.harness_cells(harness))
+            for harness in self.board.status.get("harnesses", [])
+            if harness.get("workspace") not in self.board.agents
+        ]
+        self._fill("#agent-table", rows)
 
     def _draw_schedules(self) -> None:
-        table = self.query_one("#schedule-table", DataTable)
+        schedules = self.board.schedules
+        self._fill(
+            "#schedule-table", [(n, views.schedule_cells(schedules[n])) for n in sorted(schedules)]
+        )
+
+    def _fill(self, selector: str, rows: list[tuple[str, tuple[Text, ...]]]) -> None:
+        """A table's rows (each named by a key), drawn again only when they changed; the
+        cursor stays on the row of its key. Each column is as wide as its widest cell, set
+        here: Textual measures them only when idle, and a row drawn before that kept its
+        old width, cut short, until it changed."""
+        drawn = [(key, [(c.plain, str(c.style)) for c in cells]) for key, cells in rows]
+        before = self._tables.get(selector, [])
+        if before == drawn:
+            return
+        self._tables[selector] = drawn
+        table = self.query_one(selector, DataTable)
+        cursor = table.cursor_row
+        on = before[cursor][0] if 0 <= cursor < len(before) else None
         table.clear()
-        for name in sorted(self.board.schedules):
-            table.add_row(*views.schedule_cells(self.board.schedules[name]))
+        for n, column in enumerate(table.ordered_columns):
+            column.width = max([column.label.cell_len, *(c[n].cell_len for _, c in rows)])
+            column.auto_width = False
+        for _, cells in rows:
+            table.add_row(*cells)
+        keys = [key for key, _ in rows]
+        if on in keys:
+            table.move_cursor(row=keys.index(on), animate=False)
 
     def on_resize(self) -> None:
         self.query_one("#task-columns", Static).update(views.task_columns(self.size.width))

@@ -22,6 +22,8 @@ HELP = """\
    /      filter: state:running outcome:failed ws:web agent:bsd-1 cap:zfs and words
    Esc    clear the filter
    v      newest first / families as a tree
+   Home   the newest task: new ones then come in under the cursor (moved down, the
+          cursor stays on its task as they arrive above)
    1 2 3  tasks, agents and workspaces, schedules
    ?      this help          q  quit
 """

@@ -52,14 +52,21 @@ class TaskList(ScrollView, can_focus=True):
     # -- what it shows ----------------------------------------------------------------------
 
     def show(self, rows: list[str]) -> None:
-        """These ids, in this order; the cursor stays on its task if it is still there."""
+        """These ids, in this order. A cursor on the first row stays there, on the newest
+        task, the view at the top: rows arriving come into view. Elsewhere it stays on its
+        task (if it is still listed), on the same line of the screen: rows arriving above it
+        scroll the view with it, and nothing under the reader's eyes moves."""
         current = self.selected()
+        at_top = self.cursor == 0
+        line = self.cursor - int(self.scroll_offset.y)
         self.rows = rows
         self.index = {task_id: n for n, task_id in enumerate(rows)}
-        if current is not None and current in self.index:
+        if not at_top and current is not None and current in self.index:
             self.cursor = self.index[current]
         self.cursor = max(0, min(self.cursor, len(rows) - 1))
         self.virtual_size = Size(self.size.width, len(rows))
+        if not at_top:
+            self.scroll_to(y=max(0, self.cursor - line), animate=False, immediate=True, force=True)
         self._keep_cursor_in_view()
         self.refresh()
 
@@ -120,9 +127,9 @@ class TaskList(ScrollView, can_focus=True):
     def _keep_cursor_in_view(self) -> None:
         top, height = int(self.scroll_offset.y), max(1, self.size.height)
         if self.cursor < top:
-            self.scroll_to(y=self.cursor, animate=False, immediate=True)
+            self.scroll_to(y=self.cursor, animate=False, immediate=True, force=True)
         elif self.cursor >= top + height:
-            self.scroll_to(y=self.cursor - height + 1, animate=False, immediate=True)
+            self.scroll_to(y=self.cursor - height + 1, animate=False, immediate=True, force=True)
 
     def on_focus(self) -> None:
         self.refresh()

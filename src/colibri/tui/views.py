@@ -124,7 +124,7 @@ def agent_cells(agent: Agent, board: Board) -> tuple[Text, ...]:
     if agent.ready:
         harness += f", {agent.ready} ready"
     online = ("online", "green") if agent.online else ("offline", "bright_black")
-    if agent.breaker_open or board.breaker_open(agent.name):
+    if agent.breaker_open:
         online = ("breaker open", "bold red")
     sessions = " ".join(short_id(task_id) for task_id in agent.running) or "-"
     return (

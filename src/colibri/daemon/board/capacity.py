@@ -210,9 +210,10 @@ class Capacity:
         )
 
     def close_breaker(self, agent: LiveAgent) -> None:
-        """The breaker's cool-down is over: work may come again."""
+        """The breaker's cool-down is over: work may come again (subscribers are told)."""
         agent.unhealthy_until = 0.0
         self.index(agent)
+        self.audience.broadcast(events.agent_changed(agent.wire(self.clock.monotonic())))
         self.batch.dispatch_wanted = True
 
     # -- daily budgets of workspaces ---------------------------------------------------------

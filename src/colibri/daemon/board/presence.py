@@ -144,7 +144,7 @@ class Presence:
             self.store.ensure_skills(sorted(capabilities))
         if tenant != DEFAULT_TENANT:
             self.store.ensure_tenant(tenant, rfc3339(now))
-        self.audience.broadcast(events.agent_changed(agent.wire()))
+        self.audience.broadcast(events.agent_changed(agent.wire(self.clock.monotonic())))
         self.batch.dispatch_wanted = True
         return agent, adopted, rejected
 
@@ -158,8 +158,9 @@ class Presence:
     def heartbeat(self, agent: LiveAgent, ready: int | None = None) -> None:
         agent.last_seen = self.clock.monotonic()
         agent.last_seen_wall = self.clock.time()
-        if ready is not None:
-            agent.ready = ready
+        if ready is not None and ready != agent.ready:
+            agent.ready = ready  # the ready pool grew or shrank: say so (the TUI shows it)
+            self.audience.broadcast(events.agent_changed(agent.wire(self.clock.monotonic())))
 
     def disconnect(self, peer: Peer) -> None:
         """A connection closed: its agent stops getting work; its tasks wait out the TTL."""
@@ -234,7 +235,7 @@ class Presence:
             )
             del self.agents[agent.name]
             return
-        self.audience.broadcast(events.agent_changed(agent.wire()))
+        self.audience.broadcast(events.agent_changed(agent.wire(self.clock.monotonic())))
         if peer is not None:
             reason = f"silent for more than {agent.ttl:g}s; register again"
             self.batch.emit(peer, events.Expired(reason=reason))
