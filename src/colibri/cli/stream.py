@@ -227,7 +227,7 @@ def follow(
     False: the board's events only, taking no part in the bus (``subscribe``'s field)."""
     seen = seen if seen is not None else Seen()
     if not subscribe:
-        return _follow_the_ledger(client, printer, since, stop, seen)
+        return _follow_the_ledger(client, printer, since, stop, seen, subscribed)
     buffered: list[dict[str, Any]] = []
     # The field only when it says something: a daemon older than it refuses it.
     events_only = {} if messages else {"messages": False}
@@ -261,10 +261,13 @@ def _follow_the_ledger(
     since: int | None,
     stop: Callable[[dict[str, Any]], bool] | None,
     seen: Seen,
+    subscribed: Callable[[], None] | None,
 ) -> bool:
     buffered: list[dict[str, Any]] = []
     after = LEDGER_END if since is None else since
     reply = _request(client, buffered, "ledger", after=after, limit=1000, follow=True)
+    if subscribed is not None:
+        subscribed()  # every row from here on comes pushed
     while True:
         for entry in reply["entries"]:
             printer({"event": "ledger", "entry": entry})

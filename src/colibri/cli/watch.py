@@ -66,19 +66,28 @@ def attach(ctx: Context, since: int | None, as_json: bool) -> None:
         # Run again on the next daemon after a takeover: from where the last one left off.
         nonlocal attached
         catch_up = since
+        announce = None
         if not attached:
             status = client.call("status")
             daemon = status.get("daemon", {})
             version = f"version {daemon.get('version')}"
             where = f"pid {daemon['pid']}" if "pid" in daemon else version
             seq = f", ledger at #{status['ledger_seq']}" if "ledger_seq" in status else ""
-            printer.say(f"attached to the daemon ({where}){seq}; Ctrl+C detaches")
+            # Said once nothing can be missed any more (subscribed): what happens after the
+            # line is shown, however soon.
+            line = f"attached to the daemon ({where}){seq}; Ctrl+C detaches"
+
+            def announce() -> None:
+                printer.say(line)
+
             if seen.after is None:
                 seen.after = status.get("ledger_seq")
             attached = True
         else:
             catch_up = seen.after
-        if not follow(client, printer, since=catch_up, subscribe=not remote, seen=seen):
+        if not follow(
+            client, printer, since=catch_up, subscribe=not remote, seen=seen, subscribed=announce
+        ):
             raise ConnectionClosed("the daemon closed the connection")
 
     try:
