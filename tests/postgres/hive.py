@@ -95,6 +95,8 @@ class Relay:
         self.held: set[asyncio.StreamWriter] = set()
         #: Every connection it ever made, both sides: all are closed by ``close``.
         self.every: set[asyncio.StreamWriter] = set()
+        #: Set by ``close``: a connection accepted but not yet handled is closed, not relayed.
+        self.closing = False
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.restore()
@@ -125,6 +127,9 @@ class Relay:
                 writer.close()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.closing:  # accepted as the relay closed: its handler ran only now
+            writer.transport.abort()
+            return
         self.every.add(writer)
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
@@ -132,6 +137,10 @@ class Relay:
             writer.transport.abort()  # the server is away: so is this connection
             return
         self.every.add(up_writer)
+        if self.closing:  # closed while it connected upstream
+            writer.transport.abort()
+            up_writer.transport.abort()
+            return
         self.writers |= {writer, up_writer}
         self.upstream[writer] = up_writer
         await asyncio.gather(
@@ -180,10 +189,16 @@ class Relay:
 
     def close(self) -> None:
         async def shut() -> None:
+            self.closing = True
             if self.server is not None:
                 self.server.close()
             for writer in self.every:
                 writer.transport.abort()
+            # Handlers of connections accepted just before, not yet run, run now and close
+            # theirs; those of aborted connections end.
+            others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            if others:
+                await asyncio.wait(others, timeout=5)
             # Aborted transports close their sockets in a callback of the loop's next turn:
             # let it run, or the sockets are left for the garbage collector to find open.
             await asyncio.sleep(0)
