@@ -330,3 +330,45 @@ def test_a_harness_s_last_words_are_the_end_of_what_it_wrote_to_its_log(tmp_path
     assert words is not None and len(words) == FAILURE_LENGTH and words.startswith("yyy")
     assert exit_reason(-9, words) == "killed by SIGKILL"
     assert exit_reason(1, None) == "exit code 1, and nothing written to its log"
+
+
+def test_a_harness_whose_pid_is_not_written_yet_is_never_reported_as_pid_minus_one(
+    tmp_path: Path,
+) -> None:
+    """A harness takes its lock, then writes its pid: a look between the two finds the lock held
+    and no pid. The supervisor names the process it started, and waits to name one it adopts."""
+    import asyncio
+    import fcntl
+    import subprocess
+    import sys
+
+    from colibri.config import load_config
+    from colibri.daemon.supervisor import Supervisor
+    from tests.inprocess import ManualClock
+
+    workspaces = {"w": {"path": ".", "session": {"command": ["true"]}}}
+    (tmp_path / "colibri.jsonc").write_text(json.dumps({"workspaces": workspaces}))
+    config = load_config(tmp_path)
+    config.layout.state.mkdir(mode=0o700)
+    supervisor = Supervisor(config, ManualClock())
+    lock = config.layout.harness_lock("w")
+    holder = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # held, nothing written
+    started = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        harness = supervisor.harnesses["w"]
+        harness.process = started
+        asyncio.run(supervisor._tend(harness, 0.0))
+        assert (harness.locked, harness.pid) == (True, started.pid)
+
+        harness.process, harness.pid = None, None  # the same lock, seen by a daemon restarted
+        asyncio.run(supervisor._tend(harness, 0.0))
+        assert supervisor.status()[0].pid is None
+        assert supervisor.status()[0].state == "running"
+        os.pwrite(holder, str(started.pid).encode(), 0)
+        asyncio.run(supervisor._tend(harness, 0.0))
+        assert supervisor.status()[0].pid == started.pid
+    finally:
+        started.kill()
+        started.wait()
+        os.close(holder)

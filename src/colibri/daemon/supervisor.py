@@ -178,6 +178,12 @@ class Supervisor:
         pid = holder_pid(self.config.layout.harness_lock(harness.workspace))
         if pid is not None:
             harness.locked = True
+            if pid < 0:
+                # Held, its pid not written yet: a harness we started is the process we know;
+                # one we adopt is named on the next look, never as -1.
+                if harness.process is not None:
+                    harness.pid = harness.process.pid
+                return
             if harness.pid != pid:
                 if harness.process is None:
                     log.info(
