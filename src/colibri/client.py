@@ -139,6 +139,13 @@ class Takeover:
         self.give_up: float | None = None
         self.bound = 0.0
         self.pause = TAKEOVER_FIRST_PAUSE
+        #: The lease ttl a daemon said (its ``not_owner`` refusal), kept for a wait begun on an
+        #: error that says none: the address it sent us to, the lost daemon's, refusing.
+        self.ttl: float | None = None
+
+    def heard(self, error: ColibriError) -> None:
+        """Keep the lease ttl ``error`` says, if it says one."""
+        self.ttl = getattr(error, "ttl", None) or self.ttl
 
     def wait(self, error: ColibriError, what: str) -> None:
         """Sleep before the next try, or raise ``error`` once the wait is over."""
@@ -152,7 +159,8 @@ class Takeover:
 
         now = time.monotonic()
         if self.give_up is None:
-            ttl = getattr(error, "ttl", None) or DEFAULT_LEASE_TTL
+            self.heard(error)
+            ttl = self.ttl or DEFAULT_LEASE_TTL
             bound = takeover_patience(ttl) if self.patience is None else self.patience
             if bound <= 0:
                 raise error
@@ -436,6 +444,7 @@ class Client:
             try:
                 return cls._remote(remote, timeout)
             except NotOwner as refusal:
+                takeover.heard(refusal)
                 onward = remote.toward(refusal, hops)
                 if onward is not None:
                     remote, hops = onward, hops + 1

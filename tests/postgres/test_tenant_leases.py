@@ -21,7 +21,14 @@ from colibri.client import (
     may_send_again,
     takeover_patience,
 )
-from colibri.core.errors import ColibriError, ConnectionClosed, LeaseLost, NotOwner, from_wire
+from colibri.core.errors import (
+    ColibriError,
+    ConnectionClosed,
+    DaemonNotRunning,
+    LeaseLost,
+    NotOwner,
+    from_wire,
+)
 from colibri.core.model import LedgerEntry
 from colibri.store.postgres import BoardLease, PostgresStore
 from tests.helpers import colibri, one_line, wait_until
@@ -325,6 +332,12 @@ def test_a_takeover_is_waited_out_for_about_two_of_the_ttls_the_refusal_says() -
                     f"{takeover_patience(2):g} s)"]  # fmt: skip
     assert pauses[:4] == [0.1, 0.2, 0.4, 0.8] and set(pauses[4:]) == {1.0}
     assert takeover_patience(2) - 1 <= sum(pauses) <= takeover_patience(2)
+    # Sent on by a refusal that said its ttl to the lost daemon, which refuses the connection
+    # (no ttl said): the wait is bounded by the ttl heard.
+    sent_on = Takeover(on_wait=said.append)
+    sent_on.heard(refusal)
+    sent_on.next_pause(DaemonNotRunning.at("tcp://a:1", "connection refused"), "tenant 'acme'")
+    assert sent_on.bound == takeover_patience(2)
     # A refusal that says no ttl is bounded by the default one; 0 waits not at all.
     assert Takeover().next_pause(NotOwner("x"), "x") == 0.1
     with pytest.raises(NotOwner):
