@@ -35,9 +35,17 @@ def walk_through_blocks() -> list[str]:
 
 @pytest.fixture
 def home() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="cbh", dir="/tmp"))  # short: socket paths
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    """A home of its own for a walk-through of the docs, which listen on the ports they show
+    (7433, 7434): held by one walk-through at a time, in this run or any other on the machine."""
+    import fcntl
+
+    with open(Path(tempfile.gettempdir()) / "colibri-tests-docs-ports.lock", "a") as ports:
+        fcntl.flock(ports, fcntl.LOCK_EX)
+        path = Path(tempfile.mkdtemp(prefix="cbh", dir="/tmp"))  # short: socket paths
+        try:
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def test_every_block_of_the_walk_through_can_be_pasted() -> None:
