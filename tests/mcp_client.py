@@ -6,12 +6,12 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
-
-from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from typing import TYPE_CHECKING, Any
 
 from tests.helpers import COVERAGE_ENV, PYTHON
+
+if TYPE_CHECKING:  # the SDK takes half a second to import: only the tests that use it pay
+    from mcp.client.session import ClientSession
 
 
 @asynccontextmanager
@@ -20,6 +20,9 @@ async def mcp_session(
 ) -> AsyncIterator[ClientSession]:
     """An initialized MCP session with ``colibri ARGS mcp`` (its stderr in ``log``); ``env`` is
     added to what the SDK passes on, which is not our environment (no COLIBRI_*)."""
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
     server = StdioServerParameters(
         command=PYTHON,
         args=["-m", "colibri", *args, "mcp"],

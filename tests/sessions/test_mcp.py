@@ -9,16 +9,17 @@ import sys
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from mcp.client.session import ClientSession
-from mcp.shared.exceptions import MCPError
 
 from tests import mcp_client
 from tests.helpers import Daemon, colibri, one_line, online, wait_until
 from tests.mcp_client import call, refusal
 from tests.sessions.support import ECHO, alive, gated
+
+if TYPE_CHECKING:  # the SDK is imported by the tests that use it (half a second)
+    from mcp.client.session import ClientSession
 
 Fleet = Callable[..., Daemon]
 
@@ -104,6 +105,8 @@ def test_the_sdk_client_drives_real_sessions_through_the_tools(root: Path, fleet
             everything = await session.read_resource("colibri://tasks")
             ids = [t["id"] for t in json.loads(everything.contents[0].text)["tasks"]]  # type: ignore[union-attr]
             assert ids == [task["id"], held["id"], stuck["id"]]
+            from mcp.shared.exceptions import MCPError
+
             with pytest.raises(MCPError, match="unknown_task"):
                 await session.read_resource("colibri://tasks/no-such-task")
 
