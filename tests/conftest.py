@@ -37,6 +37,45 @@ def pytest_configure(config: pytest.Config) -> None:
             signal.signal(signum, signal.SIG_DFL)
 
 
+#: Where the tests that wait longest live (on daemons, servers, sessions, clocks moved by
+#: libfaketime: seconds each, most of it idle), longest first; how they are used: below.
+STARTED_FIRST = (
+    "tests/postgres/",
+    "tests/reliability/",
+    "tests/sessions/",
+    "tests/tui/",
+    "tests/cli/test_init.py",
+    "tests/cli/test_demo.py",
+    "tests/cli/test_readme.py",
+    "tests/daemon/test_schedules.py",
+    "tests/remote/",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every worker starts on its share of the long waits and ends on short tests.
+
+    xdist's ``worksteal`` hands each of the N workers a contiguous Nth of the tests, and a
+    worker that runs out takes the end of another's share. So the tests are dealt out: sorted
+    by ``STARTED_FIRST`` (otherwise in the order they were collected), the i-th goes to share
+    i mod N. The long waits then overlap one another from the start and the many short tests
+    fill the gaps; what is taken at the end is short. (With the modules' names' order, one
+    worker was left with a row of PostgreSQL fault tests while the others sat idle: 20 s and
+    more of a 180 s run.) Every worker sorts alike, as xdist requires."""
+
+    def rank(item: pytest.Item) -> int:
+        where = item.nodeid
+        return next(
+            (n for n, prefix in enumerate(STARTED_FIRST) if where.startswith(prefix)),
+            len(STARTED_FIRST),
+        )
+
+    items.sort(key=rank)
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    if workers > 1:
+        items[:] = [item for share in range(workers) for item in items[share::workers]]
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _drop_postgresql_boards() -> Iterator[None]:
     """The PostgreSQL boards of ``COLIBRI_TEST_STORE=postgresql`` go with the session."""
