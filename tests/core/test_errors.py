@@ -16,7 +16,7 @@ from colibri.core import errors
 from colibri.core.errors import BY_CODE, ColibriError, UnexpectedReply, from_wire
 
 #: A line of the drawn tree: its depth is where the branch starts, then the name and the code.
-TREE_LINE = re.compile(r"^(?P<indent>(?:│   |    )*)[├└]── (?P<name>\w+)\s+(?P<code>\w+)")
+TREE_LINE = re.compile(r"^(?P<indent>(?:│   |    )*)[├└]── (?P<name>\w+)\s+(?P<code>\(group\)|\w+)")
 #: Exception classes of our own outside ``core/errors.py``, each raised and caught on one side
 #: and never reported as such: the board turns a store conflict into ``illegal_transition``;
 #: the harness turns a session that could not start into its task's ``fail``.
@@ -42,9 +42,14 @@ def every_subclass() -> list[type[ColibriError]]:
     todo = [ColibriError]
     while todo:
         for sub in todo.pop().__subclasses__():
-            found.append(sub)
-            todo.append(sub)
+            if sub not in found:  # a class in two groups is a subclass of both
+                found.append(sub)
+                todo.append(sub)
     return found
+
+
+def groups() -> list[type[ColibriError]]:
+    return [cls for cls in every_subclass() if vars(cls).get("group")]
 
 
 def drawn_tree() -> dict[str, tuple[str, str]]:
@@ -64,7 +69,7 @@ def drawn_tree() -> dict[str, tuple[str, str]]:
 
 
 def test_every_error_class_is_in_errors_py_with_a_code_of_its_own() -> None:
-    classes = every_subclass()
+    classes = [cls for cls in every_subclass() if cls not in groups()]
     assert len(classes) > 30
     for cls in classes:
         assert cls.__module__ == "colibri.core.errors", f"{cls.__qualname__} is not in errors.py"
@@ -77,8 +82,31 @@ def test_every_error_class_is_in_errors_py_with_a_code_of_its_own() -> None:
 
 def test_the_docstring_draws_exactly_the_tree() -> None:
     drawn = drawn_tree()
-    real = {cls.__name__: (cls.code, cls.__bases__[0].__name__) for cls in every_subclass()}
+    real = {
+        cls.__name__: ("(group)" if cls in groups() else cls.code, cls.__bases__[0].__name__)
+        for cls in every_subclass()
+    }
     assert drawn == real
+
+
+def test_a_group_is_caught_for_each_of_its_codes_and_says_what_the_codes_have_in_common() -> None:
+    from colibri.core.errors import Elsewhere, NotFound, Unavailable, Unreached
+
+    def codes(group: type[ColibriError]) -> set[str]:
+        return {code for code, cls in BY_CODE.items() if issubclass(cls, group)}
+
+    assert codes(NotFound) == {"unknown_task", "unknown_schedule", "unknown_parent",
+                               "unknown_token", "unknown_workspace"}  # fmt: skip
+    assert codes(Elsewhere) == {"standby", "not_owner", "lease_lost"}
+    assert codes(Unreached) == {"no_daemon", "closed"}
+    assert codes(Unavailable) == codes(Elsewhere) | codes(Unreached) | {
+        "busy", "throttled", "storage_unavailable"}  # fmt: skip
+    # Transient: every Unavailable, and a batch rolled back (internal); nothing else.
+    assert {code for code, cls in BY_CODE.items() if cls.transient} == codes(Unavailable) | {
+        "internal"}  # fmt: skip
+    error = from_wire({"code": "unknown_task", "message": "no task abc"})
+    assert isinstance(error, LookupError) and isinstance(error, NotFound)
+    assert "group" not in {cls.code for cls in BY_CODE.values()} and len(groups()) == 4
 
 
 def test_an_error_reply_comes_back_as_its_own_class() -> None:

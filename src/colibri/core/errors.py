@@ -17,11 +17,14 @@ CLI (``os_error``, ``internal``).
     │   ├── UnknownCommand   unknown_command
     │   └── BadDuration      bad_duration        not a duration, or outside its range
     ├── LineTooLong          line_too_long       framing is lost: the connection closes
-    ├── UnknownTask          unknown_task
+    ├── NotFound             (group)             nothing by that name; also a LookupError
+    │   ├── UnknownTask      unknown_task
+    │   ├── UnknownSchedule  unknown_schedule
+    │   ├── UnknownParent    unknown_parent
+    │   ├── UnknownToken     unknown_token
+    │   └── UnknownWorkspace unknown_workspace   colibri.jsonc defines no such workspace
     ├── AmbiguousTask        ambiguous_task      part of an id that names more than one task
-    ├── UnknownSchedule      unknown_schedule
     ├── ScheduleExists       schedule_exists
-    ├── UnknownParent        unknown_parent
     ├── IllegalTransition    illegal_transition  the state machine forbids it
     ├── StaleClaim           stale_claim         a report from an older claim (epoch)
     ├── NotYourTask          not_your_task       a report from an agent that does not hold it
@@ -34,31 +37,36 @@ CLI (``os_error``, ``internal``).
     ├── IdempotencyConflict  idempotency_conflict  a key reused with other fields
     ├── Forbidden            forbidden           peer uid not allowed; a token used outside its role
     ├── Unauthorized         unauthorized        no token, or an unknown, revoked or expired one
-    ├── Throttled            throttled           too many failed logins from this address
     ├── TlsRequired          tls_required        plain text on the TLS port
-    ├── UnknownToken         unknown_token
     ├── AmbiguousToken       ambiguous_token     a token id prefix that names more than one token
-    ├── Busy                 busy                too many connections
-    ├── StorageUnavailable   storage_unavailable the store could not commit (disk full, read-only)
-    │   └── LeaseLost        lease_lost          another daemon holds the PostgreSQL board now
-    ├── Standby              standby             this daemon stands by: another serves the board
-    ├── NotOwner             not_owner           another daemon serves this tenant (``address``)
+    ├── Unavailable          (group)             not taken now, nothing done: try again later
+    │   ├── Busy             busy                too many connections
+    │   ├── Throttled        throttled           too many failed logins from this address
+    │   ├── StorageUnavailable storage_unavailable the store could not commit (disk full, read-only)
+    │   │   └── LeaseLost    lease_lost          another daemon holds the PostgreSQL board now
+    │   ├── Elsewhere        (group)             another daemon serves it (now); LeaseLost too
+    │   │   ├── Standby      standby             this daemon stands by: another serves the board
+    │   │   └── NotOwner     not_owner           another daemon serves this tenant (``address``)
+    │   └── Unreached        (group)             no daemon heard the request, or it was cut off
+    │       ├── DaemonNotRunning no_daemon
+    │       └── ConnectionClosed closed          the daemon closed the connection, or it broke
     ├── Internal             internal            a bug: logged with its traceback
     │   (the codes below are not sent on the socket: start-up, the client, the CLI)
     ├── ConfigError          config_error        colibri.jsonc (or COLIBRI_HOST) is invalid
     ├── RootError            root_error          no root, or its .colibri is unsafe to use
     ├── LockHeld             lock_held           another live daemon or harness holds the lock
-    ├── UnknownWorkspace     unknown_workspace   colibri.jsonc defines no such workspace
     ├── WorkspaceExists      workspace_exists    workspace add of a name that is defined
     ├── FileExists           file_exists         a file the CLI would write is there (tls init …)
     ├── CopyConflict         copy_conflict       store copy: a row clashes with the target board's
     ├── NoSession            no_session          attach-session: no tmux session runs the task
     ├── BadTaskBody          bad_task_body       a task file that is not a task body
-    ├── DaemonNotRunning     no_daemon
     ├── TlsFailed            tls_failed          the daemon's certificate is not trusted, or no TLS
-    ├── ConnectionClosed     closed              the daemon closed the connection, or it broke
     ├── UnexpectedReply      unexpected_reply    a reply this client cannot read
     └── OsFailure            os_error            a file or system call failed (the CLI)
+
+A *group* (``NotFound``, ``Unavailable`` and its ``Elsewhere`` and ``Unreached``) has no code:
+it is what a caller catches, never what is raised or sent. ``LeaseLost`` is in two: a write the
+store refused, and a board another daemon serves now.
 
 Not in the tree: ``colibri.store.StoreConflict`` (a compare-and-set that lost, or a taken task
 id or idempotency key) stays between the store and the daemon, which turns it into
@@ -90,6 +98,8 @@ class ColibriError(Exception):
     index: int | None = None
     #: Whether the request may be taken if sent again later, unchanged (the docstring above).
     transient = False
+    #: A class callers catch, never raised: it has no code of its own (the docstring above).
+    group = False
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -100,6 +110,36 @@ class ColibriError(Exception):
         if self.index is not None:
             wire["index"] = self.index
         return wire
+
+
+class NotFound(ColibriError, LookupError):
+    """(group) Nothing goes by the name the request gave: a task, schedule, parent, token or
+    workspace. Also a ``LookupError``, as a missing key is."""
+
+    group = True
+
+
+class Unavailable(ColibriError):
+    """(group) The request was not taken now, and nothing was done: the daemon is full or
+    throttles the address, its store cannot commit, another daemon serves it, or no daemon
+    heard it. The same request may be taken later (``transient``)."""
+
+    group = True
+    transient = True
+
+
+class Elsewhere(Unavailable):
+    """(group) Another daemon serves what was asked, now or once it takes over: a standby's
+    refusal, a tenant another daemon holds, a write fenced off by a lease that passed on."""
+
+    group = True
+
+
+class Unreached(Unavailable):
+    """(group) No daemon heard the request (none answers at the address), or the connection
+    was cut off under it: whether it was taken, only asking again tells."""
+
+    group = True
 
 
 def shown(value: object, width: int = 60) -> str:
@@ -137,7 +177,7 @@ class LineTooLong(ColibriError):
         )
 
 
-class UnknownTask(ColibriError):
+class UnknownTask(NotFound):
     code = "unknown_task"
 
     def __init__(self, task_id: str) -> None:
@@ -154,7 +194,7 @@ class AmbiguousTask(ColibriError):
         )
 
 
-class UnknownSchedule(ColibriError):
+class UnknownSchedule(NotFound):
     code = "unknown_schedule"
 
     def __init__(self, name: str) -> None:
@@ -170,7 +210,7 @@ class ScheduleExists(ColibriError):
         )
 
 
-class UnknownParent(ColibriError):
+class UnknownParent(NotFound):
     code = "unknown_parent"
 
     def __init__(self, task_id: str) -> None:
@@ -277,16 +317,15 @@ class Unauthorized(ColibriError):
     code = "unauthorized"
 
 
-class Throttled(ColibriError):
+class Throttled(Unavailable):
     code = "throttled"
-    transient = True
 
 
 class TlsRequired(ColibriError):
     code = "tls_required"
 
 
-class UnknownToken(ColibriError):
+class UnknownToken(NotFound):
     code = "unknown_token"
 
     def __init__(self, token_id: str) -> None:
@@ -303,32 +342,29 @@ class AmbiguousToken(ColibriError):
         )
 
 
-class Busy(ColibriError):
+class Busy(Unavailable):
     code = "busy"
-    transient = True
 
 
-class StorageUnavailable(ColibriError):
+class StorageUnavailable(Unavailable):
     code = "storage_unavailable"
-    transient = True
 
 
-class LeaseLost(StorageUnavailable):
+class LeaseLost(StorageUnavailable, Elsewhere):
     """A write of a daemon whose lease on a PostgreSQL board has passed to another (it was
     stopped or cut off past its lease): refused by the fence, nothing of it written."""
 
     code = "lease_lost"
 
 
-class Standby(ColibriError):
+class Standby(Elsewhere):
     """The daemon of this root stands by on a PostgreSQL board another daemon serves: ask that
     one (the message says where), or wait for this one to take over."""
 
     code = "standby"
-    transient = True
 
 
-class NotOwner(ColibriError):
+class NotOwner(Elsewhere):
     """This daemon serves other tenants of a PostgreSQL board: the tenant asked for
     (``tenant``) is another daemon's, at ``address`` (None when none serves it now); ``ttl``
     is the answering daemon's lease ttl in seconds, which bounds how long a takeover of the
@@ -336,7 +372,6 @@ class NotOwner(ColibriError):
     ``colibri.client`` follows it, and waits out a takeover by it."""
 
     code = "not_owner"
-    transient = True
 
     def __init__(
         self,
@@ -386,7 +421,7 @@ class LockHeld(ColibriError):
         self.holder = holder
 
 
-class UnknownWorkspace(ColibriError):
+class UnknownWorkspace(NotFound):
     code = "unknown_workspace"
 
     def __init__(self, name: str, known: list[str]) -> None:
@@ -429,9 +464,8 @@ class BadTaskBody(ColibriError):
     code = "bad_task_body"
 
 
-class DaemonNotRunning(ColibriError):
+class DaemonNotRunning(Unreached):
     code = "no_daemon"
-    transient = True
 
     def __init__(self, root: str) -> None:
         super().__init__(f"no daemon is running for {root} (start one with: colibri run)")
@@ -450,12 +484,11 @@ class TlsFailed(ColibriError):
     code = "tls_failed"
 
 
-class ConnectionClosed(ColibriError):
+class ConnectionClosed(Unreached):
     """The daemon closed the connection without saying why (a restart, a crash), or the
     connection broke; a request in flight may or may not have been taken."""
 
     code = "closed"
-    transient = True
 
 
 class UnexpectedReply(ColibriError):
@@ -475,7 +508,8 @@ class OsFailure(ColibriError):
 def _listed(cls: type[ColibriError]) -> dict[str, type[ColibriError]]:
     found: dict[str, type[ColibriError]] = {}
     for sub in cls.__subclasses__():
-        found[sub.code] = sub
+        if not vars(sub).get("group"):
+            found[sub.code] = sub
         found.update(_listed(sub))
     return found
 
