@@ -266,6 +266,9 @@ class RecordingProxy:
         self.path, self.upstream = path, upstream
         self.sent: list[list[dict[str, Any]]] = []
         self.sockets: list[socket.socket] = []
+        #: Set by ``close``: a connection accepted as it closes is closed, not forwarded.
+        self.closing = False
+        self.lock = threading.Lock()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(str(path))
         self.listener.listen()
@@ -278,8 +281,18 @@ class RecordingProxy:
             except OSError:
                 return
             up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.sockets += [down, up]
-            up.connect(str(self.upstream))
+            with self.lock:
+                closing = self.closing
+                if not closing:
+                    self.sockets += [down, up]
+            try:
+                if closing:
+                    raise ConnectionAbortedError
+                up.connect(str(self.upstream))
+            except OSError:  # closing, or the daemon gone: so is this connection
+                down.close()
+                up.close()
+                continue
             lines: list[dict[str, Any]] = []
             self.sent.append(lines)
             threading.Thread(target=self._pipe, args=(down, up, lines), daemon=True).start()
@@ -310,6 +323,8 @@ class RecordingProxy:
         ]
 
     def close(self) -> None:
+        with self.lock:
+            self.closing = True
         for sock in [self.listener, *self.sockets]:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
