@@ -260,7 +260,7 @@ def test_the_client_side_rule_sees_a_bad_import(monkeypatch: pytest.MonkeyPatch)
         "colibri/cli/agents.py": "def agents():\n    from colibri.daemon.server import Server\n",
         "colibri/agent/tmux.py": "def f():\n    import colibri.store.sqlite\n",
         "colibri/cli/daemon.py": "def run():\n    from colibri.daemon import board\n",
-        "colibri/client.py": "from colibri.daemon.app import serve\n",
+        "colibri/client/blocking.py": "from colibri.daemon.app import serve\n",
     }
     real = Path.read_text
 
@@ -275,7 +275,7 @@ def test_the_client_side_rule_sees_a_bad_import(monkeypatch: pytest.MonkeyPatch)
         ("colibri/cli/agents.py", "colibri.daemon.server.Server"),
         ("colibri/agent/tmux.py", "colibri.store.sqlite"),
         ("colibri/cli/daemon.py", "colibri.daemon.board"),
-        ("colibri/client.py", "colibri.daemon.app"),
+        ("colibri/client/blocking.py", "colibri.daemon.app"),
     }
 
 
