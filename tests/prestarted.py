@@ -291,8 +291,9 @@ def _preload() -> None:
 
     for name in (
         "colibri.cli.agents", "colibri.cli.bulk", "colibri.cli.completion", "colibri.cli.daemon",
-        "colibri.cli.hive", "colibri.cli.init", "colibri.cli.schedules", "colibri.cli.session",
-        "colibri.cli.store", "colibri.cli.supervise", "colibri.cli.tasks", "colibri.cli.tls",
+        "colibri.cli.hive", "colibri.cli.init", "colibri.cli.ledger", "colibri.cli.schedules",
+        "colibri.cli.session", "colibri.cli.store", "colibri.cli.submit", "colibri.cli.supervise",
+        "colibri.cli.tasks", "colibri.cli.tls",
         "colibri.cli.tokens", "colibri.cli.watch", "colibri.cli.workspaces", "colibri.logs",
         "colibri.store.sqlite", "colibri.store.postgres", "colibri.agent.harness", "uvloop",
         "psycopg", "ssl",

@@ -224,7 +224,7 @@ STARTS_THE_DAEMON = {
     # serves either board (it refuses otherwise).
     ("colibri/cli/store.py", "copy_store"): ("colibri.store.copy",),
     # The ledger of a root whose daemon is not running, read from its SQLite board itself.
-    ("colibri/cli/tasks.py", "_ledger_page"): ("colibri.store.offline", "colibri.store.postgres"),
+    ("colibri/cli/ledger.py", "_ledger_page"): ("colibri.store.offline", "colibri.store.postgres"),
     # The board's file copied where no daemon need serve (SQLite's backup, not the socket).
     ("colibri/cli/daemon.py", "backup"): ("colibri.store.backup",),
 }

@@ -15,7 +15,7 @@ session's connection ends, whatever was still waiting for a reply: the daemon fo
 waits and questions at once, not when the task ends. A session's requests are passed on as they
 come and each reply is passed back when it arrives, as the daemon itself answers pipelined
 requests. A request that finds no daemon is answered ``no_daemon`` or ``closed``, which a
-session's own commands wait out (``cli.main.wait_out_busy``).
+session's own commands wait out (``cli.context.wait_out_busy``).
 
 Only what a session may send is passed on; the agent's own requests (register, heartbeat …),
 and those whose replies never end (``subscribe``, a ledger that follows), are refused here.

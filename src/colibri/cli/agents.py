@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
+from colibri.cli.base import Context, cli, json_option, pass_ctx
 from colibri.cli.completion import workspace_names
-from colibri.cli.main import Context, cli, json_option, pass_ctx
 from colibri.cli.output import print_json, print_line, print_table
 from colibri.core.errors import UnknownWorkspace
 

@@ -13,9 +13,9 @@ from typing import IO, Any
 import click
 import msgspec
 
-from colibri.cli.main import Context, json_option, pass_ctx
+from colibri.cli.base import Context, json_option, pass_ctx
+from colibri.cli.ledger import LEDGER_PAGE, ledger, ledger_rows, parse_since
 from colibri.cli.output import counted, print_json_line, print_line, printable
-from colibri.cli.tasks import LEDGER_PAGE, ledger, ledger_rows, parse_since
 from colibri.core.errors import BadRequest, ColibriError
 from colibri.core.text import json_safe
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from colibri.cli.main import Context, cli
+from colibri.cli.base import Context, cli
 from colibri.core.text import one_line, printable
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from colibri.cli.main import cli, json_option
+from colibri.cli.base import cli, json_option
 from colibri.cli.output import print_json, print_line, print_table
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """Commands a session runs from inside itself (out, fail, ask, ready), and the cost report.
 
 A session's own commands wait out a daemon that is momentarily full, away or without its
-store (a transient refusal): see ``main.wait_out_busy``.
+store (a transient refusal): see ``context.wait_out_busy``.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any, NamedTuple
 
 import click
 
+from colibri.cli.base import Context, cli, json_option, pass_ctx
 from colibri.cli.completion import task_ids, workspace_names
-from colibri.cli.main import Context, cli, json_option, pass_ctx
 from colibri.cli.output import print_json, print_line, print_output, print_table
 from colibri.core.errors import ColibriError, shown
 from colibri.core.model import MIN_LINE

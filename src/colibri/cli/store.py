@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from colibri.cli.main import Context, cli, json_option, pass_ctx
+from colibri.cli.base import Context, cli, json_option, pass_ctx
 from colibri.cli.output import counted, print_json, print_line
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from colibri.cli.main import cli, json_option
+from colibri.cli.base import cli, json_option
 from colibri.cli.output import print_json, print_line
 
 #: The port the docs use for ``colibri run --listen``.

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import click
 
+from colibri.cli.base import Context, cli, json_option, pass_ctx
 from colibri.cli.completion import token_ids
-from colibri.cli.main import Context, cli, json_option, pass_ctx
 from colibri.cli.output import print_json, print_line, print_table, printable
 
 

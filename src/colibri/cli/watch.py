@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from colibri.cli.main import Context, cli, json_option, pass_ctx
+from colibri.cli.base import Context, cli, json_option, pass_ctx
 
 
 @cli.command()
@@ -52,7 +52,7 @@ def attach(ctx: Context, since: int | None, as_json: bool) -> None:
     {"event": "ledger", "entry": …}). Over --connect (a token may not subscribe) it follows
     the ledger's rows instead.
     """
-    from colibri.cli.main import through_takeovers
+    from colibri.cli.base import through_takeovers
     from colibri.cli.stream import Printer, Seen, follow
     from colibri.core.errors import ConnectionClosed
 
