@@ -16,7 +16,7 @@ import msgspec
 from colibri.cli.base import Context, json_option, pass_ctx
 from colibri.cli.ledger import LEDGER_PAGE, ledger, ledger_rows, parse_since
 from colibri.cli.output import counted, print_json_line, print_line, printable
-from colibri.core.errors import BadRequest, ColibriError
+from colibri.core.errors import BadRequest, ColibriError, ConnectionClosed
 from colibri.core.text import json_safe
 
 #: Progress is redrawn at most this often (rows or tasks), on a terminal only.
@@ -153,7 +153,7 @@ def submit_file(ctx: Context, path: str, as_json: bool) -> None:
             try:
                 made = client.call("submit-all", tasks=items)["tasks"]
             except ColibriError as exc:
-                if exc.code == "closed":
+                if isinstance(exc, ConnectionClosed):
                     exc.message += (
                         f"; the daemon took all of {name} or none of it: see colibri list"
                     )

@@ -79,7 +79,14 @@ def _context(ctx: click.Context) -> Context:
 def _ask(ctx: click.Context, *requests: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """The daemon's replies to ``requests``, on one connection: those it answered ``ok`` (a
     refused request is left out), none if the connection fails."""
-    from colibri.core.errors import ColibriError
+    from colibri.core.errors import (
+        Busy,
+        ColibriError,
+        ConnectionClosed,
+        Forbidden,
+        Throttled,
+        Unauthorized,
+    )
 
     replies = []
     try:
@@ -88,7 +95,9 @@ def _ask(ctx: click.Context, *requests: tuple[str, dict[str, Any]]) -> list[dict
                 try:
                     replies.append(client.call(cmd, **fields))
                 except ColibriError as exc:
-                    if exc.code in ("closed", "busy", "forbidden", "unauthorized", "throttled"):
+                    if isinstance(
+                        exc, (ConnectionClosed, Busy, Forbidden, Unauthorized, Throttled)
+                    ):
                         raise  # about the connection, not the request: ask no more
     except Exception:  # no root, no daemon, a refusal, a timeout: nothing (more) to offer
         pass

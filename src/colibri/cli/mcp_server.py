@@ -24,7 +24,7 @@ from pydantic import Field
 
 from colibri import __version__
 from colibri.client import AsyncClient, Remote
-from colibri.core.errors import BadRequest, ColibriError, ConnectionClosed, OsFailure
+from colibri.core.errors import BadRequest, ColibriError, ConnectionClosed, OsFailure, UnknownTask
 
 INSTRUCTIONS = (
     "Colibri is a task board for a fleet of agents. Submit a task with the capabilities it "
@@ -296,7 +296,7 @@ def resources(server: MCPServer[Any], board: Board) -> None:
         try:
             reply = await board.call(cmd, **fields)
         except ColibriError as exc:
-            kind = ResourceNotFoundError if exc.code == "unknown_task" else ResourceError
+            kind = ResourceNotFoundError if isinstance(exc, UnknownTask) else ResourceError
             raise kind(f"{exc.code}: {exc.message}") from None
         return json.dumps(reply, ensure_ascii=False)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from colibri.cli.output import print_json_line
-from colibri.core.errors import ColibriError, ConnectionClosed
+from colibri.core.errors import Unreached
 from colibri.core.protocol import LEDGER_END
 from colibri.core.text import one_line, printable, short_id
 
@@ -303,10 +303,6 @@ def _until_the_end(
                 printer(message)
             if stop is not None and stop(message):
                 return True
-    except (ConnectionClosed, OSError):
+    except (Unreached, OSError):
         return False
-    except ColibriError as exc:
-        if exc.code in ("closed", "no_daemon"):
-            return False
-        raise
     return False
