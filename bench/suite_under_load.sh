@@ -24,7 +24,8 @@ for run in $(seq "$runs"); do
   code=$?
   seconds=$(($(date +%s) - start))
   summary=$(tail -n 1 "$log")
-  left=$(pgrep -f -- '-m colibri' | grep -v -w "$$" | wc -l)
+  # This checkout's processes only: another checkout's tests may be running beside.
+  left=$(pgrep -f -- "^$PWD/\.venv/bin/python3? -m colibri" | wc -l)
   echo "run $run: exit $code in ${seconds}s: $summary; colibri processes left: $left"
   if ((code == 0)); then green=$((green + 1)); else grep -E '^(FAILED|ERROR)' "$log"; echo "log: $log"; fi
 done
