@@ -27,37 +27,33 @@ import msgspec
 from colibri import host
 from colibri.agent.backends import backend_for
 from colibri.agent.backends.base import Report
+from colibri.agent.lifetime import hold_harness_locks, stop_once_orphaned
 from colibri.agent.reaping import Reaper
+from colibri.agent.reports import fitted, report_pauses, send_last_reports
 from colibri.agent.runner import Runner
 from colibri.agent.session import Session
 from colibri.agent.spec import AgentSpec
 from colibri.client import AsyncClient, Remote
 from colibri.core import events
-from colibri.core.errors import BadRequest, ColibriError, DaemonNotRunning, LockHeld
+from colibri.core.backoff import Backoff
+from colibri.core.errors import (
+    BadRequest,
+    ColibriError,
+    ConnectionClosed,
+    Elsewhere,
+    IllegalTransition,
+    LineTooLong,
+)
 from colibri.core.model import DEFAULT_MAX_LINE, Task
-from colibri.core.sizes import fit_report
 from colibri.layout import RootLayout
 
 log = logging.getLogger(__name__)
 
 #: A connection that lasted this long was a good one: the next reconnect starts fast again.
 STABLE_CONNECTION = 5.0
-#: A report refused by a transient answer (``ColibriError.transient``) is sent again after
-#: this pause, doubled each time up to ``REPORT_LONGEST_PAUSE``, until the daemon takes it or
-#: refuses it for good.
-REPORT_FIRST_PAUSE = 0.1
-REPORT_LONGEST_PAUSE = 5.0
-#: Transient answers that say this daemon does not serve the agent's tenant (now): the harness
-#: connects again, to the daemon that does, and delivers its reports there.
-ELSEWHERE = frozenset({"not_owner", "standby", "lease_lost"})
-#: How long a stopping harness tries to deliver its sessions' last reports (after the kills,
-#: within the supervisor's 10 s before it SIGKILLs the harness).
-REPORT_TIMEOUT = 4.0
-#: How often a harness a daemon started looks whether a daemon holds its root (seconds; a
-#: quarter of ``orphan_after`` if that is less).
-ORPHAN_CHECK = 5.0
-#: What a session whose end says nothing, and that has not reported by itself, fails with.
-ENDED_WITHOUT_OUT: Report = ("fail", {"error": "session ended without out"})
+#: The pauses between tries to register, after the first that failed: 50 ms, doubled up to 5 s.
+RECONNECT_FIRST_PAUSE = 0.05
+RECONNECT_LONGEST_PAUSE = 5.0
 
 
 class Harness:
@@ -96,7 +92,7 @@ class Harness:
             pool = group.create_task(self.pool.run(), name="pool") if self.pool else None
             reaper = group.create_task(self.reaper.keep_reaping(), name="reaper")
             if self.spec.orphan_after is not None and not isinstance(self.daemon, Remote):
-                watch = self._stop_once_orphaned(self.spec.orphan_after)
+                watch = stop_once_orphaned(self.root, self.spec.orphan_after, self.stopping)
                 group.create_task(watch, name="orphaned")
             relay = None
             if isinstance(self.daemon, Remote):
@@ -118,31 +114,8 @@ class Harness:
             reaper.cancel()
             self.reaper.reap_inherited(everything=True)
 
-    async def _stop_once_orphaned(self, after: float) -> None:
-        """A harness a daemon started stops, its sessions with it, once no daemon has held its
-        root for ``after`` seconds without a break: its daemon is gone for good, and nobody
-        would ever stop it. A daemon started again meanwhile (after a crash, say) or standing
-        by for the board holds the root, and adopts it: the wait starts over. The root's pid
-        file is read, never its lock taken (``daemon_pid``)."""
-        from colibri.client import daemon_pid
-        from colibri.core.absence import Absence
-
-        absence = Absence(after)
-        while not absence.gone(daemon_pid(self.root) is not None, time.monotonic()):
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(after / 4, ORPHAN_CHECK)):
-                    await self.stopping.wait()
-            if self.stopping.is_set():
-                return  # stopped otherwise: its sessions are being stopped
-        log.warning(
-            "no daemon has run for this root for %gs: stopping the sessions and exiting",
-            after,
-            extra={"event": "orphaned", "orphan_after": after},
-        )
-        self.stopping.set()
-
     async def _stay_connected(self) -> None:
-        backoff = 0.05
+        pauses = Backoff(RECONNECT_FIRST_PAUSE, RECONNECT_LONGEST_PAUSE)
         waiting_logged = False
         while True:
             client = AsyncClient(self.daemon, on_event=self._on_event)
@@ -175,8 +148,7 @@ class Harness:
                     )
                     waiting_logged = True
                 await client.close()
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                await asyncio.sleep(pauses.next())
                 continue
             waiting_logged = False
             connected = time.monotonic()
@@ -214,10 +186,9 @@ class Harness:
                 await client.close()
             log.info("lost the daemon; reconnecting", extra={"event": "daemon_lost"})
             if time.monotonic() - connected >= STABLE_CONNECTION:
-                backoff = 0.05
+                pauses.reset()
             else:  # a connection that ends at once (a refused report?) must not spin
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                await asyncio.sleep(pauses.next())
 
     async def _heartbeat(self, client: AsyncClient) -> None:
         """Say the agent is alive, and how many warm sessions its ready pool holds."""
@@ -276,18 +247,6 @@ class Harness:
         finally:
             self.runner.release(session)
 
-    def _fitted(self, session: Session, cmd: str, fields: dict[str, Any]) -> dict[str, Any]:
-        """A report's fields, its long text (an out's output, a fail's error) cut to fit one
-        request line of the daemon."""
-        fields = {k: v for k, v in fields.items() if k != "refused"}  # ours, not the wire's
-        field = {"out": "output", "fail": "error"}.get(cmd)
-        if field is None or not fields.get(field):
-            return fields
-        rest = {k: v for k, v in fields.items() if k != field}
-        where = {"task": session.task, "epoch": session.epoch, "claim": session.claim}
-        text = fit_report(fields[field], self.max_line, cmd, {**where, **rest}, field)
-        return {**rest, field: text}
-
     def _deliver_soon(self, session: Session) -> None:
         """Deliver ``session``'s report in a task of its own: one whose delivery waits out a
         transient refusal must not hold up the registration, nor the heartbeats after it."""
@@ -308,15 +267,14 @@ class Harness:
             return
         session.delivering = True
         try:
-            pause = REPORT_FIRST_PAUSE
+            pauses = report_pauses()
             while await self._deliver_once(session):
                 try:
-                    async with asyncio.timeout(pause):
+                    async with asyncio.timeout(pauses.next()):
                         await self.stopping.wait()
                     return  # stopping: _stop_sessions sends what is left
                 except TimeoutError:
                     pass
-                pause = min(pause * 2, REPORT_LONGEST_PAUSE)
         finally:
             session.delivering = False
 
@@ -332,10 +290,11 @@ class Harness:
         cmd, fields = session.report
         try:
             await client.call(
-                cmd, task=session.task, epoch=session.epoch, **self._fitted(session, cmd, fields)
-            )
+                cmd, task=session.task, epoch=session.epoch,
+                **fitted(session, cmd, fields, self.max_line),
+            )  # fmt: skip
         except ColibriError as exc:
-            if exc.code == "closed":
+            if isinstance(exc, ConnectionClosed):
                 return False  # sent again once registered again
             if exc.transient:
                 log.warning(
@@ -343,12 +302,12 @@ class Harness:
                     exc.message,
                     extra={"event": "report_deferred", "task": session.task, "code": exc.code},
                 )
-                if exc.code in ELSEWHERE and client is self.client:
+                if isinstance(exc, Elsewhere) and client is self.client:
                     # This daemon no longer serves the tenant (or is about to stop): register
                     # again where it is served, and deliver there.
                     self._reregister.set()
                 return True
-            if exc.code in ("line_too_long", "bad_request") and cmd in ("out", "fail"):
+            if isinstance(exc, (LineTooLong, BadRequest)) and cmd in ("out", "fail"):
                 # Never sent again as it is (the daemon would refuse it again, for ever): the
                 # task fails, saying why, in a report short enough for any line. It goes now
                 # if the connection still serves (bad_request), else after registering again
@@ -363,8 +322,8 @@ class Harness:
                     return False
                 why = f"the session's {cmd} report was refused: {exc.message[:300]}"
                 session.report = ("fail", {"error": why, "refused": True})
-                return exc.code == "bad_request"
-            if exc.code == "illegal_transition" and cmd in ("out", "fail"):
+                return isinstance(exc, BadRequest)
+            if isinstance(exc, IllegalTransition) and cmd in ("out", "fail"):
                 # The session reported by itself (``colibri out`` in a one-shot command): its
                 # end closes the task.
                 with contextlib.suppress(ColibriError):
@@ -395,45 +354,18 @@ class Harness:
 
     async def _stop_sessions(self) -> None:
         """On SIGINT/SIGTERM, once the agent's connection is closed: stop every session and
-        report it failed (or the report it had ready, if it had ended).
-
-        The reports go on a plain connection, as a session's own do: the daemon takes them for
-        the agent holding the task, checking the epoch, and gives the agent no new work."""
-        stopped: tuple[str, dict[str, Any]] = ("fail", {"error": f"agent {self.spec.name} stopped"})
+        report it failed (or the report it had ready, if it had ended: ``send_last_reports``)."""
+        stopped: Report = ("fail", {"error": f"agent {self.spec.name} stopped"})
         sessions = list(self.sessions.values())
         for session in sessions:
             session.cancelled = True
         # All at once: each may take its grace period, and whoever stops this harness (the
         # supervisor) waits only so long before it SIGKILLs it.
         await asyncio.gather(*(self.runner.kill(session) for session in sessions))
-        client = AsyncClient(self.daemon)
         try:
-            async with asyncio.timeout(REPORT_TIMEOUT):
-                await client.connect()
-                for session in sessions:
-                    report = session.report
-                    if report is not None and report[0] == "reclaimed":
-                        report = ENDED_WITHOUT_OUT  # ``reclaimed`` is for the agent's connection
-                    cmd, fields = report if report and report[0] in ("out", "fail") else stopped
-                    pause = REPORT_FIRST_PAUSE
-                    while True:  # a transient refusal is waited out, within REPORT_TIMEOUT
-                        try:
-                            await client.call(
-                                cmd, task=session.task, epoch=session.epoch, from_session=True,
-                                claim=session.claim, **self._fitted(session, cmd, fields),
-                            )  # fmt: skip
-                        except ColibriError as exc:
-                            if not exc.transient or exc.code in ("closed", *ELSEWHERE):
-                                break
-                            await asyncio.sleep(pause)
-                            pause = min(pause * 2, REPORT_LONGEST_PAUSE)
-                            continue
-                        break
-        except (DaemonNotRunning, OSError, TimeoutError):
-            pass  # no daemon (or a frozen one): these fail as lost later, unless claimed
+            await send_last_reports(self.daemon, sessions, stopped, self.max_line)
         finally:
             self.sessions.clear()
-            await client.close()
 
 
 async def _first_of(timeout: float, *events: asyncio.Event) -> None:
@@ -447,34 +379,8 @@ async def _first_of(timeout: float, *events: asyncio.Event) -> None:
 
 
 def run_agent(spec: AgentSpec, daemon: Path | Remote, root: Path) -> int:
-    """Run the harness until SIGINT/SIGTERM. A workspace's harness (``spec.exclusive``) first
-    takes the workspace's harness lock, held until this process ends, and makes its folder;
-    one on another machine takes its agent's lock in its state folder (the relay's socket and
-    its sessions' files are its alone)."""
-    if isinstance(daemon, Remote):
-        from colibri import host
-        from colibri.locks import hold_lock
-
-        # The token is in this process's environment and memory: not for its sessions' eyes.
-        host.hide_from_own_user()
-        try:
-            hold_lock(RootLayout(root).harness_lock(spec.name))
-        except LockHeld as held:
-            raise LockHeld(
-                held.holder, f"agent {spec.name}: another harness (pid {held.holder}) runs it "
-                f"from {root}"
-            ) from None  # fmt: skip
-    if spec.exclusive:
-        from colibri.locks import hold_lock
-
-        assert spec.workspace is not None
-        try:
-            hold_lock(RootLayout(root).harness_lock(spec.workspace))
-        except LockHeld as held:
-            serving = f"another harness (pid {held.holder}) already serves it"
-            raise LockHeld(held.holder, f"workspace {spec.workspace}: {serving}") from None
-        if spec.cwd is not None:
-            spec.cwd.mkdir(parents=True, exist_ok=True)
+    """Run the harness until SIGINT/SIGTERM, once it holds its locks (``hold_harness_locks``)."""
+    hold_harness_locks(spec, daemon, root)
     try:
         asyncio.run(Harness(spec, daemon, root).run())
     except BaseExceptionGroup as group:

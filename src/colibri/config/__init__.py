@@ -1,6 +1,6 @@
 """Settings: the one place that reads colibri.jsonc, and the face of its parts.
 
-settings   the settings' defaults and ranges (``Config``, ``SchedulerSettings`` …)
+settings   the settings, each declared once: default, kind and range (``Config`` …)
 template   what ``colibri init`` writes
 roots      finding, checking and creating a root
 jsonc      reading the file: its size, depth and syntax errors
@@ -27,16 +27,18 @@ from colibri.config.settings import (
     MAX_ROTATE_MIB,
     MIN_ROTATE_MIB,
     NUMBER_RANGES,
+    SECTIONS,
     WHOLE_RANGES,
     Config,
     LedgerSettings,
     SchedulerSettings,
     ServerSettings,
     SupervisorSettings,
+    keys,
 )
 from colibri.config.template import TEMPLATE
-from colibri.core.durations import parse_duration
-from colibri.core.errors import BadDuration, ConfigError, shown
+from colibri.config.tenancy import served_tenants, shares_tenants
+from colibri.core.errors import ConfigError, shown
 from colibri.layout import CONFIG_NAME, RootLayout
 
 if TYPE_CHECKING:
@@ -73,55 +75,9 @@ __all__ = [
 MAX_SOCKET_PATH = 103
 
 
-_KNOWN: dict[str, set[str]] = {
-    "scheduler": {
-        "tick",
-        "agent_ttl",
-        "min_score",
-        "ageing",
-        "retry_backoff",
-        "max_sessions",
-        "max_pending",
-        "max_pending_mib",
-        "max_children",
-        "max_depth",
-    },  # fmt: skip
-    "server": {
-        "max_line",
-        "max_connections",
-        "line_timeout",
-        "idle_timeout",
-        "socket_group",
-        "listen",
-        "tls_cert",
-        "tls_key",
-        "handshake_timeout",
-        "auth_failures",
-        "remote_connections",
-        "token_connections",
-        "tenant_connections",
-        "token_waits",
-        "tenant_waits",
-        "token_follows",
-        "tenant_follows",
-        "metrics",
-    },  # fmt: skip
-    "store": {"durability", "path", "lease_ttl", "tenants", "share"},
-    "supervisor": {
-        "crash_loop",
-        "crash_window",
-        "cool_down",
-        "max_backoff",
-        "harness_log_mib",
-        "orphan_after",
-    },
-    "ledger": {"rotate_mib", "keep"},
-    # names are free in these; each entry is checked as what it is
-    "schedules": set(),
-    "templates": set(),
-    "workspaces": set(),
-}
-_FREE = {"schedules", "templates", "workspaces"}
+#: Sections whose keys are names of one's own choosing; each entry is checked as what it is.
+_FREE = ("schedules", "templates", "workspaces")
+_KNOWN = sorted([*SECTIONS, *_FREE])
 _ABSENT = object()
 
 
@@ -177,15 +133,18 @@ def load_config(
     for section, value in raw.items():
         if section not in _KNOWN:
             raise ConfigError(
-                f"{where(section)}: unknown section {section!r}; known: {', '.join(sorted(_KNOWN))}"
+                f"{where(section)}: unknown section {section!r}; known: {', '.join(_KNOWN)}"
             )
         if not isinstance(value, dict):
             raise ConfigError(f"{where(section)}: {section!r} must be an object")
+        if section in _FREE:
+            continue
+        known = keys(section)
         for key in value:
-            if section not in _FREE and key not in _KNOWN[section]:
+            if key not in known:
                 raise ConfigError(
                     f"{where(key, section)}: unknown key {section}.{key}; known: "
-                    f"{', '.join(sorted(_KNOWN[section]))}"
+                    f"{', '.join(sorted(known))}"
                 )
 
     def setting(name: str) -> tuple[Callable[[], str], Any]:
@@ -193,69 +152,22 @@ def load_config(
         section, key = name.split(".")
         return lambda: f"{where(key, section)}: {name}", raw.get(section, {}).get(key, _ABSENT)
 
-    def duration(name: str, default: float) -> float:
-        at, value = setting(name)
-        if value is _ABSENT or value is None:
-            return default
-        low, high = DURATION_RANGES[name]
-        try:
-            return parse_duration(value, low=low, high=high)
-        except BadDuration as exc:
-            raise ConfigError(f"{at()}: {exc.message}") from None
+    def ruled(section: str, options: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+        """The section's settings that have a rule and a value, checked. ``options`` holds the
+        values given on the command line by key (``--lease-ttl`` for ``lease_ttl``): one given
+        is the key's value, and its error begins with the option."""
+        checked: dict[str, Any] = {}
+        for key, (name, declared) in keys(section).items():
+            given = (options or {}).get(key)
+            at, value = setting(f"{section}.{key}") if given is None else _option(key, given)
+            if declared.rule is None or value is _ABSENT:
+                continue
+            value = declared.rule.check(value, at)
+            if value is not None:  # a duration set to null: its default
+                checked[name] = value
+        return checked
 
-    def whole(name: str, default: int) -> int:
-        at, value = setting(name)
-        if value is _ABSENT:
-            return default
-        low, high = WHOLE_RANGES[name]
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)  # 8.0 is the whole number 8; 8.5 is refused below
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ConfigError(
-                f"{at()} must be a whole number from {low:,} to {high:,}, not {shown(value)}"
-            )
-        return value
-
-    def number(name: str, default: float) -> float:
-        at, value = setting(name)
-        if value is _ABSENT:
-            return default
-        low, high = NUMBER_RANGES[name]
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not low <= value <= high  # NaN is refused here too
-        ):
-            raise ConfigError(
-                f"{at()} must be a number from {_figure(low)} to {_figure(high)}, "
-                f"not {shown(value)}"
-            )
-        return float(value)
-
-    def rotation(name: str, default: float) -> float:
-        """A size in MiB that a file is rotated at: 0 (never) or at least 1 KiB."""
-        mib = number(name, default)
-        if 0 < mib < MIN_ROTATE_MIB:
-            at, _value = setting(name)
-            raise ConfigError(
-                f"{at()} must be 0 (never rotate) or at least {MIN_ROTATE_MIB} (1 KiB)"
-            )
-        return mib
-
-    sd = SchedulerSettings()
-    ageing = duration("scheduler.ageing", 0.0)  # 0: absent, so off (its range starts at 1s)
-    scheduler = SchedulerSettings(
-        tick=duration("scheduler.tick", sd.tick),
-        agent_ttl=duration("scheduler.agent_ttl", sd.agent_ttl),
-        min_score=number("scheduler.min_score", sd.min_score),
-        ageing=ageing or None,
-        retry_backoff=duration("scheduler.retry_backoff", sd.retry_backoff),
-        max_sessions=whole("scheduler.max_sessions", sd.max_sessions),
-        max_pending=whole("scheduler.max_pending", sd.max_pending),
-        max_children=whole("scheduler.max_children", sd.max_children),
-        max_depth=whole("scheduler.max_depth", sd.max_depth),
-        max_pending_mib=number("scheduler.max_pending_mib", sd.max_pending_mib),
-    )
+    scheduler = SchedulerSettings(**ruled("scheduler"))
     group_name = raw.get("server", {}).get("socket_group")
     group_id = None
     if group_name is not None:
@@ -272,7 +184,6 @@ def load_config(
                 f"{where('socket_group', 'server')}: server.socket_group: there is no group "
                 f"{shown(group_name)} on this host (create it with groupadd, or see getent group)"
             ) from None
-    sv = ServerSettings()
     at_listen, configured_listen = setting("server.listen")
     if configured_listen is _ABSENT:
         configured_listen = []
@@ -303,25 +214,13 @@ def load_config(
         except ConfigError as exc:
             raise ConfigError(f"--metrics {exc.message}") from None
     server = ServerSettings(
-        max_line=whole("server.max_line", sv.max_line),
-        max_connections=whole("server.max_connections", sv.max_connections),
-        line_timeout=duration("server.line_timeout", sv.line_timeout),
-        idle_timeout=duration("server.idle_timeout", sv.idle_timeout),
+        **ruled("server"),
         socket_group=group_id,
         socket_group_name=group_name,
         listen=addresses,
         tls_cert=cert,
         tls_key=key,
         insecure_loopback=insecure_loopback,
-        handshake_timeout=duration("server.handshake_timeout", sv.handshake_timeout),
-        auth_failures=whole("server.auth_failures", sv.auth_failures),
-        remote_connections=whole("server.remote_connections", sv.remote_connections),
-        token_connections=whole("server.token_connections", sv.token_connections),
-        tenant_connections=whole("server.tenant_connections", sv.tenant_connections),
-        token_waits=whole("server.token_waits", sv.token_waits),
-        tenant_waits=whole("server.tenant_waits", sv.tenant_waits),
-        token_follows=whole("server.token_follows", sv.token_follows),
-        tenant_follows=whole("server.tenant_follows", sv.tenant_follows),
         metrics=metrics,
     )
     # One tenant must leave room for the others, and one token fit within its tenant's share:
@@ -348,20 +247,8 @@ def load_config(
         )
         raise ConfigError(f"{at()} is {small}, more than server.{share_of} ({large}) allows; "
                           f"keep it {why}")  # fmt: skip
-    su = SupervisorSettings()
-    supervisor = SupervisorSettings(
-        crash_loop=whole("supervisor.crash_loop", su.crash_loop),
-        crash_window=duration("supervisor.crash_window", su.crash_window),
-        cool_down=duration("supervisor.cool_down", su.cool_down),
-        max_backoff=duration("supervisor.max_backoff", su.max_backoff),
-        harness_log_mib=rotation("supervisor.harness_log_mib", su.harness_log_mib),
-        orphan_after=duration("supervisor.orphan_after", su.orphan_after),
-    )
-    ld = LedgerSettings()
-    ledger = LedgerSettings(
-        rotate_mib=rotation("ledger.rotate_mib", ld.rotate_mib),
-        keep=whole("ledger.keep", ld.keep),
-    )
+    supervisor = SupervisorSettings(**ruled("supervisor"))
+    ledger = LedgerSettings(**ruled("ledger"))
     chosen_durability = durability or raw.get("store", {}).get("durability", "full")
     if chosen_durability not in ("full", "relaxed"):
         raise ConfigError(
@@ -391,9 +278,9 @@ def load_config(
         root=root,
         store=store_path,
         durability=chosen_durability,
-        lease_ttl=_lease_ttl(lease_ttl) if lease_ttl else duration("store.lease_ttl", 10.0),
-        tenants=_tenants(tenants, raw.get("store", {}).get("tenants"), store_path, where),
-        share=_share(share, raw.get("store", {}), tenants, store_path, where),
+        **ruled("store", {"lease_ttl": lease_ttl or None}),
+        tenants=served_tenants(tenants, raw.get("store", {}).get("tenants"), store_path, where),
+        share=shares_tenants(share, raw.get("store", {}), tenants, store_path, where),
         scheduler=scheduler,
         server=server,
         supervisor=supervisor,
@@ -425,65 +312,9 @@ def replace_config_text(root: Path, old: str, new: str, refused: str) -> Config:
         raise ConfigError(f"{refused}, the file is unchanged: {exc.message}") from None
 
 
-def _lease_ttl(text: str) -> float:
-    low, high = DURATION_RANGES["store.lease_ttl"]
-    try:
-        return parse_duration(text, low=low, high=high)
-    except BadDuration as exc:
-        raise ConfigError(f"--lease-ttl: {exc.message}") from None
-
-
-def _tenants(
-    given: str | None, configured: object, store: str, where: Callable[..., str]
-) -> tuple[str, ...]:
-    """The tenants this daemon serves of a PostgreSQL board: ``--tenants a,b`` or
-    ``store.tenants``; () for the whole board."""
-    from colibri.core.errors import BadRequest
-    from colibri.core.model import check_name
-
-    if given is not None:
-        names: object = [part.strip() for part in given.split(",")]
-        said = "--tenants"
-    else:
-        names, said = configured, f"{where('tenants', 'store')}: store.tenants"
-    if names is None:
-        return ()
-    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-        raise ConfigError(f'{said} must be a list of tenant names, like ["acme", "beta"]')
-    try:
-        chosen = tuple(sorted({check_name(n, "tenant") for n in names}))
-    except BadRequest as exc:
-        raise ConfigError(f"{said}: {exc.message}") from None
-    if not store.startswith(("postgresql://", "postgres://")):
-        raise ConfigError(
-            f"{said}: a daemon serves some tenants only of a PostgreSQL board (--store "
-            "postgresql://…); one on SQLite serves its whole board"
-        )
-    return chosen
-
-
-def _share(
-    given: bool, section: dict[str, Any], tenants: str | None, store: str, where: Callable[..., str]
-) -> bool:
-    """Whether this daemon shares the board's tenants out with the other sharing daemons
-    (``--share`` or ``store.share``): a PostgreSQL board, and no tenants of its own."""
-    configured = section.get("share", False)
-    said = "--share" if given else f"{where('share', 'store')}: store.share"
-    if not isinstance(configured, bool):
-        raise ConfigError(f"{said} must be true or false")
-    if not (given or configured):
-        return False
-    if tenants is not None or section.get("tenants") is not None:
-        raise ConfigError(
-            f"{said}: a daemon shares the board's tenants out or serves its own (--tenants, "
-            "store.tenants), not both"
-        )
-    if not store.startswith(("postgresql://", "postgres://")):
-        raise ConfigError(
-            f"{said}: daemons share out the tenants of a PostgreSQL board (--store "
-            "postgresql://…); one on SQLite serves its whole board"
-        )
-    return True
+def _option(key: str, value: str) -> tuple[Callable[[], str], str]:
+    """A command-line option's value, and how an error about it begins: ``--lease-ttl``."""
+    return lambda: f"--{key.replace('_', '-')}", value
 
 
 def _path_setting(
@@ -496,11 +327,6 @@ def _path_setting(
         raise ConfigError(f"{where(key, 'server')}: server.{key} must be the path of a file")
     path = Path(value).expanduser()
     return str(path if path.is_absolute() else root / path)
-
-
-def _figure(value: float) -> str:
-    """A bound as the README writes it: 1,048,576 or 0.001."""
-    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
 
 
 def _schedules(

@@ -1,8 +1,10 @@
 """The wire protocol: newline-delimited JSON requests, typed, and how a line is decoded.
 
 Each request is an object with ``cmd`` and an optional ``id`` that the reply echoes. Every
-command is a Struct here, so validation (types, ranges, unknown fields) happens in one decode
-call and its error names the offending field path. docs/PROTOCOL.md shows each with an example.
+command is a Struct (those of agents and sessions in ``agent_protocol``, on the base and field
+types of ``request_fields``), so validation (types, ranges, unknown fields) happens in one
+decode call and its error names the offending field path. docs/PROTOCOL.md shows each with an
+example.
 """
 
 from __future__ import annotations
@@ -11,15 +13,22 @@ from typing import Annotated, Literal, Union
 
 import msgspec
 
+# The requests of agents and sessions, and the parts of every request, are this module's too.
+from colibri.core.agent_protocol import Answer as Answer
+from colibri.core.agent_protocol import Ask as Ask
+from colibri.core.agent_protocol import Fail as Fail
+from colibri.core.agent_protocol import Heartbeat as Heartbeat
+from colibri.core.agent_protocol import Held as Held
+from colibri.core.agent_protocol import Out as Out
+from colibri.core.agent_protocol import Ready as Ready
+from colibri.core.agent_protocol import Reclaimed as Reclaimed
+from colibri.core.agent_protocol import RegisterAgent as RegisterAgent
+from colibri.core.agent_protocol import Requeue as Requeue
 from colibri.core.errors import BadJson, BadRequest, UnknownCommand
 from colibri.core.model import (
-    MAX_EPOCH,
-    MAX_TOKENS,
-    MAX_USD,
     SPEC_FIELDS,
     Attempts,
     Budget,
-    Cost,
     Names,
     Priority,
     Score,
@@ -28,36 +37,13 @@ from colibri.core.model import (
     TaskSpec,
     Text,
 )
+from colibri.core.request_fields import ERROR_MAX as ERROR_MAX
+from colibri.core.request_fields import LEDGER_END as LEDGER_END
+from colibri.core.request_fields import OUTPUT_MAX as OUTPUT_MAX
+from colibri.core.request_fields import Claim, RequestId, SqlInt
+from colibri.core.request_fields import ReportedCost as ReportedCost
+from colibri.core.request_fields import Request as Request
 from colibri.core.schedules import ScheduleSpec
-
-#: Every integer that enters here has an upper bound that SQLite's 64-bit integers, sums over
-#: many rows, JSON and time arithmetic downstream can hold; every float is bounded too.
-SqlInt = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
-#: The ledger position past every row there will be: following from it, only new rows come.
-LEDGER_END = 2**63 - 1
-#: Echoed as it came; a string id is bounded by the line limit alone.
-RequestId = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)] | str | None
-Epoch = Annotated[int, msgspec.Meta(ge=0, le=MAX_EPOCH)]
-#: The longest output an ``out`` carries, and error a ``fail`` does, whatever
-#: ``server.max_line`` allows.
-OUTPUT_MAX = 16 * 1024 * 1024
-ERROR_MAX = 64 * 1024
-#: The per-claim secret a session proves its report with (``COLIBRI_CLAIM``).
-Claim = Annotated[str, msgspec.Meta(max_length=128)]
-
-
-class ReportedCost(Cost, forbid_unknown_fields=True, omit_defaults=True):
-    """A cost as a session reports it: each number bounded, so that no sum, budget or
-    comparison downstream can overflow (SQLite's integers) or become infinite (JSON null)."""
-
-    tokens_in: Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)] = 0
-    tokens_out: Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)] = 0
-    usd: Annotated[float, msgspec.Meta(ge=0.0, le=MAX_USD)] = 0.0
-    model: Annotated[str, msgspec.Meta(max_length=200)] | None = None
-
-
-class Request(msgspec.Struct, tag_field="cmd", forbid_unknown_fields=True, kw_only=True):
-    id: RequestId = None
 
 
 class Ping(Request, tag="ping"):
@@ -203,90 +189,6 @@ class Ledger(Request, tag="ledger"):
     limit: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1000
     #: Keep the connection open and push each new row as a ``ledger`` event.
     follow: bool = False
-
-
-class Held(msgspec.Struct, forbid_unknown_fields=True):
-    """A session a reconnecting harness still runs; ``claim`` proves it was given it."""
-
-    task: TaskId
-    epoch: Epoch
-    claim: Claim | None = None
-
-
-class RegisterAgent(Request, tag="register-agent"):
-    name: ShortStr
-    capabilities: Names = []
-    slots: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1
-    ttl: Annotated[float, msgspec.Meta(ge=0.05, le=86_400)] | None = None
-    workspace: ShortStr | None = None
-    tenant: ShortStr | None = None
-    running: list[Held] = []
-
-
-class Heartbeat(Request, tag="heartbeat"):
-    #: Warm sessions waiting in the agent's ready pool (for metrics); absent: unchanged.
-    ready: Annotated[int, msgspec.Meta(ge=0, le=10_000)] | None = None
-
-
-class Out(Request, tag="out"):
-    task: TaskId
-    epoch: Epoch
-    output: Annotated[str, msgspec.Meta(max_length=OUTPUT_MAX)] = ""
-    cost: ReportedCost | None = None
-    #: The session is already gone (a one-shot command): close the task at once.
-    session_ended: bool = True
-    #: Sent on a connection with no agent: by the session itself (``colibri out`` inside it),
-    #: or by a stopping harness that has left. It counts as the holding agent's report, and
-    #: must carry the claim's secret.
-    from_session: bool = False
-    claim: Claim | None = None
-
-
-class Fail(Request, tag="fail"):
-    task: TaskId
-    epoch: Epoch
-    error: Annotated[str, msgspec.Meta(max_length=ERROR_MAX)] = ""
-    session_ended: bool = True
-    from_session: bool = False
-    claim: Claim | None = None
-
-
-class Reclaimed(Request, tag="reclaimed"):
-    """The harness stopped a cancelled task's session; its slot is free again."""
-
-    task: TaskId
-    epoch: Epoch
-
-
-class Ask(Request, tag="ask"):
-    """Sent by a session (``colibri ask``): the reply comes when someone answers."""
-
-    task: TaskId
-    epoch: Epoch
-    question: Annotated[str, msgspec.Meta(min_length=1, max_length=64 * 1024)]
-    claim: Claim | None = None
-
-
-class Answer(Request, tag="answer"):
-    task: TaskId
-    text: Annotated[str, msgspec.Meta(max_length=1024 * 1024)]
-
-
-class Ready(Request, tag="ready"):
-    """Sent by a session (``colibri ready``): it is ready to be given its task."""
-
-    task: TaskId
-    epoch: Epoch
-    claim: Claim | None = None
-
-
-class Requeue(Request, tag="requeue"):
-    """Sent by a harness: the session never became ready; the task waits again (no attempt
-    is spent) and a warning is counted."""
-
-    task: TaskId
-    epoch: Epoch
-    reason: Annotated[str, msgspec.Meta(max_length=2000)] = ""
 
 
 class Subscribe(Request, tag="subscribe"):

@@ -3,14 +3,15 @@
 Pure: every function takes the instant it reasons about (seconds since the epoch, UTC).
 
 Three kinds:
-- *cron*: standard five-field cron (lists, ranges, steps, month and weekday names, the
-  ``@hourly @daily @weekly @monthly @yearly`` macros; when both day-of-month and day-of-week are
-  restricted, either one matching fires) in an IANA time zone. Evaluation is cronsim's, which
-  follows Vixie/Debian cron across DST: a fixed time that the spring-forward gap skips fires
-  once, at the first valid instant after the gap; a fixed time that the fall-back hour repeats
-  fires once, on its first occurrence; jobs with a wildcard or step in the minute or hour field
-  keep firing at every local time that exists (an hourly job fires every real hour where the
-  shift is a whole hour; in Australia/Lord_Howe, whose shift is 30 minutes, at each local hour).
+- *cron*: standard five-field cron (``core/cron.py``: lists, ranges, steps, month and weekday
+  names, the ``@hourly @daily @weekly @monthly @yearly`` macros; when both day-of-month and
+  day-of-week are restricted, either one matching fires) in an IANA time zone. Evaluation is
+  cronsim's, which follows Vixie/Debian cron across DST: a fixed time that the spring-forward
+  gap skips fires once, at the first valid instant after the gap; a fixed time that the
+  fall-back hour repeats fires once, on its first occurrence; jobs with a wildcard or step in
+  the minute or hour field keep firing at every local time that exists (an hourly job fires
+  every real hour where the shift is a whole hour; in Australia/Lord_Howe, whose shift is 30
+  minutes, at each local hour).
 - *interval*: every fixed duration, anchored to nominal times (anchor + n·every), so a late
   fire never makes the next one drift.
 - *once*: a single instant; finished after it fires.
@@ -25,26 +26,20 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import lru_cache
 from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 
+# Cron expressions are checked in core/cron.py; a schedule's callers find them here too.
+from colibri.core.cron import MACROS as MACROS
+from colibri.core.cron import normalize_cron as normalize_cron
 from colibri.core.errors import BadDuration, BadRequest, shown
 from colibri.core.model import TaskSpec
 from colibri.core.model import parse_rfc3339 as instant
 
-MACROS = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
 #: A due time processed within this many seconds of its wake time is on time, not missed.
 ON_TIME = 60.0
 #: Most due times examined in one check; beyond it the rest are counted, not listed.
@@ -118,49 +113,6 @@ def zone(name: str) -> ZoneInfo:
         raise BadRequest(
             f"unknown time zone {shown(name)}: use an IANA name such as Europe/Ljubljana or UTC"
         ) from None
-
-
-def normalize_cron(expr: str) -> str:
-    """Expand a macro and check the expression; raise BadRequest saying what is wrong."""
-    from cronsim import CronSim, CronSimError
-
-    text = " ".join(expr.split())
-    text = MACROS.get(text.lower(), text)
-    if len(text.split(" ")) != 5:
-        raise BadRequest(
-            f"cron expression {shown(expr)} must have five fields (minute hour day-of-month month "
-            f"day-of-week) or be one of {', '.join(MACROS)}"
-        )
-    try:
-        CronSim(text, datetime(2000, 1, 1, tzinfo=UTC))
-    except CronSimError as exc:
-        raise BadRequest(_cron_error(expr, text, str(exc))) from None
-    return text
-
-
-#: Each cron field's name, range and an example, in the order of the expression.
-_CRON_FIELDS = (
-    ("minute", "0-59", "*/15 * * * *"),
-    ("hour", "0-23", "0 9 * * *"),
-    ("day-of-month", "1-31", "0 0 1,15 * *"),
-    ("month", "1-12 or jan-dec", "0 0 1 */3 *"),
-    ("day-of-week", "0-7 or sun-sat (0 and 7 are Sunday)", "0 9 * * mon-fri"),
-)
-
-
-def _cron_error(expr: str, text: str, why: str) -> str:
-    """Say which field of a cron expression is wrong, its range and an example (cronsim says
-    only "Bad minute")."""
-    for index, (name, values, example) in enumerate(_CRON_FIELDS):
-        if why == f"Bad {name}":
-            field = text.split(" ")[index]
-            never = " or never comes in the months given" if name == "day-of-month" else ""
-            return (
-                f"invalid cron expression {shown(expr)}: its {name} field {shown(field)} is not "
-                f"valid{never}: {name} takes {values}, as one value, a list (1,2), a range "
-                f"(1-5) or a step (*/5); e.g. {example!r}"
-            )
-    return f"invalid cron expression {shown(expr)}: {why}"
 
 
 def next_after(schedule: Schedule, after: float) -> float | None:

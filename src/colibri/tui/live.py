@@ -23,7 +23,7 @@ from colibri.core.errors import ColibriError
 from colibri.core.model import Agent, LedgerEntry, Task
 from colibri.core.protocol import LEDGER_END
 from colibri.core.text import printable
-from colibri.tui import views
+from colibri.tui import tables, views
 from colibri.tui.board import Board, Filter, moves_a_session
 from colibri.tui.tasklist import TaskList
 
@@ -77,7 +77,7 @@ class LiveBoard(App[None]):
         self._agents_due = False
         self._agents_reading = False
         #: What the agents' and schedules' tables show (drawn again only when it changed).
-        self._tables: dict[str, list[tuple[str, list[tuple[str, str]]]]] = {}
+        self._tables = tables.DrawnTables()
         #: Tasks changed since the list was last drawn.
         self._changed: set[str] = set()
         self._listed = ""
@@ -368,43 +368,11 @@ class LiveBoard(App[None]):
             banner.update("Dispatch is PAUSED: no task goes to an agent.  p resumes.")
 
     def _draw_agents(self) -> None:
-        agents = sorted(self.board.agents.values(), key=lambda a: (not a.online, a.name))
-        rows = [(a.name, views.agent_cells(a, self.board)) for a in agents]
-        rows += [
-            (str(harness.get("workspace")), views.harness_cells(harness))
-            for harness in self.board.status.get("harnesses", [])
-            if harness.get("workspace") not in self.board.agents
-        ]
-        self._fill("#agent-table", rows)
+        self._tables.fill(self.query_one("#agent-table", DataTable), tables.agent_rows(self.board))
 
     def _draw_schedules(self) -> None:
-        schedules = self.board.schedules
-        self._fill(
-            "#schedule-table", [(n, views.schedule_cells(schedules[n])) for n in sorted(schedules)]
-        )
-
-    def _fill(self, selector: str, rows: list[tuple[str, tuple[Text, ...]]]) -> None:
-        """A table's rows (each named by a key), drawn again only when they changed; the
-        cursor stays on the row of its key. Each column is as wide as its widest cell, set
-        here: Textual measures them only when idle, and a row drawn before that kept its
-        old width, cut short, until it changed."""
-        drawn = [(key, [(c.plain, str(c.style)) for c in cells]) for key, cells in rows]
-        before = self._tables.get(selector, [])
-        if before == drawn:
-            return
-        self._tables[selector] = drawn
-        table = self.query_one(selector, DataTable)
-        cursor = table.cursor_row
-        on = before[cursor][0] if 0 <= cursor < len(before) else None
-        table.clear()
-        for n, column in enumerate(table.ordered_columns):
-            column.width = max([column.label.cell_len, *(c[n].cell_len for _, c in rows)])
-            column.auto_width = False
-        for _, cells in rows:
-            table.add_row(*cells)
-        keys = [key for key, _ in rows]
-        if on in keys:
-            table.move_cursor(row=keys.index(on), animate=False)
+        table = self.query_one("#schedule-table", DataTable)
+        self._tables.fill(table, tables.schedule_rows(self.board))
 
     def on_resize(self) -> None:
         self.query_one("#task-columns", Static).update(views.task_columns(self.size.width))
