@@ -372,3 +372,33 @@ def test_a_harness_whose_pid_is_not_written_yet_is_never_reported_as_pid_minus_o
         started.kill()
         started.wait()
         os.close(holder)
+
+
+def test_a_harness_started_as_the_daemon_stops_is_stopped_with_the_others(tmp_path: Path) -> None:
+    """The daemon stops (its supervisor's loop cancelled) while a harness's start is under way
+    off the loop: the start is finished, not lost, and ``stop_all`` stops what it started."""
+    import asyncio
+
+    from colibri.config import load_config
+    from colibri.daemon.supervisor import Supervisor
+    from tests.inprocess import ManualClock
+
+    workspaces = {"w": {"path": ".", "session": {"command": ["true"]}}}
+    (tmp_path / "colibri.jsonc").write_text(json.dumps({"workspaces": workspaces}))
+    config = load_config(tmp_path)
+    config.layout.state.mkdir(mode=0o700)
+    supervisor = Supervisor(config, ManualClock())
+    harness = supervisor.harnesses["w"]
+
+    async def stopped_while_starting() -> int:
+        start = asyncio.ensure_future(supervisor._start(harness))
+        while harness.starting is None:
+            await asyncio.sleep(0)
+        start.cancel()  # as the daemon's task group cancels the supervisor's loop
+        await asyncio.gather(start, return_exceptions=True)
+        await supervisor.stop_all()
+        assert harness.process is not None, "the started harness was lost"
+        return harness.process.pid
+
+    pid = asyncio.run(stopped_while_starting())
+    assert not alive(pid)

@@ -64,6 +64,9 @@ class Harness:
     workspace: str
     pid: int | None = None
     process: subprocess.Popen[bytes] | None = None
+    #: Its start, under way off the loop: what it starts is ours to stop, even if the daemon
+    #: stops while it is under way.
+    starting: asyncio.Future[subprocess.Popen[bytes]] | None = None
     restarts: int = 0
     exits: deque[float] = field(default_factory=deque)
     next_start: float = 0.0
@@ -269,15 +272,24 @@ class Supervisor:
         limit = int(self.settings.harness_log_mib * 2**20)
         if limit and logged:  # the harness renames its log past the limit, and opens a new one
             command += ["--log-file", str(logfile), "--log-rotate-bytes", str(limit)]
-        with os.fdopen(fd, "ab") as out:
-            # A fork and exec take milliseconds: off the loop, which serves meanwhile.
-            harness.process = await asyncio.to_thread(
-                subprocess.Popen,
-                command,
-                stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                start_new_session=True,  # its own group: it outlives a crash of the daemon
-                env=self._environment(harness.workspace),
-            )  # fmt: skip
+        out = os.fdopen(fd, "ab")
+        env = self._environment(harness.workspace)
+
+        def start() -> subprocess.Popen[bytes]:
+            with out:
+                return subprocess.Popen(
+                    command,
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                    start_new_session=True,  # its own group: it outlives a crash of the daemon
+                    env=env,
+                )  # fmt: skip
+
+        # A fork and exec take milliseconds: off the loop, which serves meanwhile. Shielded: a
+        # daemon that stops now cancels this wait, not the start; ``stop_all`` stops what it
+        # started (else a harness would run on, unseen, until it found itself orphaned).
+        harness.starting = asyncio.ensure_future(asyncio.to_thread(start))
+        harness.process = await asyncio.shield(harness.starting)
+        harness.starting = None
         harness.pid = harness.process.pid
         log.info(
             "harness started",
@@ -297,8 +309,13 @@ class Supervisor:
         """A clean stop: SIGTERM every harness (it stops its sessions), SIGKILL stragglers."""
         pids: list[int] = []
         for harness in self.harnesses.values():
+            if harness.starting is not None:  # a start the stop interrupted: finished first
+                with contextlib.suppress(Exception):  # (one that failed started nothing)
+                    harness.process = await harness.starting
+                harness.starting = None
+            started = harness.process.pid if harness.process is not None else harness.pid
             pid = holder_pid(self.config.layout.harness_lock(harness.workspace))
-            pid = pid if pid and pid > 0 else harness.pid
+            pid = pid if pid and pid > 0 else started
             if pid:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pid, signal.SIGTERM)
