@@ -137,7 +137,8 @@ def fired(root: Path, schedule: str) -> list[float]:
 
 
 def keep_alive(agent: FakeAgent, seconds: float, until: Callable[[], bool] | None = None) -> None:
-    """Heartbeat every half second (the TTL is 3 s) for ``seconds``, or until ``until()``."""
+    """Heartbeat every half second (well within the agent's ttl) for ``seconds``, or until
+    ``until()``."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         assert agent.client.call("heartbeat")["ok"] is True
@@ -162,7 +163,9 @@ def test_daemon_clock_follows_the_offset_file(daemon: Daemon, jumps: Jumps) -> N
 def test_jumps_expire_no_agent_and_fire_no_schedule_twice(
     daemon: Daemon, jumps: Jumps, root: Path
 ) -> None:
-    agent = FakeAgent(daemon, "steady", ["work"])
+    # A ttl of 10 s: a jump of a day (or back) would expire it at once on a wall-clock ttl; the
+    # margin is for heartbeats late on a loaded machine (a loop reads the board between two).
+    agent = FakeAgent(daemon, "steady", ["work"], ttl=10)
     try:
         task = daemon.call("submit", text="long job", capabilities=["work"])["task"]["id"]
         assign = agent.next_assign()

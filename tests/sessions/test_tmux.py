@@ -212,7 +212,8 @@ def test_a_warm_tmux_session_takes_the_task_and_is_renamed_after_it(tmux_root: P
         folder = tmux_root / "term"
         started = wait_until(lambda: list(folder.glob("warm-*")) if folder.exists() else [])
         pid = int(started[0].name.split("-")[1])
-        time.sleep(0.5)  # its prompt shows: it is ready in the pool
+        # Its prompt showed: the harness holds it ready, and says so in its heartbeat.
+        wait_until(lambda: [a["ready"] for a in daemon.call("agents")["agents"]] == [1], timeout=30)
         task = daemon.call("submit", text="warm hello", workspace="term")["task"]
         final = daemon.wait_closed(task["id"], timeout=20)
         assert final["output"] == f"{pid} got warm hello", "the warm session took the task"
