@@ -133,7 +133,10 @@ async def serve(config: Config, started: Callable[[str], None] = lambda state: N
     store = None
     board_hold: BoardHold | None = None
     bound = False  # the socket path is ours to remove only once we created it
-    mirror = LedgerMirror(config.layout.ledger, config.ledger.rotate_bytes, config.ledger.keep)
+    clock = SystemClock()
+    mirror = LedgerMirror(
+        config.layout.ledger, config.ledger.rotate_bytes, config.ledger.keep, clock
+    )
     keeper: asyncio.Task[None] | None = None
     endpoint: MetricsEndpoint | None = None
     try:
@@ -149,7 +152,7 @@ async def serve(config: Config, started: Callable[[str], None] = lambda state: N
                 durability=config.durability,
                 lease_ttl=None if board_hold.lease is None else board_hold.lease.ttl,
             )
-            daemon = _build(config, board_hold, store, mirror)
+            daemon = _build(config, board_hold, store, mirror, clock)
         if lost:
             log.critical(lost[0], extra={"event": "fatal", "error": lost[0]})
             return 1
@@ -241,7 +244,9 @@ async def serve(config: Config, started: Callable[[str], None] = lambda state: N
         os.close(lock_fd)
 
 
-def _build(config: Config, hold: BoardHold, store: Store, mirror: LedgerMirror) -> Daemon:
+def _build(
+    config: Config, hold: BoardHold, store: Store, mirror: LedgerMirror, clock: Clock
+) -> Daemon:
     """The daemon's parts on the board just held, the board built from the store: every open
     task read back (a while, on a large board), the schedules loaded and what that changed
     committed."""
@@ -257,7 +262,7 @@ def _build(config: Config, hold: BoardHold, store: Store, mirror: LedgerMirror) 
         )
     lease = hold.lease
     on_board = None if lease is None else BoardClock(lambda: lease.clock_offset)
-    daemon = compose(config, store, mirror, SystemClock(), on_board)
+    daemon = compose(config, store, mirror, clock, on_board)
     daemon.lease = hold.lease
     tenancy = daemon.board.tenancy
     if hold.lease is not None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +55,7 @@ class Commands:
         self.bus = bus
         self.schedules = schedules
         self.supervisor = supervisor
-        self.started = time.time()
+        self.started = board.clock.time()
         self.guards = guards = Guards(board)
         tasks = TaskCommands(board, guards, server, supervisor)
         agents = AgentCommands(board, guards, server, bus)
@@ -173,7 +172,7 @@ class Commands:
                 "root": str(config.root),
                 "store": self.board.store.location,
                 "durability": config.durability,
-                "uptime": round(time.time() - self.started, 3),
+                "uptime": round(self.board.clock.time() - self.started, 3),
                 "connections": self.server.connection_count,
                 "listen": self.server.listening,
                 "metrics": self.server.metrics_url,

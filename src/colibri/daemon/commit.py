@@ -182,7 +182,7 @@ class GroupCommit:
             crashpoints.hit("before-mirror")
             if not self.mirror.broken:
                 self.mirror.append(rows)
-        if not self.closed and self.mirror.repair_due(time.monotonic()):
+        if not self.closed and self.mirror.repair_due(self.board.clock.monotonic()):
             # Here, after the commit (or the rollback), the store holds no uncommitted row the
             # catch-up could copy; and every sweep flushes, so the repair does not wait for
             # new rows.
