@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from colibri.daemon.board import intake, new_task_id
+from colibri.daemon.board import ids, new_task_id
 
 
 def test_an_id_is_a_uuid7_of_this_millisecond() -> None:
@@ -56,15 +56,15 @@ def test_ids_follow_the_newest_stored_one_even_ahead_of_the_clock() -> None:
     """At start-up the board has new ids follow its newest: one an hour ahead of the clock
     (the clock set back, or ids of an older Colibri that ran ahead) is still older than every
     id made after it."""
-    kept = intake._last_ms, intake._last_random
+    kept = ids._last_ms, ids._last_random
     try:
         ahead = (time.time_ns() // 1_000_000 + 3_600_000) << 80 | 7 << 76 | 0b10 << 62 | 12345
         newest = str(uuid.UUID(int=ahead))
-        intake.continue_after(newest)
+        ids.continue_after(newest)
         made = [new_task_id() for _ in range(1_000)]
         assert newest < made[0] and made == sorted(made) and len(set(made)) == len(made)
-        intake.continue_after("not-a-uuid")  # ignored
-        intake.continue_after(str(uuid.UUID(int=1 << 80)))  # older: changes nothing
+        ids.continue_after("not-a-uuid")  # ignored
+        ids.continue_after(str(uuid.UUID(int=1 << 80)))  # older: changes nothing
         assert new_task_id() > made[-1]
     finally:
-        intake._last_ms, intake._last_random = kept
+        ids._last_ms, ids._last_random = kept

@@ -35,7 +35,7 @@ def find_root(start: Path) -> Path | None:
 def check_state_entry(root: Path) -> bool:
     """Whether ``root/.colibri`` exists; a RootError if it is anything but a real directory.
 
-    The daemon refuses such a state folder too (daemon.app.check_state_dir); saying so here
+    The daemon refuses such a state folder too (daemon.process.check_state_dir); saying so here
     stops ``init``, ``run`` and every other command with what is there and what to do.
     """
     path = root / STATE_DIR

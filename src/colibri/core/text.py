@@ -98,5 +98,5 @@ def short_id(task_id: str) -> str:
     """A task id shortened for a screen, the one short form every display shows: its last 8
     characters. (A UUIDv7 begins with its creation time, the same for the tasks of one minute;
     it ends with random bits.) Every command that takes an id takes it back: the daemon reads
-    an id's end as it reads its start (``Commands._resolve``)."""
+    an id's end as it reads its start (``Guards.resolve``)."""
     return task_id[-8:]

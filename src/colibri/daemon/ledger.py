@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import msgspec
 from colibri.core.errors import RootError
 from colibri.core.model import LedgerEntry
 from colibri.daemon import crashpoints
+from colibri.daemon.clock import Clock, SystemClock
 from colibri.privatefiles import open_private
 from colibri.store import Store
 
@@ -54,8 +54,12 @@ def _last_seq(lines: bytes | bytearray) -> int | None:
 
 
 class LedgerMirror:
-    def __init__(self, path: Path, rotate_bytes: int = 0, keep: int = 5) -> None:
+    def __init__(
+        self, path: Path, rotate_bytes: int = 0, keep: int = 5, clock: Clock | None = None
+    ) -> None:
         self.path = path
+        #: For when a broken mirror is tried again, and the names of files set aside.
+        self.clock: Clock = clock or SystemClock()
         #: Rotate once ``ledger.jsonl`` has at least this many bytes; 0 never.
         self.rotate_bytes = rotate_bytes
         #: Rotated files kept: ``ledger.jsonl.1`` to ``ledger.jsonl.<keep>``.
@@ -122,7 +126,7 @@ class LedgerMirror:
         """Rename ``ledger.jsonl`` (whatever it is: a link is renamed, not followed) out of
         the way; OSError if even that fails."""
         self.close()
-        aside = self.path.with_name(f"{self.path.name}.{time.time_ns() // 1_000_000}.aside")
+        aside = self.path.with_name(f"{self.path.name}.{int(self.clock.time() * 1000)}.aside")
         os.rename(self.path, aside)
         log.warning(
             f"{self.path.name} {why}; set aside, and written anew from the store",
@@ -272,7 +276,7 @@ class LedgerMirror:
 
     def _failed(self, message: str, exc: Exception) -> None:
         self.broken = True
-        self.retry_at = time.monotonic() + REPAIR_EVERY
+        self.retry_at = self.clock.monotonic() + REPAIR_EVERY
         log.error(
             f"{message}; will catch up from the store",
             extra={"event": "ledger_mirror_failed", "error": str(exc)},

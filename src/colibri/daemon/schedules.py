@@ -18,6 +18,7 @@ from collections.abc import Callable
 import msgspec
 
 from colibri.core import schedules as math
+from colibri.core.backoff import Backoff
 from colibri.core.errors import (
     BadRequest,
     ColibriError,
@@ -313,18 +314,19 @@ class ScheduleRunner:
     ) -> None:
         """Sleep until the next due time (or a change), fire, hand the batch to the server;
         a fire that fails half-way fails the batch (``on_failed``): nothing of it commits."""
-        failures = 0
+        failing = Backoff(1.0, MAX_SLEEP)  # after a fire that failed: 1 s, doubling
+        pause = 0.0
         while True:
             self.changed.clear()
             wake = self.next_wake()
             delay = (
                 MAX_SLEEP if wake is None else min(MAX_SLEEP, max(0.0, wake - self.clock.time()))
             )
-            if failures:
+            if pause:
                 # The batch was rolled back and reloaded, so the same fire is due again at
                 # once: wait (1 s, doubling, at most a minute) rather than fail, roll back
                 # and rebuild the whole board in a hot loop while the store is down.
-                await asyncio.sleep(min(MAX_SLEEP, 2.0 ** (failures - 1)))
+                await asyncio.sleep(pause)
                 delay = 0.0
             if delay > 0:
                 try:
@@ -337,9 +339,10 @@ class ScheduleRunner:
                 await asyncio.sleep(0)  # the last batch's commit, and requests, go first
             try:
                 self.fire_due()
-                failures = 0
+                failing.reset()
+                pause = 0.0
             except Exception as exc:
-                failures += 1
+                pause = failing.next()
                 log.exception(
                     "schedule fire failed; its batch is rolled back",
                     extra={"event": "schedule_failed", "error": str(exc)},

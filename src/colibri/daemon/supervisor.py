@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from colibri.config import HOST_ENV, Config
+from colibri.core import backoff
 from colibri.core.errors import RootError
 from colibri.core.events import HarnessExited
 from colibri.core.model import HarnessStatus, rfc3339
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 
 CHECK_EVERY = 0.5
 STOP_GRACE = 10.0
+#: The pause before a harness that exited is started again, doubled at each exit since.
+RESTART_FIRST = 1.0
 #: The end of a harness's log read for why it exited (bytes), and the longest reason kept.
 FAILURE_TAIL = 4096
 FAILURE_LENGTH = 300
@@ -221,7 +224,7 @@ class Supervisor:
         harness.locked = False
         harness.exits.append(now)
         limits = self.settings
-        delay = min(limits.max_backoff, 2.0 ** (len(harness.exits) - 1))
+        delay = backoff.delay(len(harness.exits), RESTART_FIRST, limits.max_backoff)
         harness.next_start = now + delay
         if len(harness.exits) == limits.crash_loop and now - harness.exits[0] < limits.crash_window:
             harness.degraded_until = now + limits.cool_down

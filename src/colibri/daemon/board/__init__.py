@@ -38,7 +38,8 @@ from colibri.daemon.board.audience import Audience, Subscription
 from colibri.daemon.board.batch import Batch, Message, Peer
 from colibri.daemon.board.capacity import BREAKER_AFTER, BREAKER_COOL_DOWN, Capacity, LiveAgent
 from colibri.daemon.board.dispatch import Dispatcher
-from colibri.daemon.board.intake import Intake, continue_after, new_task_id
+from colibri.daemon.board.ids import continue_after, new_task_id
+from colibri.daemon.board.intake import Intake
 from colibri.daemon.board.known import KnownAgents
 from colibri.daemon.board.presence import Presence
 from colibri.daemon.board.queue import Queue

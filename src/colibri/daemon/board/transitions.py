@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from colibri.config import SchedulerSettings
-from colibri.core import states
+from colibri.core import backoff, states
 from colibri.core.errors import IllegalTransition, UnknownTask
 from colibri.core.model import Cost, LedgerEntry, Task, rfc3339
 from colibri.core.states import State
@@ -161,7 +161,7 @@ class Transitions:
     def end_session(self, task: Task, error: str) -> Task:
         """A running task's session is gone without out: retry if attempts remain, else fail."""
         if task.attempts < task.max_attempts:
-            delay = min(self.settings.retry_backoff * 2 ** (task.attempts - 1), MAX_RETRY_DELAY)
+            delay = backoff.delay(task.attempts, self.settings.retry_backoff, MAX_RETRY_DELAY)
             self.capacity.release(task)
             retry = self.move(
                 task,

@@ -1,0 +1,225 @@
+"""The commands on tasks: submissions, reads of tasks, costs and the ledger, and what an
+operator does to a task (cancel, retry, answer, wait for it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from colibri.core import protocol as p
+from colibri.core import sizes, states
+from colibri.core.errors import BadRequest, ColibriError, UnknownParent, UnknownTask
+from colibri.core.model import DEFAULT_TENANT, HarnessStatus, Task, TaskSpec
+from colibri.core.states import State
+from colibri.daemon.board import Board
+from colibri.daemon.guards import Guards
+from colibri.daemon.pages import TOKEN_FAMILY_BYTES, TOKEN_LIST, ledger_page, past, task_page
+from colibri.store import TaskFilter
+
+if TYPE_CHECKING:
+    from colibri.daemon.connection import Connection
+    from colibri.daemon.server import Server
+    from colibri.daemon.supervisor import Supervisor
+
+Reply = dict[str, Any] | None
+
+
+class TaskCommands:
+    def __init__(
+        self, board: Board, guards: Guards, server: Server, supervisor: Supervisor
+    ) -> None:
+        self.board = board
+        self.guards = guards
+        #: For the shares of waits and ledger follows, and the ledger's followers.
+        self.server = server
+        self.supervisor = supervisor
+
+    def intake_task(self, req: p.TaskFields, conn: Connection) -> Reply:
+        # create-task too: its spec carries the agent it is pinned to.
+        spec = self._submission(req, conn)
+        task, created = self.board.submit(
+            spec, idempotency_key=req.idempotency_key, claim=req.claim
+        )
+        return self._submitted(task, created, conn)
+
+    def submit_all(self, req: p.SubmitAll, conn: Connection) -> Reply:
+        """Every submission checked — each as if those before it had been taken — before any
+        is written: all of them, in this batch's transaction, or none."""
+        submissions = []
+        for index, item in enumerate(req.tasks):
+            try:
+                if item.claim is not None:
+                    raise BadRequest("a hand-off (claim) is submitted alone, with submit")
+                submissions.append((self._submission(item, conn), item.idempotency_key))
+            except ColibriError as exc:
+                exc.index = index
+                raise
+        made = self.board.submit_all(submissions)
+        return {"tasks": [self._submitted(task, created, conn) for task, created in made]}
+
+    def _submission(self, req: p.TaskFields, conn: Connection) -> TaskSpec:
+        """A submission's spec as the connection may make it, or why not: its parent's whole
+        id, among the tasks it sees; a token's tenant; a hand-off by the holder's token only;
+        a tenant this daemon serves."""
+        spec = req.spec()
+        principal = self.guards.principal(conn)
+        if spec.parent is not None:
+            spec = msgspec.structs.replace(spec, parent=self.guards.resolve(conn, spec.parent))
+        if not principal.is_owner:
+            spec = msgspec.structs.replace(spec, tenant=principal.tenant_for(spec.tenant))
+            if spec.parent is not None:
+                try:
+                    parent = self.guards.task(conn, spec.parent)
+                except UnknownTask:
+                    raise UnknownParent(spec.parent) from None
+                if req.claim is not None and parent.state == State.RUNNING:
+                    # A hand-off is its parent's session reporting: by the holder's token only.
+                    self.guards.reporter(
+                        conn, "a hand-off", parent.id, parent.epoch, from_session=True,
+                        claim=req.claim,
+                    )  # fmt: skip
+        self.board.tenancy.check(spec.tenant)
+        return spec
+
+    def _submitted(self, task: Task, created: bool, conn: Connection) -> dict[str, Any]:
+        reply: dict[str, Any] = {"task": task, "created": created}
+        waits = self.board.waits_because(task) if created else None
+        if waits is None and created:
+            down = self._harnesses_down(task, conn, lambda: self._anyone_online(task.tenant))
+            if down:
+                waits = "; ".join(h.line() for h in down)
+        if waits is not None:
+            reply["waits"] = waits
+        return reply
+
+    def _anyone_online(self, tenant: str) -> bool:
+        return any(a.online and a.tenant == tenant for a in self.board.agents.values())
+
+    def _harnesses_down(
+        self, task: Task, conn: Connection, anyone_can: Callable[[], bool]
+    ) -> list[HarnessStatus]:
+        """The workspace harnesses that would serve ``task`` but exited, and whose agent is
+        not online since: the harness of its workspace (or of the workspace it is pinned to);
+        for a task of no workspace, every one, if no other agent can take it (``anyone_can``).
+        Said to the root's owner only: the workspaces are the default tenant's, and their
+        harnesses' words are the host's."""
+        if (
+            not self.guards.principal(conn).is_owner
+            or task.tenant != DEFAULT_TENANT
+            or task.state != State.PENDING
+        ):
+            return []
+        everywhere = task.workspace is None and not (task.pinned and task.agent is not None)
+        if task.workspace is not None:
+            names = [task.workspace]
+        elif not everywhere:
+            names = [str(task.agent)]
+        else:
+            names = list(self.supervisor.harnesses)
+        down = []
+        for name in names:
+            harness = self.supervisor.harnesses.get(name)
+            if harness is None or harness.last_failure is None:
+                continue
+            agent = self.board.agents.get(name)
+            if agent is not None and agent.online and agent.peer is not None:
+                continue  # it came back: its agent serves
+            down.append(harness.status(self.supervisor.clock.monotonic()))
+        if down and everywhere and anyone_can():
+            return []  # a task of no workspace that another agent can take
+        return down
+
+    def get(self, req: p.Get, conn: Connection) -> Reply:
+        return {"task": self.guards.task(conn, self.guards.resolve(conn, req.task))}
+
+    def list_tasks(self, req: p.ListTasks, conn: Connection) -> Reply:
+        """Up to ``limit`` tasks, and fewer when they would pass REPLY_BUDGET bytes: read
+        from the store a page at a time, so a long page is never built whole. Oldest first,
+        or newest first (``newest``); ``next`` is where the next page starts, in that order."""
+        principal = self.guards.principal(conn)
+        tenant = principal.tenant_for(req.tenant)
+        if tenant is not None:
+            self.board.tenancy.check(tenant)
+        parent = None if req.parent is None else self.guards.resolve(conn, req.parent)
+        limit = req.limit if principal.is_owner else min(req.limit, TOKEN_LIST)
+        query = TaskFilter(
+            state=req.state, outcome=req.outcome, agent=req.agent, workspace=req.workspace,
+            parent=parent, tenant=tenant, after=req.after, before=req.before,
+            newest=req.newest, limit=limit,
+        )  # fmt: skip
+        tasks, exhausted = task_page(self.board, query)
+        last = tasks[-1].id if tasks and not exhausted else None
+        reply: dict[str, Any] = {"tasks": tasks, "next": last}
+        if req.count:
+            reply["remaining"] = (
+                0 if last is None else self.board.store.count_tasks(past(query, last))
+            )
+        return reply
+
+    def cancel(self, req: p.Cancel, conn: Connection) -> Reply:
+        task_id = self.guards.seen_task(conn, req.task)
+        cancelled = self.board.cancel(task_id, req.reason)
+        return {"cancelled": [t.id for t in cancelled]}
+
+    def cost(self, req: p.CostTotals, conn: Connection) -> Reply:
+        since = req.since or ""
+        if since:
+            from colibri.core.model import parse_rfc3339, rfc3339
+
+            try:
+                since = rfc3339(parse_rfc3339(since if "T" in since else since + "T00:00:00Z"))
+            except ValueError:
+                raise BadRequest(
+                    f"since {req.since!r} is not a time: write 2026-11-30 or 2026-11-30T08:00:00Z"
+                ) from None
+        rows = self.board.store.cost_totals(req.by, since, self.guards.principal(conn).tenant)
+        return {"by": req.by, "since": since or None, "totals": rows}
+
+    def family(self, req: p.Family, conn: Connection) -> Reply:
+        task_id = self.guards.seen_task(conn, req.task)
+        budget = sizes.REPLY_BUDGET if self.guards.principal(conn).is_owner else TOKEN_FAMILY_BYTES
+        top, members, complete = self.board.family(task_id, budget)
+        return {"root": top, "tasks": members, "complete": complete}
+
+    def retry(self, req: p.Retry, conn: Connection) -> Reply:
+        task_id = self.guards.seen_task(conn, req.task)
+        return {"task": self.board.retry(task_id)}
+
+    def why(self, req: p.Why, conn: Connection) -> Reply:
+        task_id = self.guards.seen_task(conn, req.task)
+        reply = self.board.why(task_id)
+        # No agent can take it: a workspace harness that keeps exiting may be why.
+        eligible = any(row["eligible"] for row in reply["agents"])
+        down = [] if eligible else self._harnesses_down(reply["task"], conn, lambda: False)
+        if down:
+            reply["summary"] += " — " + "; ".join(h.line() for h in down)
+        reply["harnesses"] = down
+        return reply
+
+    def wait(self, req: p.Wait, conn: Connection) -> Reply:
+        task_id = self.guards.resolve(conn, req.task)
+        if self.guards.task(conn, task_id).state not in states.ENDED:
+            self.server.check_share(conn, "waits")
+        task = self.board.wait(conn, req.id, task_id)
+        return None if task is None else {"task": task}
+
+    def answer(self, req: p.Answer, conn: Connection) -> Reply:
+        task_id = self.guards.seen_task(conn, req.task)
+        return {"task": self.board.answer(task_id, req.text)}
+
+    def ledger(self, req: p.Ledger, conn: Connection) -> Reply:
+        """Up to ``limit`` rows after ``after``, fewer when they would pass REPLY_BUDGET."""
+        principal = self.guards.principal(conn)
+        if req.follow and not conn.follows_ledger:
+            self.server.check_share(conn, "follows")
+        task_id = None
+        if req.task is not None:
+            task_id = self.guards.resolve(conn, req.task)
+            if not principal.is_owner:
+                self.guards.task(conn, task_id)
+        reply = ledger_page(self.board, principal, req.after, req.limit, task_id)
+        if req.follow:
+            self.server.follow_ledger(conn, task_id)
+        return reply
