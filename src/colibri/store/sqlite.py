@@ -23,7 +23,7 @@ from colibri.core.model import Agent, LedgerEntry, Task
 from colibri.core.schedules import Schedule
 from colibri.core.tokens import Token
 from colibri.store import sql
-from colibri.store.base import StoreConflict, TaskFilter
+from colibri.store.base import StoreConflict
 from colibri.store.rows import (
     agent_from_row,
     agent_row,
@@ -36,6 +36,7 @@ from colibri.store.rows import (
     token_row,
 )
 from colibri.store.sqlite_schema import open_board
+from colibri.store.task_query import TaskFilter
 
 _Q = sql.load("sqlite")
 _json = msgspec.json.Encoder()

@@ -19,7 +19,7 @@ from colibri.core.model import DEFAULT_TENANT, Agent, LedgerEntry, Task
 from colibri.core.schedules import Schedule
 from colibri.core.tokens import Token
 from colibri.store import sql
-from colibri.store.base import StoreConflict, TaskFilter
+from colibri.store.base import StoreConflict
 from colibri.store.postgres.commit import Committing
 from colibri.store.postgres.schema import _Q, migrate
 from colibri.store.postgres.unit import _text
@@ -33,6 +33,7 @@ from colibri.store.rows import (
     token_from_row,
     token_row,
 )
+from colibri.store.task_query import TaskFilter
 
 _json = msgspec.json.Encoder()
 _schedule_decoder = msgspec.json.Decoder(Schedule)
