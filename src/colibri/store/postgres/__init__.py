@@ -23,9 +23,16 @@ from __future__ import annotations
 
 from colibri.store.leases import Survey, is_postgres
 from colibri.store.postgres.admin import grant_role, hand_over, hive_list, lease_holder_of
-from colibri.store.postgres.connection import LEAST_SILENCE, _connect, shown_location
+from colibri.store.postgres.connection import (
+    _NAME_TENANTS,
+    LEAST_SILENCE,
+    _connect,
+    _first_line,
+    shown_location,
+)
 from colibri.store.postgres.lease import TAKING_ROUND_TRIPS, BoardLease
 from colibri.store.postgres.schema import (
+    _BOARD_KEY,
     _COLUMNS,
     _MIGRATIONS,
     SCHEMA_VERSION,
@@ -33,17 +40,22 @@ from colibri.store.postgres.schema import (
     live_lease,
 )
 from colibri.store.postgres.store import PostgresStore
+from colibri.store.postgres.unit import _text
 
 __all__ = [
     "LEAST_SILENCE",
     "SCHEMA_VERSION",
     "TAKING_ROUND_TRIPS",
+    "_BOARD_KEY",
     "_COLUMNS",
     "_MIGRATIONS",
+    "_NAME_TENANTS",
     "BoardLease",
     "PostgresStore",
     "Survey",
     "_connect",
+    "_first_line",
+    "_text",
     "check_shape",
     "grant_role",
     "hand_over",
