@@ -25,7 +25,7 @@ NOT_REPORTED = {
     "colibri.store.base.BatchRefused",
     "colibri.agent.backends.base.StartFailed",
     # Turned into psycopg's OperationalError, and so StorageUnavailable, where it is caught.
-    "colibri.store.postgres._Silent",
+    "colibri.store.postgres.connection._Silent",
 }
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from colibri.store.base import BatchRefused, Store, StoreConflict, TaskFilter, named_task
+from colibri.store.base import BatchRefused, Store, StoreConflict
+from colibri.store.leases import is_postgres
+from colibri.store.task_query import TaskFilter, named_task
 
 __all__ = ["BatchRefused", "Store", "StoreConflict", "TaskFilter", "named_task", "open_store"]
 
@@ -11,7 +13,7 @@ def open_store(location: str, *, durability: str = "full", lease_ttl: float | No
     """Open (creating and migrating if needed) the store at a file path, or on the PostgreSQL
     database a ``postgresql://`` connection string names — for a daemon holding a lease of
     ``lease_ttl`` seconds, with its waits bounded by it (``PostgresStore._bound``)."""
-    if location.startswith(("postgresql://", "postgres://")):
+    if is_postgres(location):
         from colibri.store.postgres import PostgresStore
 
         return PostgresStore(location, durability=durability, lease_ttl=lease_ttl)

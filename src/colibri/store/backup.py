@@ -31,7 +31,7 @@ from urllib.request import pathname2url
 
 from colibri.core.errors import ConfigError, FileExists, OsFailure
 from colibri.store import sql
-from colibri.store.postgres import is_postgres
+from colibri.store.leases import is_postgres
 from colibri.store.sqlite_schema import APPLICATION_ID, COMPANIONS, refuse_links
 
 #: Pages copied per step (4 MiB with SQLite's default 4 KiB pages), and the pause after each.

@@ -29,19 +29,11 @@ from colibri.core.errors import ConfigError, CopyConflict, LockHeld, StorageUnav
 from colibri.core.model import check_name, rfc3339
 from colibri.core.schedules import Schedule
 from colibri.store import sql
-from colibri.store.postgres import (
-    _BOARD_KEY,
-    _MIGRATIONS,
-    _NAME_TENANTS,
-    SCHEMA_VERSION,
-    PostgresStore,
-    _connect,
-    _first_line,
-    _text,
-    is_postgres,
-    live_lease,
-    shown_location,
-)
+from colibri.store.leases import is_postgres
+from colibri.store.postgres.connection import _NAME_TENANTS, _connect, _first_line, shown_location
+from colibri.store.postgres.schema import _BOARD_KEY, _MIGRATIONS, SCHEMA_VERSION, live_lease
+from colibri.store.postgres.store import PostgresStore
+from colibri.store.postgres.unit import _text
 from colibri.store.rows import (
     agent_from_row,
     agent_row,

@@ -18,9 +18,9 @@ import msgspec
 
 from colibri.core.errors import ConfigError
 from colibri.store import sql
-from colibri.store.base import TaskFilter, named_task
 from colibri.store.rows import ledger_from_row
 from colibri.store.sqlite_schema import APPLICATION_ID, SCHEMA_VERSION, refuse_links
+from colibri.store.task_query import TaskFilter, named_task
 
 _Q = sql.load("sqlite")
 

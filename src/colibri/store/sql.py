@@ -7,7 +7,7 @@ from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from colibri.store.base import TaskFilter
+    from colibri.store.task_query import TaskFilter
 
 _BLOCK = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 

@@ -1,0 +1,358 @@
+"""The PostgreSQL store's unit of work: a batch, its writes held and sent together.
+
+A batch is an explicit ``BEGIN`` … ``COMMIT``, as on SQLite, so reads outside a batch hold no
+snapshot. Its writes are held (``defers_writes``): its task inserts and updates, questions,
+ledger rows, tenants, skills and token uses wait in memory until the batch's next read, a
+write that is sent at once, or its commit, and then go in one pipelined round trip,
+consecutive writes of one statement as one ``executemany``. A batch of any size costs three
+round trips: its opening (``BEGIN``, the lease's fence, the writers' lock — a
+transaction-level advisory lock of the board, so two writers queue rather than interleave —
+and the ledger's highest ``seq``, all pipelined), its writes, and its ``COMMIT``. The ledger's
+``seq`` is numbered by the store, not by a sequence (which would leave gaps on a rollback): one
+more than the highest committed, once the lock is held. A held write the rows refuse (a taken
+id, a compare-and-set that found the row moved) loses the whole batch where it is sent
+(``BatchRefused``): the daemon's memory holds the open tasks, so that is a bug, and it rolls
+the batch back. The writes whose answer a caller needs at once (an agent's or schedule's name
+of another tenant, a fire recorded twice, a token id taken, a revocation) are sent at once,
+each that may be refused under a savepoint, so that the batch's earlier writes stand.
+
+Row-level security: a batch names its tenants (``tenants``) in the statement that takes the
+writers' lock (no round trip of its own); a read outside a batch goes in a transaction of its
+own (``StoreConnection._read``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from colibri.core.errors import LeaseLost, StorageUnavailable
+from colibri.core.model import LedgerEntry
+from colibri.store.base import BatchRefused
+from colibri.store.leases import BOARD_LEASE, lease_tenant
+from colibri.store.postgres.connected import StoreConnection
+from colibri.store.postgres.connection import _NAME_TENANTS, _first_line
+from colibri.store.postgres.schema import _BOARD_KEY, _Q
+from colibri.store.rows import ledger_row
+
+if TYPE_CHECKING:
+    import psycopg
+
+#: The unique indexes of ``tasks`` and what a violation of each means.
+_TAKEN = {
+    "tasks_pkey": "a task id is taken",
+    "tasks_idempotency": "a tenant's idempotency key is taken",
+}
+#: What every write transaction takes first (after the fence): the lock that queues the
+#: writers of one board, and what tells its outcome if the COMMIT's answer is lost — the
+#: transaction's id, its backend and the server's start (``PostgresStore._outcome``).
+_WRITERS_LOCK = (
+    "SELECT pg_advisory_xact_lock((" + _BOARD_KEY + ")), txid_current() AS xid, "
+    "pg_backend_pid() AS backend, pg_postmaster_start_time() AS started, "
+    "set_config('colibri.tenants', %s, true) AS tenants "
+    # Set first (the FROM is evaluated before the list): how long the batch waits for the lock,
+    # and how long its transaction may sit idle (its daemon stopped mid-batch) before the
+    # server ends it — and with it the lock that every daemon's batches queue on.
+    "FROM (SELECT set_config('lock_timeout', %s, true), "
+    "set_config('idle_in_transaction_session_timeout', %s, true)) AS bounded"
+).encode()
+
+
+@dataclass
+class _Write:
+    """Writes of one statement held for the batch's next sending (``PostgresStore._hold``)."""
+
+    #: The statement's name in ``postgresql.sql``.
+    query: str
+    #: Its parameters, one entry per execution.
+    rows: list[Any]
+    #: ``compare-and-set``: every execution must change one row, or the batch is refused.
+    kind: str = ""
+    #: The tenants named for these writes alone (``*``: rows that are the whole board's).
+    tenants: str = ""
+
+
+def _leases_lost(fence: tuple[str, list[str], list[int]], held: set[str]) -> str:
+    """Which of the fence's leases (``board``, ``tenant/acme``) were not found held."""
+    lost = [
+        ("on the board" if name == BOARD_LEASE else f"of tenant {lease_tenant(name)}")
+        + f" (epoch {epoch})"
+        for name, epoch in zip(fence[1], fence[2], strict=True)
+        if name not in held
+    ]
+    leases = "lease" if len(lost) == 1 else "leases"
+    return f"this daemon's {leases} {', '.join(lost)} passed to another daemon (or expired)"
+
+
+def _text(row: dict[str, Any]) -> dict[str, Any]:
+    """``rows.py`` writes JSON as bytes (SQLite's BLOB-or-TEXT); PostgreSQL's columns are text."""
+    return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in row.items()}
+
+
+class UnitOfWork(StoreConnection):
+    """A ``PostgresStore``'s batches: opened, written to (held, or at once), read within, and
+    ended; lost as a whole when any part of one fails (``_lost``), until ``rollback``."""
+
+    def __init__(
+        self, dsn: str, *, durability: str = "full", lease_ttl: float | None = None
+    ) -> None:
+        super().__init__(dsn, durability=durability, lease_ttl=lease_ttl)
+        #: Whether a batch is open: written to, not yet committed or rolled back.
+        self._dirty = False
+        #: Whether its transaction is open on the server (``_begin``), not only in ``_writes``.
+        self._begun = False
+        #: The next ledger seq of the open batch (known once its transaction is begun).
+        self._next_seq: int | None = None
+        #: The batch's writes not yet sent (``defers_writes``), in order, consecutive ones of
+        #: one statement together; and its ledger rows, numbered as they are sent.
+        self._writes: list[_Write] = []
+        self._unsent: list[LedgerEntry] = []
+        #: ``(owner, lease rows, their epochs)`` of the leases this store writes under
+        #: (``BoardLease.fence``): every batch checks them first, holding the rows so that no
+        #: takeover can commit in between.
+        self.fence: tuple[str, list[str], list[int]] | None = None
+        #: The tenants this store's transactions name for row-level security: ``*`` is every one.
+        self.tenants = "*"
+        #: The open batch's transaction id, backend and server start (see ``_writing``), and
+        #: its first ledger row: what tells its outcome if its COMMIT's answer is lost.
+        self._opened: dict[str, Any] | None = None
+        self._first_row: dict[str, Any] | None = None
+        #: What a lost batch's calls raise: the storage failed, the lease passed, or a write
+        #: was refused as it was sent.
+        self._lost_as: type[Exception] = StorageUnavailable
+
+    def _begin(self) -> None:
+        """Open the batch's transaction on the server, in one round trip: ``BEGIN``, the
+        lease's fence, the writers' lock (with the batch's tenants named), and the highest
+        ledger seq its rows are numbered after."""
+        import psycopg
+
+        conn = self._conn
+        with conn.pipeline():
+            conn.execute(b"BEGIN")
+            fenced = None
+            if self.fence is not None:
+                fenced = conn.execute(_Q["lease_fence"].encode(), self.fence)
+            # The transaction's id, its backend and the server's start, taken with the
+            # writers' lock: if the connection breaks while the COMMIT is on its way,
+            # PostgreSQL can still say whether it committed (``_outcome``).
+            opened = conn.execute(_WRITERS_LOCK, (self.tenants, *self.bounds))
+            top = conn.execute(_Q["ledger_top"].encode())
+        if fenced is not None and self.fence is not None:
+            held = {row["name"] for row in fenced.fetchall()}
+            if len(held) != len(self.fence[1]):
+                self._lost = f"{_leases_lost(self.fence, held)}; nothing was written"
+                self._lost_as = LeaseLost
+                # Not left open: the batch's reads would go on in a transaction that names
+                # no tenant, and see nothing. (A connection that breaks meanwhile ends it too.)
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute(b"ROLLBACK")
+                raise LeaseLost(self._lost)
+        self._opened = opened.fetchone()
+        found = top.fetchone()
+        self._next_seq = int(found["seq"] if found else 0) + 1
+        self._begun = True
+
+    @contextmanager
+    def _writing(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        """A write sent at once, inside the batch's transaction: the writes held before it
+        go first (``_send``), so the order of the batch is kept."""
+        import psycopg
+
+        self._check_lost()
+        self._send()
+        try:
+            yield self._conn
+        except (psycopg.OperationalError, psycopg.errors.InternalError) as exc:
+            self._lose(exc)
+        except psycopg.errors.InFailedSqlTransaction as exc:
+            self._lose(exc)
+
+    def _check_lost(self) -> None:
+        """A lost batch refuses every call of it, as it was lost, until ``rollback``."""
+        if self._lost:
+            raise self._lost_as(self._lost)
+
+    def _hold(self, query: str, row: Any, kind: str = "", tenants: str = "") -> None:
+        """A write held until the batch is sent (``_send``): its next read, a write sent at
+        once, or the commit. Consecutive writes of one statement go as one ``executemany``."""
+        self._check_lost()
+        self._dirty = True
+        last = self._writes[-1] if self._writes else None
+        if last is not None and last.query == query and last.tenants == tenants:
+            last.rows.append(row)
+        else:
+            self._writes.append(_Write(query, [row], kind, tenants))
+
+    def _send(self) -> None:
+        """Send what the batch holds, in one pipelined round trip (after ``_begin``, once a
+        batch): its writes in order, then its ledger rows, numbered now. A write refused
+        here — a task id or idempotency key taken, a compare-and-set that found the row
+        moved — loses the whole batch: ``BatchRefused``, and every later call of the batch
+        raises until ``rollback``. So does anything else that stops a sending half-way: what
+        reached the server of it may be applied, what did not is not."""
+        import psycopg
+
+        self._check_lost()
+        self._dirty = True
+        conn = self._conn
+        try:
+            if not self._begun:
+                self._begin()
+            if not self._writes and not self._unsent:
+                return
+            writes, self._writes = self._writes, []
+            rows = self._number(self._unsent)
+            self._unsent = []
+            counted: list[tuple[_Write, psycopg.Cursor[dict[str, Any]]]] = []
+            with conn.pipeline():
+                for write in writes:
+                    if write.tenants:
+                        conn.execute(_NAME_TENANTS, (write.tenants,))
+                    cursor = conn.cursor()
+                    if len(write.rows) == 1:
+                        cursor.execute(_Q[write.query].encode(), write.rows[0])
+                    else:
+                        cursor.executemany(_Q[write.query].encode(), write.rows)
+                    if write.kind == "compare-and-set":
+                        counted.append((write, cursor))
+                    if write.tenants:
+                        conn.execute(_NAME_TENANTS, (self.tenants,))
+                if rows:
+                    conn.cursor().executemany(_Q["insert_ledger"].encode(), rows)
+        except LeaseLost:
+            raise  # (the batch is lost already, as a lease lost)
+        except psycopg.errors.UniqueViolation as exc:
+            taken = _TAKEN.get(exc.diag.constraint_name or "")
+            if taken is None:
+                self._refused(_first_line(exc), exc)
+            # (Row-level security keeps the key's value out of the server's message.)
+            inserted = [row["id"] for write in writes if write.query == "insert_task"
+                        for row in write.rows]  # fmt: skip
+            shown = ", ".join(inserted[:5]) + (
+                f" and {len(inserted) - 5} more" * (len(inserted) > 5)
+            )
+            self._refused(f"{taken} by one of the batch's new tasks ({shown})", exc)
+        except (psycopg.OperationalError, psycopg.errors.InternalError) as exc:
+            self._lose(exc)
+        except psycopg.errors.InFailedSqlTransaction as exc:
+            self._lose(exc)
+        except psycopg.Error as exc:
+            # Refused by the server for another reason (a check, a policy), or by the driver (a
+            # value it cannot send): a write the board should never have made. Lost with the
+            # batch, as a taken id is.
+            self._refused(_first_line(exc), exc)
+        except BaseException:
+            # Stopped half-way by anything else (a bug): some of the batch may have reached
+            # the server, the rest not. It must never commit: lost, and the error goes on.
+            self._abandon("its sending stopped half-way")
+            raise
+        for write, cursor in counted:
+            if cursor.rowcount != len(write.rows):
+                moved = len(write.rows) - max(cursor.rowcount, 0)
+                self._refused(
+                    f"{moved} of the batch's {len(write.rows)} task updates found the row in "
+                    "another state or epoch than expected, or no such task",
+                    None,
+                )
+
+    def _refused(self, why: str, exc: Exception | None) -> NoReturn:
+        self._abandon(f"a write of it was refused when it was sent: {why}")
+        raise BatchRefused(self._lost) from exc
+
+    def _abandon(self, why: str) -> None:
+        """Lose the batch (``BatchRefused`` for every later call until ``rollback``) and end
+        its transaction on the server."""
+        self._lost = f"this batch is lost ({why}); nothing of it was written"
+        self._lost_as = BatchRefused
+        if not self._conn.broken:
+            with contextlib.suppress(Exception):
+                self._conn.execute(b"ROLLBACK")
+
+    def _lose(self, exc: Exception) -> None:
+        error = StorageUnavailable(
+            f"the PostgreSQL board could not write ({_first_line(exc)}); nothing was changed"
+        )
+        self._lost, self._lost_as = error.message, StorageUnavailable
+        raise error from None
+
+    def _end_batch(self) -> None:
+        self._dirty = False
+        self._begun = False
+        self._next_seq = None
+        self._opened = None
+        self._first_row = None
+        self._writes.clear()
+        self._unsent.clear()
+
+    def _rows(self, query: str, args: Any = (), tenants: str = "") -> list[dict[str, Any]]:
+        """The rows of a read, seen as the store's ``tenants`` see them (or as ``tenants``)."""
+        import psycopg
+
+        try:
+            if not self._dirty:
+                return self._read(query.encode(), args, tenants or self.tenants)
+            self._send()  # what the batch holds, so that the read sees it
+            try:
+                with self._naming(self._conn, tenants or self.tenants):
+                    return self._conn.execute(query.encode(), args).fetchall()
+            except psycopg.Error as exc:
+                if not isinstance(exc, psycopg.OperationalError):
+                    # Refused inside the batch (a bug): the server aborted its transaction.
+                    self._abandon(f"a read inside it failed: {_first_line(exc)}")
+                raise
+        except psycopg.OperationalError as exc:
+            error = StorageUnavailable(
+                f"the PostgreSQL board could not be read ({_first_line(exc)})"
+            )
+            if self._dirty:  # and the batch went with the connection
+                self._lost, self._lost_as = error.message, StorageUnavailable
+            raise error from None
+
+    @contextmanager
+    def _naming(self, conn: psycopg.Connection[dict[str, Any]], tenants: str) -> Iterator[None]:
+        """Inside a batch: the statements within see (and write) as ``tenants`` name, then as
+        the store's own again — rows that are the whole board's, not one tenant's: tokens (a
+        token of any tenant is read, and made, by any daemon), tenants' names."""
+        if tenants == self.tenants:
+            yield
+            return
+        conn.execute(_NAME_TENANTS, (tenants,))
+        try:
+            yield
+        finally:
+            conn.execute(_NAME_TENANTS, (self.tenants,))
+
+    def _one(self, query: str, args: Any = (), tenants: str = "") -> dict[str, Any] | None:
+        rows = self._rows(query, args, tenants)
+        return rows[0] if rows else None
+
+    def _number(self, entries: list[LedgerEntry]) -> list[dict[str, Any]]:
+        """Number the batch's ledger rows after those before them (the transaction holds the
+        writers' lock by now: nobody else numbers), each ``seq`` set on its entry."""
+        rows = []
+        for entry in entries:
+            assert self._next_seq is not None
+            entry.seq = self._next_seq
+            self._next_seq += 1
+            row = _text(ledger_row(entry))
+            row["seq"] = entry.seq
+            if self._first_row is None:
+                self._first_row = row
+            rows.append(row)
+        return rows
+
+    @contextmanager
+    def _refusable(self, conn: psycopg.Connection[dict[str, Any]]) -> Iterator[None]:
+        """A statement that may be refused, under a savepoint: a refusal spares the batch."""
+        conn.execute("SAVEPOINT refusable")
+        try:
+            yield
+        except BaseException:
+            conn.execute("ROLLBACK TO SAVEPOINT refusable")
+            raise
+        finally:
+            conn.execute("RELEASE SAVEPOINT refusable")
