@@ -309,6 +309,7 @@ def backup(ctx: Context, path: str, store: str | None, force: bool, as_json: boo
     """Copy the board to PATH (a file, or a folder to put a dated copy in): one consistent
     snapshot, taken while the daemon runs or not. Restore: docs/OPERATIONS.md."""
     from colibri.core.errors import RootError
+    from colibri.core.leases import is_postgres
     from colibri.store.backup import backup_board
 
     root: Path | None
@@ -318,7 +319,7 @@ def backup(ctx: Context, path: str, store: str | None, force: bool, as_json: boo
         root = ctx.root()
         store = load_config(root).store
     else:
-        if not store.startswith(("postgresql://", "postgres://")):
+        if not is_postgres(store):
             store = os.path.abspath(os.path.expanduser(store))
         try:
             root = ctx.root()

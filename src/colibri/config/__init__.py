@@ -39,6 +39,7 @@ from colibri.config.settings import (
 from colibri.config.template import TEMPLATE
 from colibri.config.tenancy import served_tenants, shares_tenants
 from colibri.core.errors import ConfigError, shown
+from colibri.core.leases import is_postgres
 from colibri.layout import CONFIG_NAME, RootLayout
 
 if TYPE_CHECKING:
@@ -263,7 +264,7 @@ def load_config(
             f"{shown(configured_path)}"
         )
     store_path = store or configured_path or str(RootLayout(root).store)
-    if not store_path.startswith(("postgresql://", "postgres://")):
+    if not is_postgres(store_path):
         store_path = os.path.expanduser(store_path)
         if not os.path.isabs(store_path):
             store_path = str(root / store_path)

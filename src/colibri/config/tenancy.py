@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from colibri.core.errors import ConfigError
+from colibri.core.leases import is_postgres
 
 
 def served_tenants(
@@ -31,7 +32,7 @@ def served_tenants(
         chosen = tuple(sorted({check_name(n, "tenant") for n in names}))
     except BadRequest as exc:
         raise ConfigError(f"{said}: {exc.message}") from None
-    if not store.startswith(("postgresql://", "postgres://")):
+    if not is_postgres(store):
         raise ConfigError(
             f"{said}: a daemon serves some tenants only of a PostgreSQL board (--store "
             "postgresql://…); one on SQLite serves its whole board"
@@ -55,7 +56,7 @@ def shares_tenants(
             f"{said}: a daemon shares the board's tenants out or serves its own (--tenants, "
             "store.tenants), not both"
         )
-    if not store.startswith(("postgresql://", "postgres://")):
+    if not is_postgres(store):
         raise ConfigError(
             f"{said}: daemons share out the tenants of a PostgreSQL board (--store "
             "postgresql://…); one on SQLite serves its whole board"

@@ -44,6 +44,7 @@ from colibri.daemon.supervisor import Supervisor
 from colibri.daemon.timers import sweep, tick
 from colibri.daemon.tokens import TokenAuthority
 from colibri.store import Store, open_store
+from colibri.store.base import LeasedStore
 
 if TYPE_CHECKING:
     from colibri.daemon.metrics import Metrics, MetricsEndpoint
@@ -252,8 +253,8 @@ def _build(
     committed."""
     if hold.lease is not None:
         # Written under the leases' fence; reading and writing only their tenants' rows.
-        store.fence = hold.lease.fence  # type: ignore[attr-defined]
-        store.tenants = hold.lease.named  # type: ignore[attr-defined]
+        assert isinstance(store, LeasedStore)  # leases are held on PostgreSQL boards only
+        store.fence, store.tenants = hold.lease.fence, hold.lease.named
     caught_up = mirror.open(store)
     if caught_up:
         log.info(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from colibri.core.leases import is_postgres
 from colibri.store.base import BatchRefused, Store, StoreConflict
-from colibri.store.leases import is_postgres
 from colibri.store.task_query import TaskFilter, named_task
 
 __all__ = ["BatchRefused", "Store", "StoreConflict", "TaskFilter", "named_task", "open_store"]

@@ -30,8 +30,8 @@ from typing import Any
 from urllib.request import pathname2url
 
 from colibri.core.errors import ConfigError, FileExists, OsFailure
+from colibri.core.leases import is_postgres
 from colibri.store import sql
-from colibri.store.leases import is_postgres
 from colibri.store.sqlite_schema import APPLICATION_ID, COMPANIONS, refuse_links
 
 #: Pages copied per step (4 MiB with SQLite's default 4 KiB pages), and the pause after each.

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from colibri.core.errors import ConfigError, CopyConflict, LockHeld, StorageUnavailable
+from colibri.core.leases import is_postgres
 from colibri.core.model import check_name, rfc3339
 from colibri.core.schedules import Schedule
 from colibri.store import sql
-from colibri.store.leases import is_postgres
 from colibri.store.postgres.connection import _NAME_TENANTS, _connect, _first_line, shown_location
 from colibri.store.postgres.schema import _BOARD_KEY, _MIGRATIONS, SCHEMA_VERSION, live_lease
 from colibri.store.postgres.store import PostgresStore

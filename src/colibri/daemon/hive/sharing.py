@@ -11,6 +11,7 @@ from colibri.config import Config
 from colibri.core.access import Tenancy
 from colibri.core.errors import StorageUnavailable
 from colibri.daemon.process import off_loop
+from colibri.store.base import LeasedStore
 
 if TYPE_CHECKING:
     from colibri.core.schedules import ScheduleSpec
@@ -103,7 +104,8 @@ def serve_tenants(
     if server.closed:
         return
     store = board.store
-    store.fence, store.tenants = lease.fence, lease.named  # type: ignore[attr-defined]
+    assert isinstance(store, LeasedStore)  # leases are held on PostgreSQL boards only
+    store.fence, store.tenants = lease.fence, lease.named
     board.tenancy.served = frozenset(lease.tenants)
     if server.unavailable is None:
         try:

@@ -14,6 +14,7 @@ import msgspec
 
 from colibri.config import Config
 from colibri.core.errors import StorageUnavailable
+from colibri.core.leases import BOARD_LEASE, is_postgres, lease_tenant
 from colibri.daemon.process import acquire_store_lock, clear_stale_socket, off_loop
 from colibri.store import open_store
 
@@ -49,7 +50,7 @@ async def hold_board(
     """The board, held: an SQLite file's lock at once, or a PostgreSQL board's lease — waiting
     as a standby while another daemon holds it (``started("standby")`` once its socket says
     so), and taking over once its lease has expired. None if told to stop while waiting."""
-    if not config.store.startswith(("postgresql://", "postgres://")):
+    if not is_postgres(config.store):
         return BoardHold(fd=acquire_store_lock(config.store))
     from colibri.store.postgres import BoardLease
 
@@ -114,7 +115,7 @@ async def _stand_by(lease: BoardLease, stop: asyncio.Event, said: list[str]) -> 
         else:
             where = holder["address"] or "an unknown address"
             name = str(holder["name"])
-            held = "the board" if name == "board" else f"tenant {name.removeprefix('tenant/')}"
+            held = "the board" if name == BOARD_LEASE else f"tenant {lease_tenant(name)}"
             said[0] = (
                 f"standby: daemon {str(holder['owner'])[:8]} at {where} holds {held} (lease "
                 f"epoch {holder['epoch']}); taking over when its lease expires"

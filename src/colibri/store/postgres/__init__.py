@@ -21,7 +21,7 @@ driver (the CLI starts fast, and says what to install when a command needs it).
 
 from __future__ import annotations
 
-from colibri.store.leases import Survey, is_postgres
+from colibri.core.leases import Survey, is_postgres
 from colibri.store.postgres.admin import grant_role, hand_over, hive_list, lease_holder_of
 from colibri.store.postgres.connection import (
     _NAME_TENANTS,

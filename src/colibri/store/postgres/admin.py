@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from colibri.core.errors import ConfigError, StorageUnavailable, shown
-from colibri.store.leases import lease_name, lease_tenant
+from colibri.core.leases import lease_name, lease_tenant
 from colibri.store.postgres.connection import _connect, _first_line, shown_location
 from colibri.store.postgres.schema import _Q, SCHEMA_VERSION, check_shape
 from colibri.store.postgres.store import PostgresStore

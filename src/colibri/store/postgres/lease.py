@@ -2,7 +2,7 @@
 
 A daemon serves the board, or some of its tenants, by its leases; the others wait as
 standbys, or serve other tenants, and take over when a lease expires. The leases are rows of
-``leases`` (``store.leases`` names them), judged by the server's clock; every taking gives a
+``leases`` (``core.leases`` names them), judged by the server's clock; every taking gives a
 row a new epoch, and the store's batches check the epochs they were begun under (the fence).
 """
 
@@ -12,8 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from colibri.core.errors import StorageUnavailable
-from colibri.core.model import DEFAULT_TENANT, rfc3339
-from colibri.store.leases import (
+from colibri.core.leases import (
     BOARD_LEASE,
     Survey,
     is_tenant_lease,
@@ -21,6 +20,7 @@ from colibri.store.leases import (
     lease_names,
     lease_tenant,
 )
+from colibri.core.model import DEFAULT_TENANT, rfc3339
 from colibri.store.postgres.connection import _NAME_TENANTS, LEAST_SILENCE, _connect, _first_line
 from colibri.store.postgres.schema import _Q
 

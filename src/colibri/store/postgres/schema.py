@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from colibri.core.errors import ConfigError, LockHeld, StorageUnavailable
+from colibri.core.leases import BOARD_LEASE, lease_tenant
 from colibri.store import sql
-from colibri.store.leases import BOARD_LEASE, lease_tenant
 from colibri.store.postgres.connection import _NAME_TENANTS, _first_line
 
 if TYPE_CHECKING:

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from colibri.core.errors import LeaseLost, StorageUnavailable
+from colibri.core.leases import BOARD_LEASE, lease_tenant
 from colibri.core.model import LedgerEntry
 from colibri.store.base import BatchRefused
-from colibri.store.leases import BOARD_LEASE, lease_tenant
 from colibri.store.postgres.connected import StoreConnection
 from colibri.store.postgres.connection import _NAME_TENANTS, _first_line
 from colibri.store.postgres.schema import _BOARD_KEY, _Q
