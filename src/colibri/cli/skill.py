@@ -3,7 +3,7 @@
 The recipes are written here; everything else is read from what it describes, so the skill
 cannot fall behind the code: the command reference from the click commands themselves (each
 command in the role's scope, its arguments, every option with its help), the error codes from
-``core/errors.py``, and the workspaces with their ``send_to`` edges from ``colibri.jsonc``.
+``core/errors/``, and the workspaces with their ``send_to`` edges from ``colibri.jsonc``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Every command line in a fenced block here is parsed by the tests with the CLI's own click
 commands, and the submit, wait and cancel lines are run against a real daemon, as written.
-``{ERROR_CODES}`` is filled in from ``core/errors.py``.
+``{ERROR_CODES}`` is filled in from ``core/errors/``.
 """
 
 from __future__ import annotations
