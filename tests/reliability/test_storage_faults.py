@@ -533,7 +533,10 @@ def test_wal_grows_only_while_a_reader_pins_it_and_is_cut_back_after(root: Path)
         assert reader.execute("SELECT COUNT(*) FROM tasks").fetchone()[0] == 0
         reader.execute("COMMIT")
         reader.close()
-        assert WAL_SIZE_LIMIT < pinned <= 2 * written, (pinned, written)
+        # With what is written, and no further: each commit also rewrites the b-tree pages it
+        # touched, the more of them the fewer submits a batch holds (a loaded machine batches
+        # fewer: 2.06 times the text at one or two a batch), so three times the text.
+        assert WAL_SIZE_LIMIT < pinned <= 3 * written, (pinned, written)
 
         sizes: list[int] = []
 
