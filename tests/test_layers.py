@@ -246,7 +246,7 @@ def daemon_imports_of_the_client_side() -> list[Import]:
 
 
 def test_the_client_side_never_imports_the_daemon_or_the_store() -> None:
-    """client.py, cli/ and agent/ meet the daemon on the socket only; the commands that start
+    """client/, cli/ and agent/ meet the daemon on the socket only; the commands that start
     a daemon load it inside themselves (and ``hive list`` reads a PostgreSQL board's table of
     daemons itself)."""
     assert [str(i) for i in daemon_imports_of_the_client_side()] == []
