@@ -24,9 +24,12 @@ for run in $(seq "$runs"); do
   code=$?
   seconds=$(($(date +%s) - start))
   summary=$(tail -n 1 "$log")
-  # This checkout's processes only: another checkout's tests may be running beside.
-  left=$(pgrep -f -- "^$PWD/\.venv/bin/python3? -m colibri" | wc -l)
-  echo "run $run: exit $code in ${seconds}s: $summary; colibri processes left: $left"
+  # This checkout's processes only: another checkout's tests may be running beside. One on
+  # its way out is given a second.
+  sleep 1
+  left=$(pgrep -af -- "^$PWD/\.venv/bin/(python3? -m colibri|colibri) ")
+  echo "run $run: exit $code in ${seconds}s: $summary; colibri processes left: $(grep -c . <<<"$left")"
+  [[ -n $left ]] && echo "$left"
   if ((code == 0)); then green=$((green + 1)); else grep -E '^(FAILED|ERROR)' "$log"; echo "log: $log"; fi
 done
 schemas=$(psql -h 127.0.0.1 -U postgres -d test -Atc \
