@@ -15,13 +15,17 @@ import pytest
 
 from tests.cli.conftest import Demo
 from tests.helpers import colibri, wait_until
-from tests.sessions.support import mentioning, one_each
+from tests.sessions.support import mentioning, one_each, processes
 
 
 def nothing_left(target: Path) -> None:
     """No process of the demo's root is left: daemon, agents, harnesses, sessions (a harness
     stopping its sessions takes a moment after the demo has exited)."""
-    wait_until(lambda: mentioning(target) == [], timeout=60)
+    try:
+        wait_until(lambda: mentioning(target) == [], timeout=60)
+    except AssertionError:
+        left = [" ".join(argv) for pid, argv in processes() if pid in mentioning(target)]
+        raise AssertionError(f"left running: {left}\n{(target / 'demo.log').read_text()}") from None
     assert "event=harness_killed" not in (target / "demo.log").read_text()  # each in time
     status = colibri(target, "status")
     assert status.returncode == 1 and "no daemon is running" in status.stderr
