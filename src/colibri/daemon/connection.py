@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import msgspec
 
@@ -25,8 +25,8 @@ from colibri.core.access import OWNER, Principal
 from colibri.core.errors import Busy, ColibriError, Forbidden, LineTooLong, Throttled
 
 if TYPE_CHECKING:
+    from colibri.config import Config
     from colibri.daemon.board.batch import Message
-    from colibri.daemon.server import Server
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +43,45 @@ ANONYMOUS_LIMIT = 64
 ANONYMOUS_PER_ADDRESS = 8
 
 
+class Throttling(Protocol):
+    def blocked(self, address: str) -> float | None:
+        """Seconds until ``address`` may try again, or None if it may now."""
+
+
+class ConnectionHost(Protocol):
+    """What a connection asks of the server that accepted it (``Server`` is one): its loop and
+    settings, who may connect and be served, whose turn it is, the order of what is sent
+    (``seq``), and that a connection came, is to close, or went. Named here, so that this
+    module needs nothing of the server's, which builds connections."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+    @property
+    def config(self) -> Config: ...
+    @property
+    def throttle(self) -> Throttling: ...
+    @property
+    def who_may(self) -> str: ...
+    @property
+    def anonymous(self) -> set[Connection]: ...
+    @property
+    def connections(self) -> set[Connection]: ...
+    @property
+    def dirty(self) -> set[Connection]: ...
+    def may_connect(self, uid: int, gid: int) -> bool: ...
+    def admission(self, conn: Connection) -> str | None: ...
+    def may_serve(self, conn: Connection) -> bool: ...
+    def wait_turn(self, conn: Connection) -> None: ...
+    def handle_line(self, conn: Connection, line: bytes) -> None: ...
+    def reply_error(self, conn: Connection, request_id: Any, error: ColibriError) -> None: ...
+    def close_after_flush(self, conn: Connection) -> None: ...
+    def lost(self, conn: Connection) -> None: ...
+    def next_seq(self) -> int: ...
+
+
 class Connection(asyncio.Protocol):
     def __init__(
-        self, server: Server, remote: str | None = None, accepted: float | None = None
+        self, server: ConnectionHost, remote: str | None = None, accepted: float | None = None
     ) -> None:
         self.server = server
         #: A TCP peer's address; None on the Unix socket.

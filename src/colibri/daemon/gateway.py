@@ -26,7 +26,7 @@ import socket
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import ssl
 
     from colibri.config.settings import ServerSettings
-    from colibri.daemon.server import Server
+    from colibri.daemon.connection import Connection
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +118,19 @@ class Throttle:
         return refused
 
 
+class GatewayHost(Protocol):
+    """What the gateway asks of the server it admits peers to (``Server`` is one): its loop,
+    who is throttled, and a connection for a peer that got through."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+    @property
+    def throttle(self) -> Throttle: ...
+    def connection_for(self, remote: str, accepted: float) -> Connection: ...
+
+
 class Gateway:
-    def __init__(self, server: Server, settings: ServerSettings) -> None:
+    def __init__(self, server: GatewayHost, settings: ServerSettings) -> None:
         self.server = server
         self.settings = settings
         self.context: ssl.SSLContext | None = None
