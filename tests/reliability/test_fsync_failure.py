@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from colibri.core.errors import ColibriError
+from colibri.core.errors import ColibriError, StorageUnavailable
+from colibri.store import TaskFilter
+from colibri.store.sqlite import SqliteStore
 from tests.helpers import Daemon, wait_until, write_config
 from tests.reliability.power_loss import LazyDisk, fuse_available
+from tests.store.values import add, ids, make_task
 
 pytestmark = pytest.mark.skipif(
     fuse_available() is not None, reason=f"a failing disk needs FUSE: {fuse_available()}"
@@ -100,3 +103,39 @@ def _submitted(daemon: Daemon, text: str) -> bool:
     except ColibriError:
         return False
     return True
+
+
+def test_the_store_itself_settles_a_failed_sync_or_keeps_the_batch_in_doubt(
+    disk: LazyDisk,
+) -> None:
+    """The same promise at the store's own level, in this process: each batch whose COMMIT's
+    sync fails is settled by a synced write of the store's own, or, while the disk keeps
+    failing, stays in doubt — refused, never read — until a rollback can settle it."""
+    assert disk.fail_fsync is not None
+    store = SqliteStore(str(disk.mount / "colibri.sqlite"))
+    try:
+        add(store, make_task("t1"))
+        store.commit()
+        disk.fail_fsync.write_text("1")  # the next sync fails, then the disk recovers
+        add(store, make_task("t2"))
+        with pytest.raises(StorageUnavailable, match="nothing was changed$"):
+            store.commit()
+        assert ids(store.list_tasks(TaskFilter())) == ["t1"]
+        disk.fail_fsync.touch()  # every sync fails until the file goes
+        add(store, make_task("t3"))
+        with pytest.raises(StorageUnavailable, match="whether it was written is not known"):
+            store.commit()
+        with pytest.raises(StorageUnavailable, match="whether it was written is not known"):
+            store.rollback()  # still failing: no read may see a batch a crash could replay
+        disk.fail_fsync.unlink()
+        store.rollback()  # the disk writes again: settled, the batch did not happen
+        assert ids(store.list_tasks(TaskFilter())) == ["t1"]
+        add(store, make_task("t4"))
+        store.commit()
+    finally:
+        store.close()
+    reopened = SqliteStore(str(disk.mount / "colibri.sqlite"))
+    try:
+        assert ids(reopened.list_tasks(TaskFilter())) == ["t1", "t4"]
+    finally:
+        reopened.close()

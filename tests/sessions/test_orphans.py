@@ -75,6 +75,25 @@ def test_sessions_of_a_killed_harness_are_gone_within_10s(root: Path, host: str)
         daemon.stop()
 
 
+def test_sessions_of_a_harness_killed_at_a_clean_stop_go_with_it(root: Path) -> None:
+    """A harness that does not stop within the daemon's grace at a clean stop (frozen here)
+    is killed, and the daemon kills what its sessions run: no harness is left to do it."""
+    daemon = start(root)
+    try:
+        task = daemon.call("submit", text="wait", workspace="w")["task"]
+        child, pgid = pids(root, task["id"])
+        harness = harness_pid(root, "w")
+        assert harness is not None
+        os.kill(harness, signal.SIGSTOP)  # deaf to SIGTERM until SIGKILL
+        assert daemon.process is not None
+        daemon.process.send_signal(signal.SIGTERM)
+        assert daemon.process.wait(timeout=60) == 0
+        assert "event=harness_killed" in daemon.log()
+        assert not alive(child) and group_members(pgid) == []
+    finally:
+        daemon.stop()
+
+
 #: Leaves a grandchild that escapes its process group: fork, setsid, fork again, the first
 #: child exits (so the grandchild is re-parented), and the grandchild ignores SIGTERM and
 #: sleeps 1000 s — with the session's environment, or none ("clean"). Then the session waits

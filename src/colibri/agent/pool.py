@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from colibri.agent.backends.base import Running, SessionBackend, StartFailed
-from colibri.agent.reaping import Reaper, sessions_dir
+from colibri.agent.reaping import Reaper
 from colibri.agent.spec import AgentSpec
 from colibri.layout import RootLayout
+from colibri.leftovers import sessions_dir
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,8 @@ Three nets, each for what the one before misses:
 - a session's process group is killed when the session ends (``Reaper.reclaim``);
 - each group is noted in a marker, ``.colibri/sessions/AGENT.PGID.pgid`` (its leader's pid
   and start time), so a harness that replaces a killed one stops what it left
-  (``Reaper.reap_leftovers``), also what left those groups, found by its environment;
+  (``Reaper.reap_leftovers``, ``colibri.leftovers``; the daemon too, after it had to kill a
+  harness at a clean stop), also what left those groups, found by its environment;
 - as a subreaper (Linux), the harness inherits the descendants that left their session's
   group, and stops those whose session has ended, known by the ``COLIBRI_SESSION`` they
   inherited (``Reaper.reap_inherited``).
@@ -26,16 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from colibri.agent.backends.base import Running
-from colibri.core.errors import RootError
-from colibri.host import (
-    become_subreaper,
-    children_of,
-    environ_of,
-    processes_with,
-    start_time,
+from colibri.host import become_subreaper, children_of, environ_of
+from colibri.leftovers import (
+    mark_group,
+    process_name,
+    stop_leftover_sessions,
+    unmark_group,
 )
-from colibri.layout import RootLayout
-from colibri.privatefiles import open_private, private_dir, write_private
 
 log = logging.getLogger(__name__)
 
@@ -67,16 +65,6 @@ def _direct_children() -> set[int]:
     return {p.pid for p in _waited}
 
 
-def sessions_dir(root: Path) -> Path:
-    """``.colibri/sessions``: task files and markers (made private if it is not yet)."""
-    return private_dir(RootLayout(root).sessions)
-
-
-def process_name(pid: int) -> str:
-    """``pid:start time``: one process, even once its pid is reused."""
-    return f"{pid}:{start_time(pid)}"
-
-
 class Reaper:
     """The process groups of one harness's sessions, and what they leave behind."""
 
@@ -99,66 +87,24 @@ class Reaper:
         os.environ["COLIBRI_HARNESS"] = process_name(os.getpid())
         self.subreaper = become_subreaper()
 
-    def _marker(self, pgid: int) -> Path:
-        return RootLayout(self.root).group_marker(self.agent, pgid)
-
     def track(self, running: Running) -> None:
         """Note a session's process group, so a harness that replaces a killed one can stop it:
         its leader's pid and start time, which together name that one process."""
-        sessions_dir(self.root)
-        pgid = running.pgid
-        write_private(self._marker(pgid), f"{pgid} {start_time(pgid)}\n".encode())
+        mark_group(self.root, self.agent, running.pgid)
         self.groups.add(running)
 
     def reclaim(self, running: Running) -> None:
         """The session is over: nothing it started outlives it (reclaim means kill)."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(running.pgid, signal.SIGKILL)
-        self._marker(running.pgid).unlink(missing_ok=True)
+        unmark_group(self.root, self.agent, running.pgid)
         self.groups.discard(running)
         running.ended = True
         self.reap_inherited()
 
     def reap_leftovers(self) -> None:
-        """Kill the sessions of a predecessor that was killed (no orphans: their tasks are
-        already lost, or will be, with their agent): the process groups its markers name —
-        only where the group's leader is still the process the marker was written for (a pid
-        is reused; a marker may be planted) — and, found by their environment, whatever its
-        sessions left running outside those groups."""
-        try:
-            folder = sessions_dir(self.root)
-        except RootError as exc:  # each session will fail, saying so; the harness stays
-            log.error("cannot look for leftover sessions: %s", exc, extra={"event": "unsafe"})
-            return
-        for marker in folder.glob(f"{self.agent}.*.pgid"):
-            name = marker.name.removeprefix(f"{self.agent}.").removesuffix(".pgid")
-            pgid = int(name) if name.isdigit() else 0
-            try:
-                fd = open_private(marker, os.O_RDONLY)
-                with os.fdopen(fd, "rb") as handle:
-                    written = handle.read(64).split()
-            except (OSError, RootError):
-                written = []
-            started = start_time(pgid) if pgid > 1 else None
-            if started is not None and written == [str(pgid).encode(), str(started).encode()]:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pgid, signal.SIGKILL)
-                    log.warning(
-                        "killed a session left by a previous harness",
-                        extra={"event": "leftover_killed", "pgid": pgid},
-                    )
-            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
-                marker.unlink()
-        for pid in processes_with(COLIBRI_ROOT=str(self.root), COLIBRI_AGENT=self.agent):
-            owner = (environ_of(pid, "COLIBRI_HARNESS") or "").partition(":")[0]
-            if owner.isdigit() and environ_of(pid, "COLIBRI_HARNESS") == process_name(int(owner)):
-                continue  # its harness is alive (one started by hand under the same name)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-                log.warning(
-                    "killed a process a previous harness's session left",
-                    extra={"event": "leftover_killed", "pid": pid},
-                )
+        """Kill what the sessions of a predecessor that was killed left running."""
+        stop_leftover_sessions(self.root, self.agent)
 
     async def keep_reaping(self) -> None:
         if not self.subreaper:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from colibri.agent.backends.base import Report, Running, SessionBackend, StartFailed
 from colibri.agent.pool import ReadyPool
-from colibri.agent.reaping import Reaper, sessions_dir
+from colibri.agent.reaping import Reaper
 from colibri.agent.session import Session, environment, task_environment, within_runtime
 from colibri.agent.shim import write_shim
 from colibri.agent.spec import AgentSpec
@@ -24,6 +24,7 @@ from colibri.core.errors import ColibriError
 from colibri.core.lineage import Body, build_body
 from colibri.core.model import Task
 from colibri.layout import RootLayout
+from colibri.leftovers import sessions_dir
 from colibri.privatefiles import write_private
 
 log = logging.getLogger(__name__)

@@ -44,6 +44,7 @@ from colibri.core.model import HarnessStatus, rfc3339
 from colibri.core.text import one_line
 from colibri.daemon.clock import Clock
 from colibri.host import alive
+from colibri.leftovers import stop_leftover_sessions
 from colibri.locks import holder_pid
 from colibri.privatefiles import open_private, private_dir
 from colibri.workspaces import session_environment
@@ -310,7 +311,7 @@ class Supervisor:
 
     async def stop_all(self) -> None:
         """A clean stop: SIGTERM every harness (it stops its sessions), SIGKILL stragglers."""
-        pids: list[int] = []
+        pids: dict[int, str] = {}  # harness pid → its workspace (its agent's name)
         for harness in self.harnesses.values():
             if harness.starting is not None:  # a start the stop interrupted: finished first
                 with contextlib.suppress(Exception):  # (one that failed started nothing)
@@ -322,21 +323,23 @@ class Supervisor:
             if pid:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pid, signal.SIGTERM)
-                pids.append(pid)
+                pids[pid] = harness.workspace
         deadline = self.clock.monotonic() + STOP_GRACE
         while pids and self.clock.monotonic() < deadline:
             for harness in self.harnesses.values():
                 if harness.process is not None:
                     harness.process.poll()
-            pids = [pid for pid in pids if alive(pid)]
+            pids = {pid: workspace for pid, workspace in pids.items() if alive(pid)}
             await asyncio.sleep(0.05)
-        for pid in pids:
+        for pid, workspace in pids.items():
             log.warning(
                 f"a harness did not stop within {STOP_GRACE:g}s; killed",
-                extra={"event": "harness_killed", "pid": pid},
+                extra={"event": "harness_killed", "pid": pid, "workspace": workspace},
             )
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
+        for workspace in pids.values():  # killed: what its sessions run, nobody else stops
+            await asyncio.to_thread(stop_leftover_sessions, self.config.root, workspace)
         for harness in self.harnesses.values():  # reap them, waiting without blocking
             for _ in range(20):
                 if harness.process is None or harness.process.poll() is not None:
