@@ -116,6 +116,18 @@ def _drop_postgresql_boards() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _ports_released() -> Iterator[None]:
+    """The ports a test's daemons, relays and servers were given (``free_port``) are free
+    again after it."""
+    from tests.helpers import release_ports
+
+    try:
+        yield
+    finally:
+        release_ports()
+
+
+@pytest.fixture(autouse=True)
 def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests never see the developer's COLIBRI_* settings."""
     for name in list(os.environ):

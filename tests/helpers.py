@@ -622,3 +622,27 @@ def metrics_url(daemon: Daemon) -> str:
     url = daemon.call("status")["daemon"]["metrics"]
     assert isinstance(url, str) and url.startswith("http://"), url
     return url
+
+
+#: Sockets holding the ports ``free_port`` gave, until ``release_ports``.
+_reserved: list[socket.socket] = []
+
+
+def free_port() -> int:
+    """A loopback port nobody else is given until ``release_ports`` (a test's teardown).
+
+    A port probed and closed could be handed to another test's server, or to an outgoing
+    connection's end, before the daemon that is to listen there binds it (a standby binds only
+    when it takes over). The probe stays bound instead, with SO_REUSEADDR and never listening:
+    the kernel then picks it for no one, and our servers, which bind with SO_REUSEADDR too,
+    still can."""
+    probe = socket.socket()
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    probe.bind(("127.0.0.1", 0))
+    _reserved.append(probe)
+    return int(probe.getsockname()[1])
+
+
+def release_ports() -> None:
+    while _reserved:
+        _reserved.pop().close()

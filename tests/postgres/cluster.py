@@ -16,8 +16,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from tests.helpers import free_port
 from tests.leaks import private_server_marker
-from tests.postgres.hive import free_port
 
 
 def _binaries() -> Path | None:

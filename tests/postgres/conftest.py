@@ -7,17 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.postgres.cluster import PrivateServer, unavailable
-from tests.postgres.hive import Relay, relayed, release_ports
+from tests.postgres.hive import Relay, relayed
 from tests.store.conftest import PG_REQUIRED, pg_schema
-
-
-@pytest.fixture(autouse=True)
-def _ports_released() -> Iterator[None]:
-    """The ports a test's daemons, relays and servers were given are free again after it."""
-    try:
-        yield
-    finally:
-        release_ports()
 
 
 @pytest.fixture

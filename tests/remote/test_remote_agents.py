@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from colibri.certs import Pki
-from tests.helpers import PYTHON, colibri, wait_until
+from tests.helpers import PYTHON, colibri, free_port, wait_until
 from tests.remote.conftest import TlsDaemon
 
 SESSION = f"""#!/bin/sh
@@ -145,11 +145,7 @@ def test_revoking_the_agents_token_closes_its_connection_and_stops_it(
 
 
 def test_a_remote_agent_tries_its_addresses_in_turn(tls_daemon: TlsDaemon, tmp_path: Path) -> None:
-    import socket
-
-    with socket.socket() as unused:  # a port nobody listens on: the first address fails
-        unused.bind(("127.0.0.1", 0))
-        dead = f"tcp://127.0.0.1:{unused.getsockname()[1]}"
+    dead = f"tcp://127.0.0.1:{free_port()}"  # held, nobody listens: the first address fails
     token = tls_daemon.token("agent", "default", agent="second-try")
     env = {**tls_daemon.client_env(token), "COLIBRI_CONNECT": f"{dead},{tls_daemon.address}"}
     home = tmp_path / "second"
@@ -171,11 +167,7 @@ def test_a_remote_agent_tries_its_addresses_in_turn(tls_daemon: TlsDaemon, tmp_p
 
 
 def test_a_remote_agent_comes_back_after_the_daemon_restarts(tmp_path: Path, pki: Pki) -> None:
-    import socket
-
-    with socket.socket() as probe:  # a fixed port, so the restarted daemon is where it was
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # a fixed port, so the restarted daemon is where it was
     root = tmp_path / "board"
     root.mkdir()
     daemon = TlsDaemon(root, pki, listen=f"tcp://127.0.0.1:{port}")

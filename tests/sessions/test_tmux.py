@@ -88,9 +88,23 @@ def test_colibri_ready_and_attach_to_the_live_session(tmux_root: Path) -> None:
 def test_a_tmux_session_runs_its_harness_colibri_first_on_its_path(tmux_root: Path) -> None:
     """As a subprocess session does (tests/sessions/test_environment.py): the tmux server's
     own PATH, the daemon's, has no colibri."""
-    (tmux_root / "colibri.jsonc").write_text(config({"term": {"session": {
-        "backend": "tmux", "ready_timeout": "10s", "command": ["/bin/sh", "-c",
-        'colibri ready && read -r line && colibri out "$line: $(command -v colibri)"']}}}))
+    (tmux_root / "colibri.jsonc").write_text(
+        config(
+            {
+                "term": {
+                    "session": {
+                        "backend": "tmux",
+                        "ready_timeout": "10s",
+                        "command": [
+                            "/bin/sh",
+                            "-c",
+                            'colibri ready && read -r line && colibri out "$line: $(command -v colibri)"',
+                        ],
+                    }
+                }
+            }
+        )
+    )
     daemon = Daemon(tmux_root, env={"PATH": "/usr/bin:/bin"})  # fmt: skip
     daemon.start()
     try:
