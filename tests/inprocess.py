@@ -37,9 +37,13 @@ class ManualClock:
 
 
 def plain(message: Any) -> dict[str, Any]:
-    """A message as the agent reads it: an event as a plain object named by its tag."""
+    """A message as the agent reads it: an event as a plain object named by its tag, a reply
+    as its fields (those left unset are not sent)."""
     if isinstance(message, Event):
         return {"event": type(message).__struct_config__.tag, **msgspec.structs.asdict(message)}
+    if isinstance(message, msgspec.Struct):
+        fields = msgspec.structs.asdict(message).items()
+        return {k: v for k, v in fields if v is not msgspec.UNSET}
     return dict(message)
 
 

@@ -17,7 +17,7 @@ task that does not exist, so ids cannot be probed across tenants.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from colibri.core import protocol as p
 from colibri.core.errors import Forbidden, NotOwner, UnknownTask, shown
@@ -27,11 +27,11 @@ from colibri.core.tokens import Token
 Kind = Literal["owner", "agent", "operator"]
 
 #: What a token of either role may send.
-_SHARED: frozenset[type[p.Request]] = frozenset({
+_SHARED: frozenset[type[p.Request[Any]]] = frozenset({
     p.Ping, p.Auth, p.Status, p.Submit, p.IntakeTask, p.CreateTask, p.SubmitAll, p.Get, p.ListTasks,
     p.Family, p.CostTotals, p.Why, p.Wait, p.Agents, p.Ledger, p.ScheduleList, p.ScheduleGet,
 })  # fmt: skip
-ALLOWED: dict[Kind, frozenset[type[p.Request]]] = {
+ALLOWED: dict[Kind, frozenset[type[p.Request[Any]]]] = {
     "agent": _SHARED
     | {p.RegisterAgent, p.Heartbeat, p.Out, p.Fail, p.Reclaimed, p.Ready, p.Ask, p.Requeue},
     "operator": _SHARED | {p.Cancel, p.Retry, p.Answer},
@@ -68,7 +68,7 @@ class Principal:
     def is_owner(self) -> bool:
         return self.kind == "owner"
 
-    def check(self, req: p.Request) -> None:
+    def check(self, req: p.Request[Any]) -> None:
         """Raise ``Forbidden`` unless this principal may send ``req`` at all."""
         if self.kind == "owner" or type(req) in ALLOWED[self.kind]:
             return

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import msgspec
 
+from colibri.core import replies as r
 from colibri.core.model import Names, ShortStr, TaskId
 from colibri.core.request_fields import (
     ERROR_MAX,
@@ -27,7 +28,7 @@ class Held(msgspec.Struct, forbid_unknown_fields=True):
     claim: Claim | None = None
 
 
-class RegisterAgent(Request, tag="register-agent"):
+class RegisterAgent(Request[r.Registered], tag="register-agent"):
     name: ShortStr
     capabilities: Names = []
     slots: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1
@@ -37,12 +38,12 @@ class RegisterAgent(Request, tag="register-agent"):
     running: list[Held] = []
 
 
-class Heartbeat(Request, tag="heartbeat"):
+class Heartbeat(Request[r.Empty], tag="heartbeat"):
     #: Warm sessions waiting in the agent's ready pool (for metrics); absent: unchanged.
     ready: Annotated[int, msgspec.Meta(ge=0, le=10_000)] | None = None
 
 
-class Out(Request, tag="out"):
+class Out(Request[r.TaskReply], tag="out"):
     task: TaskId
     epoch: Epoch
     output: Annotated[str, msgspec.Meta(max_length=OUTPUT_MAX)] = ""
@@ -56,7 +57,7 @@ class Out(Request, tag="out"):
     claim: Claim | None = None
 
 
-class Fail(Request, tag="fail"):
+class Fail(Request[r.TaskReply], tag="fail"):
     task: TaskId
     epoch: Epoch
     error: Annotated[str, msgspec.Meta(max_length=ERROR_MAX)] = ""
@@ -65,14 +66,14 @@ class Fail(Request, tag="fail"):
     claim: Claim | None = None
 
 
-class Reclaimed(Request, tag="reclaimed"):
+class Reclaimed(Request[r.TaskReply], tag="reclaimed"):
     """The harness stopped a cancelled task's session; its slot is free again."""
 
     task: TaskId
     epoch: Epoch
 
 
-class Ask(Request, tag="ask"):
+class Ask(Request[r.Answered], tag="ask"):
     """Sent by a session (``colibri ask``): the reply comes when someone answers."""
 
     task: TaskId
@@ -81,12 +82,12 @@ class Ask(Request, tag="ask"):
     claim: Claim | None = None
 
 
-class Answer(Request, tag="answer"):
+class Answer(Request[r.TaskReply], tag="answer"):
     task: TaskId
     text: Annotated[str, msgspec.Meta(max_length=1024 * 1024)]
 
 
-class Ready(Request, tag="ready"):
+class Ready(Request[r.Empty], tag="ready"):
     """Sent by a session (``colibri ready``): it is ready to be given its task."""
 
     task: TaskId
@@ -94,7 +95,7 @@ class Ready(Request, tag="ready"):
     claim: Claim | None = None
 
 
-class Requeue(Request, tag="requeue"):
+class Requeue(Request[r.TaskReply], tag="requeue"):
     """Sent by a harness: the session never became ready; the task waits again (no attempt
     is spent) and a warning is counted."""
 

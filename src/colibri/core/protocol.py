@@ -9,9 +9,12 @@ example.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+import typing
+from typing import Annotated, Any, Literal, Union
 
 import msgspec
+
+from colibri.core import replies as r
 
 # The requests of agents and sessions, and the parts of every request, are this module's too.
 from colibri.core.agent_protocol import Answer as Answer
@@ -46,15 +49,15 @@ from colibri.core.request_fields import Request as Request
 from colibri.core.schedules import ScheduleSpec
 
 
-class Ping(Request, tag="ping"):
+class Ping(Request[r.Pong], tag="ping"):
     pass
 
 
-class Status(Request, tag="status"):
+class Status(Request[r.Status], tag="status"):
     pass
 
 
-class TaskFields(Request, kw_only=True):
+class TaskFields(Request[r.SubmitReply], kw_only=True):
     """A submission: the fields of a ``TaskSpec`` (flat on the wire; a test keeps the two
     alike), and what only a submission carries."""
 
@@ -105,18 +108,18 @@ class SubmitItem(TaskFields, tag="submit-item", kw_only=True):
     agent: ShortStr | None = None
 
 
-class SubmitAll(Request, tag="submit-all"):
+class SubmitAll(Request[r.SubmitAllReply], tag="submit-all"):
     """Several submissions in one transaction: every one is taken, or — refused with the first
     failing one's error, its ``index`` set — none is."""
 
     tasks: Annotated[list[SubmitItem], msgspec.Meta(min_length=1, max_length=MAX_SUBMIT_ALL)]
 
 
-class Get(Request, tag="get"):
+class Get(Request[r.TaskReply], tag="get"):
     task: TaskId
 
 
-class ListTasks(Request, tag="list"):
+class ListTasks(Request[r.TaskPage], tag="list"):
     state: ShortStr | None = None
     outcome: Literal["done", "failed", "cancelled"] | None = None
     agent: ShortStr | None = None
@@ -134,56 +137,56 @@ class ListTasks(Request, tag="list"):
     limit: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 100
 
 
-class Cancel(Request, tag="cancel"):
+class Cancel(Request[r.Cancelled], tag="cancel"):
     task: TaskId
     reason: ShortStr | None = None
 
 
-class Family(Request, tag="family"):
+class Family(Request[r.Family], tag="family"):
     """The task's whole family: its top ancestor and every descendant."""
 
     task: TaskId
 
 
-class CostTotals(Request, tag="cost"):
+class CostTotals(Request[r.CostTotals], tag="cost"):
     by: Literal["agent", "workspace", "tenant", "day"] = "agent"
     #: RFC 3339 instant or a date; absent means since the beginning.
     since: ShortStr | None = None
 
 
-class Retry(Request, tag="retry"):
+class Retry(Request[r.TaskReply], tag="retry"):
     task: TaskId
 
 
-class Why(Request, tag="why"):
+class Why(Request[r.Why], tag="why"):
     task: TaskId
 
 
-class Wait(Request, tag="wait"):
+class Wait(Request[r.TaskReply], tag="wait"):
     """Reply once the task has ended (done, failed, cancelled or closed)."""
 
     task: TaskId
 
 
-class ToggleSwarm(Request, tag="toggle-swarm"):
+class ToggleSwarm(Request[r.Paused], tag="toggle-swarm"):
     #: true pauses dispatch, false resumes it, absent flips it.
     paused: bool | None = None
 
 
-class Agents(Request, tag="agents"):
+class Agents(Request[r.Agents], tag="agents"):
     pass
 
 
-class Skills(Request, tag="skills"):
+class Skills(Request[r.Skills], tag="skills"):
     pass
 
 
-class DescribeSkill(Request, tag="describe-skill"):
+class DescribeSkill(Request[r.SkillDescribed], tag="describe-skill"):
     name: ShortStr
     description: Annotated[str, msgspec.Meta(max_length=2000)]
 
 
-class Ledger(Request, tag="ledger"):
+class Ledger(Request[r.LedgerPage], tag="ledger"):
     after: SqlInt = 0
     task: TaskId | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1000
@@ -191,7 +194,7 @@ class Ledger(Request, tag="ledger"):
     follow: bool = False
 
 
-class Subscribe(Request, tag="subscribe"):
+class Subscribe(Request[r.Subscribed], tag="subscribe"):
     #: Higher gets events first, and chained messages first.
     priority: Annotated[int, msgspec.Meta(ge=-1_000_000, le=1_000_000)] = 0
     #: Receive the messages sent to this workspace (absent: to every workspace).
@@ -204,27 +207,27 @@ class Subscribe(Request, tag="subscribe"):
     messages: bool = True
 
 
-class Send(Request, tag="send"):
+class Send(Request[r.Delivered], tag="send"):
     """A message (no task) to a workspace's subscribers; chained if it carries a task header."""
 
     to: ShortStr
     text: Text
 
 
-class Consumed(Request, tag="consumed"):
+class Consumed(Request[r.Empty], tag="consumed"):
     """A subscriber's answer to a chained message: consumed stops the chain."""
 
     message: Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
     consumed: bool = True
 
 
-class Auth(Request, tag="auth"):
+class Auth(Request[r.Authenticated], tag="auth"):
     """The first request on a TCP connection: the token it acts with."""
 
     token: Annotated[str, msgspec.Meta(max_length=200)]
 
 
-class TokenCreate(Request, tag="token-create"):
+class TokenCreate(Request[r.TokenCreated], tag="token-create"):
     tenant: ShortStr
     role: Literal["agent", "operator"]
     agent: ShortStr | None = None
@@ -234,27 +237,27 @@ class TokenCreate(Request, tag="token-create"):
     expires_in: Annotated[float, msgspec.Meta(gt=0, le=3650 * 86400)] | None = None
 
 
-class TokenList(Request, tag="token-list"):
+class TokenList(Request[r.Tokens], tag="token-list"):
     pass
 
 
-class TokenRevoke(Request, tag="token-revoke"):
+class TokenRevoke(Request[r.TokenRevoked], tag="token-revoke"):
     #: The token's public id (not ``id``: that is the request's own).
     token: ShortStr
 
 
-class ScheduleAdd(Request, tag="schedule-add"):
+class ScheduleAdd(Request[r.ScheduleAdded], tag="schedule-add"):
     name: ShortStr
     schedule: ScheduleSpec
     #: Overwrite a schedule of the same name (its counters start again).
     replace: bool = False
 
 
-class ScheduleList(Request, tag="schedule-list"):
+class ScheduleList(Request[r.Schedules], tag="schedule-list"):
     pass
 
 
-class ScheduleGet(Request, tag="schedule-get"):
+class ScheduleGet(Request[r.ScheduleShown], tag="schedule-get"):
     name: ShortStr
     #: How many upcoming fire times to list.
     next: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 10
@@ -262,23 +265,23 @@ class ScheduleGet(Request, tag="schedule-get"):
     fires: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 0
 
 
-class ScheduleRun(Request, tag="schedule-run"):
+class ScheduleRun(Request[r.TaskReply], tag="schedule-run"):
     name: ShortStr
 
 
-class ScheduleRemove(Request, tag="schedule-rm"):
+class ScheduleRemove(Request[r.ScheduleReply], tag="schedule-rm"):
     name: ShortStr
 
 
-class SchedulePause(Request, tag="schedule-pause"):
+class SchedulePause(Request[r.ScheduleReply], tag="schedule-pause"):
     name: ShortStr
 
 
-class ScheduleResume(Request, tag="schedule-resume"):
+class ScheduleResume(Request[r.ScheduleReply], tag="schedule-resume"):
     name: ShortStr
 
 
-REQUESTS: tuple[type[Request], ...] = (
+REQUESTS: tuple[type[Request[Any]], ...] = (
     Ping, Status, IntakeTask, Submit, CreateTask, SubmitAll, Get, ListTasks, Cancel, Retry, Why,
     Wait, Family, CostTotals,
     ToggleSwarm, Agents, Skills, DescribeSkill, Ledger, RegisterAgent, Heartbeat, Out, Fail,
@@ -287,10 +290,23 @@ REQUESTS: tuple[type[Request], ...] = (
     SchedulePause, ScheduleResume, Auth, TokenCreate, TokenList, TokenRevoke,
 )  # fmt: skip
 #: Requests that change nothing stored: one that fails never rolls back the batch it is in.
-READS: tuple[type[Request], ...] = (
+READS: tuple[type[Request[Any]], ...] = (
     Ping, Status, Get, ListTasks, Family, CostTotals, Why, Wait, Agents, Skills, Ledger,
     ScheduleList, ScheduleGet, TokenList,
 )  # fmt: skip
+
+
+def _reply_of(request: type[Request[Any]]) -> type[r.Reply]:
+    for klass in request.__mro__:
+        for base in getattr(klass, "__orig_bases__", ()):
+            if typing.get_origin(base) is Request:
+                (reply,) = typing.get_args(base)
+                return reply  # type: ignore[no-any-return]
+    raise TypeError(f"{request.__name__} names no reply")
+
+
+#: The reply struct each request is answered with (its ``Request[R]``).
+REPLY_OF: dict[type[Request[Any]], type[r.Reply]] = {cls: _reply_of(cls) for cls in REQUESTS}
 AnyRequest = Union[REQUESTS]  # type: ignore[valid-type]  # noqa: UP007
 COMMANDS = sorted(str(cls.__struct_config__.tag) for cls in REQUESTS)
 
@@ -298,7 +314,7 @@ _decoder = msgspec.json.Decoder(AnyRequest)
 _KNOWN = ", ".join(COMMANDS)
 
 
-def decode_request(line: bytes) -> Request:
+def decode_request(line: bytes) -> Request[Any]:
     """Parse one request line; raise BadJson, UnknownCommand or BadRequest saying why."""
     try:
         return _decoder.decode(line)

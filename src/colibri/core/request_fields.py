@@ -3,7 +3,7 @@ and ``id``), and the bounded field types requests share."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Generic, TypeVar
 
 import msgspec
 
@@ -35,5 +35,13 @@ class ReportedCost(Cost, forbid_unknown_fields=True, omit_defaults=True):
     model: Annotated[str, msgspec.Meta(max_length=200)] | None = None
 
 
-class Request(msgspec.Struct, tag_field="cmd", forbid_unknown_fields=True, kw_only=True):
+#: The reply a request is answered with (``core/replies.py``): ``Request[R]``.
+R = TypeVar("R")
+
+
+class Request(
+    msgspec.Struct, Generic[R], tag_field="cmd", forbid_unknown_fields=True, kw_only=True
+):
+    """A request of the wire protocol, answered with an ``R`` (``Client.request`` returns it)."""
+
     id: RequestId = None

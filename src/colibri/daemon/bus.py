@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from colibri.core.errors import BadRequest, BadTaskBody
 from colibri.core.events import MessageSent
 from colibri.core.lineage import parse_body
+from colibri.core.replies import Delivered
 
 if TYPE_CHECKING:
     from colibri.daemon.board import Audience, Subscription
@@ -73,7 +74,7 @@ class Bus:
             if chain.current is not None and chain.current.peer is conn:
                 self._advance(chain)
 
-    def send(self, conn: Connection, request_id: Any, to: str, text: str) -> dict[str, Any] | None:
+    def send(self, conn: Connection, request_id: Any, to: str, text: str) -> Delivered | None:
         targets = [
             s for s in self.audience.subscriptions if s.messages and s.workspace in (None, to)
         ]
@@ -83,8 +84,9 @@ class Bus:
         if not chained:
             for target in targets:
                 target.peer.send(message)
-            return {"message": message_id, "delivered": [t.name for t in targets],
-                    "consumed_by": None}  # fmt: skip
+            return Delivered(
+                message=message_id, delivered=[t.name for t in targets], consumed_by=None
+            )
         chain = Chain(message_id, message, targets, conn, request_id)
         self.chains[message_id] = chain
         self._advance(chain)
@@ -123,7 +125,9 @@ class Bus:
         if chain.timer is not None:
             chain.timer.cancel()
         chain.sender.queue(
-            {"id": chain.request_id, "ok": True, "message": chain.id,
-             "delivered": chain.delivered, "consumed_by": consumed_by}
+            Delivered(
+                id=chain.request_id, message=chain.id, delivered=chain.delivered,
+                consumed_by=consumed_by,
+            )
         )  # fmt: skip
         self.flush()

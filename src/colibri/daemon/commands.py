@@ -1,7 +1,7 @@
 """One handler per wire command: validate, call the board, shape the reply.
 
-A handler returns the reply's fields (``ok`` and ``id`` are added by the server) or ``None``
-when the reply comes later (``wait``). Errors are raised as ``ColibriError``s.
+A handler returns its request's reply struct (``core/replies.py``; the server sets its ``id``)
+or ``None`` when the reply comes later (``wait``). Errors are raised as ``ColibriError``s.
 
 The server has already checked that the connection's principal may send the command at all
 (``core/access.py``); each handler keeps a token to its tenant (``guards.py``). The table is
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from colibri import __version__
 from colibri.core import protocol as p
+from colibri.core import replies as r
 from colibri.core.errors import BadRequest, Throttled, Unauthorized
 from colibri.core.model import DEFAULT_TENANT
 from colibri.daemon.agent_commands import AgentCommands
@@ -34,8 +35,6 @@ if TYPE_CHECKING:
     from colibri.daemon.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
-
-Reply = dict[str, Any] | None
 
 
 class Commands:
@@ -59,7 +58,7 @@ class Commands:
         self.guards = guards = Guards(board)
         tasks = TaskCommands(board, guards, server, supervisor)
         agents = AgentCommands(board, guards, server, bus)
-        self.table: dict[type[p.Request], Callable[[Any, Connection], Reply]] = {
+        self.table: dict[type[p.Request[Any]], Callable[[Any, Connection], r.Reply | None]] = {
             p.Ping: self.ping,
             p.Status: self.status,
             p.IntakeTask: tasks.intake_task,
@@ -104,12 +103,12 @@ class Commands:
             p.TokenRevoke: self.token_revoke,
         }
 
-    def handle(self, req: p.Request, conn: Connection) -> Reply:
+    def handle(self, req: p.Request[Any], conn: Connection) -> r.Reply | None:
         return self.table[type(req)](req, conn)
 
-    def auth(self, req: p.Auth, conn: Connection) -> Reply:
+    def auth(self, req: p.Auth, conn: Connection) -> r.Reply | None:
         if conn.remote is None:
-            return {"role": "owner", "tenant": None}  # the kernel said who it is already
+            return r.Authenticated(role="owner", tenant=None)  # the kernel said who it is already
         if conn.principal is not None:
             raise BadRequest("this connection has authenticated already")
         wait = self.server.throttle.blocked(conn.remote)
@@ -134,39 +133,39 @@ class Commands:
             extra={"event": "login", "peer": conn.remote, "token": principal.token,
                    "role": principal.kind, "tenant": principal.tenant},
         )  # fmt: skip
-        return {"role": principal.kind, "tenant": principal.tenant, "agent": principal.agent}
+        return r.Authenticated(role=principal.kind, tenant=principal.tenant, agent=principal.agent)
 
-    def token_create(self, req: p.TokenCreate, conn: Connection) -> Reply:
+    def token_create(self, req: p.TokenCreate, conn: Connection) -> r.Reply | None:
         issued = self.tokens.create(
             req.tenant, req.role, req.agent, req.capabilities, req.expires_in, req.workspace
         )
         # (Not "id": the reply's own is the request's.)
-        return {"token": issued.token, "secret": issued.text}
+        return r.TokenCreated(token=issued.token, secret=issued.text)
 
-    def token_list(self, req: p.TokenList, conn: Connection) -> Reply:
-        return {"tokens": self.tokens.list()}
+    def token_list(self, req: p.TokenList, conn: Connection) -> r.Reply | None:
+        return r.Tokens(tokens=self.tokens.list())
 
-    def token_revoke(self, req: p.TokenRevoke, conn: Connection) -> Reply:
+    def token_revoke(self, req: p.TokenRevoke, conn: Connection) -> r.Reply | None:
         token = self.tokens.revoke(self.tokens.resolve(req.token))
-        return {"token": token, "closed": self.server.close_token(token.id)}
+        return r.TokenRevoked(token=token, closed=self.server.close_token(token.id))
 
-    def ping(self, req: p.Ping, conn: Connection) -> Reply:
+    def ping(self, req: p.Ping, conn: Connection) -> r.Reply | None:
         # The line limit, so that a client can cut a long report to fit (``fit_report``).
-        return {"pong": True, "max_line": self.server.config.server.max_line}
+        return r.Pong(max_line=self.server.config.server.max_line)
 
-    def status(self, req: p.Status, conn: Connection) -> Reply:
+    def status(self, req: p.Status, conn: Connection) -> r.Reply | None:
         config = self.server.config
         principal = self.guards.principal(conn)
         if not principal.is_owner:
             # The board's counts are every tenant's: a token is told who it is, not those.
-            return {
-                "daemon": {"version": __version__},
-                "paused": self.board.paused,
-                "you": {"role": principal.kind, "tenant": principal.tenant,
-                        "agent": principal.agent, "token": principal.token},
-            }  # fmt: skip
-        return {
-            "daemon": {
+            return r.Status(
+                daemon={"version": __version__},
+                paused=self.board.paused,
+                you={"role": principal.kind, "tenant": principal.tenant,
+                     "agent": principal.agent, "token": principal.token},
+            )  # fmt: skip
+        return r.Status(
+            daemon={
                 "pid": os.getpid(),
                 "version": __version__,
                 "root": str(config.root),
@@ -178,70 +177,69 @@ class Commands:
                 "metrics": self.server.metrics_url,
             },
             **self.board.status(),
-            "harnesses": self.supervisor.status(),
-        }
+            harnesses=self.supervisor.status(),
+        )
 
-    def toggle_swarm(self, req: p.ToggleSwarm, conn: Connection) -> Reply:
-        return {"paused": self.board.toggle(req.paused)}
+    def toggle_swarm(self, req: p.ToggleSwarm, conn: Connection) -> r.Reply | None:
+        return r.Paused(paused=self.board.toggle(req.paused))
 
-    def agents(self, req: p.Agents, conn: Connection) -> Reply:
+    def agents(self, req: p.Agents, conn: Connection) -> r.Reply | None:
         principal = self.guards.principal(conn)
-        return {"agents": [a for a in self.board.agent_list() if principal.sees(a.tenant)]}
+        return r.Agents(agents=[a for a in self.board.agent_list() if principal.sees(a.tenant)])
 
-    def skills(self, req: p.Skills, conn: Connection) -> Reply:
-        return {
-            "skills": [
-                {"name": name, "description": description, "agents": agents}
+    def skills(self, req: p.Skills, conn: Connection) -> r.Reply | None:
+        return r.Skills(
+            skills=[
+                r.Skill(name=name, description=description, agents=agents)
                 for name, description, agents in self.board.store.skills()
             ]
-        }
+        )
 
-    def describe_skill(self, req: p.DescribeSkill, conn: Connection) -> Reply:
+    def describe_skill(self, req: p.DescribeSkill, conn: Connection) -> r.Reply | None:
         from colibri.core.model import check_name
 
         name = check_name(req.name.strip().lower(), "capability")
         self.board.store.describe_skill(name, req.description.strip())
-        return {"skill": {"name": name, "description": req.description.strip()}}
+        return r.SkillDescribed(skill=r.Skill(name=name, description=req.description.strip()))
 
     # -- schedules ---------------------------------------------------------------------------
 
-    def schedule_add(self, req: p.ScheduleAdd, conn: Connection) -> Reply:
+    def schedule_add(self, req: p.ScheduleAdd, conn: Connection) -> r.Reply | None:
         self.board.tenancy.check(req.schedule.task.tenant)
         schedule = self.schedules.add(req.name, req.schedule, req.replace)
-        return {"schedule": schedule, "next": self.schedules.upcoming(req.name, 1)}
+        return r.ScheduleAdded(schedule=schedule, next=self.schedules.upcoming(req.name, 1))
 
-    def schedule_list(self, req: p.ScheduleList, conn: Connection) -> Reply:
+    def schedule_list(self, req: p.ScheduleList, conn: Connection) -> r.Reply | None:
         principal = self.guards.principal(conn)
         shown = [
             s
             for s in self.schedules.schedules.values()
             if principal.sees(s.task.tenant or DEFAULT_TENANT)
         ]
-        return {"schedules": sorted(shown, key=lambda s: s.name)}
+        return r.Schedules(schedules=sorted(shown, key=lambda s: s.name))
 
-    def schedule_get(self, req: p.ScheduleGet, conn: Connection) -> Reply:
+    def schedule_get(self, req: p.ScheduleGet, conn: Connection) -> r.Reply | None:
         runner = self.schedules
         if not self.guards.principal(conn).sees(runner.get(req.name).task.tenant or DEFAULT_TENANT):
             from colibri.core.errors import UnknownSchedule
 
             raise UnknownSchedule(req.name)
-        reply: dict[str, Any] = {
-            "schedule": runner.get(req.name),
-            "next": runner.upcoming(req.name, req.next),
-        }
+        reply = r.ScheduleShown(
+            schedule=runner.get(req.name), next=runner.upcoming(req.name, req.next)
+        )
         if req.fires:
-            reply["fires"] = self.board.store.fires(req.name, req.fires)
+            reply.fires = self.board.store.fires(req.name, req.fires)
         return reply
 
-    def schedule_run(self, req: p.ScheduleRun, conn: Connection) -> Reply:
+    def schedule_run(self, req: p.ScheduleRun, conn: Connection) -> r.Reply | None:
         task_id = self.schedules.run_now(req.name)
-        return {"task": self.board.get(task_id)}
+        return r.TaskReply(task=self.board.get(task_id))
 
-    def schedule_rm(self, req: p.ScheduleRemove, conn: Connection) -> Reply:
-        return {"schedule": self.schedules.remove(req.name)}
+    def schedule_rm(self, req: p.ScheduleRemove, conn: Connection) -> r.Reply | None:
+        return r.ScheduleReply(schedule=self.schedules.remove(req.name))
 
-    def schedule_pause(self, req: p.SchedulePause, conn: Connection) -> Reply:
-        return {"schedule": self.schedules.set_paused(req.name, True)}
+    def schedule_pause(self, req: p.SchedulePause, conn: Connection) -> r.Reply | None:
+        return r.ScheduleReply(schedule=self.schedules.set_paused(req.name, True))
 
-    def schedule_resume(self, req: p.ScheduleResume, conn: Connection) -> Reply:
-        return {"schedule": self.schedules.set_paused(req.name, False)}
+    def schedule_resume(self, req: p.ScheduleResume, conn: Connection) -> r.Reply | None:
+        return r.ScheduleReply(schedule=self.schedules.set_paused(req.name, False))

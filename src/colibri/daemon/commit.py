@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from colibri.core.errors import ColibriError, Internal, LeaseLost, StorageUnavailable
 from colibri.core.events import LedgerAppended
 from colibri.core.model import LedgerEntry
+from colibri.core.replies import ErrorReply, Reply, refusal
 from colibri.daemon import crashpoints
 from colibri.daemon.board import Board
 from colibri.daemon.ledger import LedgerMirror
@@ -47,7 +48,7 @@ class GroupCommit:
         #: TCP peers past TLS that have not authenticated yet (``Connection.authenticated``).
         self.anonymous: set[Connection] = set()
         self.dirty: set[Connection] = set()
-        self._replies: list[tuple[Connection, dict[str, Any]]] = []
+        self._replies: list[tuple[Connection, Reply | ErrorReply]] = []
         self._to_close: list[Connection] = []
         self._flush_scheduled = False
         self._batch_error: ColibriError | None = None
@@ -67,7 +68,7 @@ class GroupCommit:
         #: every request but ``ping`` is answered ``storage_unavailable`` and nothing runs.
         self.unavailable: str | None = None
 
-    def _reply(self, conn: Connection, message: dict[str, Any]) -> None:
+    def _reply(self, conn: Connection, message: Reply | ErrorReply) -> None:
         self._replies.append((conn, message))
         self.schedule_flush()
 
@@ -78,7 +79,7 @@ class GroupCommit:
         self.schedule_flush()
 
     def reply_error(self, conn: Connection, request_id: Any, error: ColibriError) -> None:
-        self._reply(conn, {"id": request_id, "ok": False, "error": error.to_wire()})
+        self._reply(conn, refusal(request_id, error))
 
     def close_after_flush(self, conn: Connection) -> None:
         self._to_close.append(conn)
@@ -238,7 +239,7 @@ class GroupCommit:
         return True
 
     def _fail_batch(
-        self, replies: list[tuple[Connection, dict[str, Any]]], error: ColibriError
+        self, replies: list[tuple[Connection, Reply | ErrorReply]], error: ColibriError
     ) -> None:
         """The batch did not commit: nothing in it happened. Say so and reload from the store."""
         log.error("batch rolled back", extra={"event": "batch_failed", "error": error.message})
@@ -265,8 +266,8 @@ class GroupCommit:
             return
         wire = error.to_wire()
         for conn, message in replies:
-            if message.get("ok"):
-                message = {"id": message.get("id"), "ok": False, "error": wire}
+            if isinstance(message, Reply):
+                message = ErrorReply(id=message.id, error=wire)
             conn.queue(message)
         self.board.dispatch_wanted = False  # retried at the next tick, not in a hot loop
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import msgspec
 
 from colibri import host
-from colibri.core import events
+from colibri.core import events, replies
 from colibri.core.access import OWNER, Principal
 from colibri.core.errors import Busy, ColibriError, Forbidden, LineTooLong, Throttled
 
@@ -163,9 +163,7 @@ class Connection(asyncio.Protocol):
 
     def _refuse(self, error: ColibriError) -> None:
         assert self.transport is not None
-        self.transport.write(
-            _encoder.encode({"id": None, "ok": False, "error": error.to_wire()}) + b"\n"
-        )
+        self.transport.write(_encoder.encode(replies.refusal(None, error)) + b"\n")
         self.closing = True
         self.transport.close()
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 import msgspec
 
 from colibri.core.errors import ColibriError, ConfigError, Throttled, TlsRequired
+from colibri.core.replies import refusal
 from colibri.endpoints import TcpAddress, parse_address, server_context
 
 if TYPE_CHECKING:
@@ -269,7 +270,7 @@ class Gateway:
 
 def _send_line(sock: socket.socket, error: ColibriError) -> None:
     """One refusal line, in plain text, as far as the socket takes it without waiting."""
-    line = msgspec.json.encode({"id": None, "ok": False, "error": error.to_wire()}) + b"\n"
+    line = msgspec.json.encode(refusal(None, error)) + b"\n"
     with contextlib.suppress(OSError):
         sock.send(line)
 

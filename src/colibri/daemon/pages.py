@@ -4,11 +4,11 @@ reply is never built whole, and cut before it passes ``sizes.REPLY_BUDGET`` byte
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from colibri.core import sizes
 from colibri.core.access import Principal
 from colibri.core.model import LedgerEntry, Task
+from colibri.core.replies import LedgerPage
 from colibri.daemon.board import Board
 from colibri.store import TaskFilter
 
@@ -51,7 +51,7 @@ def task_page(board: Board, query: TaskFilter) -> tuple[list[Task], bool]:
 
 def ledger_page(
     board: Board, principal: Principal, after: int, limit: int, task: str | None
-) -> dict[str, Any]:
+) -> LedgerPage:
     """The ``ledger`` reply: up to ``limit`` rows after ``after`` (of ``task``'s only, if
     given) that ``principal`` sees, fewer when they would pass REPLY_BUDGET; ``next`` is where
     the next page starts, ``more`` whether rows may follow."""
@@ -87,4 +87,4 @@ def ledger_page(
     more = full or (
         len(rows) == limit and bool(board.store.ledger(last, 1, task, principal.tenant))
     )
-    return {"entries": rows, "next": last, "more": more}
+    return LedgerPage(entries=rows, next=last, more=more)

@@ -20,6 +20,7 @@ from colibri.core.errors import (
     Unauthorized,
 )
 from colibri.core.model import rfc3339
+from colibri.core.replies import Reply
 from colibri.daemon import crashpoints
 from colibri.daemon.admission import EVICT_AFTER, Admission
 from colibri.daemon.board import Board
@@ -32,7 +33,7 @@ __all__ = ["EVICT_AFTER", "Server"]  # EVICT_AFTER: where the tests have read it
 log = logging.getLogger(__name__)
 
 
-def _not_attached(req: protocol.Request, conn: Connection) -> dict[str, Any] | None:
+def _not_attached(req: protocol.Request[Any], conn: Connection) -> Reply | None:
     raise Internal("the server has no command handler")
 
 
@@ -44,9 +45,7 @@ class Server(Admission):
         super().__init__(config, board, mirror)
         # Given by ``attach`` (daemon/app.py wires the daemon): who answers requests, who
         # holds replies still to come, what is reloaded after a rollback.
-        self._handle: Callable[[protocol.Request, Connection], dict[str, Any] | None] = (
-            _not_attached
-        )
+        self._handle: Callable[[protocol.Request[Any], Connection], Reply | None] = _not_attached
         self._seq = 0
         #: The TCP addresses listened on, as bound (``gateway.py``).
         self.listening: list[str] = []
@@ -55,7 +54,7 @@ class Server(Admission):
 
     def attach(
         self,
-        handle: Callable[[protocol.Request, Connection], dict[str, Any] | None],
+        handle: Callable[[protocol.Request[Any], Connection], Reply | None],
         bus: Bus,
         reload: Callable[[], None],
     ) -> None:
@@ -153,7 +152,8 @@ class Server(Admission):
             batch.actor = None
         crashpoints.hit("before-commit")
         if reply is not None:
-            self._reply(conn, {"id": req.id, "ok": True, **reply})
+            reply.id = req.id
+            self._reply(conn, reply)
 
     def _refuse(self, conn: Connection, request_id: Any, error: ColibriError) -> None:
         """A TCP peer asked what its token does not allow: one error line, then closed."""

@@ -4,11 +4,12 @@ operator does to a task (cancel, retry, answer, wait for it)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from colibri.core import protocol as p
+from colibri.core import replies as r
 from colibri.core import sizes, states
 from colibri.core.errors import BadRequest, ColibriError, UnknownParent, UnknownTask
 from colibri.core.model import DEFAULT_TENANT, HarnessStatus, Task, TaskSpec
@@ -23,8 +24,6 @@ if TYPE_CHECKING:
     from colibri.daemon.server import Server
     from colibri.daemon.supervisor import Supervisor
 
-Reply = dict[str, Any] | None
-
 
 class TaskCommands:
     def __init__(
@@ -36,15 +35,15 @@ class TaskCommands:
         self.server = server
         self.supervisor = supervisor
 
-    def intake_task(self, req: p.TaskFields, conn: Connection) -> Reply:
+    def intake_task(self, req: p.TaskFields, conn: Connection) -> r.Reply | None:
         # create-task too: its spec carries the agent it is pinned to.
         spec = self._submission(req, conn)
         task, created = self.board.submit(
             spec, idempotency_key=req.idempotency_key, claim=req.claim
         )
-        return self._submitted(task, created, conn)
+        return r.SubmitReply(task=task, created=created, waits=self._waits(task, created, conn))
 
-    def submit_all(self, req: p.SubmitAll, conn: Connection) -> Reply:
+    def submit_all(self, req: p.SubmitAll, conn: Connection) -> r.Reply | None:
         """Every submission checked — each as if those before it had been taken — before any
         is written: all of them, in this batch's transaction, or none."""
         submissions = []
@@ -57,7 +56,12 @@ class TaskCommands:
                 exc.index = index
                 raise
         made = self.board.submit_all(submissions)
-        return {"tasks": [self._submitted(task, created, conn) for task, created in made]}
+        return r.SubmitAllReply(
+            tasks=[
+                r.Submitted(task=task, created=created, waits=self._waits(task, created, conn))
+                for task, created in made
+            ]
+        )
 
     def _submission(self, req: p.TaskFields, conn: Connection) -> TaskSpec:
         """A submission's spec as the connection may make it, or why not: its parent's whole
@@ -83,16 +87,14 @@ class TaskCommands:
         self.board.tenancy.check(spec.tenant)
         return spec
 
-    def _submitted(self, task: Task, created: bool, conn: Connection) -> dict[str, Any]:
-        reply: dict[str, Any] = {"task": task, "created": created}
+    def _waits(self, task: Task, created: bool, conn: Connection) -> str | msgspec.UnsetType:
+        """Why a task just made will wait (unset: it will not, or it was made before)."""
         waits = self.board.waits_because(task) if created else None
         if waits is None and created:
             down = self._harnesses_down(task, conn, lambda: self._anyone_online(task.tenant))
             if down:
                 waits = "; ".join(h.line() for h in down)
-        if waits is not None:
-            reply["waits"] = waits
-        return reply
+        return msgspec.UNSET if waits is None else waits
 
     def _anyone_online(self, tenant: str) -> bool:
         return any(a.online and a.tenant == tenant for a in self.board.agents.values())
@@ -131,10 +133,10 @@ class TaskCommands:
             return []  # a task of no workspace that another agent can take
         return down
 
-    def get(self, req: p.Get, conn: Connection) -> Reply:
-        return {"task": self.guards.task(conn, self.guards.resolve(conn, req.task))}
+    def get(self, req: p.Get, conn: Connection) -> r.Reply | None:
+        return r.TaskReply(task=self.guards.task(conn, self.guards.resolve(conn, req.task)))
 
-    def list_tasks(self, req: p.ListTasks, conn: Connection) -> Reply:
+    def list_tasks(self, req: p.ListTasks, conn: Connection) -> r.Reply | None:
         """Up to ``limit`` tasks, and fewer when they would pass REPLY_BUDGET bytes: read
         from the store a page at a time, so a long page is never built whole. Oldest first,
         or newest first (``newest``); ``next`` is where the next page starts, in that order."""
@@ -151,19 +153,17 @@ class TaskCommands:
         )  # fmt: skip
         tasks, exhausted = task_page(self.board, query)
         last = tasks[-1].id if tasks and not exhausted else None
-        reply: dict[str, Any] = {"tasks": tasks, "next": last}
+        reply = r.TaskPage(tasks=tasks, next=last)
         if req.count:
-            reply["remaining"] = (
-                0 if last is None else self.board.store.count_tasks(past(query, last))
-            )
+            reply.remaining = 0 if last is None else self.board.store.count_tasks(past(query, last))
         return reply
 
-    def cancel(self, req: p.Cancel, conn: Connection) -> Reply:
+    def cancel(self, req: p.Cancel, conn: Connection) -> r.Reply | None:
         task_id = self.guards.seen_task(conn, req.task)
         cancelled = self.board.cancel(task_id, req.reason)
-        return {"cancelled": [t.id for t in cancelled]}
+        return r.Cancelled(cancelled=[t.id for t in cancelled])
 
-    def cost(self, req: p.CostTotals, conn: Connection) -> Reply:
+    def cost(self, req: p.CostTotals, conn: Connection) -> r.Reply | None:
         since = req.since or ""
         if since:
             from colibri.core.model import parse_rfc3339, rfc3339
@@ -175,41 +175,41 @@ class TaskCommands:
                     f"since {req.since!r} is not a time: write 2026-11-30 or 2026-11-30T08:00:00Z"
                 ) from None
         rows = self.board.store.cost_totals(req.by, since, self.guards.principal(conn).tenant)
-        return {"by": req.by, "since": since or None, "totals": rows}
+        return r.CostTotals(by=req.by, since=since or None, totals=rows)
 
-    def family(self, req: p.Family, conn: Connection) -> Reply:
+    def family(self, req: p.Family, conn: Connection) -> r.Reply | None:
         task_id = self.guards.seen_task(conn, req.task)
         budget = sizes.REPLY_BUDGET if self.guards.principal(conn).is_owner else TOKEN_FAMILY_BYTES
         top, members, complete = self.board.family(task_id, budget)
-        return {"root": top, "tasks": members, "complete": complete}
+        return r.Family(root=top, tasks=members, complete=complete)
 
-    def retry(self, req: p.Retry, conn: Connection) -> Reply:
+    def retry(self, req: p.Retry, conn: Connection) -> r.Reply | None:
         task_id = self.guards.seen_task(conn, req.task)
-        return {"task": self.board.retry(task_id)}
+        return r.TaskReply(task=self.board.retry(task_id))
 
-    def why(self, req: p.Why, conn: Connection) -> Reply:
+    def why(self, req: p.Why, conn: Connection) -> r.Reply | None:
         task_id = self.guards.seen_task(conn, req.task)
         reply = self.board.why(task_id)
         # No agent can take it: a workspace harness that keeps exiting may be why.
-        eligible = any(row["eligible"] for row in reply["agents"])
-        down = [] if eligible else self._harnesses_down(reply["task"], conn, lambda: False)
+        eligible = any(row.eligible for row in reply.agents)
+        down = [] if eligible else self._harnesses_down(reply.task, conn, lambda: False)
         if down:
-            reply["summary"] += " — " + "; ".join(h.line() for h in down)
-        reply["harnesses"] = down
+            reply.summary += " — " + "; ".join(h.line() for h in down)
+        reply.harnesses = down
         return reply
 
-    def wait(self, req: p.Wait, conn: Connection) -> Reply:
+    def wait(self, req: p.Wait, conn: Connection) -> r.Reply | None:
         task_id = self.guards.resolve(conn, req.task)
         if self.guards.task(conn, task_id).state not in states.ENDED:
             self.server.check_share(conn, "waits")
         task = self.board.wait(conn, req.id, task_id)
-        return None if task is None else {"task": task}
+        return None if task is None else r.TaskReply(task=task)
 
-    def answer(self, req: p.Answer, conn: Connection) -> Reply:
+    def answer(self, req: p.Answer, conn: Connection) -> r.Reply | None:
         task_id = self.guards.seen_task(conn, req.task)
-        return {"task": self.board.answer(task_id, req.text)}
+        return r.TaskReply(task=self.board.answer(task_id, req.text))
 
-    def ledger(self, req: p.Ledger, conn: Connection) -> Reply:
+    def ledger(self, req: p.Ledger, conn: Connection) -> r.Reply | None:
         """Up to ``limit`` rows after ``after``, fewer when they would pass REPLY_BUDGET."""
         principal = self.guards.principal(conn)
         if req.follow and not conn.follows_ledger:

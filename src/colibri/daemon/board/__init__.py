@@ -33,6 +33,7 @@ from colibri.core.access import Tenancy
 from colibri.core.claims import Claims
 from colibri.core.errors import NotOwner
 from colibri.core.model import LedgerEntry, Task
+from colibri.core.replies import refusal
 from colibri.core.states import State
 from colibri.daemon.board.audience import Audience, Subscription
 from colibri.daemon.board.batch import Batch, Message, Peer
@@ -225,7 +226,7 @@ class Board:
             refused = NotOwner(
                 f"task {task_id}'s tenant is served by another daemon of the board now; ask there"
             )
-            self.batch.emit(peer, {"id": request_id, "ok": False, "error": refused.to_wire()})
+            self.batch.emit(peer, refusal(request_id, refused))
 
     # -- effects and connections -------------------------------------------------------------
 

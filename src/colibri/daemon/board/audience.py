@@ -14,6 +14,7 @@ from typing import Any
 from colibri.core import events, states
 from colibri.core.events import Event
 from colibri.core.model import Task
+from colibri.core.replies import ErrorReply, TaskReply
 from colibri.daemon.board.batch import Batch, Peer
 
 
@@ -68,7 +69,7 @@ class Audience:
         if task.state in states.ENDED and task.id in self.waiters:
             for peer, request_id in self._take(task.id):
                 self.batch.answered.append((task.id, peer, request_id))
-                self.batch.emit(peer, {"id": request_id, "ok": True, "task": task})
+                self.batch.emit(peer, TaskReply(id=request_id, task=task))
 
     # -- waits -------------------------------------------------------------------------------
 
@@ -103,13 +104,13 @@ class Audience:
         """``task`` has ended (found so in the store): answer every wait for it."""
         for peer, request_id in self._take(task.id):
             self.batch.answered.append((task.id, peer, request_id))  # put back if it fails
-            self.batch.emit(peer, {"id": request_id, "ok": True, "task": task})
+            self.batch.emit(peer, TaskReply(id=request_id, task=task))
 
     def refuse(self, task_id: str, error: dict[str, str | int | float]) -> None:
         """Answer every wait for ``task_id`` with ``error`` (the wire form of a ColibriError):
         the task is no longer this daemon's to see end."""
         for peer, request_id in self._take(task_id):
-            self.batch.emit(peer, {"id": request_id, "ok": False, "error": error})
+            self.batch.emit(peer, ErrorReply(id=request_id, error=error))
 
     def waits(self, peer: Peer) -> bool:
         return peer in self._waiting

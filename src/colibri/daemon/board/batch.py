@@ -13,9 +13,10 @@ from typing import Any, Protocol
 
 from colibri.core.events import Event
 from colibri.core.model import LedgerEntry
+from colibri.core.replies import ErrorReply, Reply
 
-#: What the daemon sends: an event, or a reply (a plain object with ``id`` and ``ok``).
-Message = Event | dict[str, Any]
+#: What the daemon sends: an event, or a reply (``ok``, or a refusal).
+Message = Event | Reply | ErrorReply
 
 
 class Peer(Protocol):

@@ -28,6 +28,7 @@ from colibri.core.errors import (
     UnknownTask,
 )
 from colibri.core.model import Cost, Task
+from colibri.core.replies import Answered
 from colibri.core.states import State
 from colibri.daemon.board.audience import Audience
 from colibri.daemon.board.batch import Batch, Peer
@@ -278,7 +279,7 @@ class Reports:
         self.unasked.pop(task_id, None)
         asker = self.askers.pop(task_id, None)
         if asker is not None:
-            self.batch.emit(asker[0], {"id": asker[1], "ok": True, "answer": text})
+            self.batch.emit(asker[0], Answered(id=asker[1], answer=text))
         self.audience.broadcast(events.Answered(task=task_id))
         holder = self.capacity.holder(task)
         if holder is not None and holder.peer is not None:

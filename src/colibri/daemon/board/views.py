@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from colibri.core import states
+from colibri.core import replies, states
 from colibri.core.errors import BadRequest, shown
 from colibri.core.matching import explain
 from colibri.core.model import Agent, Task
@@ -65,7 +65,7 @@ class Views:
         self.audience.wait_for(peer, request_id, task_id)
         return None
 
-    def why(self, task_id: str) -> dict[str, Any]:
+    def why(self, task_id: str) -> replies.Why:
         task = self.get(task_id)
         shape = self.queue.shape(task)
         rows = explain(shape, (a.view() for a in self.agents.values() if a.tenant == task.tenant))
@@ -98,22 +98,22 @@ class Views:
             summary = "no agents are registered"
         else:
             summary = "no agent can take it now: see the reasons per agent"
-        return {
-            "task": task,
-            "summary": summary,
-            "required": sorted(shape.capabilities),
-            "min_score": shape.min_score,
-            "agents": [
-                {
-                    "agent": r.agent,
-                    "score": round(r.score, 4),
-                    "missing": r.missing,
-                    "eligible": r.eligible,
-                    "reasons": r.reasons,
-                }
+        return replies.Why(
+            task=task,
+            summary=summary,
+            required=sorted(shape.capabilities),
+            min_score=shape.min_score,
+            agents=[
+                replies.AgentFit(
+                    agent=r.agent,
+                    score=round(r.score, 4),
+                    missing=r.missing,
+                    eligible=r.eligible,
+                    reasons=r.reasons,
+                )
                 for r in rows
             ],
-        }
+        )
 
     def waits_because(self, task: Task) -> str | None:
         """Why a task just submitted will wait — dispatch paused, or no agent this board has

@@ -159,11 +159,12 @@ async def _say_standby(
     """The standby's socket: every request is answered ``standby``, saying who serves."""
     from colibri.core import protocol
     from colibri.core.errors import Standby
+    from colibri.core.replies import refusal
 
     try:
         while (line := await reader.readline()).endswith(b"\n"):
             error = Standby(f"this daemon stands by; {said[0].removeprefix('standby: ')}")
-            reply = {"id": protocol.request_id(line), "ok": False, "error": error.to_wire()}
+            reply = refusal(protocol.request_id(line), error)
             writer.write(msgspec.json.encode(reply) + b"\n")
             await writer.drain()
     except (ConnectionError, ValueError):
