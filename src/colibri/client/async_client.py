@@ -24,13 +24,13 @@ from colibri.client.transport import (
     raise_for,
     socket_path,
     strip_unset,
-    task_of,
-    tasks_of,
 )
 from colibri.core import events
 from colibri.core.errors import ColibriError, ConnectionClosed, DaemonNotRunning, NotOwner
 from colibri.core.events import AnyEvent
 from colibri.core.model import Task
+from colibri.core.protocol import Family, Get, Request, Submit, Wait, reply_to, wire_fields
+from colibri.core.request_fields import R
 from colibri.trust import check_daemon
 
 if TYPE_CHECKING:
@@ -236,18 +236,23 @@ class AsyncClient:
 
     # -- typed, as ``Client``'s ---------------------------------------------------------------
 
+    async def request(self, req: Request[R]) -> R:
+        """As ``Client.request``; other requests on the connection go on meanwhile."""
+        cmd, fields = wire_fields(req)
+        return reply_to(req, await self.call(cmd, **fields))
+
     async def submit(self, text: str, **fields: Any) -> Task:
-        return task_of(await self.call("submit", text=text, **fields))
+        return (await self.request(Submit(text=text, **fields))).task
 
     async def get(self, task_id: str) -> Task:
-        return task_of(await self.call("get", task=task_id))
+        return (await self.request(Get(task=task_id))).task
 
     async def wait(self, task_id: str) -> Task:
         """As ``Client.wait``; other requests on the connection go on meanwhile."""
-        return task_of(await self.call("wait", task=task_id))
+        return (await self.request(Wait(task=task_id))).task
 
     async def family(self, task_id: str) -> list[Task]:
-        return tasks_of(await self.call("family", task=task_id))
+        return (await self.request(Family(task=task_id))).tasks
 
     async def events(self) -> AsyncIterator[AnyEvent]:
         """Pushed events, each as its class of ``colibri.core.events``, until the connection

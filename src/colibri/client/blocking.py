@@ -23,8 +23,6 @@ from colibri.client.transport import (
     raise_for,
     socket_path,
     strip_unset,
-    task_of,
-    tasks_of,
 )
 from colibri.core import events
 from colibri.core.errors import (
@@ -36,6 +34,8 @@ from colibri.core.errors import (
 )
 from colibri.core.events import AnyEvent
 from colibri.core.model import Task
+from colibri.core.protocol import Family, Get, Request, Submit, Wait, reply_to, wire_fields
+from colibri.core.request_fields import R
 
 
 class Client:
@@ -262,22 +262,28 @@ class Client:
 
     # -- typed: the values the daemon sends, as the classes both sides share ----------------
 
+    def request(self, req: Request[R]) -> R:
+        """Send a request of ``colibri.core.protocol``; its reply, as the struct it names
+        (``colibri.core.replies``), as ``call`` sends and retries it."""
+        cmd, fields = wire_fields(req)
+        return reply_to(req, self.call(cmd, **fields))
+
     def submit(self, text: str, **fields: Any) -> Task:
         """Submit a task (``fields``: those of ``TaskSpec``, ``idempotency_key``); the task."""
-        return task_of(self.call("submit", text=text, **fields))
+        return self.request(Submit(text=text, **fields)).task
 
     def get(self, task_id: str) -> Task:
-        return task_of(self.call("get", task=task_id))
+        return self.request(Get(task=task_id)).task
 
     def wait(self, task_id: str) -> Task:
         """The task once it has ended: ``done``, ``failed`` or ``cancelled`` (a retry does not
         end the wait). Blocks as long as it takes, or the client's ``timeout``."""
-        return task_of(self.call("wait", task=task_id))
+        return self.request(Wait(task=task_id)).task
 
     def family(self, task_id: str) -> list[Task]:
         """The whole family of ``task_id`` (any member of it), from its top ancestor down,
         parents before their children; cut at about 8 MiB (list the rest by ``parent``)."""
-        return tasks_of(self.call("family", task=task_id))
+        return self.request(Family(task=task_id)).tasks
 
     def typed_events(self) -> Iterator[AnyEvent]:
         """Pushed events, each as its class of ``colibri.core.events``."""

@@ -19,7 +19,6 @@ from colibri.core.errors import (
     UnexpectedReply,
     from_wire,
 )
-from colibri.core.model import Task
 from colibri.layout import RootLayout
 from colibri.trust import check_daemon
 
@@ -135,14 +134,6 @@ def raise_for(reply: dict[str, Any]) -> dict[str, Any]:
     if reply.get("ok"):
         return reply
     raise error_of(reply)
-
-
-def task_of(reply: dict[str, Any]) -> Task:
-    return msgspec.convert(reply["task"], Task)
-
-
-def tasks_of(reply: dict[str, Any]) -> list[Task]:
-    return msgspec.convert(reply["tasks"], list[Task])
 
 
 def strip_unset(fields: dict[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from colibri.core.agent_protocol import Ready as Ready
 from colibri.core.agent_protocol import Reclaimed as Reclaimed
 from colibri.core.agent_protocol import RegisterAgent as RegisterAgent
 from colibri.core.agent_protocol import Requeue as Requeue
-from colibri.core.errors import BadJson, BadRequest, UnknownCommand
+from colibri.core.errors import BadJson, BadRequest, UnexpectedReply, UnknownCommand
 from colibri.core.model import (
     SPEC_FIELDS,
     Attempts,
@@ -43,7 +43,7 @@ from colibri.core.model import (
 from colibri.core.request_fields import ERROR_MAX as ERROR_MAX
 from colibri.core.request_fields import LEDGER_END as LEDGER_END
 from colibri.core.request_fields import OUTPUT_MAX as OUTPUT_MAX
-from colibri.core.request_fields import Claim, RequestId, SqlInt
+from colibri.core.request_fields import Claim, R, RequestId, SqlInt
 from colibri.core.request_fields import ReportedCost as ReportedCost
 from colibri.core.request_fields import Request as Request
 from colibri.core.schedules import ScheduleSpec
@@ -345,3 +345,32 @@ def request_id(line: bytes) -> RequestId:
 
 
 encode = msgspec.json.Encoder().encode
+
+
+def wire_fields(req: Request[Any]) -> tuple[str, dict[str, Any]]:
+    """A request as a client sends it: its ``cmd``, and its fields but ``id`` and those left at
+    their defaults (the daemon applies the same ones)."""
+    fields: dict[str, Any] = {}
+    for field in msgspec.structs.fields(req):
+        value = getattr(req, field.name)
+        if field.name == "id" or value is None:
+            continue
+        if field.default is not msgspec.NODEFAULT and value == field.default:
+            continue
+        if field.default_factory is not msgspec.NODEFAULT and value == field.default_factory():
+            continue
+        fields[field.name] = value
+    return str(type(req).__struct_config__.tag), fields
+
+
+def reply_to(req: Request[R], reply: dict[str, Any]) -> R:
+    """The reply (a plain object, ``ok``) as the struct ``req`` names; ``UnexpectedReply`` if
+    it is not one (a daemon of another version that lacks a field this client needs)."""
+    kind = REPLY_OF[type(req)]
+    try:
+        return msgspec.convert(reply, kind)  # type: ignore[return-value]
+    except msgspec.ValidationError as exc:
+        raise UnexpectedReply(
+            f"the daemon's reply to {type(req).__struct_config__.tag} is not what this client "
+            f"reads ({exc}); are the daemon and this client of one version?"
+        ) from None
