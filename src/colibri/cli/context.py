@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from colibri.core.backoff import Backoff
 from colibri.core.errors import Busy, ColibriError, DaemonNotRunning, NotOwner, Standby, Unreached
+
+if TYPE_CHECKING:  # the client's modules load when a command connects, not at start
+    from colibri.client import Client
+    from colibri.core.request_fields import R, Request
 
 T = TypeVar("T")
 
@@ -81,7 +85,7 @@ class Context:
             insecure_loopback=self.insecure_loopback,
         )  # fmt: skip
 
-    def client(self, timeout: float | None = None) -> Any:
+    def client(self, timeout: float | None = None) -> Client:
         """A connection to the daemon; ``timeout``: seconds each socket operation may take.
         Over TCP a takeover is waited out, said once on stderr, and a request lost to one is
         sent again where that is safe (``Client.remote``)."""
@@ -92,12 +96,22 @@ class Context:
             return Client.remote(remote, timeout=timeout, on_wait=say_waiting)
         return Client.for_root(self.root(), timeout=timeout)
 
+    def request(self, req: Request[R], *, patient: bool = False) -> R:
+        """One request on a connection of its own, its reply typed (``Client.request``);
+        ``patient``: see ``wait_out_busy``."""
+
+        def once() -> R:
+            with self.client() as client:
+                return client.request(req)
+
+        return wait_out_busy(once) if patient else once()
+
     def call(self, cmd: str, *, patient: bool = False, **fields: Any) -> dict[str, Any]:
-        """One request on a connection of its own; ``patient``: see ``wait_out_busy``."""
+        """As ``request``, for a command given by name and fields: the reply as it came."""
 
         def once() -> dict[str, Any]:
             with self.client() as client:
-                return client.call(cmd, **fields)  # type: ignore[no-any-return]
+                return client.call(cmd, **fields)
 
         return wait_out_busy(once) if patient else once()
 
