@@ -236,7 +236,7 @@ def test_scan_keeps_the_comments_of_an_existing_file(scratch: Path) -> None:
     ok(init(str(scratch)))
     file = scratch / "colibri.jsonc"
     file.write_text(
-        '// my settings\n{\n  "scheduler": { "tick": "5s" }, // fast\n'
+        "// my settings\n{\n  \"scheduler\": { \"tick\": \"5s\" }, // fast\n"
         '  "templates": {\n    // mine\n  },\n'
         '  "workspaces": {\n    "web": { "path": "web", "session": { "command": ["true"] } },\n'
         "  },\n}\n"

@@ -55,7 +55,9 @@ def test_a_gone_daemon_is_listed_for_an_hour_then_with_all_and_forgotten_after_a
         everything = listed(board, "--all")
         assert everything.stderr == ""
         assert any(line.startswith(f"{short}  gone ") for line in everything.stdout.splitlines())
-        assert [d["id"] for d in json.loads(listed(board, "--all", "--json").stdout)] == [row["id"]]
+        assert [d["id"] for d in json.loads(listed(board, "--all", "--json").stdout)] == [
+            row["id"]
+        ]
         # A day after its last beat, the next beat of any daemon of the board forgets it.
         beat_ago(board, row["id"], "25 hours")
         alive.start()

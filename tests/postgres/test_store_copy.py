@@ -158,7 +158,9 @@ def test_a_copied_board_is_served_by_a_daemon_on_the_hive_under_its_tenant(
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_the_text_summary_says_what_was_copied_and_what_was_not(source: Source, board: str) -> None:
+def test_the_text_summary_says_what_was_copied_and_what_was_not(
+    source: Source, board: str
+) -> None:
     done = copy("--from", str(source.path), "--to", board, "--tenant", "acme")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()

@@ -71,7 +71,10 @@ def read_store(path: Path, *, integrity_check: bool = True) -> StoreSnapshot:
         integrity = "ok"
         if integrity_check:
             integrity = "; ".join(row[0] for row in db.execute("PRAGMA integrity_check"))
-        tasks = {row["id"]: dict(row) for row in db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks")}
+        tasks = {
+            row["id"]: dict(row)
+            for row in db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks")
+        }
         ledger = [dict(row) for row in db.execute("SELECT * FROM ledger ORDER BY seq")]
         fires = [dict(row) for row in db.execute("SELECT * FROM schedule_fires")]
     finally:

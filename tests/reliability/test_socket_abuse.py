@@ -503,16 +503,10 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "epoch": st.integers(-1, 3) | EDGE_INTS,
     "claim": st.none() | short | st.sampled_from(["0" * 32, "x" * 129]),
     "budget_usd": st.none() | edge_numbers,
-    "cost": st.none()
-    | st.fixed_dictionaries(
-        {},
-        optional={
-            "tokens_in": edge_numbers,
-            "tokens_out": edge_numbers,
-            "usd": edge_numbers,
-            "model": short,
-        },
-    ),  # fmt: skip
+    "cost": st.none() | st.fixed_dictionaries({}, optional={
+        "tokens_in": edge_numbers, "tokens_out": edge_numbers, "usd": edge_numbers,
+        "model": short,
+    }),  # fmt: skip
     "message": edge_numbers,
     "output": st.text(max_size=40) | st.sampled_from(["\x00" * 1000, "\x1b[2J" * 200]),
     "error": st.text(max_size=40),
@@ -526,14 +520,8 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
         optional={
             "every": st.sampled_from(["1h", "15m", 3600, -1, "soon"]) | EDGE_DURATIONS,
             "cron": st.sampled_from(["0 0 * * *", "*/5 * * * *", "61 * * * *"]),
-            "at": st.sampled_from(
-                [
-                    "2999-01-01T00:00:00+00:00",
-                    "yesterday",
-                    "9999-12-31T23:59:59-12:00",
-                    "9999-11-30T00:00:00Z",
-                ]
-            ),
+            "at": st.sampled_from(["2999-01-01T00:00:00+00:00", "yesterday",
+                                   "9999-12-31T23:59:59-12:00", "9999-11-30T00:00:00Z"]),
             "tz": st.sampled_from(["UTC", "Europe/Berlin", "Mars/Base", "Pacific/Kiritimati"]),
             "jitter": EDGE_DURATIONS,
             "grace": EDGE_DURATIONS,
