@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -646,3 +647,76 @@ def free_port() -> int:
 def release_ports() -> None:
     while _reserved:
         _reserved.pop().close()
+
+
+class RecordingProxy:
+    """A real socket in front of the daemon's: forwards every line both ways, and keeps what
+    each connection sent, so a test sees exactly which reports a harness made."""
+
+    def __init__(self, path: Path, upstream: Path) -> None:
+        self.path, self.upstream = path, upstream
+        self.sent: list[list[dict[str, Any]]] = []
+        self.sockets: list[socket.socket] = []
+        #: Set by ``close``: a connection accepted as it closes is closed, not forwarded.
+        self.closing = False
+        self.lock = threading.Lock()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(path))
+        self.listener.listen()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                down, _ = self.listener.accept()
+            except OSError:
+                return
+            up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            with self.lock:
+                closing = self.closing
+                if not closing:
+                    self.sockets += [down, up]
+            try:
+                if closing:
+                    raise ConnectionAbortedError
+                up.connect(str(self.upstream))
+            except OSError:  # closing, or the daemon gone: so is this connection
+                down.close()
+                up.close()
+                continue
+            lines: list[dict[str, Any]] = []
+            self.sent.append(lines)
+            threading.Thread(target=self._pipe, args=(down, up, lines), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(up, down, None), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket, lines: list[dict[str, Any]] | None) -> None:
+        pending = b""
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                if lines is not None:
+                    pending += data
+                    *whole, pending = pending.split(b"\n")
+                    lines.extend(json.loads(line) for line in whole if line.strip())
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def harness_reports(self, task_id: str) -> list[str]:
+        """The reports about ``task_id`` that the harness's own connection (the one that
+        registered) sent."""
+        return [
+            line["cmd"]
+            for lines in self.sent
+            if lines and lines[0].get("cmd") == "register-agent"
+            for line in lines
+            if line.get("task") == task_id and line.get("cmd") in ("out", "fail", "reclaimed")
+        ]
+
+    def close(self) -> None:
+        with self.lock:
+            self.closing = True
+        for sock in [self.listener, *self.sockets]:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()

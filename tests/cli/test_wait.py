@@ -6,7 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from tests.helpers import PYTHON, Daemon, FakeAgent, colibri, one_line
+from tests.helpers import PYTHON, Daemon, FakeAgent, RecordingProxy, colibri, one_line
 
 
 def waiting(root: Path, *args: str) -> subprocess.Popen[str]:
@@ -83,3 +83,30 @@ def test_a_bad_follow_for_is_refused_in_one_line_before_anything_is_submitted(
         assert one_line(result.stderr).startswith("colibri: "), result.stderr
         assert "--follow-for" in result.stderr and "soon" in result.stderr
     assert daemon.call("list")["tasks"] == []
+
+
+def test_submit_wait_submits_and_waits_on_one_connection(daemon: Daemon) -> None:
+    """``submit --wait`` asks on the connection that submitted (it used to open a second one);
+    seen by a real socket in the daemon's place that forwards and records every line."""
+    real = daemon.socket.with_name("real.sock")
+    daemon.socket.rename(real)
+    proxy = RecordingProxy(daemon.socket, real)
+    agent = FakeAgent(daemon, "build-1", ["python"])
+    submitting = subprocess.Popen(
+        [PYTHON, "-m", "colibri", "--root", str(daemon.root), "submit", "run the tests",
+         "--cap", "python", "--wait"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        agent.out(agent.next_assign(), "412 passed")
+        out, err = submitting.communicate(timeout=30)
+        assert (submitting.returncode, out, err) == (0, "412 passed\n", "")
+        commands = [[line["cmd"] for line in lines] for lines in proxy.sent]
+        assert [c for c in commands if c[:1] != ["register-agent"]] == [["submit", "wait"]]
+    finally:
+        if submitting.poll() is None:
+            submitting.kill()
+            submitting.wait()
+        agent.close()
+        proxy.close()
+        real.rename(daemon.socket)

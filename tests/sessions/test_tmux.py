@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import Daemon, wait_until
+from tests.helpers import Daemon, RecordingProxy, wait_until
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
@@ -88,23 +85,9 @@ def test_colibri_ready_and_attach_to_the_live_session(tmux_root: Path) -> None:
 def test_a_tmux_session_runs_its_harness_colibri_first_on_its_path(tmux_root: Path) -> None:
     """As a subprocess session does (tests/sessions/test_environment.py): the tmux server's
     own PATH, the daemon's, has no colibri."""
-    (tmux_root / "colibri.jsonc").write_text(
-        config(
-            {
-                "term": {
-                    "session": {
-                        "backend": "tmux",
-                        "ready_timeout": "10s",
-                        "command": [
-                            "/bin/sh",
-                            "-c",
-                            'colibri ready && read -r line && colibri out "$line: $(command -v colibri)"',
-                        ],
-                    }
-                }
-            }
-        )
-    )
+    (tmux_root / "colibri.jsonc").write_text(config({"term": {"session": {
+        "backend": "tmux", "ready_timeout": "10s", "command": ["/bin/sh", "-c",
+        'colibri ready && read -r line && colibri out "$line: $(command -v colibri)"']}}}))
     daemon = Daemon(tmux_root, env={"PATH": "/usr/bin:/bin"})  # fmt: skip
     daemon.start()
     try:
@@ -271,79 +254,6 @@ def test_no_command_line_on_the_machine_shows_a_sessions_secrets(tmux_root: Path
         assert daemon.wait_closed(task["id"], timeout=20)["output"] == "done"
     finally:
         daemon.stop()
-
-
-class RecordingProxy:
-    """A real socket in front of the daemon's: forwards every line both ways, and keeps what
-    each connection sent, so a test sees exactly which reports a harness made."""
-
-    def __init__(self, path: Path, upstream: Path) -> None:
-        self.path, self.upstream = path, upstream
-        self.sent: list[list[dict[str, Any]]] = []
-        self.sockets: list[socket.socket] = []
-        #: Set by ``close``: a connection accepted as it closes is closed, not forwarded.
-        self.closing = False
-        self.lock = threading.Lock()
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(str(path))
-        self.listener.listen()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                down, _ = self.listener.accept()
-            except OSError:
-                return
-            up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            with self.lock:
-                closing = self.closing
-                if not closing:
-                    self.sockets += [down, up]
-            try:
-                if closing:
-                    raise ConnectionAbortedError
-                up.connect(str(self.upstream))
-            except OSError:  # closing, or the daemon gone: so is this connection
-                down.close()
-                up.close()
-                continue
-            lines: list[dict[str, Any]] = []
-            self.sent.append(lines)
-            threading.Thread(target=self._pipe, args=(down, up, lines), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(up, down, None), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket, lines: list[dict[str, Any]] | None) -> None:
-        pending = b""
-        with contextlib.suppress(OSError):
-            while data := src.recv(65536):
-                if lines is not None:
-                    pending += data
-                    *whole, pending = pending.split(b"\n")
-                    lines.extend(json.loads(line) for line in whole if line.strip())
-                dst.sendall(data)
-        with contextlib.suppress(OSError):
-            dst.shutdown(socket.SHUT_WR)
-
-    def harness_reports(self, task_id: str) -> list[str]:
-        """The reports about ``task_id`` that the harness's own connection (the one that
-        registered) sent."""
-        return [
-            line["cmd"]
-            for lines in self.sent
-            if lines and lines[0].get("cmd") == "register-agent"
-            for line in lines
-            if line.get("task") == task_id and line.get("cmd") in ("out", "fail", "reclaimed")
-        ]
-
-    def close(self) -> None:
-        with self.lock:
-            self.closing = True
-        for sock in [self.listener, *self.sockets]:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
 
 
 #: A harness of the tmux backend, in its own process, reaching the daemon through the proxy.

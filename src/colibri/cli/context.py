@@ -157,7 +157,13 @@ def wait_out_busy(attempt: Callable[[], T]) -> T:
 LOST = (Unreached, Standby, NotOwner, Busy)
 
 
-def through_takeovers(ctx: Context, run: Callable[[Any], T], *, patient: bool = False) -> T:
+def through_takeovers(
+    ctx: Context,
+    run: Callable[[Client], T],
+    *,
+    patient: bool = False,
+    connected: Client | None = None,
+) -> T:
     """``run(client)`` on a connection to the daemon, for a command that follows the board.
     When the connection is lost (``LOST``) it connects again — over TCP trying the addresses
     after the lost one first, where a standby that took over serves — says so in one line on
@@ -166,7 +172,7 @@ def through_takeovers(ctx: Context, run: Callable[[Any], T], *, patient: bool = 
     is). On this root's socket, a daemon gone for good (no process holds the root any more)
     ends it at once with the error that lost it, unless ``patient`` (a session's own command,
     which waits out a restart for ``BUSY_PATIENCE`` as ``wait_out_busy`` does, its first
-    connection too)."""
+    connection too). ``connected``: a connection already open, for the first try."""
     import time
 
     from colibri.client import Client, socket_path
@@ -179,7 +185,9 @@ def through_takeovers(ctx: Context, run: Callable[[Any], T], *, patient: bool = 
     pauses = Backoff(BUSY_FIRST_PAUSE, BUSY_LONGEST_PAUSE)
     while True:
         try:
-            if remote is None:
+            if connected is not None:
+                client, connected = connected, None
+            elif remote is None:
                 client = ctx.client()
             else:
                 # This loop follows the board once it is lost (nothing is sent twice by the

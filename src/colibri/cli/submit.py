@@ -4,7 +4,7 @@ cli/bulk.py) and wait, both followed through a takeover or a restart of the daem
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,6 +19,11 @@ from colibri.cli.base import (
 )
 from colibri.cli.completion import agent_names, task_ids, workspace_names
 from colibri.cli.output import print_json, print_line, print_output, printable
+
+if TYPE_CHECKING:
+    from colibri.client import Client
+    from colibri.core.model import Task
+    from colibri.core.replies import SubmitReply
 
 
 @cli.command()
@@ -152,6 +157,8 @@ def submit(
                 "--to hands work on from inside a session; outside one, give --parent ID too"
             )
         workspace = to
+    from colibri.core import protocol as p
+
     fields: dict[str, Any] = dict(
         text=text,
         capabilities=list(caps),
@@ -166,41 +173,55 @@ def submit(
         budget_usd=budget_usd,
         claim=handoff,
     )
+    req = p.CreateTask(agent=agent, **fields) if agent else p.Submit(**fields)
+    opened: list[Client] = []
 
-    def send() -> dict[str, Any]:
-        return ctx.call("create-task" if agent else "submit", agent=agent, **fields)
+    def send() -> SubmitReply:
+        client = ctx.client()
+        try:
+            reply = client.request(req)
+        except BaseException:
+            client.close()
+            raise
+        opened.append(client)  # kept for the wait, if there is one: one connection for both
+        return reply
 
     # A session handing work on waits out a busy or restarting daemon, as its reports do.
     reply = wait_out_busy(send) if in_session() else send()
-    task = reply["task"]
-    # (A key the client made itself, sent again after a takeover, is no news to the user.)
-    if not reply.get("created", True) and idempotency_key is not None and not own_key:
-        click.echo(
-            printable(f"colibri: idempotency key {idempotency_key} already names task "
-                      f"{task['id']} ({task['state']}); nothing new was submitted"),
-            err=True,
-        )  # fmt: skip
-    if reply.get("waits"):
-        click.echo(
-            printable(f"colibri: task {task['id']} waits: {reply['waits']} "
-                      f"(see: colibri why {task['id']})"),
-            err=True,
-        )  # fmt: skip
-    if wait:
-        task = _wait(ctx, task["id"])
+    with opened[-1] as client:
+        task = reply.task
+        # (A key the client made itself, sent again after a takeover, is no news to the user.)
+        if not reply.created and idempotency_key is not None and not own_key:
+            click.echo(
+                printable(f"colibri: idempotency key {idempotency_key} already names task "
+                          f"{task.id} ({task.state}); nothing new was submitted"),
+                err=True,
+            )  # fmt: skip
+        if reply.waits:
+            click.echo(
+                printable(f"colibri: task {task.id} waits: {reply.waits} "
+                          f"(see: colibri why {task.id})"),
+                err=True,
+            )  # fmt: skip
+        if wait:
+            task = _wait(ctx, task.id, client)
     if as_json:
         print_json(task)
     elif wait:
-        if task.get("output"):
-            print_output(task["output"])
-        if task.get("outcome") != "done":
-            error = f": {task['error']}" if task.get("error") else ""
-            message = f"colibri: task {task['id']} {task.get('outcome')}{error}"
-            click.echo(printable(message), err=True)
+        _say_ended(task)
     else:
-        print_line(task["id"])
-    if wait and task.get("outcome") != "done":
+        print_line(task.id)
+    if wait and task.outcome != "done":
         sys.exit(1)
+
+
+def _say_ended(task: Task) -> None:
+    """An ended task's output on stdout; unless it is done, its outcome on stderr."""
+    if task.output:
+        print_output(task.output)
+    if task.outcome != "done":
+        error = f": {task.error}" if task.error else ""
+        click.echo(printable(f"colibri: task {task.id} {task.outcome}{error}"), err=True)
 
 
 @cli.command()
@@ -217,16 +238,16 @@ def wait(ctx: Context, task_id: str, as_json: bool) -> None:
     if as_json:
         print_json(task)
         return
-    if task.get("output"):
-        print_output(task["output"])
-    if task.get("outcome") != "done":
-        error = f": {task['error']}" if task.get("error") else ""
-        click.echo(printable(f"colibri: task {task['id']} {task.get('outcome')}{error}"), err=True)
+    _say_ended(task)
 
 
-def _wait(ctx: Context, task_id: str) -> dict[str, Any]:
+def _wait(ctx: Context, task_id: str, client: Client | None = None) -> Task:
     """The task once it has ended, waited for through a takeover (or a restart) of the
-    daemon: on the next daemon to answer, the wait is simply asked again."""
+    daemon: on the next daemon to answer, the wait is simply asked again. First on
+    ``client``, if given (the connection that submitted it)."""
+    from colibri.core.protocol import Wait
+
     return through_takeovers(
-        ctx, lambda client: client.call("wait", task=task_id)["task"], patient=in_session()
-    )
+        ctx, lambda client: client.request(Wait(task=task_id)).task, patient=in_session(),
+        connected=client,
+    )  # fmt: skip
