@@ -21,6 +21,8 @@ from colibri.core.text import printable as printable
 if TYPE_CHECKING:
     from rich.text import Text
 
+    from colibri.core.model import Task
+
 
 def counted(n: int, noun: str) -> str:
     """``1 task``, ``2 tasks``: a count and its noun, agreeing."""
@@ -76,26 +78,26 @@ def print_table(
     Console(soft_wrap=True, width=None if sys.stdout.isatty() else 100_000).print(table)
 
 
-def task_row(task: dict[str, Any]) -> list[Any]:
-    state = task["state"]
-    if state == "closed" and task.get("outcome"):
-        state = f"closed/{task['outcome']}"
-    if task.get("question"):
+def task_row(task: Task) -> list[Any]:
+    state = task.state
+    if state == "closed" and task.outcome:
+        state = f"closed/{task.outcome}"
+    if task.question:
         state += " (waiting)"
     return [
-        task["id"],
+        task.id,
         state,
-        task["priority"],
-        ",".join(task["capabilities"]) or "-",
-        task.get("agent") or "-",
-        one_line(task["text"], 50),
+        task.priority,
+        ",".join(task.capabilities) or "-",
+        task.agent or "-",
+        one_line(task.text, 50),
     ]
 
 
 TASK_COLUMNS = ["ID", "STATE", "PRI", "CAPABILITIES", "AGENT", "TEXT"]
 
 
-def describe_task(task: dict[str, Any]) -> None:
+def describe_task(task: Task) -> None:
     fields = [
         "id",
         "state",
@@ -123,7 +125,9 @@ def describe_task(task: dict[str, Any]) -> None:
         "output",
     ]
     for name in fields:
-        value = task.get(name)
+        value = getattr(task, name)
+        if isinstance(value, msgspec.Struct):  # the cost: as it is sent, defaults left out
+            value = msgspec.to_builtins(value)
         if value in (None, [], "", False) and name not in ("state", "priority"):
             continue
         if isinstance(value, list):
@@ -139,26 +143,26 @@ def describe_task(task: dict[str, Any]) -> None:
             print(f"{name + ':':16}{text}")
 
 
-def print_tree(tasks: list[dict[str, Any]], mark: str | None = None) -> None:
+def print_tree(tasks: list[Task], mark: str | None = None) -> None:
     """Tasks as families: each child indented under its parent (parents outside the list are
     roots here)."""
     if not tasks:
         print("no tasks")
         return
-    ids = {t["id"] for t in tasks}
-    children: dict[str | None, list[dict[str, Any]]] = {}
+    ids = {t.id for t in tasks}
+    children: dict[str | None, list[Task]] = {}
     for task in tasks:
-        parent = task.get("parent") if task.get("parent") in ids else None
+        parent = task.parent if task.parent in ids else None
         children.setdefault(parent, []).append(task)
 
-    def line(task: dict[str, Any], prefix: str, last: bool, top: bool) -> None:
-        state = task["state"] if task["state"] != "closed" else f"closed/{task.get('outcome')}"
+    def line(task: Task, prefix: str, last: bool, top: bool) -> None:
+        state = task.state if task.state != "closed" else f"closed/{task.outcome}"
         branch = "" if top else ("└─ " if last else "├─ ")
-        where = f" @{task['workspace']}" if task.get("workspace") else ""
-        here = "  ◀" if task["id"] == mark else ""
-        text = one_line(task["text"], 40)
-        print_line(f"{prefix}{branch}{task['id']}  {state}{where}  {text}{here}")
-        kids = children.get(task["id"], [])
+        where = f" @{task.workspace}" if task.workspace else ""
+        here = "  ◀" if task.id == mark else ""
+        text = one_line(task.text, 40)
+        print_line(f"{prefix}{branch}{task.id}  {state}{where}  {text}{here}")
+        kids = children.get(task.id, [])
         deeper = prefix + ("" if top else ("   " if last else "│  "))
         for n, kid in enumerate(kids):
             line(kid, deeper, n == len(kids) - 1, False)

@@ -3,7 +3,7 @@ cli/submit.py, ``ledger`` in cli/ledger.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,6 +19,9 @@ from colibri.cli.output import (
     printable,
     task_row,
 )
+
+if TYPE_CHECKING:
+    from colibri.core.model import Task
 
 STATES = ["pending", "running", "done", "failed", "cancelled", "closed"]
 OUTCOMES = ["done", "failed", "cancelled"]
@@ -74,24 +77,26 @@ def list_tasks(
         state=state, outcome=outcome, agent=agent, workspace=workspace, parent=parent,
         tenant=tenant,
     )  # fmt: skip
+    from colibri.core.protocol import ListTasks
+
     if every:
-        tasks: list[dict[str, Any]] = []
+        tasks: list[Task] = []
         with ctx.client() as client:
             cursor = None
             while True:
-                reply = client.call("list", **filters, after=cursor, limit=10_000)
-                tasks += reply["tasks"]
-                cursor = reply.get("next")
+                reply = client.request(ListTasks(**filters, after=cursor, limit=10_000))
+                tasks += reply.tasks
+                cursor = reply.next
                 if not cursor:
                     break
         remaining = 0
     else:
         newest = after is None
-        reply = ctx.call(
-            "list", **filters, after=after, before=before, newest=newest, limit=limit, count=True
+        reply = ctx.request(
+            ListTasks(**filters, after=after, before=before, newest=newest, limit=limit, count=True)
         )
-        tasks = reply["tasks"][::-1] if newest else reply["tasks"]
-        remaining = reply.get("remaining", 0)
+        tasks = reply.tasks[::-1] if newest else reply.tasks
+        remaining = reply.remaining or 0
     if as_json:
         print_json(tasks)
     elif tree:
@@ -108,9 +113,9 @@ def list_tasks(
         older = not every and after is None
         more = (
             f"{remaining} older task{'s' if remaining != 1 else ''} not shown: "
-            f"colibri list --before {reply['next']} (or --all)"
+            f"colibri list --before {reply.next} (or --all)"
             if older
-            else f"{remaining} more: colibri list --after {reply['next']}"
+            else f"{remaining} more: colibri list --after {reply.next}"
         )
         click.echo(printable(more), err=True)
 
@@ -122,20 +127,22 @@ def list_tasks(
 @pass_ctx
 def show(ctx: Context, task_id: str, family: bool, as_json: bool) -> None:
     """Show one task (--family: its whole family as a tree)."""
+    from colibri.core.protocol import Family, Get
+
     if family:
-        reply = ctx.call("family", task=task_id)
+        reply = ctx.request(Family(task=task_id))
         if as_json:
-            print_json(reply["tasks"])
+            print_json(reply.tasks)
         else:
-            print_tree(reply["tasks"], mark=task_id)
-        if not reply.get("complete", True):
+            print_tree(reply.tasks, mark=task_id)
+        if not reply.complete:
             click.echo(
-                f"colibri: the family is larger than one reply; {len(reply['tasks'])} tasks "
+                f"colibri: the family is larger than one reply; {len(reply.tasks)} tasks "
                 f"shown (list the rest with: colibri list --parent ID)",
                 err=True,
             )
         return
-    task = ctx.call("get", task=task_id)["task"]
+    task = ctx.request(Get(task=task_id)).task
     if as_json:
         print_json(task)
     else:
@@ -149,13 +156,15 @@ def show(ctx: Context, task_id: str, family: bool, as_json: bool) -> None:
 @pass_ctx
 def cancel(ctx: Context, task_id: str, reason: str | None, as_json: bool) -> None:
     """Cancel a task and its whole family of descendants."""
-    reply = ctx.call("cancel", task=task_id, reason=reason)
+    from colibri.core.protocol import Cancel
+
+    cancelled = ctx.request(Cancel(task=task_id, reason=reason)).cancelled
     if as_json:
-        print_json(reply["cancelled"])
+        print_json(cancelled)
         return
-    n = len(reply["cancelled"])
+    n = len(cancelled)
     print(f"cancelled {n} task{'s' if n != 1 else ''}")
-    for cancelled_id in reply["cancelled"]:
+    for cancelled_id in cancelled:
         print_line(f"  {cancelled_id}")
 
 
@@ -165,8 +174,10 @@ def cancel(ctx: Context, task_id: str, reason: str | None, as_json: bool) -> Non
 @pass_ctx
 def retry(ctx: Context, task_id: str, as_json: bool) -> None:
     """Submit an ended task again, as a new task."""
-    task = ctx.call("retry", task=task_id)["task"]
-    print_json(task) if as_json else print_line(task["id"])
+    from colibri.core.protocol import Retry
+
+    task = ctx.request(Retry(task=task_id)).task
+    print_json(task) if as_json else print_line(task.id)
 
 
 @cli.command()
@@ -175,27 +186,28 @@ def retry(ctx: Context, task_id: str, as_json: bool) -> None:
 @pass_ctx
 def why(ctx: Context, task_id: str, as_json: bool) -> None:
     """Explain where a task stands: every agent considered and why it can or cannot take it."""
-    reply = ctx.call("why", task=task_id)
-    reply.pop("ok", None)
-    reply.pop("id", None)
+    from colibri.core import replies
+    from colibri.core.protocol import Why
+
+    reply = ctx.request(Why(task=task_id))
     if as_json:
-        print_json(reply)
+        print_json(replies.fields(reply))
         return
-    task = reply["task"]
-    print_line(f"task {task['id']} is {task['state']}: {reply['summary']}")
+    task = reply.task
+    print_line(f"task {task.id} is {task.state}: {reply.summary}")
     print_line(
-        f"requires: {', '.join(reply['required']) or '(nothing: any agent fits)'}; "
-        f"min_score {reply['min_score']}"
+        f"requires: {', '.join(reply.required) or '(nothing: any agent fits)'}; "
+        f"min_score {reply.min_score}"
     )
     rows = [
         [
-            a["agent"],
-            f"{a['score']:.2f}",
-            ",".join(a["missing"]) or "-",
-            "yes" if a["eligible"] else "no",
-            "; ".join(a["reasons"]) or "-",
+            a.agent,
+            f"{a.score:.2f}",
+            ",".join(a.missing) or "-",
+            "yes" if a.eligible else "no",
+            "; ".join(a.reasons) or "-",
         ]
-        for a in reply["agents"]
+        for a in reply.agents
     ]
     print_table(
         ["AGENT", "SCORE", "MISSING", "ELIGIBLE", "WHY NOT"], rows, empty="no agents are registered"

@@ -42,6 +42,14 @@ def refusal(request_id: RequestId, error: ColibriError) -> ErrorReply:
     return ErrorReply(id=request_id, error=error.to_wire())
 
 
+def fields(reply: Reply) -> dict[str, Any]:
+    """The reply's fields as plain values, without ``id`` and ``ok`` (what ``--json`` prints
+    of a reply), those left unset out."""
+    plain: dict[str, Any] = msgspec.to_builtins(reply)
+    del plain["id"], plain["ok"]
+    return plain
+
+
 class Empty(Reply, kw_only=True):
     """``heartbeat``, ``ready``, ``consumed``: nothing more than done."""
 
