@@ -17,7 +17,9 @@ from colibri.core.errors import UnknownWorkspace
 @pass_ctx
 def agents(ctx: Context, as_json: bool) -> None:
     """List agents: capabilities, slots, presence, running tasks."""
-    rows = ctx.call("agents")["agents"]
+    from colibri.core import protocol as p
+
+    rows = ctx.request(p.Agents()).agents
     if as_json:
         print_json(rows)
         return
@@ -25,13 +27,13 @@ def agents(ctx: Context, as_json: bool) -> None:
         ["NAME", "ONLINE", "SLOTS", "RUNNING", "CAPABILITIES", "WORKSPACE", "LAST SEEN"],
         [
             [
-                a["name"],
-                "yes" if a["online"] else "no",
-                a["slots"],
-                len(a["running"]),
-                ",".join(a["capabilities"]) or "-",
-                a.get("workspace") or "-",
-                a.get("last_seen") or "-",
+                a.name,
+                "yes" if a.online else "no",
+                a.slots,
+                len(a.running),
+                ",".join(a.capabilities) or "-",
+                a.workspace or "-",
+                a.last_seen or "-",
             ]
             for a in rows
         ],
@@ -46,22 +48,24 @@ def agents(ctx: Context, as_json: bool) -> None:
 @pass_ctx
 def skills(ctx: Context, name: str | None, description: str | None, as_json: bool) -> None:
     """List the skills catalog (capabilities), or describe one: skills NAME "DESCRIPTION"."""
+    from colibri.core import protocol as p
+
     if name is not None:
         if description is None:
             raise click.UsageError("give a DESCRIPTION to describe the skill NAME")
-        reply = ctx.call("describe-skill", name=name, description=description)
+        skill = ctx.request(p.DescribeSkill(name=name, description=description)).skill
         if as_json:
-            print_json(reply["skill"])
+            print_json(skill)
         else:
-            print_line(f"described {reply['skill']['name']}")
+            print_line(f"described {skill.name}")
         return
-    rows = ctx.call("skills")["skills"]
+    rows = ctx.request(p.Skills()).skills
     if as_json:
         print_json(rows)
         return
     print_table(
         ["SKILL", "AGENTS", "DESCRIPTION"],
-        [[s["name"], s["agents"], s["description"] or "-"] for s in rows],
+        [[s.name, s.agents, s.description or "-"] for s in rows],
         empty="no skills yet (agents add theirs when they register)",
     )
 
@@ -71,60 +75,54 @@ def skills(ctx: Context, name: str | None, description: str | None, as_json: boo
 @pass_ctx
 def status(ctx: Context, as_json: bool) -> None:
     """Show the daemon and the board at a glance."""
-    reply = ctx.call("status")
-    reply.pop("ok", None)
-    reply.pop("id", None)
+    from colibri.core import protocol as p
+    from colibri.core import replies
+
+    reply = ctx.request(p.Status())
     if as_json:
-        print_json(reply)
+        print_json(replies.fields(reply))
         return
-    d = reply["daemon"]
-    if "you" in reply:  # over --connect: a token sees who it is, not the whole board
-        you = reply["you"]
+    d = reply.daemon
+    if reply.you:  # over --connect: a token sees who it is, not the whole board
+        you = reply.you
         agent = f" as agent {you['agent']}" if you.get("agent") else ""
         print_line(f"daemon   colibri {d['version']} at {ctx.connect}")
         print_line(f"you      {you['role']} token {you['token']} in tenant {you['tenant']}{agent}")
-        print(f"dispatch {'PAUSED' if reply['paused'] else 'running'}")
+        print(f"dispatch {'PAUSED' if reply.paused else 'running'}")
         return
+    assert reply.tasks and reply.agents and reply.slots  # to the owner, the board's counts
     print_line(f"daemon   pid {d['pid']}, up {d['uptime']:.0f}s, root {d['root']}")
     print_line(f"store    {d['store']} (durability {d['durability']})")
     if d.get("listen"):
         print_line(f"listen   {', '.join(d['listen'])}")
     if d.get("metrics"):
         print_line(f"metrics  {d['metrics']}")
-    print(f"dispatch {'PAUSED (resume with: colibri resume)' if reply['paused'] else 'running'}")
-    tasks, outcomes = reply["tasks"], reply.get("outcomes", {})
+    print(f"dispatch {'PAUSED (resume with: colibri resume)' if reply.paused else 'running'}")
+    tasks, outcomes = reply.tasks, reply.outcomes or {}
     ended = ", ".join(f"{n} {o}" for o, n in outcomes.items())
     print_line(
         f"tasks    {tasks['pending']} pending, {tasks['running']} running; ended: {ended} "
         f"({tasks['closed']} closed)"
     )
     print_line(
-        f"agents   {reply['agents']['online']} online of {reply['agents']['known']}, "
-        f"{reply['slots']['busy']}/{reply['slots']['total']} slots busy"
+        f"agents   {reply.agents['online']} online of {reply.agents['known']}, "
+        f"{reply.slots['busy']}/{reply.slots['total']} slots busy"
     )
-    if reply.get("warnings"):
-        counts = ", ".join(f"{w}: {n}" for w, n in reply["warnings"].items())
+    if reply.warnings:
+        counts = ", ".join(f"{w}: {n}" for w, n in reply.warnings.items())
         print_line(f"warnings sessions never ready — {counts}")
-    if reply.get("harnesses"):
-        import msgspec
-
-        from colibri.core.model import HarnessStatus
-
-        for entry in reply["harnesses"]:
-            harness = msgspec.convert(entry, HarnessStatus)
-            print_line(f"harness  {harness.workspace}: {harness.describe()}")
+    for harness in reply.harnesses or []:
+        print_line(f"harness  {harness.workspace}: {harness.describe()}")
 
 
 def _toggle(ctx: Context, paused: bool, as_json: bool) -> None:
-    reply = ctx.call("toggle-swarm", paused=paused)
+    from colibri.core import protocol as p
+
+    now = ctx.request(p.ToggleSwarm(paused=paused)).paused
     if as_json:
-        print_json({"paused": reply["paused"]})
+        print_json({"paused": now})
     else:
-        print(
-            "dispatch paused; submissions are still accepted"
-            if reply["paused"]
-            else "dispatch resumed"
-        )
+        print("dispatch paused; submissions are still accepted" if now else "dispatch resumed")
 
 
 @cli.command()
