@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+import msgspec
 
 from colibri.cli.base import Context, cli, json_option, pass_ctx
 from colibri.cli.completion import agent_names, schedule_names, workspace_names
 from colibri.cli.output import print_json, print_line, print_table
+
+if TYPE_CHECKING:
+    from colibri.core.schedules import Schedule
 
 
 @cli.group()
@@ -24,14 +28,14 @@ def schedule() -> None:
     """
 
 
-def _when(s: dict[str, Any]) -> str:
-    if s["kind"] == "cron":
-        return f"cron {s['cron']}"
-    if s["kind"] == "interval":
+def _when(s: Schedule) -> str:
+    if s.kind == "cron":
+        return f"cron {s.cron}"
+    if s.kind == "interval":
         from colibri.core.durations import format_duration
 
-        return f"every {format_duration(s['every'])}"
-    return f"once at {s['at']}"
+        return f"every {format_duration(s.every or 0.0)}"
+    return f"once at {s.at}"
 
 
 @schedule.command("add")
@@ -119,7 +123,7 @@ def add(
         task["agent"] = agent
     if workspace:
         task["workspace"] = workspace
-    spec = {
+    spec: dict[str, Any] = {
         k: v
         for k, v in {
             "cron": cron,
@@ -136,13 +140,18 @@ def add(
         }.items()
         if v is not None
     }
-    reply = ctx.call("schedule-add", name=name, schedule=spec, replace=replace or None)
+    from colibri.core import protocol as p
+    from colibri.core.model import TaskSpec
+    from colibri.core.schedules import ScheduleSpec
+
+    # Not validated here: the daemon checks the values, and says what is wrong, in one place.
+    schedule = ScheduleSpec(**{**spec, "task": TaskSpec(**task)})
+    reply = ctx.request(p.ScheduleAdd(name=name, schedule=schedule, replace=replace))
     if as_json:
-        print_json({**reply["schedule"], "next": reply["next"]})
+        print_json({**msgspec.to_builtins(reply.schedule), "next": reply.next})
         return
-    tz = reply["schedule"].get("tz")
-    nxt = _local(reply["next"][0], tz) if reply["next"] else "never"
-    print_line(f"added {name}: {_when(reply['schedule'])}; next fire {nxt}")
+    nxt = _local(reply.next[0], reply.schedule.tz) if reply.next else "never"
+    print_line(f"added {name}: {_when(reply.schedule)}; next fire {nxt}")
 
 
 @schedule.command("list")
@@ -150,7 +159,9 @@ def add(
 @pass_ctx
 def list_schedules(ctx: Context, as_json: bool) -> None:
     """List schedules with their next fire time."""
-    rows = ctx.call("schedule-list")["schedules"]
+    from colibri.core import protocol as p
+
+    rows = ctx.request(p.ScheduleList()).schedules
     if as_json:
         print_json(rows)
         return
@@ -158,16 +169,16 @@ def list_schedules(ctx: Context, as_json: bool) -> None:
         ["NAME", "WHEN", "TZ", "NEXT", "STATE", "FIRES", "SKIPPED", "MISSED", "REFUSED", "TASK"],
         [
             [
-                s["name"],
+                s.name,
                 _when(s),
-                s.get("tz") or "-",
-                _local(s["next_fire_at"], s.get("tz")) if s.get("next_fire_at") else "-",
-                "finished" if s["finished"] else "paused" if s["paused"] else "active",
-                s["fires"],
-                s["skipped"],
-                s["missed"],
-                s.get("refused", 0),
-                s["task"]["text"][:40],
+                s.tz or "-",
+                _local(s.next_fire_at, s.tz) if s.next_fire_at else "-",
+                "finished" if s.finished else "paused" if s.paused else "active",
+                s.fires,
+                s.skipped,
+                s.missed,
+                s.refused,
+                s.task.text[:40],
             ]
             for s in rows
         ],
@@ -196,37 +207,33 @@ def list_schedules(ctx: Context, as_json: bool) -> None:
 @pass_ctx
 def show(ctx: Context, name: str, count: int, fires: int, as_json: bool) -> None:
     """Show one schedule and its next fire times."""
-    reply = ctx.call("schedule-get", name=name, next=count, fires=fires or None)
-    s = reply["schedule"]
+    from colibri.core import protocol as p
+
+    reply = ctx.request(p.ScheduleGet(name=name, next=count, fires=fires))
+    s = reply.schedule
     if as_json:
-        doc = {**s, "next": reply["next"]}
-        if "fires" in reply:
-            doc["fires_recent"] = reply["fires"]
+        doc = {**msgspec.to_builtins(s), "next": reply.next}
+        if reply.fires is not msgspec.UNSET:
+            doc["fires_recent"] = reply.fires
         print_json(doc)
         return
-    state = "finished" if s["finished"] else "paused" if s["paused"] else "active"
-    print_line(f"{s['name']}: {_when(s)} ({s.get('tz') or 'UTC'}), {state}")
+    state = "finished" if s.finished else "paused" if s.paused else "active"
+    print_line(f"{s.name}: {_when(s)} ({s.tz or 'UTC'}), {state}")
+    caps = s.task.capabilities
+    print_line(f"task: {s.task.text}" + (f"  [caps {', '.join(caps)}]" if caps else ""))
     print_line(
-        f"task: {s['task']['text']}"
-        + (
-            f"  [caps {', '.join(s['task']['capabilities'])}]"
-            if s["task"].get("capabilities")
-            else ""
-        )
+        f"catch_up {s.catch_up}, overlap {s.overlap}, "
+        f"fired {s.fires}, skipped {s.skipped}, missed {s.missed}, "
+        f"refused {s.refused}"
     )
-    print_line(
-        f"catch_up {s['catch_up']}, overlap {s['overlap']}, "
-        f"fired {s['fires']}, skipped {s['skipped']}, missed {s['missed']}, "
-        f"refused {s.get('refused', 0)}"
-    )
-    tz = s.get("tz")
-    if s.get("last_task"):
-        print_line(f"last fire {_local(s['last_fire_at'], tz)} → task {s['last_task']}")
-    if reply["next"]:
+    tz = s.tz
+    if s.last_task:
+        print_line(f"last fire {_local(s.last_fire_at or '', tz)} → task {s.last_task}")
+    if reply.next:
         print("next:")
-        for when in reply["next"]:
+        for when in reply.next:
             print_line(f"  {_local(when, tz)}")
-    for fire in reply.get("fires", []):
+    for fire in reply.fires or []:
         why = f"  ({fire['reason']})" if fire.get("reason") else ""
         print_line(
             f"  {_local(fire['nominal'], tz)} {fire['outcome']} {fire.get('task') or ''}{why}"
@@ -269,13 +276,15 @@ def _simple(command: str) -> None:
     @json_option
     @pass_ctx
     def run(ctx: Context, name: str, as_json: bool) -> None:
-        reply = ctx.call(f"schedule-{command}", name=name)
-        if as_json:
-            print_json(reply.get("schedule") or reply.get("task"))
-        elif command == "run":
-            print_line(reply["task"]["id"])
-        else:
-            print_line(f"{verb} {name}")
+        from colibri.core import protocol as p
+
+        if command == "run":
+            task = ctx.request(p.ScheduleRun(name=name)).task
+            print_json(task) if as_json else print_line(task.id)
+            return
+        kind = {"rm": p.ScheduleRemove, "pause": p.SchedulePause, "resume": p.ScheduleResume}
+        schedule = ctx.request(kind[command](name=name)).schedule
+        print_json(schedule) if as_json else print_line(f"{verb} {name}")
 
 
 for _command in _SIMPLE:
