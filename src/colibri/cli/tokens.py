@@ -6,11 +6,16 @@ printed once, when it is made, and kept by the daemon only as a hash.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from colibri.cli.base import Context, cli, json_option, pass_ctx
 from colibri.cli.completion import token_ids
 from colibri.cli.output import print_json, print_line, print_table, printable
+
+if TYPE_CHECKING:
+    from colibri.core.tokens import Role
 
 
 @cli.group()
@@ -46,7 +51,7 @@ def token() -> None:
 def create(
     ctx: Context,
     tenant: str,
-    role: str,
+    role: Role,
     agent_name: str | None,
     caps: tuple[str, ...],
     workspace: str | None,
@@ -61,20 +66,22 @@ def create(
         expires_in = parse_duration(expires, low=1.0, high=MAX_DURATION)
     if role == "agent" and agent_name is None:
         raise click.UsageError("an agent token is for one agent: give --agent NAME")
-    reply = ctx.call(
-        "token-create", tenant=tenant, role=role, agent=agent_name, capabilities=list(caps),
+    from colibri.core.protocol import TokenCreate
+
+    reply = ctx.request(TokenCreate(
+        tenant=tenant, role=role, agent=agent_name, capabilities=list(caps),
         workspace=workspace, expires_in=expires_in,
-    )  # fmt: skip
-    info = reply["token"]
+    ))  # fmt: skip
+    info = reply.token
     if as_json:
-        print_json({"id": info["id"], "token": reply["secret"]})
+        print_json({"id": info.id, "token": reply.secret})
         return
-    who = f"agent {info['agent']}" if info.get("agent") else "operator"
-    until = f", expires {info['expires_at']}" if info.get("expires_at") else ""
+    who = f"agent {info.agent}" if info.agent else "operator"
+    until = f", expires {info.expires_at}" if info.expires_at else ""
     # The secret alone on stdout (TOKEN=$(colibri token create …)); what it is, on stderr.
-    click.echo(printable(f"token {info['id']}: {who} in tenant {info['tenant']}{until}"),
+    click.echo(printable(f"token {info.id}: {who} in tenant {info.tenant}{until}"),
                err=True)  # fmt: skip
-    print_line(reply["secret"])
+    print_line(reply.secret)
     click.echo(
         "this is the only time the secret is shown: hand it over now (COLIBRI_TOKEN=… on the "
         "other machine)",
@@ -87,7 +94,9 @@ def create(
 @pass_ctx
 def list_tokens(ctx: Context, as_json: bool) -> None:
     """Every token: id, tenant, role, agent, capabilities, dates (never a secret)."""
-    rows = ctx.call("token-list")["tokens"]
+    from colibri.core.protocol import TokenList
+
+    rows = ctx.request(TokenList()).tokens
     if as_json:
         print_json(rows)
         return
@@ -106,16 +115,16 @@ def list_tokens(ctx: Context, as_json: bool) -> None:
         ],  # fmt: skip
         [
             [
-                r["id"],
-                r["tenant"],
-                r["role"],
-                r.get("agent") or "-",
-                ",".join(r.get("capabilities") or []) or "-",
-                r.get("workspace") or "-",
-                r["created_at"],
-                r.get("expires_at") or "never",
-                r.get("last_used_at") or "never",
-                r.get("revoked_at") or "-",
+                r.id,
+                r.tenant,
+                r.role,
+                r.agent or "-",
+                ",".join(r.capabilities) or "-",
+                r.workspace or "-",
+                r.created_at,
+                r.expires_at or "never",
+                r.last_used_at or "never",
+                r.revoked_at or "-",
             ]
             for r in rows
         ],  # fmt: skip
@@ -131,12 +140,13 @@ def revoke(ctx: Context, token_id: str, as_json: bool) -> None:
     """Revoke a token for good; connections that use it are closed at once.
 
     ID is the token's id, or any prefix of it that names one token (at least 4 characters)."""
-    reply = ctx.call("token-revoke", token=token_id)
+    from colibri.core.protocol import TokenRevoke
+
+    reply = ctx.request(TokenRevoke(token=token_id))
     if as_json:
         print_json(reply)
         return
-    closed = reply["closed"]
+    closed = reply.closed
     print_line(
-        f"token {reply['token']['id']} revoked; {closed} connection{'s' * (closed != 1)} "
-        "using it closed"
+        f"token {reply.token.id} revoked; {closed} connection{'s' * (closed != 1)} using it closed"
     )
