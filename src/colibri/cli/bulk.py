@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 import msgspec
@@ -18,6 +18,10 @@ from colibri.cli.ledger import LEDGER_PAGE, ledger, ledger_rows, parse_since
 from colibri.cli.output import counted, print_json_line, print_line, printable
 from colibri.core.errors import BadRequest, ColibriError, ConnectionClosed
 from colibri.core.text import json_safe
+
+if TYPE_CHECKING:
+    from colibri.core.model import LedgerEntry
+    from colibri.core.replies import Submitted
 
 #: Progress is redrawn at most this often (rows or tasks), on a terminal only.
 PROGRESS_EVERY = 500
@@ -127,20 +131,16 @@ def submit_file(ctx: Context, path: str, as_json: bool) -> None:
             "takes at once; split it (each part is taken whole or not at all); nothing was "
             "submitted"
         )
-    items = [
-        {
-            k: v
-            for k, v in msgspec.structs.asdict(task).items()
-            if k not in ("claim", "id") and v is not None
-        }
-        for _, task in tasks
-    ]
-    made: list[dict[str, Any]] = []
-    if items:
+    from colibri.core.protocol import Ping, SubmitAll, wire_fields
+
+    made: list[Submitted] = []
+    if tasks:
+        request = SubmitAll(tasks=[task for _, task in tasks])
         with ctx.client() as client:
-            size = len(msgspec.json.encode({"cmd": "submit-all", "id": 1, "tasks": items})) + 1
-            max_line = client.call("ping").get("max_line")
-            if isinstance(max_line, int) and size > max_line:
+            cmd, fields = wire_fields(request)
+            size = len(msgspec.json.encode({"cmd": cmd, "id": 1, **fields})) + 1
+            max_line = client.request(Ping()).max_line
+            if size > max_line:
                 raise BadRequest(
                     f"{name} makes a submission of {size} bytes, more than the daemon's "
                     f"server.max_line of {max_line}; split the file (each part is taken whole "
@@ -149,9 +149,9 @@ def submit_file(ctx: Context, path: str, as_json: bool) -> None:
             # One request, taken whole: nothing to count while it runs, so a terminal is told
             # what is under way until the answer comes; then only the summary stays.
             progress = Progress()
-            progress.say(f"submitting {counted(len(items), 'task')} from {name}")
+            progress.say(f"submitting {counted(len(tasks), 'task')} from {name}")
             try:
-                made = client.call("submit-all", tasks=items)["tasks"]
+                made = client.request(request).tasks
             except ColibriError as exc:
                 if isinstance(exc, ConnectionClosed):
                     exc.message += (
@@ -168,13 +168,13 @@ def submit_file(ctx: Context, path: str, as_json: bool) -> None:
     waiting: dict[str, list[str]] = {}
     again = 0
     for reply in made:
-        if reply.get("waits"):
-            waiting.setdefault(reply["waits"], []).append(reply["task"]["id"])
-        again += not reply["created"]
+        if reply.waits:
+            waiting.setdefault(reply.waits, []).append(reply.task.id)
+        again += not reply.created
         if as_json:
-            print_json_line({**reply["task"], "created": reply["created"]})
+            print_json_line({**msgspec.to_builtins(reply.task), "created": reply.created})
         else:
-            print_line(reply["task"]["id"])
+            print_line(reply.task.id)
     if not as_json:
         kept = ""
         if again:
@@ -207,12 +207,13 @@ def spreadsheet_cell(value: Any) -> Any:
     return value
 
 
-def _csv_row(entry: dict[str, Any]) -> list[Any]:
-    cost = entry.get("cost") or {}
+def _csv_row(entry: LedgerEntry) -> list[Any]:
+    # As the cost is sent: a figure left at its default is not there (an empty cell).
+    cost = msgspec.to_builtins(entry.cost) if entry.cost else {}
     return [
         spreadsheet_cell(value)
         for value in (
-            *(entry.get(column) for column in CSV_COLUMNS[:12]),
+            *(getattr(entry, column) for column in CSV_COLUMNS[:12]),
             cost.get("usd"), cost.get("tokens_in"), cost.get("tokens_out"), cost.get("model"),
         )
     ]  # fmt: skip
@@ -271,9 +272,13 @@ def ledger_export(
     try:
         if writer is not None:
             writer.writerow(CSV_COLUMNS)
+        from colibri.core.protocol import Ledger
+
         with ctx.client() as client:
             rows = ledger_rows(
-                lambda after: client.call("ledger", after=after, limit=LEDGER_PAGE), after, at_least
+                lambda after: client.request(Ledger(after=after, limit=LEDGER_PAGE)),
+                after,
+                at_least,
             )
             for entry in rows:
                 if writer is not None:

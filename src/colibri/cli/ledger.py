@@ -6,13 +6,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from colibri.cli.base import Context, cli, json_option, pass_ctx, through_takeovers
 from colibri.cli.completion import task_ids
 from colibri.cli.output import print_json_line, print_line, printable
+
+if TYPE_CHECKING:
+    from colibri.client import Client
+    from colibri.core.model import LedgerEntry
+    from colibri.core.replies import LedgerPage
 
 #: Rows asked for a page when the ledger is read on past rows that are not shown.
 LEDGER_PAGE = 10_000
@@ -41,34 +46,35 @@ def parse_since(value: str | None) -> tuple[int, str]:
 
 
 def ledger_rows(
-    page: Callable[[int], dict[str, Any]], after: int, at_least: str = ""
-) -> Iterator[dict[str, Any]]:
+    page: Callable[[int], LedgerPage], after: int, at_least: str = ""
+) -> Iterator[LedgerEntry]:
     """Every ledger row after seq ``after``, page by page (``page(after)``: a ``ledger`` reply
     of ``LEDGER_PAGE`` rows), but those written before the instant ``at_least``. The ledger is
     read by seq only, so rows before that instant are read and passed over."""
     while True:
         reply = page(after)
-        for entry in reply["entries"]:
-            if not at_least or entry["at"] >= at_least:
+        for entry in reply.entries:
+            if not at_least or entry.at >= at_least:
                 yield entry
-        if not reply.get("more"):
+        if not reply.more:
             return
-        after = reply["next"]
+        after = reply.next
 
 
 def _ledger_page(
     ctx: Context, after: int, limit: int, task_id: str | None, *, say_where: bool
-) -> dict[str, Any]:
+) -> LedgerPage:
     """Rows of the ledger, from the daemon; with no daemon running for this root, from its
     SQLite board itself, read-only, as ``hive list`` reads a PostgreSQL board: the ledger is
     what one reads after a daemon stopped or crashed, to see what happened."""
     import os
 
     from colibri.core.errors import DaemonNotRunning
+    from colibri.core.protocol import Ledger
 
     try:
         with ctx.client() as client:
-            return dict(client.call("ledger", after=after, limit=limit, task=task_id))
+            return client.request(Ledger(after=after, limit=limit, task=task_id))
     except DaemonNotRunning:
         if ctx.remote() is not None:
             raise
@@ -126,27 +132,26 @@ def ledger(
             raise click.UsageError("give --since or --after, not both (--since SEQ is --after SEQ)")
         after, at_least = parse_since(since)
 
-    def emit(entry: dict[str, Any]) -> None:
-        if at_least and entry["at"] < at_least:
+    def emit(entry: LedgerEntry) -> None:
+        if at_least and entry.at < at_least:
             return
         if as_json:
             print_json_line(entry)
         else:
-            extra = f"  [{entry['reason']}]" if entry.get("reason") else ""
-            agent = f" @{entry['agent']}" if entry.get("agent") else ""
-            asked = entry.get("uid") is not None
-            by = f"  (uid {entry['uid']} pid {entry['pid']})" if asked else ""
+            extra = f"  [{entry.reason}]" if entry.reason else ""
+            agent = f" @{entry.agent}" if entry.agent else ""
+            by = f"  (uid {entry.uid} pid {entry.pid})" if entry.uid is not None else ""
             print_line(
-                f"{entry['seq']:>8} {entry['at']} "
-                f"{entry.get('task') or 'schedule ' + str(entry.get('schedule'))} "
-                f"{entry.get('from_state') or '-':>9} → {entry['to_state']:<9}{agent}{extra}{by}",
+                f"{entry.seq:>8} {entry.at} "
+                f"{entry.task or 'schedule ' + str(entry.schedule)} "
+                f"{entry.from_state or '-':>9} → {entry.to_state:<9}{agent}{extra}{by}",
                 flush=True,
             )
 
     if not follow:
         told = as_json  # where the rows come from, said once (not into JSON lines)
 
-        def page(after: int, size: int) -> dict[str, Any]:
+        def page(after: int, size: int) -> LedgerPage:
             nonlocal told
             reply = _ledger_page(ctx, after, size, task_id, say_where=not told)
             told = True
@@ -158,33 +163,36 @@ def ledger(
             for entry in shown[:limit]:
                 emit(entry)
             if len(shown) > limit:
-                click.echo(f"more: colibri ledger --after {shown[limit - 1]['seq']}", err=True)
+                click.echo(f"more: colibri ledger --after {shown[limit - 1].seq}", err=True)
             return
         reply = page(after, limit)
-        for entry in reply["entries"]:
+        for entry in reply.entries:
             emit(entry)
-        if reply.get("more"):
-            click.echo(f"more: colibri ledger --after {reply['next']}", err=True)
+        if reply.more:
+            click.echo(f"more: colibri ledger --after {reply.next}", err=True)
         return
     last = after  # the position followed from: every row up to it has been printed
 
-    def follow_from(client: Any) -> None:
+    def follow_from(client: Client) -> None:
         # Run again on the next daemon after a takeover: from the last row printed, so that
         # no row is skipped or printed twice.
+        from colibri.core.events import LedgerAppended
+        from colibri.core.protocol import Ledger
+
         nonlocal last
         # Rows before --since's instant are read only to be passed over: in large pages.
         page = LEDGER_PAGE if at_least else limit
-        reply = client.call("ledger", after=last, limit=page, task=task_id, follow=True)
+        reply = client.request(Ledger(after=last, limit=page, task=task_id, follow=True))
         while True:  # the rows already written, page by page, then the new ones
-            for entry in reply["entries"]:
+            for entry in reply.entries:
                 emit(entry)
-            last = reply["next"]
-            if not reply.get("more"):
+            last = reply.next
+            if not reply.more:
                 break
-            reply = client.call("ledger", after=last, limit=page, task=task_id)
-        for event in client.events():
-            if event["event"] == "ledger" and event["entry"]["seq"] > last:
-                emit(event["entry"])
-                last = event["entry"]["seq"]
+            reply = client.request(Ledger(after=last, limit=page, task=task_id))
+        for event in client.typed_events():
+            if isinstance(event, LedgerAppended) and event.entry.seq > last:
+                emit(event.entry)
+                last = event.entry.seq
 
     through_takeovers(ctx, follow_from)

@@ -350,17 +350,12 @@ encode = msgspec.json.Encoder().encode
 def wire_fields(req: Request[Any]) -> tuple[str, dict[str, Any]]:
     """A request as a client sends it: its ``cmd``, and its fields but ``id`` and those left at
     their defaults (the daemon applies the same ones)."""
-    fields: dict[str, Any] = {}
-    for field in msgspec.structs.fields(req):
-        value = getattr(req, field.name)
-        if field.name == "id" or value is None:
-            continue
-        if field.default is not msgspec.NODEFAULT and value == field.default:
-            continue
-        if field.default_factory is not msgspec.NODEFAULT and value == field.default_factory():
-            continue
-        fields[field.name] = value
-    return str(type(req).__struct_config__.tag), fields
+    fields: dict[str, Any] = msgspec.to_builtins(req)
+    fields.pop("id", None)
+    if isinstance(req, SubmitAll):  # its items are submissions, not requests: no cmd of theirs
+        for item in fields["tasks"]:
+            del item["cmd"]
+    return fields.pop("cmd"), fields
 
 
 def reply_to(req: Request[R], reply: dict[str, Any]) -> R:

@@ -40,8 +40,14 @@ R = TypeVar("R")
 
 
 class Request(
-    msgspec.Struct, Generic[R], tag_field="cmd", forbid_unknown_fields=True, kw_only=True
+    msgspec.Struct,
+    Generic[R],
+    tag_field="cmd",
+    forbid_unknown_fields=True,
+    kw_only=True,
+    omit_defaults=True,
 ):
-    """A request of the wire protocol, answered with an ``R`` (``Client.request`` returns it)."""
+    """A request of the wire protocol, answered with an ``R`` (``Client.request`` returns it).
+    Encoded without the fields left at their defaults: the daemon applies the same ones."""
 
     id: RequestId = None

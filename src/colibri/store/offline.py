@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from typing import Any
 from urllib.request import pathname2url
 
-import msgspec
-
 from colibri.core.errors import ConfigError
+from colibri.core.replies import LedgerPage
 from colibri.store import sql
 from colibri.store.rows import ledger_from_row
 from colibri.store.sqlite_schema import APPLICATION_ID, SCHEMA_VERSION, refuse_links
@@ -25,7 +23,7 @@ from colibri.store.task_query import TaskFilter, named_task
 _Q = sql.load("sqlite")
 
 
-def read_ledger(location: str, after: int, limit: int, task: str | None) -> dict[str, Any]:
+def read_ledger(location: str, after: int, limit: int, task: str | None) -> LedgerPage:
     """Up to ``limit`` ledger rows after ``after`` (of ``task``, a whole id or its start or end), as
     the daemon's ``ledger`` answers them: ``entries``, ``next``, ``more``.
 
@@ -62,12 +60,10 @@ def read_ledger(location: str, after: int, limit: int, task: str | None) -> dict
         raise ConfigError(f"cannot read the board at {location}: {exc}") from None
     finally:
         conn.close()
-    entries = [msgspec.to_builtins(ledger_from_row(r)) for r in rows[:limit]]
-    return {
-        "entries": entries,
-        "next": entries[-1]["seq"] if entries else after,
-        "more": len(rows) > limit,
-    }
+    entries = [ledger_from_row(r) for r in rows[:limit]]
+    return LedgerPage(
+        entries=entries, next=entries[-1].seq if entries else after, more=len(rows) > limit
+    )
 
 
 def _resolve(conn: sqlite3.Connection, task: str) -> str:
