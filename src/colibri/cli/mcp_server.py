@@ -231,7 +231,7 @@ def build(board: Board) -> MCPServer[Any]:
     return server
 
 
-Ask = Callable[..., Awaitable[CallToolResult]]
+Ask = Callable[[p.Request[Any]], Awaitable[CallToolResult]]
 
 
 def schedules(server: MCPServer[Any], ask: Ask) -> None:
