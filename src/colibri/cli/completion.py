@@ -26,6 +26,9 @@ from colibri.core.text import one_line, printable
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
 
+    from colibri.core.protocol import Request
+    from colibri.core.request_fields import R
+
 #: Seconds the daemon has to accept and to answer each request of one completion.
 COMPLETION_TIMEOUT = 1.0
 #: At most this many task ids are offered at once (type more of the id to narrow them).
@@ -76,7 +79,7 @@ def _context(ctx: click.Context) -> Context:
     return where
 
 
-def _ask(ctx: click.Context, *requests: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def _ask(ctx: click.Context, *requests: Request[R]) -> list[R]:
     """The daemon's replies to ``requests``, on one connection: those it answered ``ok`` (a
     refused request is left out), none if the connection fails."""
     from colibri.core.errors import (
@@ -91,9 +94,9 @@ def _ask(ctx: click.Context, *requests: tuple[str, dict[str, Any]]) -> list[dict
     replies = []
     try:
         with _context(ctx).client(timeout=COMPLETION_TIMEOUT) as client:
-            for cmd, fields in requests:
+            for req in requests:
                 try:
-                    replies.append(client.call(cmd, **fields))
+                    replies.append(client.request(req))
                 except ColibriError as exc:
                     if isinstance(
                         exc, (ConnectionClosed, Busy, Forbidden, Unauthorized, Throttled)
@@ -137,22 +140,25 @@ def task_ids(*states: str, asking: bool = False) -> Completer:
 
     @_quiet
     def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
-        requests = [
-            ("list", {"after": incomplete or None, "limit": MAX_TASKS, "state": state})
+        from colibri.core import protocol as p
+        from colibri.core.replies import TaskPage
+
+        requests: list[Request[Any]] = [
+            p.ListTasks(after=incomplete or None, limit=MAX_TASKS, state=state)
             for state in states or (None,)
         ]
         if incomplete:  # ``after`` leaves out the id itself, if all of it was typed
-            requests.append(("get", {"task": incomplete}))
+            requests.append(p.Get(task=incomplete))
         replies = _ask(ctx, *requests)
         tasks = [
             t
             for reply in replies
-            for t in (reply["tasks"] if "tasks" in reply else [reply["task"]])
+            for t in (reply.tasks if isinstance(reply, TaskPage) else [reply.task])
         ]
-        tasks = [t for t in tasks if (not states or t["state"] in states)]
+        tasks = [t for t in tasks if (not states or t.state in states)]
         if asking:
-            tasks = [t for t in tasks if t.get("question")]
-        found = [(t["id"], f"{t['state']}: {t.get('question') or t['text']}") for t in tasks]
+            tasks = [t for t in tasks if t.question]
+        found = [(t.id, f"{t.state}: {t.question or t.text}") for t in tasks]
         return _items(found, incomplete)[:MAX_TASKS]
 
     return complete
@@ -161,11 +167,13 @@ def task_ids(*states: str, asking: bool = False) -> Completer:
 @_quiet
 def agent_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
     """The agents the daemon knows."""
-    agents = [a for reply in _ask(ctx, ("agents", {})) for a in reply["agents"]]
+    from colibri.core import protocol as p
+
+    agents = [a for reply in _ask(ctx, p.Agents()) for a in reply.agents]
     return _items(
         (
-            (a["name"], f"{'online' if a['online'] else 'offline'}: "
-                        f"{','.join(a['capabilities']) or 'no capabilities'}")
+            (a.name, f"{'online' if a.online else 'offline'}: "
+                     f"{','.join(a.capabilities) or 'no capabilities'}")
             for a in agents
         ),
         incomplete,
@@ -186,31 +194,33 @@ def workspace_names(ctx: click.Context, param: click.Parameter, incomplete: str)
         except Exception:  # no root, or a colibri.jsonc that does not load: the daemon's only
             workspaces = {}
         found += [(w.name, ",".join(w.capabilities) or "workspace") for w in workspaces.values()]
-    agents = [a for reply in _ask(ctx, ("agents", {})) for a in reply["agents"]]
-    found += [(a["workspace"], f"served by {a['name']}") for a in agents if a.get("workspace")]
+    from colibri.core import protocol as p
+
+    agents = [a for reply in _ask(ctx, p.Agents()) for a in reply.agents]
+    found += [(a.workspace, f"served by {a.name}") for a in agents if a.workspace]
     return _items(found, incomplete)
 
 
 @_quiet
 def schedule_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
     """The schedules on the board."""
-    schedules = [s for reply in _ask(ctx, ("schedule-list", {})) for s in reply["schedules"]]
-    return _items(((s["name"], s["task"]["text"]) for s in schedules), incomplete)
+    from colibri.core import protocol as p
+
+    schedules = [s for reply in _ask(ctx, p.ScheduleList()) for s in reply.schedules]
+    return _items(((s.name, s.task.text) for s in schedules), incomplete)
 
 
 @_quiet
 def token_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
     """The tokens not revoked yet (only the root's owner may list them)."""
-    tokens = [t for reply in _ask(ctx, ("token-list", {})) for t in reply["tokens"]]
+    from colibri.core import protocol as p
+
+    tokens = [t for reply in _ask(ctx, p.TokenList()) for t in reply.tokens]
     return _items(
         (
-            (
-                t["id"],
-                f"{t['role']} of {t['tenant']}"
-                + (f", agent {t['agent']}" if t.get("agent") else ""),
-            )
+            (t.id, f"{t.role} of {t.tenant}" + (f", agent {t.agent}" if t.agent else ""))
             for t in tokens
-            if not t.get("revoked_at")
+            if not t.revoked_at
         ),
         incomplete,
     )

@@ -24,7 +24,12 @@ from pydantic import Field
 
 from colibri import __version__
 from colibri.client import AsyncClient, Remote
+from colibri.core import protocol as p
+from colibri.core import replies as r
 from colibri.core.errors import BadRequest, ColibriError, ConnectionClosed, OsFailure, UnknownTask
+from colibri.core.model import TaskSpec
+from colibri.core.request_fields import R
+from colibri.core.schedules import ScheduleSpec
 
 INSTRUCTIONS = (
     "Colibri is a task board for a fleet of agents. Submit a task with the capabilities it "
@@ -56,21 +61,18 @@ class Board:
     def __init__(self, target: Path | Remote) -> None:
         self.target = target
 
-    async def call(self, cmd: str, **fields: Any) -> dict[str, Any]:
-        """One request on a connection of its own; the reply without ``ok`` and ``id``."""
+    async def request(self, req: p.Request[R]) -> R:
+        """One request on a connection of its own."""
         client = AsyncClient(self.target if isinstance(self.target, Remote) else str(self.target))
         try:
             await client.connect()
-            reply = await client.call(cmd, **fields)
+            return await client.request(req)
         except (ConnectionError, TimeoutError) as exc:
             raise ConnectionClosed(f"lost the connection to the daemon ({exc})") from None
         except OSError as exc:
             raise OsFailure(f"{exc.strerror or exc}") from None
         finally:
             await client.close()
-        reply.pop("ok", None)
-        reply.pop("id", None)
-        return reply
 
 
 def result(reply: dict[str, Any]) -> CallToolResult:
@@ -96,9 +98,9 @@ def build(board: Board) -> MCPServer[Any]:
         "colibri", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING"
     )
 
-    async def ask(cmd: str, **fields: Any) -> CallToolResult:
+    async def ask(req: p.Request[Any]) -> CallToolResult:
         try:
-            return result(await board.call(cmd, **fields))
+            return result(r.fields(await board.request(req)))
         except ColibriError as exc:
             return refused(exc)
 
@@ -125,12 +127,12 @@ def build(board: Board) -> MCPServer[Any]:
     ) -> CallToolResult:
         """Submit a task; the best-fit agent (by capability, within the workspace) runs it.
         Returns {task}: keep task.id."""
-        return await ask(
-            "create-task" if agent else "submit", text=text, capabilities=capabilities,
-            workspace=workspace, agent=agent, parent=parent, priority=priority,
-            min_score=min_score, labels=labels, max_attempts=max_attempts,
+        fields: dict[str, Any] = dict(
+            text=text, capabilities=capabilities, workspace=workspace, parent=parent,
+            priority=priority, min_score=min_score, labels=labels, max_attempts=max_attempts,
             idempotency_key=idempotency_key, budget_usd=budget_usd, tenant=tenant,
         )  # fmt: skip
+        return await ask(p.CreateTask(agent=agent, **fields) if agent else p.Submit(**fields))
 
     @server.tool(name="list", annotations=READS)
     async def list_tasks(
@@ -144,8 +146,8 @@ def build(board: Board) -> MCPServer[Any]:
     ) -> CallToolResult:
         """List tasks, oldest first. Returns {tasks, next}: `next` pages on (as `after`)."""
         return await ask(
-            "list", state=state, agent=agent, workspace=workspace, parent=parent,
-            tenant=tenant, limit=limit, after=after,
+            p.ListTasks(state=state, agent=agent, workspace=workspace, parent=parent,
+                        tenant=tenant, limit=limit, after=after)
         )  # fmt: skip
 
     @server.tool(annotations=READS)
@@ -155,7 +157,7 @@ def build(board: Board) -> MCPServer[Any]:
     ) -> CallToolResult:
         """One task: {task}; with family, {tasks, complete}: the task's family, each task
         with its parent."""
-        return await ask("family" if family else "get", task=task_id)
+        return await ask(p.Family(task=task_id) if family else p.Get(task=task_id))
 
     @server.tool(annotations=READS)
     async def wait(
@@ -170,8 +172,8 @@ def build(board: Board) -> MCPServer[Any]:
         passed first (task is then as it stands)."""
         try:
             async with asyncio.timeout(timeout_seconds):
-                reply = await board.call("wait", task=task_id)
-            return result({**reply, "ended": True})
+                reply = await board.request(p.Wait(task=task_id))
+            return result({**r.fields(reply), "ended": True})
         except TimeoutError:
             return await as_it_stands(task_id)
         except ColibriError as exc:
@@ -179,7 +181,8 @@ def build(board: Board) -> MCPServer[Any]:
 
     async def as_it_stands(task_id: str) -> CallToolResult:
         try:
-            return result({**await board.call("get", task=task_id), "ended": False})
+            reply = await board.request(p.Get(task=task_id))
+            return result({**r.fields(reply), "ended": False})
         except ColibriError as exc:
             return refused(exc)
 
@@ -189,19 +192,19 @@ def build(board: Board) -> MCPServer[Any]:
         reason: Annotated[str | None, Field(description="Why; kept in the ledger.")] = None,
     ) -> CallToolResult:
         """Cancel a task and every open descendant. Returns {cancelled: [ids]}."""
-        return await ask("cancel", task=task_id, reason=reason)
+        return await ask(p.Cancel(task=task_id, reason=reason))
 
     @server.tool(annotations=WRITES)
     async def answer(
         task_id: TaskId, text: Annotated[str, Field(description="The answer.")]
     ) -> CallToolResult:
         """Answer the question a running task's session asks (its task.question)."""
-        return await ask("answer", task=task_id, text=text)
+        return await ask(p.Answer(task=task_id, text=text))
 
     @server.tool(annotations=READS)
     async def why(task_id: TaskId) -> CallToolResult:
         """Where a task stands: every agent, its score, what it lacks, why it cannot take it."""
-        return await ask("why", task=task_id)
+        return await ask(p.Why(task=task_id))
 
     @server.tool(annotations=READS)
     async def cost(
@@ -211,31 +214,31 @@ def build(board: Board) -> MCPServer[Any]:
         ] = None,
     ) -> CallToolResult:
         """What the sessions cost, summed per agent, workspace, tenant or UTC day: {totals}."""
-        return await ask("cost", by=by, since=since)
+        return await ask(p.CostTotals(by=by, since=since))
 
     @server.tool(annotations=READS)
     async def status() -> CallToolResult:
         """The daemon and the board at a glance: tasks per state, agents, slots, paused."""
-        return await ask("status")
+        return await ask(p.Status())
 
     @server.tool(annotations=READS)
     async def agents() -> CallToolResult:
         """The agents: capabilities, slots, online, the tasks they run: {agents}."""
-        return await ask("agents")
+        return await ask(p.Agents())
 
     schedules(server, ask)
     resources(server, board)
     return server
 
 
-Ask = Callable[..., Awaitable[CallToolResult]]
+Ask = Callable[[p.Request[Any]], Awaitable[CallToolResult]]
 
 
 def schedules(server: MCPServer[Any], ask: Ask) -> None:
     @server.tool(annotations=READS)
     async def schedule_list() -> CallToolResult:
         """The schedules with their next fire time: {schedules}."""
-        return await ask("schedule-list")
+        return await ask(p.ScheduleList())
 
     @server.tool(annotations=WRITES)
     async def schedule_add(
@@ -261,40 +264,34 @@ def schedules(server: MCPServer[Any], ask: Ask) -> None:
         exactly one of the three. Returns {schedule, next}."""
         if sum(x is not None for x in (cron, every, at)) != 1:
             return refused(BadRequest("give exactly one of cron, every or at"))
-        task: dict[str, Any] = {
-            "text": text, "capabilities": capabilities, "priority": priority,
-            "labels": labels, "max_attempts": max_attempts,
-            "workspace": workspace, "agent": agent,
-        }  # fmt: skip
-        spec = {
-            "cron": cron, "tz": tz, "every": every, "at": at, "catch_up": catch_up,
-            "overlap": overlap, "jitter": jitter, "paused": paused,
-            "task": {k: v for k, v in task.items() if v is not None},
-        }  # fmt: skip
-        return await ask(
-            "schedule-add",
-            name=name,
-            schedule={k: v for k, v in spec.items() if v is not None},
-            replace=replace or None,
-        )
+        # Built as they are, not converted: the daemon checks them, and says what is wrong.
+        task = TaskSpec(
+            text=text, capabilities=capabilities, priority=priority, labels=labels,
+            max_attempts=max_attempts, workspace=workspace, agent=agent,
+        )  # fmt: skip
+        spec = ScheduleSpec(
+            cron=cron, tz=tz, every=every, at=at, catch_up=catch_up, overlap=overlap,
+            jitter=jitter, paused=paused, task=task,
+        )  # fmt: skip
+        return await ask(p.ScheduleAdd(name=name, schedule=spec, replace=replace))
 
     @server.tool(annotations=WRITES)
     async def schedule_pause(name: str) -> CallToolResult:
         """Pause a schedule: it does not fire until resumed."""
-        return await ask("schedule-pause", name=name)
+        return await ask(p.SchedulePause(name=name))
 
     @server.tool(annotations=WRITES)
     async def schedule_resume(name: str) -> CallToolResult:
         """Resume a schedule from now on (times passed while paused are not fired)."""
-        return await ask("schedule-resume", name=name)
+        return await ask(p.ScheduleResume(name=name))
 
 
 def resources(server: MCPServer[Any], board: Board) -> None:
     """The board to read: the tasks, one task, the agents, the status; each as JSON."""
 
-    async def read(cmd: str, **fields: Any) -> str:
+    async def read(req: p.Request[Any]) -> str:
         try:
-            reply = await board.call(cmd, **fields)
+            reply = r.fields(await board.request(req))
         except ColibriError as exc:
             kind = ResourceNotFoundError if isinstance(exc, UnknownTask) else ResourceError
             raise kind(f"{exc.code}: {exc.message}") from None
@@ -303,22 +300,22 @@ def resources(server: MCPServer[Any], board: Board) -> None:
     @server.resource("colibri://tasks", name="tasks", mime_type="application/json")
     async def tasks() -> str:
         """The first 100 tasks, oldest first ({tasks, next})."""
-        return await read("list", limit=100)
+        return await read(p.ListTasks(limit=100))
 
     @server.resource("colibri://tasks/{task_id}", name="task", mime_type="application/json")
     async def task(task_id: str) -> str:
         """One task by id ({task})."""
-        return await read("get", task=task_id)
+        return await read(p.Get(task=task_id))
 
     @server.resource("colibri://agents", name="agents", mime_type="application/json")
     async def agent_list() -> str:
         """The agents ({agents})."""
-        return await read("agents")
+        return await read(p.Agents())
 
     @server.resource("colibri://status", name="status", mime_type="application/json")
     async def board_status() -> str:
         """The daemon and the board at a glance."""
-        return await read("status")
+        return await read(p.Status())
 
 
 def serve(target: Path | Remote) -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from colibri.cli.base import Context, cli, json_option, pass_ctx
+
+if TYPE_CHECKING:
+    from colibri.client import Client
 
 
 @cli.command()
@@ -54,6 +57,7 @@ def attach(ctx: Context, since: int | None, as_json: bool) -> None:
     """
     from colibri.cli.base import through_takeovers
     from colibri.cli.stream import Printer, Seen, follow
+    from colibri.core import protocol as p
     from colibri.core.errors import ConnectionClosed
 
     printer = Printer(as_json)
@@ -62,17 +66,19 @@ def attach(ctx: Context, since: int | None, as_json: bool) -> None:
     seen = Seen(since)
     attached = False
 
-    def attach_to(client: Any) -> None:
+    def attach_to(client: Client) -> None:
         # Run again on the next daemon after a takeover: from where the last one left off.
         nonlocal attached
         catch_up = since
         announce = None
         if not attached:
-            status = client.call("status")
-            daemon = status.get("daemon", {})
+            status = client.request(p.Status())
+            daemon = status.daemon
+            # Not told to a token: the ledger holds every tenant's rows.
+            ledger_seq = status.ledger_seq if isinstance(status.ledger_seq, int) else None
             version = f"version {daemon.get('version')}"
             where = f"pid {daemon['pid']}" if "pid" in daemon else version
-            seq = f", ledger at #{status['ledger_seq']}" if "ledger_seq" in status else ""
+            seq = f", ledger at #{ledger_seq}" if ledger_seq is not None else ""
             # Said once nothing can be missed any more (subscribed): what happens after the
             # line is shown, however soon.
             line = f"attached to the daemon ({where}){seq}; Ctrl+C detaches"
@@ -81,7 +87,7 @@ def attach(ctx: Context, since: int | None, as_json: bool) -> None:
                 printer.say(line)
 
             if seen.after is None:
-                seen.after = status.get("ledger_seq")
+                seen.after = ledger_seq
             attached = True
         else:
             catch_up = seen.after

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from textual.app import SuspendNotSupported
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, TabbedContent
 
+from colibri.core import protocol as p
+from colibri.core.model import Task
 from colibri.core.text import one_line, printable, short_id
 from colibri.tui import views
 from colibri.tui.board import OPEN_STATES, Filter
@@ -42,11 +44,11 @@ class ColibriApp(LiveBoard):
 
     async def open_task(self, task_id: str) -> None:
         task = self.board.tasks.get(task_id)
-        ledger = await self.call("ledger", task=task_id, limit=1000)
-        family = await self.call("family", task=task_id)
+        ledger = await self.request(p.Ledger(task=task_id, limit=1000))
+        family = await self.request(p.Family(task=task_id))
         if task is None or ledger is None or family is None:
             return
-        body = views.describe(task, ledger["entries"], family["tasks"])
+        body = views.describe(task, ledger.entries, family.tasks)
         await self.push_screen(TaskScreen(body))
 
     async def action_open(self) -> None:
@@ -87,9 +89,9 @@ class ColibriApp(LiveBoard):
         )  # fmt: skip
 
     async def action_pause(self) -> None:
-        reply = await self.call("toggle-swarm")
+        reply = await self.request(p.ToggleSwarm())
         if reply is not None:
-            self.board.paused = bool(reply["paused"])
+            self.board.paused = reply.paused
             self._draw_banner()
             self.notify("dispatch paused" if self.board.paused else "dispatch resumed")
 
@@ -98,18 +100,18 @@ class ColibriApp(LiveBoard):
         if task is None:
             self.notify("no task under the cursor", severity="warning")
             return
-        family = await self.call("family", task=task.id)
+        family = await self.request(p.Family(task=task.id))
         if family is None:
             return
-        descendants = _open_descendants(task.id, family["tasks"])
+        descendants = _open_descendants(task.id, family.tasks)
         question = f"Cancel {short_id(task.id)} «{one_line(task.text, 50)}»"
         if descendants:
             question += f" and its {descendants} open descendant{'s' * (descendants != 1)}"
 
         async def confirmed(yes: bool | None) -> None:
-            if yes and (reply := await self.call("cancel", task=task.id, reason="cancelled "
-                                                  "from the tui")) is not None:  # fmt: skip
-                self.notify(f"cancelled {len(reply['cancelled'])} task(s)")
+            cancel = p.Cancel(task=task.id, reason="cancelled from the tui")
+            if yes and (reply := await self.request(cancel)) is not None:
+                self.notify(f"cancelled {len(reply.cancelled)} task(s)")
 
         self.push_screen(Confirm(question + "?"), confirmed)
 
@@ -124,16 +126,16 @@ class ColibriApp(LiveBoard):
         chosen = task
 
         async def answered(text: str | None) -> None:
-            if text and await self.call("answer", task=chosen.id, text=text) is not None:
+            if text and await self.request(p.Answer(task=chosen.id, text=text)) is not None:
                 self.notify(f"answered {short_id(chosen.id)}")
 
         title = f"{short_id(chosen.id)} asks: {chosen.question}"
         self.push_screen(Prompt(printable(title), placeholder="your answer"), answered)
 
     def action_submit(self) -> None:
-        async def submitted(spec: dict[str, Any] | None) -> None:
-            if spec and (reply := await self.call("submit", **spec)) is not None:
-                self.notify(f"submitted {short_id(reply['task']['id'])}")
+        async def submitted(submit: p.Submit | None) -> None:
+            if submit and (reply := await self.request(submit)) is not None:
+                self.notify(f"submitted {short_id(reply.task.id)}")
 
         self.push_screen(Submit(), submitted)
 
@@ -157,12 +159,12 @@ class ColibriApp(LiveBoard):
             self.notify("attach-session failed (is its agent a tmux one?)", severity="error")
 
 
-def _open_descendants(task_id: str, family: list[dict[str, Any]]) -> int:
+def _open_descendants(task_id: str, family: list[Task]) -> int:
     """How many pending or running tasks below ``task_id`` (``family`` lists parents first)."""
     below = {task_id}
     count = 0
     for member in family:
-        if member.get("parent") in below:
-            below.add(member["id"])
-            count += member["state"] in OPEN_STATES
+        if member.parent in below:
+            below.add(member.id)
+            count += member.state in OPEN_STATES
     return count

@@ -14,7 +14,9 @@ from typing import Any
 import msgspec
 
 from colibri.core import events
-from colibri.core.model import Agent, Task
+from colibri.core.model import Agent, HarnessStatus, Task
+from colibri.core.replies import Status
+from colibri.core.schedules import Schedule
 
 OPEN_STATES = frozenset({"pending", "running"})
 
@@ -104,25 +106,32 @@ def age(text: str | None, now: datetime) -> str:
 class Board:
     tasks: dict[str, Task] = field(default_factory=dict)
     agents: dict[str, Agent] = field(default_factory=dict)
-    schedules: dict[str, dict[str, Any]] = field(default_factory=dict)
-    status: dict[str, Any] = field(default_factory=dict)
+    schedules: dict[str, Schedule] = field(default_factory=dict)
+    #: What ``status`` says of the workspaces' harnesses, and of the sessions not ready by
+    #: workspace (a token is told neither).
+    harnesses: list[HarnessStatus] = field(default_factory=list)
+    warnings: dict[str, int] = field(default_factory=dict)
     paused: bool = False
     #: The last notes worth a line (schedule fires, warnings, budgets), newest last.
     notes: list[str] = field(default_factory=list)
 
     def load(
         self,
-        tasks: Iterable[dict[str, Any]],
-        status: dict[str, Any],
-        agents: Iterable[dict[str, Any]],
-        schedules: Iterable[dict[str, Any]],
+        tasks: Iterable[Task],
+        status: Status,
+        agents: Iterable[Agent],
+        schedules: Iterable[Schedule],
     ) -> None:
         """Start again from what the daemon answered (after a connect, or a reconnect)."""
-        self.tasks = {t["id"]: msgspec.convert(t, Task) for t in tasks}
-        self.agents = {a["name"]: msgspec.convert(a, Agent) for a in agents}
-        self.schedules = {s["name"]: s for s in schedules}
-        self.status = status
-        self.paused = bool(status.get("paused"))
+        self.tasks = {t.id: t for t in tasks}
+        self.agents = {a.name: a for a in agents}
+        self.schedules = {s.name: s for s in schedules}
+        self.take_status(status)
+
+    def take_status(self, status: Status) -> None:
+        self.harnesses = status.harnesses or []
+        self.warnings = status.warnings or {}
+        self.paused = status.paused
 
     def apply(self, event: events.AnyEvent) -> bool:
         """Take one event in; whether the tasks shown may have changed."""

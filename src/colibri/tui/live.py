@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.css.query import NoMatches
@@ -19,9 +18,12 @@ from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
 from colibri.client import AsyncClient, Remote
 from colibri.core import events
+from colibri.core import protocol as p
 from colibri.core.errors import ColibriError
-from colibri.core.model import Agent, LedgerEntry, Task
+from colibri.core.model import LedgerEntry, Task
 from colibri.core.protocol import LEDGER_END
+from colibri.core.request_fields import R
+from colibri.core.schedules import Schedule
 from colibri.core.text import printable
 from colibri.tui import tables, views
 from colibri.tui.board import Board, Filter, moves_a_session
@@ -124,9 +126,9 @@ class LiveBoard(App[None]):
                 continue
             try:
                 if self.remote:
-                    await client.call("ledger", after=LEDGER_END, limit=1, follow=True)
+                    await client.request(p.Ledger(after=LEDGER_END, limit=1, follow=True))
                 else:
-                    await client.call("subscribe", name="tui")
+                    await client.request(p.Subscribe(name="tui"))
                 await self._load(client)
                 self.client = client
                 async for event in client.events():
@@ -169,25 +171,25 @@ class LiveBoard(App[None]):
             self._schedules_due = True  # a schedule's skipped or missed fire
             return
         try:
-            reply = await client.call("get", task=entry.task)
+            task = await client.get(entry.task)
         except ColibriError:
             return  # gone (another tenant's, or never ours to see)
-        self.board.put(msgspec.convert(reply["task"], Task))
+        self.board.put(task)
         self._changed.add(entry.task)
         self._header_due = self._status_due = self._agents_due = True
         self._schedules_due |= entry.schedule is not None
 
     async def _load(self, client: AsyncClient) -> None:
-        tasks: list[dict[str, Any]] = []
+        tasks: list[Task] = []
         after = None
         while True:
-            reply = await client.call("list", limit=PAGE, after=after)
-            tasks += reply["tasks"]
-            after = reply.get("next")
+            page = await client.request(p.ListTasks(limit=PAGE, after=after))
+            tasks += page.tasks
+            after = page.next
             if after is None:
                 break
-        status = await client.call("status")
-        agents = (await client.call("agents"))["agents"]
+        status = await client.request(p.Status())
+        agents = (await client.request(p.Agents())).agents
         schedules = await self._schedules(client)
         self.board.load(tasks, status, agents, schedules)
         if self.lost:
@@ -198,9 +200,9 @@ class LiveBoard(App[None]):
         self._dirty = self._others_dirty = True
         self._draw_banner()
 
-    async def _schedules(self, client: AsyncClient) -> list[dict[str, Any]]:
+    async def _schedules(self, client: AsyncClient) -> list[Schedule]:
         try:
-            return list((await client.call("schedule-list"))["schedules"])
+            return (await client.request(p.ScheduleList())).schedules
         except ColibriError:  # a token that may not list them
             return []
 
@@ -213,13 +215,13 @@ class LiveBoard(App[None]):
         self.query_one("#offline", Static).update(views.offline_text(self.root, where, why))
         self.add_class("offline")
 
-    async def call(self, cmd: str, **fields: Any) -> dict[str, Any] | None:
+    async def request(self, req: p.Request[R]) -> R | None:
         """A request; an error the daemon answered is shown, not raised."""
         if self.client is None:
             self.notify("not connected to the daemon", severity="error")
             return None
         try:
-            return await self.client.call(cmd, **fields)
+            return await self.client.request(req)
         except ColibriError as exc:
             self.notify(printable(f"{exc.code}: {exc.message}"), severity="error", timeout=8)
             return None
@@ -271,18 +273,15 @@ class LiveBoard(App[None]):
         self._others_dirty = True
 
     async def _refresh_status(self) -> None:
-        if self.client is not None and (reply := await self.call("status")) is not None:
-            self.board.status = reply
-            self.board.paused = bool(reply.get("paused"))
+        if self.client is not None and (status := await self.request(p.Status())) is not None:
+            self.board.take_status(status)
             self._others_dirty = True
 
     async def _refresh_agents(self) -> None:
         """The agents as they are now: their slots in use, sessions, ready pools, breakers."""
         try:
-            if self.client is not None and (reply := await self.call("agents")) is not None:
-                self.board.agents = {
-                    a["name"]: msgspec.convert(a, Agent) for a in reply["agents"]
-                }  # fmt: skip
+            if self.client is not None and (reply := await self.request(p.Agents())) is not None:
+                self.board.agents = {a.name: a for a in reply.agents}
                 self._others_dirty = True
         finally:
             self._agents_reading = False
@@ -290,7 +289,7 @@ class LiveBoard(App[None]):
     async def _refresh_schedules(self) -> None:
         if self.client is not None:
             schedules = await self._schedules(self.client)
-            self.board.schedules = {s["name"]: s for s in schedules}
+            self.board.schedules = {s.name: s for s in schedules}
             self._others_dirty = True
 
     @property

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Label, Static
+
+from colibri.core import protocol as p
 
 HELP = """\
  keys
@@ -96,7 +96,7 @@ class Prompt(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-class Submit(ModalScreen[dict[str, Any] | None]):
+class Submit(ModalScreen[p.Submit | None]):
     """A new task: its text, and optionally capabilities, a workspace and a priority."""
 
     DEFAULT_CSS = MODAL_CSS
@@ -118,18 +118,19 @@ class Submit(ModalScreen[dict[str, Any] | None]):
             return
         caps = self.query_one("#caps", Input).value
         priority = self.query_one("#priority", Input).value.strip()
-        spec: dict[str, Any] = {
-            "text": text,
-            "capabilities": [c.strip() for c in caps.split(",") if c.strip()],
-            "workspace": self.query_one("#workspace", Input).value.strip() or None,
-        }
-        if priority:
-            try:
-                spec["priority"] = int(priority)
-            except ValueError:
-                self.notify(f"priority must be a whole number, not {priority!r}", severity="error")
-                return
-        self.dismiss(spec)
+        try:
+            level = int(priority) if priority else 0
+        except ValueError:
+            self.notify(f"priority must be a whole number, not {priority!r}", severity="error")
+            return
+        self.dismiss(
+            p.Submit(
+                text=text,
+                capabilities=[c.strip() for c in caps.split(",") if c.strip()],
+                workspace=self.query_one("#workspace", Input).value.strip() or None,
+                priority=level,
+            )
+        )
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -18,9 +18,9 @@ def agent_rows(board: Board) -> Rows:
     agents = sorted(board.agents.values(), key=lambda a: (not a.online, a.name))
     rows = [(a.name, views.agent_cells(a, board)) for a in agents]
     rows += [
-        (str(harness.get("workspace")), views.harness_cells(harness))
-        for harness in board.status.get("harnesses", [])
-        if harness.get("workspace") not in board.agents
+        (harness.workspace, views.harness_cells(harness))
+        for harness in board.harnesses
+        if harness.workspace not in board.agents
     ]
     return rows
 

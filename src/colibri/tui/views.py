@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import msgspec
 from rich.text import Text
 
-from colibri.core.model import Agent, HarnessStatus, Task
+from colibri.core.model import Agent, HarnessStatus, LedgerEntry, Task
+from colibri.core.schedules import Schedule
 from colibri.core.text import one_line, printable, short_id
 from colibri.tui.board import Board, age, parse_instant
 
@@ -115,10 +115,10 @@ def task_columns(screen_width: int) -> Text:
 
 def agent_cells(agent: Agent, board: Board) -> tuple[Text, ...]:
     harness = "-"
-    for entry in board.status.get("harnesses", []):
-        if entry.get("workspace") == (agent.workspace or agent.name):
-            harness = _harness(entry).describe()
-    warnings = board.status.get("warnings", {}).get(agent.workspace or agent.name)
+    for entry in board.harnesses:
+        if entry.workspace == (agent.workspace or agent.name):
+            harness = entry.describe()
+    warnings = board.warnings.get(agent.workspace or agent.name)
     if warnings:
         harness += f", {warnings} not ready"
     if agent.ready:
@@ -138,14 +138,9 @@ def agent_cells(agent: Agent, board: Board) -> tuple[Text, ...]:
     )
 
 
-def _harness(entry: dict[str, Any]) -> HarnessStatus:
-    return msgspec.convert(entry, HarnessStatus)
-
-
-def harness_cells(entry: dict[str, Any]) -> tuple[Text, ...]:
+def harness_cells(harness: HarnessStatus) -> tuple[Text, ...]:
     """A workspace whose agent is not registered: what ``status`` says of its harness, its
     last failure in its own words."""
-    harness = _harness(entry)
     return (
         cell(harness.workspace, "bold"),
         cell("no agent", "red"),
@@ -169,22 +164,22 @@ def in_zone(instant: str | None, zone: str | None) -> str:
     return when.strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
-def schedule_cells(schedule: dict[str, Any]) -> tuple[Text, ...]:
-    if schedule.get("kind") == "cron":
-        when = f"cron {schedule.get('cron')}"
-    elif schedule.get("kind") == "interval":
-        when = f"every {schedule.get('every'):g}s"
+def schedule_cells(schedule: Schedule) -> tuple[Text, ...]:
+    if schedule.kind == "cron":
+        when = f"cron {schedule.cron}"
+    elif schedule.kind == "interval":
+        when = f"every {schedule.every:g}s"
     else:
         when = "once"
-    tz = schedule.get("tz")
-    paused = schedule.get("paused")
+    tz = schedule.tz
+    paused = schedule.paused
     return (
-        cell(schedule["name"], "bold"),
+        cell(schedule.name, "bold"),
         cell(when),
-        cell(in_zone(schedule.get("next_fire_at"), tz)),
-        cell(in_zone(schedule.get("last_fire_at"), tz)),
+        cell(in_zone(schedule.next_fire_at, tz)),
+        cell(in_zone(schedule.last_fire_at, tz)),
         cell("paused" if paused else "no", "yellow" if paused else ""),
-        cell(schedule.get("fires", 0)),
+        cell(schedule.fires),
     )
 
 
@@ -214,7 +209,7 @@ def header(board: Board, now: datetime, where: str, width: int) -> Text:
     return text
 
 
-def describe(task: Task, ledger: list[dict[str, Any]], family: list[dict[str, Any]]) -> Text:
+def describe(task: Task, ledger: list[LedgerEntry], family: list[Task]) -> Text:
     """A task in full: its fields, text, output, error, question, ledger rows and family."""
     text = Text()
 
@@ -250,20 +245,20 @@ def describe(task: Task, ledger: list[dict[str, Any]], family: list[dict[str, An
             text.append(printable(body, newlines=True).rstrip("\n") + "\n", style)
     text.append("\nledger\n", "bold underline")
     for row in ledger:
-        arrow = f"{row.get('from_state') or 'new'} → {row['to_state']}"
-        reason = f"  {row['reason']}" if row.get("reason") else ""
-        text.append(f"#{row['seq']:<6} {row['at'][11:23]}  ", "dim")
-        text.append(printable(f"{arrow:22}{row.get('agent') or '':12}{reason}") + "\n")
+        arrow = f"{row.from_state or 'new'} → {row.to_state}"
+        reason = f"  {row.reason}" if row.reason else ""
+        text.append(f"#{row.seq:<6} {row.at[11:23]}  ", "dim")
+        text.append(printable(f"{arrow:22}{row.agent or '':12}{reason}") + "\n")
     if len(family) > 1:
         text.append("\nfamily\n", "bold underline")
         depths: dict[str, int] = {}
         for member in family:
-            depth = depths.get(member.get("parent") or "", -1) + 1
-            depths[member["id"]] = depth
-            mark = "  ◀" if member["id"] == task.id else ""
-            state = member["outcome"] or member["state"]
-            said = one_line(member["text"], 50)
-            line = f"{'  ' * depth}{short_id(member['id'])}  {state:10} {said}"
+            depth = depths.get(member.parent or "", -1) + 1
+            depths[member.id] = depth
+            mark = "  ◀" if member.id == task.id else ""
+            state = member.outcome or member.state
+            said = one_line(member.text, 50)
+            line = f"{'  ' * depth}{short_id(member.id)}  {state:10} {said}"
             text.append(printable(line) + mark + "\n", STATE_STYLES.get(state, ""))
     return text
 
