@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -10,6 +10,9 @@ from colibri.cli.base import Context, cli, json_option, pass_ctx
 from colibri.cli.completion import workspace_names
 from colibri.cli.output import print_json, print_line, print_table
 from colibri.core.errors import UnknownWorkspace, WorkspaceExists
+
+if TYPE_CHECKING:
+    from colibri.core.model import HarnessStatus
 
 
 @cli.group()
@@ -61,15 +64,13 @@ def show_workspace(ctx: Context, name: str, as_json: bool) -> None:
     doc = msgspec.to_builtins(workspaces[name])
     serving, harness = _harness(ctx, name)
     if as_json:
-        print_json({**doc, "harness": harness})
+        print_json({**doc, "harness": harness and msgspec.to_builtins(harness)})
         return
     width = max(len(key) for key in (*doc, "harness")) + 2
     for key, value in doc.items():
         print_line(f"{key + ':':{width}}{_shown(key, value)}")
     if harness is not None:
-        from colibri.core.model import HarnessStatus
-
-        said = msgspec.convert(harness, HarnessStatus).describe()
+        said = harness.describe()
     elif serving:
         said = "- (the daemon started before it was added; it starts one at its next start)"
     else:
@@ -77,19 +78,17 @@ def show_workspace(ctx: Context, name: str, as_json: bool) -> None:
     print_line(f"{'harness:':{width}}{said}")
 
 
-def _harness(ctx: Context, name: str) -> tuple[bool, dict[str, Any] | None]:
+def _harness(ctx: Context, name: str) -> tuple[bool, HarnessStatus | None]:
     """Whether a daemon runs for the root, and the workspace's harness in its ``status``
     (None: no daemon, or one started before the workspace was added)."""
     from colibri.core.errors import DaemonNotRunning
+    from colibri.core.protocol import Status
 
     try:
-        reply = ctx.call("status")
+        reply = ctx.request(Status())
     except DaemonNotRunning:
         return False, None
-    for entry in reply.get("harnesses", []):
-        if entry.get("workspace") == name:
-            return True, dict(entry)
-    return True, None
+    return True, next((h for h in reply.harnesses or [] if h.workspace == name), None)
 
 
 def _shown(key: str, value: object) -> str:
