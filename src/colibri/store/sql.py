@@ -12,10 +12,23 @@ if TYPE_CHECKING:
 _BLOCK = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
-def load(dialect: str) -> dict[str, str]:
-    text = files("colibri.store").joinpath(f"sql/{dialect}.sql").read_text("utf-8")
+def _blocks(name: str) -> dict[str, str]:
+    text = files("colibri.store").joinpath(f"sql/{name}.sql").read_text("utf-8")
     parts = _BLOCK.split(text)
     return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def load(dialect: str) -> dict[str, str]:
+    """The statements of ``dialect`` (``sqlite`` or ``postgresql``): its own, and those of
+    ``common.sql`` that both write alike (their ``?`` placeholders are ``%s`` to PostgreSQL)."""
+    common = _blocks("common")
+    if dialect == "postgresql":
+        common = {name: body.replace("?", "%s") for name, body in common.items()}
+    own = _blocks(dialect)
+    again = sorted(common.keys() & own.keys())
+    if again:  # one home a statement: a dialect's own would hide the shared one
+        raise ValueError(f"sql/{dialect}.sql names {', '.join(again)} again: common.sql has them")
+    return {**common, **own}
 
 
 #: ``cost_totals``' grouping keys: the same SQL in both dialects (``{key}`` in its query).

@@ -419,15 +419,6 @@ VALUES (%(seq)s, %(at)s, %(task)s, %(schedule)s, %(tenant)s, %(from_state)s, %(t
 -- name: get_task
 SELECT * FROM tasks WHERE id = %s AND colibri_sees(tenant);
 
--- name: find_idempotent
-SELECT * FROM tasks WHERE tenant = %s AND idempotency_key = %s;
-
--- name: get_meta
-SELECT value FROM meta WHERE name = %s;
-
--- name: put_meta
-INSERT INTO meta (name, value) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING;
-
 -- name: fingerprint
 SELECT fingerprint FROM tasks WHERE id = %s AND colibri_sees(tenant);
 
@@ -487,16 +478,6 @@ RETURNING name;
 -- name: all_agents
 SELECT * FROM agents WHERE colibri_sees(tenant) ORDER BY name;
 
--- name: ensure_tenant
-INSERT INTO tenants (name, created_at) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING;
-
--- name: ensure_skill
-INSERT INTO skills (name) VALUES (%s) ON CONFLICT (name) DO NOTHING;
-
--- name: describe_skill
-INSERT INTO skills (name, description) VALUES (%s, %s)
-ON CONFLICT (name) DO UPDATE SET description = excluded.description;
-
 -- name: all_skills
 SELECT s.name, s.description,
        (SELECT COUNT(*) FROM agents a WHERE a.capabilities::jsonb ? s.name) AS agents
@@ -515,17 +496,11 @@ SELECT doc FROM schedules WHERE colibri_sees(tenant) ORDER BY name;
 -- name: get_schedule
 SELECT doc FROM schedules WHERE name = %s AND colibri_sees(tenant);
 
--- name: delete_schedule
-DELETE FROM schedules WHERE name = %s;
-
 -- name: insert_fire
 -- The fire is its schedule's tenant's (a schedule deleted since: the default tenant's).
 INSERT INTO schedule_fires (schedule, nominal, outcome, task, at, reason, tenant)
 VALUES (%(schedule)s, %(nominal)s, %(outcome)s, %(task)s, %(at)s, %(reason)s,
         COALESCE((SELECT tenant FROM schedules WHERE name = %(schedule)s), 'default'));
-
--- name: fire_recorded
-SELECT 1 FROM schedule_fires WHERE schedule = %s AND nominal = %s;
 
 -- name: fires_of
 SELECT schedule, nominal, outcome, task, at, reason FROM schedule_fires
@@ -543,28 +518,8 @@ SELECT {key} AS key, COUNT(*) AS sessions,
    AND colibri_sees(l.tenant)
  GROUP BY 1 ORDER BY 1 NULLS FIRST;
 
--- name: set_question
-UPDATE tasks SET question = %s WHERE id = %s;
-
 -- name: count_children
 SELECT COUNT(*) AS n FROM tasks WHERE parent = %s AND colibri_sees(tenant);
-
--- name: insert_token
-INSERT INTO tokens (id, tenant, role, agent, capabilities, workspace, secret_hash, created_at,
-                    expires_at, revoked_at, last_used_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s);
-
--- name: get_token
-SELECT * FROM tokens WHERE id = %s;
-
--- name: all_tokens
-SELECT * FROM tokens ORDER BY created_at, id;
-
--- name: revoke_token
-UPDATE tokens SET revoked_at = %s WHERE id = %s AND revoked_at IS NULL;
-
--- name: touch_token
-UPDATE tokens SET last_used_at = %s WHERE id = %s;
 
 -- name: copy_lock_leases
 -- colibri store copy (store/copy.py): no daemon may take the lease (insert or update its row)

@@ -152,15 +152,6 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 -- name: get_task
 SELECT * FROM tasks WHERE id = ?;
 
--- name: find_idempotent
-SELECT * FROM tasks WHERE tenant = ? AND idempotency_key = ?;
-
--- name: get_meta
-SELECT value FROM meta WHERE name = ?;
-
--- name: put_meta
-INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING;
-
 -- name: put_settled
 -- A write of the store's own after a COMMIT whose sync failed (SqliteStore._settle): its frames
 -- take the failed batch's place in the WAL.
@@ -221,16 +212,6 @@ UPDATE agents SET last_seen = ? WHERE name = ?;
 -- name: all_agents
 SELECT * FROM agents ORDER BY name;
 
--- name: ensure_tenant
-INSERT INTO tenants (name, created_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING;
-
--- name: ensure_skill
-INSERT INTO skills (name) VALUES (?) ON CONFLICT (name) DO NOTHING;
-
--- name: describe_skill
-INSERT INTO skills (name, description) VALUES (?, ?)
-ON CONFLICT (name) DO UPDATE SET description = excluded.description;
-
 -- name: all_skills
 SELECT s.name, s.description,
        (SELECT COUNT(*) FROM agents a, json_each(a.capabilities) c WHERE c.value = s.name) AS agents
@@ -246,14 +227,8 @@ SELECT doc FROM schedules ORDER BY name;
 -- name: get_schedule
 SELECT doc FROM schedules WHERE name = ?;
 
--- name: delete_schedule
-DELETE FROM schedules WHERE name = ?;
-
 -- name: insert_fire
 INSERT INTO schedule_fires (schedule, nominal, outcome, task, at, reason) VALUES (?, ?, ?, ?, ?, ?);
-
--- name: fire_recorded
-SELECT 1 FROM schedule_fires WHERE schedule = ? AND nominal = ?;
 
 -- name: fires_of
 SELECT schedule, nominal, outcome, task, at, reason FROM schedule_fires
@@ -272,28 +247,8 @@ SELECT {key} AS key, COUNT(*) AS sessions,
  WHERE l.cost IS NOT NULL AND l.at >= ? {tenant}
  GROUP BY key ORDER BY key;
 
--- name: set_question
-UPDATE tasks SET question = ? WHERE id = ?;
-
 -- name: count_children
 SELECT COUNT(*) FROM tasks WHERE parent = ?;
-
--- name: insert_token
-INSERT INTO tokens (id, tenant, role, agent, capabilities, workspace, secret_hash, created_at,
-                    expires_at, revoked_at, last_used_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
-
--- name: get_token
-SELECT * FROM tokens WHERE id = ?;
-
--- name: all_tokens
-SELECT * FROM tokens ORDER BY created_at, id;
-
--- name: revoke_token
-UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL;
-
--- name: touch_token
-UPDATE tokens SET last_used_at = ? WHERE id = ?;
 
 -- name: copy_counts
 -- colibri store copy (store/copy.py) reads the whole board in one read transaction.
