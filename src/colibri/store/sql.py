@@ -24,11 +24,22 @@ def load(dialect: str) -> dict[str, str]:
     common = _blocks("common")
     if dialect == "postgresql":
         common = {name: body.replace("?", "%s") for name, body in common.items()}
+    # Rows written whole: their columns are their structs' fields (colibri.store.rows).
+    from colibri.store.rows import LEDGER_COLUMNS, TASK_COLUMNS
+
+    common["insert_task"] = _insert("tasks", (*TASK_COLUMNS, "fingerprint"), dialect)
+    common["insert_ledger"] = _insert("ledger", ("seq", *LEDGER_COLUMNS), dialect)
     own = _blocks(dialect)
     again = sorted(common.keys() & own.keys())
     if again:  # one home a statement: a dialect's own would hide the shared one
         raise ValueError(f"sql/{dialect}.sql names {', '.join(again)} again: common.sql has them")
     return {**common, **own}
+
+
+def _insert(table: str, columns: tuple[str, ...], dialect: str) -> str:
+    """``INSERT`` of a whole row: positional values for SQLite, named ones for PostgreSQL."""
+    values = ("?" if dialect == "sqlite" else f"%({c})s" for c in columns)
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(values)});"
 
 
 #: ``cost_totals``' grouping keys: the same SQL in both dialects (``{key}`` in its query).

@@ -392,29 +392,12 @@ UPDATE leases SET handover_to = %(to)s
  WHERE name = %(name)s AND expires_at > now()
 RETURNING owner, epoch;
 
--- name: insert_task
-INSERT INTO tasks (id, tenant, text, capabilities, workspace, agent, pinned, parent, sender, priority,
-                   min_score, state, outcome, output, error, cost, attempts, max_attempts, epoch,
-                   labels, idempotency_key, not_before, schedule, question, budget_usd, created_at,
-                   updated_at, fingerprint)
-VALUES (%(id)s, %(tenant)s, %(text)s, %(capabilities)s, %(workspace)s, %(agent)s, %(pinned)s,
-        %(parent)s, %(sender)s, %(priority)s, %(min_score)s, %(state)s, %(outcome)s, %(output)s,
-        %(error)s, %(cost)s, %(attempts)s, %(max_attempts)s, %(epoch)s, %(labels)s,
-        %(idempotency_key)s, %(not_before)s, %(schedule)s, %(question)s, %(budget_usd)s,
-        %(created_at)s, %(updated_at)s, %(fingerprint)s);
-
 -- name: update_task
 UPDATE tasks
    SET state = %(state)s, outcome = %(outcome)s, agent = %(agent)s, output = %(output)s,
        error = %(error)s, cost = %(cost)s, attempts = %(attempts)s, epoch = %(epoch)s,
        not_before = %(not_before)s, question = %(question)s, updated_at = %(updated_at)s
  WHERE id = %(id)s AND state = %(expected_state)s AND epoch = %(expected_epoch)s;
-
--- name: insert_ledger
-INSERT INTO ledger (seq, at, task, schedule, tenant, from_state, to_state, agent, epoch, reason,
-                    cost, uid, pid)
-VALUES (%(seq)s, %(at)s, %(task)s, %(schedule)s, %(tenant)s, %(from_state)s, %(to_state)s,
-        %(agent)s, %(epoch)s, %(reason)s, %(cost)s, %(uid)s, %(pid)s);
 
 -- name: get_task
 SELECT * FROM tasks WHERE id = %s AND colibri_sees(tenant);

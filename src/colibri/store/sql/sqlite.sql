@@ -127,14 +127,6 @@ CREATE INDEX IF NOT EXISTS tasks_tenant ON tasks (tenant, id);
 -- end with the same 4 characters as a suffix given, then of its tenant (a token's).
 CREATE INDEX IF NOT EXISTS tasks_tail ON tasks (substr(id, length(id) - 3), tenant);
 
--- name: insert_task
--- Positional values, in the order of colibri.store.rows.TASK_COLUMNS, then the fingerprint.
-INSERT INTO tasks (id, tenant, text, capabilities, workspace, agent, pinned, parent, sender, priority,
-                   min_score, state, outcome, output, error, cost, attempts, max_attempts, epoch,
-                   labels, idempotency_key, not_before, schedule, question, budget_usd, created_at,
-                   updated_at, fingerprint)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
-
 -- name: update_task
 -- Positional values, in the order of colibri.store.rows.CHANGE_COLUMNS, then the id, the
 -- expected state and the expected epoch (the compare-and-set).
@@ -142,12 +134,6 @@ UPDATE tasks
    SET state = ?, outcome = ?, agent = ?, output = ?, error = ?, cost = ?, attempts = ?,
        epoch = ?, not_before = ?, question = ?, updated_at = ?
  WHERE id = ? AND state = ? AND epoch = ?;
-
--- name: insert_ledger
--- Positional values: the seq the store numbered, then colibri.store.rows.LEDGER_COLUMNS.
-INSERT INTO ledger (seq, at, task, schedule, tenant, from_state, to_state, agent, epoch, reason,
-                    cost, uid, pid)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: get_task
 SELECT * FROM tasks WHERE id = ?;
