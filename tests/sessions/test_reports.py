@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from colibri.agent.harness import Harness
-from colibri.agent.session import Session
+from colibri.agent.session import Pending, Session
 from colibri.agent.spec import AgentSpec
 from colibri.client import AsyncClient
+from colibri.core import protocol as p
 from tests.helpers import Daemon, harness_pid, online, wait_until
 from tests.sessions.support import PY
 
@@ -99,7 +100,10 @@ def test_a_refused_report_is_turned_into_a_failure_not_sent_again(daemon: Daemon
         assign = next(e for e in events if e["event"] == "assign")
         session = Session(task["id"], assign["epoch"], assign["claim"])
         harness.sessions[session.task] = session
-        session.report = ("out", {"output": "done", "cost": {"tokens_in": 2**63}})
+        cost = p.ReportedCost(tokens_in=2**63)
+        session.report = Pending(
+            p.Out(task=session.task, epoch=session.epoch, output="done", cost=cost)
+        )
         await harness._deliver(session)
         await client.close()
         await submitter.close()

@@ -26,15 +26,15 @@ import msgspec
 
 from colibri import host
 from colibri.agent.backends import backend_for
-from colibri.agent.backends.base import Report
 from colibri.agent.lifetime import hold_harness_locks, stop_once_orphaned
 from colibri.agent.reaping import Reaper
 from colibri.agent.reports import fitted, report_pauses, send_last_reports
 from colibri.agent.runner import Runner
-from colibri.agent.session import Session
+from colibri.agent.session import Pending, Session
 from colibri.agent.spec import AgentSpec
 from colibri.client import AsyncClient, Remote
 from colibri.core import events
+from colibri.core import protocol as p
 from colibri.core.backoff import Backoff
 from colibri.core.errors import (
     BadRequest,
@@ -121,18 +121,19 @@ class Harness:
             client = AsyncClient(self.daemon, on_event=self._on_event)
             try:
                 await client.connect()
-                reply = await client.call(
-                    "register-agent",
-                    name=self.spec.name,
-                    capabilities=self.spec.capabilities,
-                    slots=self.spec.slots,
-                    ttl=self.spec.ttl,
-                    workspace=self.spec.workspace,
-                    tenant=self.spec.tenant,
-                    running=[
-                        {"task": s.task, "epoch": s.epoch, "claim": s.claim}
-                        for s in self.sessions.values()
-                    ],
+                reply = await client.request(
+                    p.RegisterAgent(
+                        name=self.spec.name,
+                        capabilities=self.spec.capabilities,
+                        slots=self.spec.slots,
+                        ttl=self.spec.ttl,
+                        workspace=self.spec.workspace,
+                        tenant=self.spec.tenant,
+                        running=[
+                            p.Held(task=s.task, epoch=s.epoch, claim=s.claim)
+                            for s in self.sessions.values()
+                        ],
+                    )
                 )
             except (ColibriError, OSError) as exc:
                 # A transient refusal (the store away for a moment, no daemon serving the
@@ -152,21 +153,21 @@ class Harness:
                 continue
             waiting_logged = False
             connected = time.monotonic()
-            self.max_line = int(reply.get("max_line", DEFAULT_MAX_LINE))
+            self.max_line = reply.max_line
             self.client = client
             log.info(
                 "registered",
                 extra={
                     "event": "registered",
                     "agent": self.spec.name,
-                    "adopted": len(reply["adopted"]),
+                    "adopted": len(reply.adopted),
                 },
             )
-            for held in reply["rejected"]:
-                session = self.sessions.get(held["task"])
+            for held in reply.rejected:
+                session = self.sessions.get(held.task)
                 if session is not None and session.report is None:
                     await self.runner.kill(session)
-                self.sessions.pop(held["task"], None)
+                self.sessions.pop(held.task, None)
             for session in self.sessions.values():
                 # A question still waiting is asked again on this daemon, which says "asking"
                 # again; one whose asker died meanwhile must not stop the clock for good.
@@ -174,7 +175,7 @@ class Harness:
             for session in list(self.sessions.values()):
                 if session.report is not None:
                     self._deliver_soon(session)
-            interval = float(reply.get("heartbeat", 10.0))
+            interval = reply.heartbeat
             self._reregister.clear()
             try:
                 while not client.closed.is_set() and not self._reregister.is_set():
@@ -192,9 +193,9 @@ class Harness:
 
     async def _heartbeat(self, client: AsyncClient) -> None:
         """Say the agent is alive, and how many warm sessions its ready pool holds."""
-        fields = {"ready": self.pool.ready_count} if self.pool and self._tell_ready else {}
+        ready = self.pool.ready_count if self.pool and self._tell_ready else None
         try:
-            await client.call("heartbeat", **fields)
+            await client.request(p.Heartbeat(ready=ready))
         except BadRequest:
             # A daemon older than the field refuses it: plain heartbeats to it from now on.
             self._tell_ready = False
@@ -242,7 +243,7 @@ class Harness:
         try:
             report = await self.runner.run(session, task)
             if report is not None and not session.cancelled:
-                session.report = report
+                session.report = Pending(report)
                 await self._deliver(session)
         finally:
             self.runner.release(session)
@@ -287,12 +288,9 @@ class Harness:
             or self.sessions.get(session.task) is not session
         ):
             return False  # delivered after the next registration (or already)
-        cmd, fields = session.report
+        report = session.report.request
         try:
-            await client.call(
-                cmd, task=session.task, epoch=session.epoch,
-                **fitted(session, cmd, fields, self.max_line),
-            )  # fmt: skip
+            await client.request(fitted(report, self.max_line))
         except ColibriError as exc:
             if isinstance(exc, ConnectionClosed):
                 return False  # sent again once registered again
@@ -307,7 +305,8 @@ class Harness:
                     # again where it is served, and deliver there.
                     self._reregister.set()
                 return True
-            if isinstance(exc, (LineTooLong, BadRequest)) and cmd in ("out", "fail"):
+            reported = isinstance(report, (p.Out, p.Fail))
+            if isinstance(exc, (LineTooLong, BadRequest)) and reported:
                 # Never sent again as it is (the daemon would refuse it again, for ever): the
                 # task fails, saying why, in a report short enough for any line. It goes now
                 # if the connection still serves (bad_request), else after registering again
@@ -317,17 +316,19 @@ class Harness:
                     exc.message,
                     extra={"event": "report_refused", "task": session.task},
                 )
-                if fields.get("refused"):
+                if session.report.refused is not None:
                     self._forget(session)
                     return False
+                cmd = type(report).__struct_config__.tag
                 why = f"the session's {cmd} report was refused: {exc.message[:300]}"
-                session.report = ("fail", {"error": why, "refused": True})
+                instead = p.Fail(task=session.task, epoch=session.epoch, error=why)
+                session.report = Pending(instead, refused=exc.message)
                 return isinstance(exc, BadRequest)
-            if isinstance(exc, IllegalTransition) and cmd in ("out", "fail"):
+            if isinstance(exc, IllegalTransition) and reported:
                 # The session reported by itself (``colibri out`` in a one-shot command): its
                 # end closes the task.
                 with contextlib.suppress(ColibriError):
-                    await client.call("reclaimed", task=session.task, epoch=session.epoch)
+                    await client.request(p.Reclaimed(task=session.task, epoch=session.epoch))
                 self._forget(session)
                 return False
             log.warning(
@@ -349,13 +350,13 @@ class Harness:
         """The daemon cancelled the session's task: stop it, and say its session is gone — a
         report like any other, kept until taken (the task's slot is freed by it)."""
         await self.runner.kill(session)
-        session.report = ("reclaimed", {})
+        session.report = Pending(p.Reclaimed(task=session.task, epoch=session.epoch))
         await self._deliver(session)
 
     async def _stop_sessions(self) -> None:
         """On SIGINT/SIGTERM, once the agent's connection is closed: stop every session and
         report it failed (or the report it had ready, if it had ended: ``send_last_reports``)."""
-        stopped: Report = ("fail", {"error": f"agent {self.spec.name} stopped"})
+        stopped = f"agent {self.spec.name} stopped"
         sessions = list(self.sessions.values())
         for session in sessions:
             session.cancelled = True

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
-from colibri.agent.backends.base import Report
-from colibri.agent.session import Session
+import msgspec
+
+from colibri.agent.session import Report, Session
 from colibri.client import AsyncClient, Remote
+from colibri.core.agent_protocol import Fail, Out, Reclaimed
 from colibri.core.backoff import Backoff
 from colibri.core.errors import ColibriError, ConnectionClosed, DaemonNotRunning, Elsewhere
+from colibri.core.protocol import wire_fields
 from colibri.core.sizes import fit_report
 
 #: A report refused by a transient answer (``ColibriError.transient``) is sent again after
@@ -24,7 +27,9 @@ REPORT_LONGEST_PAUSE = 5.0
 #: within the supervisor's 10 s before it SIGKILLs the harness).
 REPORT_TIMEOUT = 4.0
 #: What a session whose end says nothing, and that has not reported by itself, fails with.
-ENDED_WITHOUT_OUT: Report = ("fail", {"error": "session ended without out"})
+ENDED_WITHOUT_OUT = "session ended without out"
+
+ReportT = TypeVar("ReportT", bound=Report)
 
 
 def report_pauses() -> Backoff:
@@ -32,42 +37,46 @@ def report_pauses() -> Backoff:
     return Backoff(REPORT_FIRST_PAUSE, REPORT_LONGEST_PAUSE)
 
 
-def fitted(session: Session, cmd: str, fields: dict[str, Any], max_line: int) -> dict[str, Any]:
-    """A report's fields, its long text (an out's output, a fail's error) cut to fit one
-    request line of ``max_line`` bytes."""
-    fields = {k: v for k, v in fields.items() if k != "refused"}  # ours, not the wire's
-    field = {"out": "output", "fail": "error"}.get(cmd)
-    if field is None or not fields.get(field):
-        return fields
-    rest = {k: v for k, v in fields.items() if k != field}
-    where = {"task": session.task, "epoch": session.epoch, "claim": session.claim}
-    text = fit_report(fields[field], max_line, cmd, {**where, **rest}, field)
-    return {**rest, field: text}
+def fitted(report: ReportT, max_line: int) -> ReportT:
+    """``report`` with its long text (an out's output, a fail's error) cut to fit one request
+    line of ``max_line`` bytes."""
+    match report:
+        case Out(output=text):
+            field = "output"
+        case Fail(error=text):
+            field = "error"
+        case _:
+            return report
+    if not text:
+        return report
+    cmd, fields = wire_fields(report)
+    del fields[field]
+    return msgspec.structs.replace(
+        report, **{field: fit_report(text, max_line, cmd, fields, field)}
+    )
 
 
 async def send_last_reports(
-    daemon: Path | Remote, sessions: list[Session], stopped: Report, max_line: int
+    daemon: Path | Remote, sessions: list[Session], stopped: str, max_line: int
 ) -> None:
-    """Send each stopped session's report (``stopped`` for one that had none ready) on a plain
-    connection, as a session's own go: the daemon takes them for the agent holding the task,
-    checking the epoch, and gives the agent no new work. Within ``REPORT_TIMEOUT``, and only
-    while this daemon is there and serves the tenant."""
+    """Send each stopped session's report (``last_report``: a fail saying ``stopped`` for one
+    that had none ready) on a plain connection, as a session's own go: the daemon takes them
+    for the agent holding the task, checking the epoch, and gives the agent no new work.
+    Within ``REPORT_TIMEOUT``, and only while this daemon is there and serves the tenant."""
     client = AsyncClient(daemon)
     try:
         async with asyncio.timeout(REPORT_TIMEOUT):
             await client.connect()
             for session in sessions:
-                report = session.report
-                if report is not None and report[0] == "reclaimed":
-                    report = ENDED_WITHOUT_OUT  # ``reclaimed`` is for the agent's connection
-                cmd, fields = report if report and report[0] in ("out", "fail") else stopped
                 pauses = report_pauses()
+                report = last_report(session, stopped)
+                last = fitted(
+                    msgspec.structs.replace(report, from_session=True, claim=session.claim),
+                    max_line,
+                )
                 while True:  # a transient refusal is waited out, within REPORT_TIMEOUT
                     try:
-                        await client.call(
-                            cmd, task=session.task, epoch=session.epoch, from_session=True,
-                            claim=session.claim, **fitted(session, cmd, fields, max_line),
-                        )  # fmt: skip
+                        await client.request(last)
                     except ColibriError as exc:
                         if not exc.transient or isinstance(exc, (ConnectionClosed, Elsewhere)):
                             break
@@ -78,3 +87,17 @@ async def send_last_reports(
         pass  # no daemon (or a frozen one): these fail as lost later, unless claimed
     finally:
         await client.close()
+
+
+def last_report(session: Session, stopped: str) -> Out | Fail:
+    """What a stopping harness reports for ``session``: its out or fail if it had one ready;
+    else it failed (``reclaimed`` and ``requeue`` are for the agent's connection)."""
+    report = session.report.request if session.report is not None else None
+    match report:
+        case Out() | Fail():
+            return report
+        case Reclaimed():
+            error = ENDED_WITHOUT_OUT
+        case _:
+            error = stopped
+    return Fail(task=session.task, epoch=session.epoch, error=error)

@@ -14,15 +14,17 @@ import asyncio
 import logging
 from pathlib import Path
 
-from colibri.agent.backends.base import Report, Running, SessionBackend, StartFailed
+from colibri.agent.backends.base import Ending, Running, SessionBackend, StartFailed
 from colibri.agent.pool import ReadyPool
 from colibri.agent.reaping import Reaper
-from colibri.agent.session import Session, environment, task_environment, within_runtime
+from colibri.agent.session import Report, Session, environment, task_environment, within_runtime
 from colibri.agent.shim import write_shim
 from colibri.agent.spec import AgentSpec
+from colibri.core.agent_protocol import Fail, Out, Reclaimed, Requeue
 from colibri.core.errors import ColibriError
 from colibri.core.lineage import Body, build_body
 from colibri.core.model import Task
+from colibri.core.request_fields import ReportedCost
 from colibri.layout import RootLayout
 from colibri.leftovers import sessions_dir
 from colibri.privatefiles import write_private
@@ -85,10 +87,10 @@ class Runner:
             session.running.has_task = True
             return await self._until_report(session, session.running, task.text, warm)
         except StartFailed as exc:
-            return ("fail", {"error": str(exc)})
+            return failed(session, str(exc))
         except (OSError, ValueError, RuntimeError, ColibriError) as exc:
             log.error("could not run a session: %s", exc, extra={"event": "session_failed"})
-            return ("fail", {"error": f"could not start the session: {exc}"})
+            return failed(session, f"could not start the session: {exc}")
 
     async def _until_report(
         self, session: Session, running: Running, text: str, warm: Running | None
@@ -103,24 +105,27 @@ class Runner:
                     ready = await self.backend.wait_ready(running, session.ready)
             except TimeoutError:
                 await self.kill(session)
-                return ("requeue", {"reason": f"session not ready within {timeout:g}s"})
+                reason = f"session not ready within {timeout:g}s"
+                return Requeue(task=session.task, epoch=session.epoch, reason=reason)
             if session.cancelled:
                 return None
             if not ready:
-                return ("fail", {"error": "the session ended before it was ready"})
+                return failed(session, "the session ended before it was ready")
         limit = self.spec.max_runtime
         try:
-            report = await within_runtime(session, limit, self._work(running, text, warm))
+            ending = await within_runtime(session, limit, self._work(running, text, warm))
         except TimeoutError:
             await self.kill(session)
-            return ("fail", {"error": f"max_runtime: stopped after {limit:g}s"})
+            return failed(session, f"max_runtime: stopped after {limit:g}s")
         if session.cancelled:
             return None
         # A session whose end says nothing (tmux) reported by itself, or not at all: the
         # daemon closes its task, or fails it as ended without out (``Reports.reclaimed``).
-        return report if report is not None else ("reclaimed", {})
+        if ending is None:
+            return Reclaimed(task=session.task, epoch=session.epoch)
+        return report_of(session, ending)
 
-    async def _work(self, running: Running, text: str, warm: Running | None) -> Report | None:
+    async def _work(self, running: Running, text: str, warm: Running | None) -> Ending | None:
         await self.backend.hand_over(running, text)
         if warm is not None and self.pool is not None:
             # Only once the task is handed over: starting a process blocks the loop for a
@@ -140,3 +145,21 @@ class Runner:
             if session.running.task_file != task_file:  # a warm session's own
                 session.running.task_file.unlink(missing_ok=True)
             self.reaper.reclaim(session.running)
+
+
+def failed(session: Session, error: str) -> Fail:
+    return Fail(task=session.task, epoch=session.epoch, error=error)
+
+
+def report_of(session: Session, ending: Ending) -> Report:
+    """The report of a session that ended as its backend says."""
+    cmd, fields = ending
+    if cmd == "out":
+        # Not validated here: a cost the daemon cannot take gets the report refused, and the
+        # task fails saying why (``Harness._deliver_once``).
+        cost = fields.get("cost")
+        return Out(
+            task=session.task, epoch=session.epoch, output=fields.get("output", ""),
+            cost=None if cost is None else ReportedCost(**cost),
+        )  # fmt: skip
+    return failed(session, fields.get("error", ""))

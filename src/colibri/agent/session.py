@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from colibri.agent.backends.base import Report, Running
+from colibri.agent.backends.base import Running
 from colibri.agent.shim import first_on_path
 from colibri.agent.spec import AgentSpec
+from colibri.core.agent_protocol import Fail, Out, Reclaimed, Requeue
 from colibri.core.model import Task
 
 T = TypeVar("T")
@@ -37,6 +38,21 @@ HARNESS_ONLY = frozenset(
 )
 
 
+#: A session's report, the request as the harness sends it on its connection (a stopping
+#: harness sends an out or fail as the session's own: ``from_session``, with the claim).
+Report = Out | Fail | Reclaimed | Requeue
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A report still to deliver, and what the harness knows of it beside the request."""
+
+    request: Report
+    #: Why the daemon refused the report this one (a fail saying so) stands in for: one
+    #: refused too is given up, not replaced again.
+    refused: str | None = None
+
+
 @dataclass
 class Session:
     task: str
@@ -47,7 +63,7 @@ class Session:
     running: Running | None = None
     runner: asyncio.Task[None] | None = None
     #: The report still to deliver, once the session has ended.
-    report: Report | None = None
+    report: Pending | None = None
     #: Whether a delivery of the report is under way (``Harness._deliver``).
     delivering: bool = False
     cancelled: bool = False

@@ -34,7 +34,10 @@ from typing import IO, Any
 from colibri import host
 from colibri.client import Client, socket_path
 from colibri.config import init_root
+from colibri.core import protocol as p
 from colibri.core.errors import ColibriError, DaemonNotRunning
+from colibri.core.model import TaskSpec
+from colibri.core.schedules import ScheduleSpec
 from colibri.privatefiles import open_private, write_private
 
 #: Each session: a moment's work, then its output with what it cost (as Claude Code's JSON
@@ -113,7 +116,7 @@ def _wait_for_daemon(root: Path, process: subprocess.Popen[bytes], timeout: floa
             raise SystemExit(f"colibri: the demo daemon exited with code {process.returncode}")
         with contextlib.suppress(DaemonNotRunning, OSError):
             with Client.for_root(root, timeout=2) as client:
-                client.call("ping")
+                client.request(p.Ping())
                 return
         time.sleep(0.05)
     raise SystemExit("colibri: the demo daemon did not start in time")
@@ -142,13 +145,12 @@ def submit_round(client: Client, round_no: int) -> Iterator[str]:
     tag = f" (round {round_no})" if round_no > 1 else ""
     for spec in ROUND:
         if "family" in spec:
-            parent = client.call("submit", text=spec["family"] + tag, capabilities=["docs"])
+            parent = client.submit(spec["family"] + tag, capabilities=["docs"])
             for child in spec["children"]:
-                task = client.call("submit", text=child + tag, capabilities=["docs"],
-                                   parent=parent["task"]["id"])  # fmt: skip
-            yield task["task"]["id"]
+                task = client.submit(child + tag, capabilities=["docs"], parent=parent.id)
+            yield task.id
         else:
-            yield client.call("submit", **{**spec, "text": spec["text"] + tag})["task"]["id"]
+            yield client.submit(**{**spec, "text": spec["text"] + tag}).id
 
 
 def start_fleet(
@@ -256,12 +258,12 @@ def _one_round(root: Path) -> None:
     def submit_everything() -> None:
         with Client.for_root(root) as client:
             arrivals = len(list(submit_round(client, 1)))
-            parent = client.call("submit", text="a family cancelled at once",
-                                 capabilities=["docs"], priority=-1)["task"]  # fmt: skip
+            parent = client.submit("a family cancelled at once", capabilities=["docs"],
+                                   priority=-1)  # fmt: skip
             for n in (1, 2):
-                client.call("submit", text=f"child {n} of the cancelled family",
-                            capabilities=["docs"], parent=parent["id"], priority=-1)  # fmt: skip
-            client.call("cancel", task=parent["id"], reason="demo: cancel a whole family")
+                client.submit(f"child {n} of the cancelled family", capabilities=["docs"],
+                              parent=parent.id, priority=-1)  # fmt: skip
+            client.request(p.Cancel(task=parent.id, reason="demo: cancel a whole family"))
         total = sum(1 + len(s.get("children", [])) for s in ROUND) + 3
         print(f"submitted {total} tasks in {arrivals + 1} arrivals, then cancelled a family\n")
 
@@ -270,7 +272,8 @@ def _one_round(root: Path) -> None:
         def all_ended(message: dict[str, Any]) -> bool:
             if message.get("event") != "task" or message["to"] != "closed":
                 return False
-            tasks = asking.call("status")["tasks"]
+            tasks = asking.request(p.Status()).tasks
+            assert tasks, "the owner is told the board's counts"
             return all(tasks[state] == 0 for state in ("pending", "running", "done", "failed",
                                                         "cancelled"))  # fmt: skip
 
@@ -280,9 +283,10 @@ def _one_round(root: Path) -> None:
 def _live(root: Path, processes: list[subprocess.Popen[bytes]]) -> None:
     """Tasks arriving for as long as the demo runs, in the TUI or as lines."""
     with Client.for_root(root) as client:
-        client.call("schedule-add", name="mirror-check", replace=True,
-                    schedule={"every": SCHEDULE_EVERY,
-                              "task": {"text": "check the package mirrors"}})  # fmt: skip
+        mirror_check = ScheduleSpec(
+            every=SCHEDULE_EVERY, task=TaskSpec(text="check the package mirrors")
+        )
+        client.request(p.ScheduleAdd(name="mirror-check", schedule=mirror_check, replace=True))
     exe = Path(sys.executable).parent / "colibri"
     colibri = str(exe) if exe.exists() else "colibri"
     pids = ", ".join(str(p.pid) for p in processes)

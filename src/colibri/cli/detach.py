@@ -162,11 +162,12 @@ def check_serving(root: Path, daemon: Popen[bytes], log: Path) -> None:
     import subprocess
 
     from colibri.client import Client
+    from colibri.core import protocol as p
     from colibri.core.errors import ColibriError, DaemonNotRunning
 
     try:
         with Client.for_root(root, timeout=10.0) as client:
-            answering = client.call("status")["daemon"].get("pid")
+            answering = client.request(p.Status()).daemon.get("pid")
     except ColibriError:
         try:  # its connection closed as it exited, or the error is for it to say
             code = daemon.wait(timeout=5.0)

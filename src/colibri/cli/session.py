@@ -7,7 +7,7 @@ store (a transient refusal): see ``context.wait_out_busy``.
 from __future__ import annotations
 
 import sys
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import click
 
@@ -156,6 +156,11 @@ def out(
         output = sys.stdin.read() if text == "-" or not sys.stdin.isatty() else ""
     else:
         output = text
+    import msgspec
+
+    from colibri.core import protocol as p
+    from colibri.core.errors import BadRequest
+
     fields: dict[str, Any] = dict(
         task=own.task, epoch=own.epoch, cost=parse_cost(cost) if cost else None,
         session_ended=False, from_session=True, claim=own.secret,
@@ -163,8 +168,13 @@ def out(
     if len(output) > MIN_LINE // 8:  # might not fit: ask the daemon how long a line may be
         from colibri.core.sizes import fit_report
 
-        output = fit_report(output, ctx.call("ping", patient=True)["max_line"], "out", fields)
-    task = ctx.call("out", patient=True, output=output, **fields)["task"]
+        max_line = ctx.request(p.Ping(), patient=True).max_line
+        output = fit_report(output, max_line, "out", fields)
+    try:
+        report = msgspec.convert({**fields, "output": output}, p.Out)
+    except msgspec.ValidationError as exc:  # a --cost the daemon would refuse, as it says it
+        raise BadRequest(str(exc)) from None
+    task = ctx.request(report, patient=True).task
     print_json(task) if as_json else print_line(f"task {own.task} done")
 
 
@@ -182,13 +192,15 @@ def fail(
     as_json: bool,
 ) -> None:
     """Inside a session: report the task failed, saying why."""
+    from colibri.core import protocol as p
+
     own = claim(task_id, epoch, secret)
-    task = ctx.call(
-        "fail", patient=True, task=own.task, epoch=own.epoch,
-        error=error or "reported failed by the session",
+    report = p.Fail(
+        task=own.task, epoch=own.epoch, error=error or "reported failed by the session",
         session_ended=False, from_session=True, claim=own.secret,
-    )["task"]  # fmt: skip
-    print_json(task) if as_json else print_line(f"task {own.task} {task['state']}")
+    )  # fmt: skip
+    task = ctx.request(report, patient=True).task
+    print_json(task) if as_json else print_line(f"task {own.task} {task.state}")
 
 
 @cli.command("ask")
@@ -202,18 +214,18 @@ def ask(
     own = claim(task_id, epoch, secret)
     import time
 
+    from colibri.core import protocol as p
+
+    asking = p.Ask(task=own.task, epoch=own.epoch, claim=own.secret, question=question)
     while True:  # a daemon restart drops the wait: ask again once it is back
         try:
-            reply = ctx.call(
-                "ask", patient=True, task=own.task, epoch=own.epoch, claim=own.secret,
-                question=question,
-            )  # fmt: skip
+            reply = ctx.request(asking, patient=True)
         except ColibriError as exc:
             if not exc.transient:
                 raise
             time.sleep(0.5)
             continue
-        print_output(reply["answer"])
+        print_output(reply.answer)
         return
 
 
@@ -224,7 +236,9 @@ def ask(
 @pass_ctx
 def answer(ctx: Context, task_id: str, text: str, as_json: bool) -> None:
     """Answer the question TASK's session is waiting on."""
-    task = ctx.call("answer", task=task_id, text=text)["task"]
+    from colibri.core import protocol as p
+
+    task = ctx.request(p.Answer(task=task_id, text=text)).task
     print_json(task) if as_json else print_line(f"answered {task_id}")
 
 
@@ -233,8 +247,10 @@ def answer(ctx: Context, task_id: str, text: str, as_json: bool) -> None:
 @pass_ctx
 def ready(ctx: Context, task_id: str | None, epoch: int | None, secret: str | None) -> None:
     """Inside a tmux session: say the agent is ready; its task is typed in next."""
+    from colibri.core import protocol as p
+
     own = claim(task_id, epoch, secret)
-    ctx.call("ready", patient=True, task=own.task, epoch=own.epoch, claim=own.secret)
+    ctx.request(p.Ready(task=own.task, epoch=own.epoch, claim=own.secret), patient=True)
 
 
 @cli.command("attach-session")
@@ -245,15 +261,16 @@ def attach_session(ctx: Context, task_id: str) -> None:
     import os
 
     from colibri.agent.tmux import socket_for
+    from colibri.core import protocol as p
     from colibri.core.errors import NoSession
 
-    task = ctx.call("get", task=task_id)["task"]
-    task_id = task["id"]  # the whole id, as the tmux session is named, where a prefix was given
-    if task["state"] != "running" or not task.get("agent"):
-        raise NoSession(f"task {task_id} is {task['state']}: no session to attach to")
-    sock = socket_for(ctx.root(), task["agent"])
+    task = ctx.request(p.Get(task=task_id)).task
+    task_id = task.id  # the whole id, as the tmux session is named, where a prefix was given
+    if task.state != "running" or not task.agent:
+        raise NoSession(f"task {task_id} is {task.state}: no session to attach to")
+    sock = socket_for(ctx.root(), task.agent)
     if not sock.exists():
-        raise NoSession(f"agent {task['agent']} runs no tmux sessions here ({sock})")
+        raise NoSession(f"agent {task.agent} runs no tmux sessions here ({sock})")
     os.execvp("tmux", ["tmux", "-S", str(sock), "attach-session", "-t", task_id])
 
 
@@ -268,13 +285,19 @@ def attach_session(ctx: Context, task_id: str) -> None:
 @click.option("--since", metavar="TIME", help="Only sessions since this (2026-11-30 or RFC 3339).")
 @json_option
 @pass_ctx
-def cost(ctx: Context, by: str, since: str | None, as_json: bool) -> None:
+def cost(
+    ctx: Context,
+    by: Literal["agent", "workspace", "tenant", "day"],
+    since: str | None,
+    as_json: bool,
+) -> None:
     """What the sessions cost: sessions, dollars and tokens, summed."""
-    reply = ctx.call("cost", by=by, since=since)
+    from colibri.core import protocol as p
+
+    rows = ctx.request(p.CostTotals(by=by, since=since)).totals
     if as_json:
-        print_json(reply["totals"])
+        print_json(rows)
         return
-    rows = reply["totals"]
     print_table(
         [by.upper(), "SESSIONS", "USD", "TOKENS IN", "TOKENS OUT"],
         [
@@ -308,15 +331,19 @@ def send(ctx: Context, to: str, text: str, as_json: bool) -> None:
     A message that carries a task header goes down their priority chain until one consumes it;
     any other is broadcast to all of them.
     """
-    reply = ctx.call("send", to=to, text=text)
-    reply.pop("ok", None)
-    reply.pop("id", None)
+    import msgspec
+
+    from colibri.core import protocol as p
+
+    reply = ctx.request(p.Send(to=to, text=text))
     if as_json:
-        print_json(reply)
-    elif reply.get("consumed_by"):
-        print_line(f"consumed by {reply['consumed_by']}")
+        shown = msgspec.to_builtins(reply)
+        del shown["ok"], shown["id"]
+        print_json(shown)
+    elif reply.consumed_by:
+        print_line(f"consumed by {reply.consumed_by}")
     else:
-        print(f"delivered to {len(reply['delivered'])} subscriber(s)")
+        print(f"delivered to {len(reply.delivered)} subscriber(s)")
 
 
 @cli.command("events")
@@ -331,9 +358,10 @@ def send(ctx: Context, to: str, text: str, as_json: bool) -> None:
 def events(ctx: Context, priority: int, workspace: str | None, name: str | None) -> None:
     """Print every event as it happens, as JSON lines (Ctrl+C stops)."""
     from colibri.cli.output import print_json_line
+    from colibri.core import protocol as p
 
     with ctx.client() as client:
-        client.call("subscribe", priority=priority, workspace=workspace, name=name)
+        client.request(p.Subscribe(priority=priority, workspace=workspace, name=name))
         for event in client.events():
             print_json_line(event)
 

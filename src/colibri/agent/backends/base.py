@@ -1,8 +1,9 @@
 """The session backend contract: how a session's processes start, take a task, end and die.
 
 A backend knows its kind of session (a one-shot subprocess, an interactive tmux session) and
-nothing of the daemon: it returns a report, and the harness delivers it. The harness, the
-ready pool and the reaper see every session as a ``Running``, the same for every backend.
+nothing of the daemon: it says how a session ended, and the runner makes the report of that.
+The harness, the ready pool and the reaper see every session as a ``Running``, the same for
+every backend.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from typing import Any, Protocol
 
 from colibri.host import alive
 
-#: A report for the daemon, to deliver once the session has ended: (cmd, fields), as
-#: ``("out", {"output": …, "cost": …})`` or ``("fail", {"error": …})``.
-Report = tuple[str, dict[str, Any]]
+#: How a session ended, as its backend tells it: ``("out", {"output": …, "cost": …})`` or
+#: ``("fail", {"error": …})``; the runner makes the report for the daemon of it.
+Ending = tuple[str, dict[str, Any]]
 
 
 def new_sid() -> str:
@@ -80,8 +81,8 @@ class SessionBackend(Protocol):
         """Give the session its task's text (stdin, or typed into it), never through a shell."""
         ...
 
-    async def wait_end(self, running: Running) -> Report | None:
-        """Until the session has ended, then its report: out or fail from what it said, or
+    async def wait_end(self, running: Running) -> Ending | None:
+        """Until the session has ended, then how: out or fail from what it said, or
         None when its end says nothing (the session reports by itself, with ``colibri out``;
         the harness then says ``reclaimed``). A backend whose session's output still flows
         once it has exited (pipes held by what it left) sets ``running.ended`` and stops those

@@ -15,7 +15,7 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from colibri.agent.backends.base import Report, Running, StartFailed, new_sid
+from colibri.agent.backends.base import Ending, Running, StartFailed, new_sid
 from colibri.agent.capture import STDERR_TAIL, Capture, ended_how
 from colibri.agent.claude import claude_result
 from colibri.agent.reaping import Reaper, spawn
@@ -93,7 +93,7 @@ class SubprocessBackend:
                 await process.stdin.drain()
             process.stdin.close()
 
-    async def wait_end(self, running: Running) -> Report | None:
+    async def wait_end(self, running: Running) -> Ending | None:
         """Until it exits, then its report from its exit code and output.
 
         Unlike ``communicate``, this does not wait for its pipes to close: a process the session

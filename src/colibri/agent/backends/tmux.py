@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from colibri.agent import tmux
-from colibri.agent.backends.base import Report, Running, StartFailed, new_sid
+from colibri.agent.backends.base import Ending, Running, StartFailed, new_sid
 from colibri.agent.reaping import Reaper
 from colibri.agent.session import SESSION_VARIABLES
 from colibri.agent.spec import AgentSpec
@@ -66,7 +66,7 @@ class TmuxBackend:
     async def hand_over(self, running: Running, text: str) -> None:
         await tmux.type_text(self.socket, running.name, text)
 
-    async def wait_end(self, running: Running) -> Report | None:
+    async def wait_end(self, running: Running) -> Ending | None:
         await tmux.wait_exit(running.pgid)
         return None
 
