@@ -106,15 +106,6 @@ class Context:
 
         return wait_out_busy(once) if patient else once()
 
-    def call(self, cmd: str, *, patient: bool = False, **fields: Any) -> dict[str, Any]:
-        """As ``request``, for a command given by name and fields: the reply as it came."""
-
-        def once() -> dict[str, Any]:
-            with self.client() as client:
-                return client.call(cmd, **fields)
-
-        return wait_out_busy(once) if patient else once()
-
 
 def say_waiting(what: str) -> None:
     """One line on stderr: what the client waits for (a daemon to take over)."""
