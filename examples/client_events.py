@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import sys
 
-from colibri import Client, events
+from colibri import Client, events, protocol
 
 
 def main(root: str) -> None:
     # One connection listens, another acts: a subscribed connection receives events between
     # its replies, so it is best kept for listening.
     with Client.for_root(root) as watcher, Client.for_root(root) as board:
-        watcher.call("subscribe", name="example watcher")
+        watcher.request(protocol.Subscribe(name="example watcher"))
         task = board.submit("lint the repository", capabilities=["python"])
         for event in watcher.typed_events():
             if isinstance(event, events.TaskChanged) and event.task.id == task.id:

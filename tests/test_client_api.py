@@ -38,6 +38,8 @@ PUBLIC = [
     "__version__",
     "errors",
     "events",
+    "protocol",
+    "replies",
 ]
 
 
@@ -71,7 +73,7 @@ def test_the_public_names_are_pinned_and_documented() -> None:
     for name in PUBLIC:
         assert f"`{name}`" in doc, f"docs/CLIENT.md does not name {name}"
     from colibri import client
-    from colibri.core import errors, events, model
+    from colibri.core import errors, events, model, protocol, replies
 
     assert colibri.Client is client.Client
     assert colibri.AsyncClient is client.AsyncClient
@@ -79,6 +81,7 @@ def test_the_public_names_are_pinned_and_documented() -> None:
     assert colibri.ColibriError is errors.ColibriError
     assert colibri.Task is model.Task
     assert colibri.errors is errors and colibri.events is events
+    assert colibri.protocol is protocol and colibri.replies is replies
     assert set(PUBLIC) <= set(dir(colibri))
 
 

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 #: The public names, each with the module it lives in (one that is itself a module: ``errors``,
-#: every error class with its code; ``events``, every pushed event as its class).
+#: every error class with its code; ``events``, every pushed event as its class; ``protocol``,
+#: every request as its class; ``replies``, the reply each request names).
 _PUBLIC = {
     "AsyncClient": "colibri.client",
     "Client": "colibri.client",
@@ -28,8 +29,10 @@ _PUBLIC = {
     "Task": "colibri.core.model",
     "errors": "colibri.core.errors",
     "events": "colibri.core.events",
+    "protocol": "colibri.core.protocol",
+    "replies": "colibri.core.replies",
 }
-_MODULES = {"errors", "events"}
+_MODULES = {"errors", "events", "protocol", "replies"}
 
 __all__ = [
     "AsyncClient",
@@ -40,6 +43,8 @@ __all__ = [
     "__version__",
     "errors",
     "events",
+    "protocol",
+    "replies",
 ]
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time, ``__getattr__`` below
@@ -48,6 +53,8 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, ``__getatt
     from colibri.client import Remote as Remote
     from colibri.core import errors as errors
     from colibri.core import events as events
+    from colibri.core import protocol as protocol
+    from colibri.core import replies as replies
     from colibri.core.errors import ColibriError as ColibriError
     from colibri.core.model import Task as Task
 
