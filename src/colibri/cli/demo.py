@@ -161,18 +161,17 @@ def start_fleet(
         cmd = [*base, "agent", "--name", name, "--slots", str(slots), "--log-level", "warning"]
         for cap in caps:
             cmd += ["--cap", cap]
-        processes.append(
-            subprocess.Popen(
-                [*cmd, "--", sys.executable, str(worker)],
-                cwd=root,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                process_group=0,
-                preexec_fn=host.stop_with_parent,
-            )  # fmt: skip
-        )
+        processes.append(_start([*cmd, "--", sys.executable, str(worker)], log, cwd=root))
     return processes
+
+
+def _start(command: list[str], log: IO[bytes], cwd: Path | None = None) -> subprocess.Popen[bytes]:
+    """One of the demo's processes: its output to the demo's log, in a process group of its
+    own (a signal meant for the demo reaches the demo alone), and SIGTERMed when it dies."""
+    return subprocess.Popen(
+        command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, process_group=0,
+        preexec_fn=host.stop_with_parent,
+    )  # fmt: skip
 
 
 def can_show_tui() -> bool:
@@ -206,16 +205,7 @@ def run_demo(root: Path, *, exit_when_done: bool) -> int:
     for signum in stops:
         signal.signal(signum, _interrupted)
     with open(open_private(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab") as log:
-        processes.append(
-            subprocess.Popen(
-                [*base, "run", "--log-level", "warning"],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                process_group=0,
-                preexec_fn=host.stop_with_parent,
-            )  # fmt: skip
-        )
+        processes.append(_start([*base, "run", "--log-level", "warning"], log))
         try:
             _wait_for_daemon(root, processes[0])
             print(f"daemon running (pid {processes[0].pid}) on {socket_path(root)}")
