@@ -35,6 +35,7 @@ import msgspec
 from colibri.client import STREAM_LIMIT, AsyncClient, Remote
 from colibri.core.access import ALLOWED
 from colibri.core.errors import BadJson, BadRequest, Busy, ColibriError, Forbidden
+from colibri.core.replies import ErrorReply, refusal
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +84,9 @@ class Relay:
                             continue
                         if len(answering) >= IN_FLIGHT:
                             # Refused, not left unread: a session that goes is still seen to go.
-                            refusal = Busy(f"more than {IN_FLIGHT} requests of this session "
-                                           "are waiting for a reply; wait for one")  # fmt: skip
-                            writer.write(_encode(_refused(line, refusal)) + b"\n")
+                            busy = Busy(f"more than {IN_FLIGHT} requests of this session "
+                                        "are waiting for a reply; wait for one")  # fmt: skip
+                            writer.write(_encode(_refused(line, busy)) + b"\n")
                             await writer.drain()
                         else:
                             task = group.create_task(self._answer(line, upstream, writer))
@@ -110,7 +111,7 @@ class Relay:
             writer.write(_encode(reply) + b"\n")
             await writer.drain()
 
-    async def _pass_on(self, line: bytes, upstream: _Upstream) -> dict[str, Any]:
+    async def _pass_on(self, line: bytes, upstream: _Upstream) -> dict[str, Any] | ErrorReply:
         request_id: Any = None
         try:
             try:
@@ -127,7 +128,7 @@ class Relay:
                 )
             reply = await (await upstream.connection()).relay(message)
         except ColibriError as exc:
-            return {"id": request_id, "ok": False, "error": exc.to_wire()}
+            return refusal(request_id, exc)
         except OSError as exc:  # the daemon is away: as a session would see it locally
             return {
                 "id": request_id, "ok": False,
@@ -163,10 +164,10 @@ class _Upstream:
             self.client = None
 
 
-def _refused(line: bytes, error: ColibriError) -> dict[str, Any]:
+def _refused(line: bytes, error: ColibriError) -> ErrorReply:
     """``error`` as the answer to the request ``line``, under its own id if it has one."""
     try:
         request_id = _decode(line).get("id")
     except msgspec.DecodeError:
         request_id = None
-    return {"id": request_id, "ok": False, "error": error.to_wire()}
+    return refusal(request_id, error)
