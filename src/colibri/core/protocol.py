@@ -9,6 +9,7 @@ example.
 
 from __future__ import annotations
 
+import functools
 import typing
 from typing import Annotated, Any, Literal, Union
 
@@ -310,14 +311,21 @@ REPLY_OF: dict[type[Request[Any]], type[r.Reply]] = {cls: _reply_of(cls) for cls
 AnyRequest = Union[REQUESTS]  # type: ignore[valid-type]  # noqa: UP007
 COMMANDS = sorted(str(cls.__struct_config__.tag) for cls in REQUESTS)
 
-_decoder = msgspec.json.Decoder(AnyRequest)
+
+@functools.cache
+def _decoder() -> msgspec.json.Decoder[Request[Any]]:
+    # Made at the first request read, not at import: building it reads every request's
+    # fields, which a client (every command of the CLI) never needs.
+    return msgspec.json.Decoder(AnyRequest)
+
+
 _KNOWN = ", ".join(COMMANDS)
 
 
 def decode_request(line: bytes) -> Request[Any]:
     """Parse one request line; raise BadJson, UnknownCommand or BadRequest saying why."""
     try:
-        return _decoder.decode(line)
+        return _decoder().decode(line)
     except msgspec.ValidationError as exc:
         message = str(exc)
         if message.endswith("at `$.cmd`") and message.startswith("Invalid value"):

@@ -23,13 +23,11 @@ missed time older than it. Every time not fired is returned as *missed*, to be r
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
-from typing import Annotated, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
 
@@ -104,8 +102,16 @@ class Schedule(msgspec.Struct, kw_only=True):
     updated_at: str = ""
 
 
+if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo
+
+
 @lru_cache(maxsize=1024)
 def zone(name: str) -> ZoneInfo:
+    # (zoneinfo and hashlib are loaded when first needed: every command of the CLI that talks
+    # to the daemon loads this module, through the protocol's schedule requests)
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
     try:
         return ZoneInfo(name)
     # OSError: a folder of the zone database ("Europe"), or a name too long for a file name
@@ -189,6 +195,8 @@ def jitter_offset(name: str, nominal: float, jitter: float) -> float:
     """A delay in [0, jitter) fixed by (name, nominal), so a restart does not move it."""
     if jitter <= 0:
         return 0.0
+    import hashlib
+
     digest = hashlib.blake2b(f"{name}@{nominal}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2**64 * jitter
 

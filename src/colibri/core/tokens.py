@@ -12,9 +12,6 @@ capabilities it may register) or ``operator`` — and may expire; revoking it en
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import secrets
 from typing import Literal
 
 import msgspec
@@ -54,12 +51,20 @@ class Issued(msgspec.Struct, kw_only=True):
     text: str
 
 
+# (hashlib, hmac and secrets are loaded when first needed: the CLI loads this module for the
+# protocol's token replies)
+
+
 def digest(secret: str) -> str:
+    import hashlib
+
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
 def issue(token: Token) -> Issued:
     """A fresh secret for ``token`` (whose ``id`` is replaced by a new one)."""
+    import secrets
+
     token_id = secrets.token_hex(ID_DIGITS // 2)
     secret = secrets.token_urlsafe(SECRET_BYTES)
     made = msgspec.structs.replace(token, id=token_id)
@@ -80,4 +85,6 @@ def split(text: str) -> tuple[str, str] | None:
 
 def matches(secret: str, secret_hash: str) -> bool:
     """Whether ``secret`` is the one ``secret_hash`` was made from, in constant time."""
+    import hmac
+
     return hmac.compare_digest(digest(secret), secret_hash)
