@@ -413,9 +413,10 @@ def test_forgetting_a_tenant_given_back_drops_its_agents_indexes_and_questions(
     from colibri.core.access import OWNER
     from colibri.core.model import TaskSpec
     from colibri.core.protocol import RegisterAgent
+    from colibri.core.replies import ErrorReply, Reply
     from colibri.daemon.board import Board
     from colibri.store.postgres import PostgresStore
-    from tests.inprocess import ManualClock, Peer
+    from tests.inprocess import ManualClock, Peer, plain
 
     store = PostgresStore(board)
     try:
@@ -446,7 +447,7 @@ def test_forgetting_a_tenant_given_back_drops_its_agents_indexes_and_questions(
         _, outbox = memory.take_effects()
         assert memory.agents == {} and "acme" not in memory.capacity.indexes
         assert memory.reports.askers == {} and memory.reports.unasked == {}
-        replies = [(p, m) for p, m in outbox if isinstance(m, dict)]
+        replies = [(p, plain(m)) for p, m in outbox if isinstance(m, (Reply, ErrorReply))]
         assert [(p, m["id"], m["error"]["code"]) for p, m in replies] == [(asker, 7, "not_owner")]
         assert len(replies) == len(outbox)
     finally:
