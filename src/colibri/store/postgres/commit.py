@@ -152,7 +152,7 @@ class Committing(UnitOfWork):
         self._lost_as = StorageUnavailable
         self._end_batch()
         self._reset()
-        if self._lost and getattr(self._conn, "went_silent", False):
+        if self._lost and self._conn.went_silent:
             raise StorageUnavailable(self._lost)  # no connection yet (``reachable`` makes one)
         if self._in_doubt is not None:
             outcome = self._outcome(self._in_doubt)

@@ -24,7 +24,8 @@ from colibri.store.postgres.connection import (
 )
 
 if TYPE_CHECKING:
-    import psycopg
+
+    from colibri.store.postgres.connection import HeedingConnection
 
 #: Ends the backend of a connection that is no more (its transaction, and the locks it holds).
 _END_BACKEND = b"SELECT pg_terminate_backend(%s)"
@@ -53,7 +54,7 @@ class StoreConnection:
             self._bound(lease_ttl)
         #: A connection made off the loop by ``reachable``, taken by ``_reset`` in place of one
         #: that went silent.
-        self._spare: psycopg.Connection[dict[str, Any]] | None = None
+        self._spare: HeedingConnection | None = None
         self._conn = _connect(dsn, self.silence, durability, self._until)
         #: Why the store cannot be used until ``rollback`` ("": it can): its batch was lost,
         #: or the connection could not be made again.
@@ -111,13 +112,13 @@ class StoreConnection:
         if self._conn.closed or self._conn.broken:
             if spare is not None:
                 silent, self._conn = self._conn, spare
-                if getattr(silent, "went_silent", False):
+                if silent.went_silent:
                     # Its backend may still be in the batch's transaction, holding the writers'
                     # lock until the server ends it as idle (half the ttl): end it now.
                     with contextlib.suppress(psycopg.Error):
-                        spare.execute(_END_BACKEND, (silent.backend,))  # type: ignore[attr-defined]
+                        spare.execute(_END_BACKEND, (silent.backend,))
                 return
-            if getattr(self._conn, "went_silent", False):
+            if self._conn.went_silent:
                 self._lost = f"the PostgreSQL board said nothing for {self.silence:g} s"
                 return
             try:

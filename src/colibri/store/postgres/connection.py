@@ -14,12 +14,23 @@ import functools
 import math
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from colibri.core.errors import ConfigError, StorageUnavailable
 
 if TYPE_CHECKING:
     import psycopg
+
+    class HeedingConnection(psycopg.Connection[dict[str, Any]]):
+        """What ``_heeding_class`` makes (psycopg is imported when a store connects, so the
+        class itself is made then), as the type checker sees it."""
+
+        silence: float | None
+        went_silent: bool
+        until: Callable[[], float | None] | None
+        #: Its backend's pid, known without a round trip, for when it is no more.
+        backend: int
+
 
 #: The least silence (seconds) a daemon's connection waits out before it gives up, however
 #: short its lease (a lease's own connection, half of it): a server under load may say
@@ -111,7 +122,7 @@ def _heard_within(
 
 
 @functools.cache
-def _heeding_class() -> type[psycopg.Connection[dict[str, Any]]]:
+def _heeding_class() -> type[HeedingConnection]:
     """psycopg's connection, whose waits give up on a silent server (``silence``): the daemon's
     store runs its statements on the daemon's loop, which must not hang on one."""
     import psycopg
@@ -145,7 +156,7 @@ def _heeding_class() -> type[psycopg.Connection[dict[str, Any]]]:
                 )
                 raise psycopg.OperationalError(f"{said}; the connection was closed") from None
 
-    return Heeding
+    return cast("type[HeedingConnection]", Heeding)  # its instances are given ``backend``
 
 
 #: What every connection sets for itself, whatever the server, database or role make the
@@ -186,7 +197,7 @@ def _connect(
     silence: float | None = None,
     durability: str = "full",
     until: Callable[[], float | None] | None = None,
-) -> psycopg.Connection[dict[str, Any]]:
+) -> HeedingConnection:
     """A connection in autocommit mode, its session set as the store relies on (``_SESSION``);
     with ``silence``, its waits and its connecting give up after that long without a word
     from the server (connecting: 2 s at least, libpq's least ``connect_timeout``), and with
@@ -205,10 +216,9 @@ def _connect(
         raise StorageUnavailable(
             f"cannot reach the PostgreSQL board at {shown_location(dsn)}: {_first_line(exc)}"
         ) from None
-    conn.silence = silence  # type: ignore[attr-defined]
-    conn.until = until  # type: ignore[attr-defined]
-    #: Its backend's pid, known here without a round trip, for when it is no more.
-    conn.backend = conn.info.backend_pid  # type: ignore[attr-defined]
+    conn.silence = silence
+    conn.until = until
+    conn.backend = conn.info.backend_pid
     try:
         conn.execute(*_session(conn.info.server_version, durability))
     except psycopg.OperationalError as exc:
