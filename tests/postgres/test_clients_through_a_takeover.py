@@ -227,8 +227,13 @@ def test_submits_one_by_one_through_the_serving_daemons_kill_are_each_taken_once
         said = [[line for line in _lines(r.stderr) if " waits: " not in line] for r in results]
         waited = [n for n, lines in enumerate(said) if lines]
         assert len(waited) == 1 and waited[0] >= 20, said
-        assert said[waited[0]] == [f"colibri: waiting for a daemon to take over tenant 'acme' "
-                                   f"(up to {takeover_patience(2):g} s)"], said  # fmt: skip
+        # It names acme when the other daemon's refusal said so; when that daemon did not answer
+        # in time either (taking acme over, on a slow machine), the tenant is not known yet.
+        patience = takeover_patience(2)
+        assert said[waited[0]] in [
+            [f"colibri: waiting for a daemon to take over {what} (up to {patience:g} s)"]
+            for what in ("tenant 'acme'", "the board")
+        ], said
     finally:
         first.stop_with(second)
 
