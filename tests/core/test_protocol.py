@@ -451,3 +451,20 @@ def test_a_submission_carries_every_field_of_a_task_spec_alike() -> None:
     assert decoded.spec() == TaskSpec(text="t", agent="a1", budget_usd=2.5, max_attempts=3,
                                       labels=["x"])  # fmt: skip
     assert decode_request(line(cmd="submit", text="t")).spec().agent is None  # type: ignore[attr-defined]
+
+
+def test_every_request_names_the_reply_it_is_answered_with() -> None:
+    """``Request[R]``: the reply struct is found for every request; one that names none is a
+    mistake in the protocol's code, said when the module loads."""
+    from colibri.core import replies
+
+    assert set(p.REPLY_OF) == set(p.REQUESTS)
+    assert all(issubclass(reply, replies.Reply) for reply in p.REPLY_OF.values())
+    assert p.REPLY_OF[p.Get] is replies.TaskReply
+    assert p.REPLY_OF[p.Submit] is p.REPLY_OF[p.CreateTask] is replies.SubmitReply
+
+    class Unanswered(p.Request, tag="unanswered"):
+        pass
+
+    with pytest.raises(TypeError, match="Unanswered names no reply"):
+        p._reply_of(Unanswered)

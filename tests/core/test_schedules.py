@@ -27,6 +27,7 @@ from colibri.core.schedules import (
     ScheduleSpec,
     build,
     jitter_offset,
+    latest_due,
     next_after,
     normalize_cron,
     plan,
@@ -663,6 +664,39 @@ def test_plan_beyond_the_scan_limit_fires_the_current_time(fields: dict[str, Any
     now = first + SCAN_LIMIT + 5000.5
     p = plan(s, now)
     assert p.fire == [first + SCAN_LIMIT + 5000]
+
+
+def test_plan_beyond_the_scan_limit_fires_a_crons_latest_time() -> None:
+    """Past the scan limit a cron schedule's latest due time is found counting back from now,
+    in its own time zone."""
+    s = make(now=T0 - 30, cron="*/5 * * * *", tz="Asia/Tokyo", catch_up="one")
+    first = ts(s.next_fire_at or "")
+    now = first + (SCAN_LIMIT + 100) * 300 + 299.5
+    p = plan(s, now)
+    assert p.missed_uncounted
+    assert p.fire == [now - 299.5]
+    assert p.next_fire_at == now + 0.5
+
+
+@pytest.mark.parametrize(
+    ("fields", "now", "latest"),
+    [
+        ({"cron": "0 9 * * *", "tz": "Europe/Ljubljana"}, "2026-03-05T10:00:00Z",
+         "2026-03-05T08:00:00Z"),
+        ({"cron": "0 9 * * *", "tz": "Europe/Ljubljana"}, "2026-03-05T08:00:00Z",
+         "2026-03-05T08:00:00Z"),
+        ({"every": "1h"}, "2026-03-02T05:30:00Z", "2026-03-02T05:00:00Z"),
+        ({"every": "1h"}, "2026-03-02T00:30:00Z", None),
+        ({"at": "2026-03-03T00:00:00Z"}, "2026-03-04T00:00:00Z", "2026-03-03T00:00:00Z"),
+        ({"at": "2026-03-03T00:00:00Z"}, "2026-03-02T12:00:00Z", None),
+    ],
+    ids=["cron", "cron-at-the-time", "interval", "interval-none-yet", "once", "once-not-yet"],
+)  # fmt: skip
+def test_latest_due_is_the_last_nominal_time_at_or_before_now(
+    fields: dict[str, Any], now: str, latest: str | None
+) -> None:
+    s = make(now=T0, **fields)
+    assert latest_due(s, ts(now)) == (None if latest is None else ts(latest))
 
 
 # -- jitter ---------------------------------------------------------------------------------
