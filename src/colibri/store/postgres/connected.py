@@ -24,7 +24,6 @@ from colibri.store.postgres.connection import (
 )
 
 if TYPE_CHECKING:
-
     from colibri.store.postgres.connection import HeedingConnection
 
 #: Ends the backend of a connection that is no more (its transaction, and the locks it holds).
