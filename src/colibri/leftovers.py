@@ -17,7 +17,7 @@ import signal
 from pathlib import Path
 
 from colibri.core.errors import RootError
-from colibri.host import environ_of, processes_with, start_time
+from colibri.host import alive, environ_of, processes_with, start_time
 from colibri.layout import RootLayout
 from colibri.privatefiles import open_private, private_dir, write_private
 
@@ -81,8 +81,8 @@ def stop_leftover_sessions(root: Path, agent: str) -> None:
     for pid in processes_with(COLIBRI_ROOT=str(root), COLIBRI_AGENT=agent):
         harness = environ_of(pid, "COLIBRI_HARNESS") or ""
         owner = harness.partition(":")[0]
-        if owner.isdigit() and harness == process_name(int(owner)):
-            continue  # its harness is alive
+        if owner.isdigit() and harness == process_name(int(owner)) and alive(int(owner)):
+            continue  # its harness is alive (a zombie's pid and start time still read so)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
             log.warning(

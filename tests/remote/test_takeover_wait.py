@@ -65,3 +65,17 @@ def test_the_wait_names_the_tenant_a_refusal_named_whichever_address_fails_last(
         with pytest.raises(ColibriError):
             Client.remote(remote, patience=0.2, on_wait=said.append)
     assert said == ["waiting for a daemon to take over tenant 'acme' (up to 0.2 s)"]
+
+
+def test_with_no_daemon_answering_the_wait_is_for_the_board() -> None:
+    """No address answers and no refusal named a tenant: the client cannot know whose takeover
+    it waits for, and says the board's (what the first submit after a kill may say when the
+    other daemon is busy taking the tenant over: test_clients_through_a_takeover.py)."""
+    remote = Remote.parse(
+        f"tcp://127.0.0.1:{free_port()},tcp://127.0.0.1:{free_port()}", token="x",
+        insecure_loopback=True,
+    )  # fmt: skip
+    said: list[str] = []
+    with pytest.raises(ColibriError):
+        Client.remote(remote, patience=0.2, on_wait=said.append)
+    assert said == ["waiting for a daemon to take over the board (up to 0.2 s)"]

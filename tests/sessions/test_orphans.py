@@ -178,6 +178,25 @@ def test_a_detached_grandchild_of_a_killed_harness_is_found_by_the_next(root: Pa
         daemon.stop()
 
 
+def test_a_detached_grandchild_of_a_harness_killed_at_a_clean_stop_goes_too(root: Path) -> None:
+    """As above, for what left its session's group (a double fork into a session of its own,
+    ignoring SIGTERM): the daemon finds it by the root and agent in its environment."""
+    daemon = start_detaching(root)
+    try:
+        task = daemon.call("submit", text="wait", workspace="w")["task"]
+        grandchild = detached(root, task["id"])
+        harness = harness_pid(root, "w")
+        assert harness is not None
+        os.kill(harness, signal.SIGSTOP)  # deaf to SIGTERM until SIGKILL
+        assert daemon.process is not None
+        daemon.process.send_signal(signal.SIGTERM)
+        assert daemon.process.wait(timeout=60) == 0
+        assert "event=harness_killed" in daemon.log()
+        wait_until(lambda: not alive(grandchild), timeout=15)  # gone to init: reaped there
+    finally:
+        daemon.stop()
+
+
 @HOSTS
 def test_a_planted_marker_never_makes_a_harness_kill_a_stranger(root: Path, host: str) -> None:
     """Markers under .colibri/sessions name process groups to kill after a crash. One that

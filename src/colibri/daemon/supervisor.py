@@ -338,10 +338,14 @@ class Supervisor:
             )
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
-        for workspace in pids.values():  # killed: what its sessions run, nobody else stops
-            await asyncio.to_thread(stop_leftover_sessions, self.config.root, workspace)
         for harness in self.harnesses.values():  # reap them, waiting without blocking
             for _ in range(20):
                 if harness.process is None or harness.process.poll() is not None:
                     break
                 await asyncio.sleep(0.05)
+        for pid, workspace in pids.items():  # killed: what its sessions run, nobody else stops
+            for _ in range(20):  # once it is gone (a harness adopted is reaped by init)
+                if not alive(pid):
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.to_thread(stop_leftover_sessions, self.config.root, workspace)
