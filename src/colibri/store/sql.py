@@ -6,6 +6,8 @@ import re
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
+from colibri.store.rows import LEDGER_COLUMNS, TASK_COLUMNS
+
 if TYPE_CHECKING:
     from colibri.store.task_query import TaskFilter
 
@@ -25,8 +27,6 @@ def load(dialect: str) -> dict[str, str]:
     if dialect == "postgresql":
         common = {name: body.replace("?", "%s") for name, body in common.items()}
     # Rows written whole: their columns are their structs' fields (colibri.store.rows).
-    from colibri.store.rows import LEDGER_COLUMNS, TASK_COLUMNS
-
     common["insert_task"] = _insert("tasks", (*TASK_COLUMNS, "fingerprint"), dialect)
     common["insert_ledger"] = _insert("ledger", ("seq", *LEDGER_COLUMNS), dialect)
     own = _blocks(dialect)
