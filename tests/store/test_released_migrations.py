@@ -30,6 +30,7 @@ MIGRATIONS = {
         7: "c96ffee9cbb56376",
         8: "edb7f2b918f00daf",
         9: "09b54b6a56264bdd",
+        10: "f2b4853eb26851d4",
     },
     "sqlite": {
         1: "99002eedcb5e8eb8",
@@ -38,6 +39,7 @@ MIGRATIONS = {
         4: "dea0d85832fa5674",
         5: "edb7f2b918f00daf",
         6: "09b54b6a56264bdd",
+        7: "f2b4853eb26851d4",
     },
 }
 
@@ -54,6 +56,7 @@ RELEASED = {
         7: ["c96ffee9cbb56376"],
         8: ["edb7f2b918f00daf"],
         9: ["09b54b6a56264bdd"],
+        10: ["f2b4853eb26851d4"],
     },
     "sqlite": {
         1: [
@@ -69,6 +72,7 @@ RELEASED = {
         4: ["f327405cb1ebe754", "dea0d85832fa5674"],
         5: ["edb7f2b918f00daf"],
         6: ["09b54b6a56264bdd"],
+        7: ["f2b4853eb26851d4"],
     },
 }
 

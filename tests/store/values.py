@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from colibri.core.model import Cost, LedgerEntry, Task, TaskSpec
+from colibri.core.model import Change, Cost, LedgerEntry, Task, TaskSpec
 from colibri.core.schedules import Schedule
 from colibri.store import Store
 
@@ -74,6 +74,13 @@ FULL_TASK = Task(
     idempotency_key="key-1",
     not_before=LATER,
     schedule="nightly",
+    after=["t0000", "t0003"],  # order is kept
+    if_dependency_fails="wait",
+    base="release/2.x",
+    change=Change(
+        branch="colibri/t0001-upgrade-zfs", base="9c1e2f4" * 5 + "ab", head="0aa1" * 10,
+        files=3, insertions=40, deletions=2, worktree="/srv/kept",
+    ),  # fmt: skip
     created_at=AT,
     updated_at=LATER,
 )
@@ -116,6 +123,9 @@ FULL_SCHEDULE = Schedule(
         max_attempts=2,
         parent="0197a0e0-0000-7000-8000-000000000001",  # the store keeps what it is given
         budget_usd=2.5,
+        after=["0197a0e0-0000-7000-8000-000000000002"],
+        if_dependency_fails="run",
+        base="main",
     ),
     paused=True,
     finished=True,

@@ -9,7 +9,7 @@ from typing import Annotated
 import msgspec
 
 from colibri.core import replies as r
-from colibri.core.model import Names, ShortStr, TaskId
+from colibri.core.model import Change, Names, ShortStr, TaskId
 from colibri.core.request_fields import (
     ERROR_MAX,
     OUTPUT_MAX,
@@ -48,6 +48,8 @@ class Out(Request[r.TaskReply], tag="out"):
     epoch: Epoch
     output: Annotated[str, msgspec.Meta(max_length=OUTPUT_MAX)] = ""
     cost: ReportedCost | None = None
+    #: What the session left in its own worktree (a workspace of worktrees; by its harness).
+    change: Change | None = None
     #: The session is already gone (a one-shot command): close the task at once.
     session_ended: bool = True
     #: Sent on a connection with no agent: by the session itself (``colibri out`` inside it),
@@ -61,16 +63,19 @@ class Fail(Request[r.TaskReply], tag="fail"):
     task: TaskId
     epoch: Epoch
     error: Annotated[str, msgspec.Meta(max_length=ERROR_MAX)] = ""
+    change: Change | None = None
     session_ended: bool = True
     from_session: bool = False
     claim: Claim | None = None
 
 
 class Reclaimed(Request[r.TaskReply], tag="reclaimed"):
-    """The harness stopped a cancelled task's session; its slot is free again."""
+    """The task's session is over (the harness stopped it, or it reported by itself); its slot
+    is free again."""
 
     task: TaskId
     epoch: Epoch
+    change: Change | None = None
 
 
 class Ask(Request[r.Answered], tag="ask"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -45,6 +45,16 @@ Names = Annotated[list[str], msgspec.Meta(max_length=256)]
 TaskId = Annotated[str, msgspec.Meta(max_length=64)]
 Attempts = Annotated[int, msgspec.Meta(ge=1, le=100)]
 Budget = Annotated[float, msgspec.Meta(gt=0, le=MAX_BUDGET_USD)]
+#: The most tasks one task may wait for (``after``).
+MAX_AFTER = 1000
+After = Annotated[list[TaskId], msgspec.Meta(max_length=MAX_AFTER)]
+#: What becomes of a task waiting for one that failed or was cancelled: cancelled with it
+#: (``cancel``), released as if it were done (``run``), or kept waiting for a retry of it
+#: (``wait``: ``colibri retry`` of the dependency puts the retry in its place).
+IfDependencyFails = Literal["cancel", "run", "wait"]
+#: A git ref as a task or a workspace names a worktree's base.
+GitRef = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=10**12)]
 
 
 class TaskSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -64,6 +74,11 @@ class TaskSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_de
     max_attempts: Attempts = 1
     #: Dollars this task and its descendants may spend (children inherit what remains).
     budget_usd: Budget | None = None
+    #: The tasks this one waits for: it is dispatched once every one has ended done.
+    after: After = []
+    if_dependency_fails: IfDependencyFails = "cancel"
+    #: In a workspace of worktrees: the branch or commit its worktree starts from.
+    base: GitRef | None = None
 
     @classmethod
     def of(cls, task: Task) -> TaskSpec:
@@ -79,6 +94,33 @@ class Cost(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     tokens_out: Annotated[int, msgspec.Meta(ge=0)] = 0
     usd: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
     model: str | None = None
+
+
+class Change(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """What a session left in its own worktree: the branch it worked on, the commit it started
+    from and the branch's head after it, and the size of the difference between the two.
+    ``head`` equal to ``base`` (and no files): the session changed nothing."""
+
+    branch: GitRef
+    base: Annotated[str, msgspec.Meta(max_length=64)]
+    head: Annotated[str, msgspec.Meta(max_length=64)]
+    files: Count = 0
+    insertions: Count = 0
+    deletions: Count = 0
+    #: Where its worktree was kept (a failed task's, for inspection); absent: removed.
+    worktree: Annotated[str, msgspec.Meta(max_length=4096)] | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.head != self.base or self.files > 0
+
+    def describe(self) -> str:
+        """``branch colibri/0f3a-fix-login at 9c1e2f4: 3 files, +40 -2`` or ``…: no change``."""
+        line = f"branch {self.branch} at {self.head[:9]}"
+        if not self.changed:
+            return f"{line}: no change"
+        plural = "" if self.files == 1 else "s"
+        return f"{line}: {self.files} file{plural}, +{self.insertions} -{self.deletions}"
 
 
 class Task(msgspec.Struct, kw_only=True, gc=False):
@@ -116,6 +158,14 @@ class Task(msgspec.Struct, kw_only=True, gc=False):
     budget_usd: float | None = None
     #: While running: the question its session is waiting to have answered (``colibri ask``).
     question: str | None = None
+    #: The tasks it waits for (whole ids): it is dispatched once every one has ended done.
+    after: list[str] = []
+    #: What becomes of it when one of them fails or is cancelled (``IfDependencyFails``).
+    if_dependency_fails: str = "cancel"
+    #: In a workspace of worktrees: the branch or commit its worktree starts from.
+    base: str | None = None
+    #: What its session left in its own worktree (its last session's, reported by its harness).
+    change: Change | None = None
     created_at: str
     updated_at: str
 

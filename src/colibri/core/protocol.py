@@ -31,8 +31,11 @@ from colibri.core.agent_protocol import Requeue as Requeue
 from colibri.core.errors import BadJson, BadRequest, UnexpectedReply, UnknownCommand
 from colibri.core.model import (
     SPEC_FIELDS,
+    After,
     Attempts,
     Budget,
+    GitRef,
+    IfDependencyFails,
     Names,
     Priority,
     Score,
@@ -72,6 +75,9 @@ class TaskFields(Request[r.SubmitReply], kw_only=True):
     tenant: ShortStr | None = None
     max_attempts: Attempts = 1
     budget_usd: Budget | None = None
+    after: After = []
+    if_dependency_fails: IfDependencyFails = "cancel"
+    base: GitRef | None = None
     idempotency_key: ShortStr | None = None
     #: A hand-off from inside a session: the claim of ``parent``'s running session. Then the
     #: child must go to a workspace the parent's workspace may send to.
@@ -107,11 +113,15 @@ class SubmitItem(TaskFields, tag="submit-item", kw_only=True):
     ``agent`` to pin it to that agent, as ``create-task`` does."""
 
     agent: ShortStr | None = None
+    #: What the other submissions of the same ``submit-all`` call this one in their ``after``
+    #: (a local name, unique among them; not kept).
+    name: ShortStr | None = None
 
 
 class SubmitAll(Request[r.SubmitAllReply], tag="submit-all"):
     """Several submissions in one transaction: every one is taken, or — refused with the first
-    failing one's error, its ``index`` set — none is."""
+    failing one's error, its ``index`` set — none is. A submission's ``after`` may name
+    another of them by its ``name``: a graph of tasks, taken whole (no cycle)."""
 
     tasks: Annotated[list[SubmitItem], msgspec.Meta(min_length=1, max_length=MAX_SUBMIT_ALL)]
 

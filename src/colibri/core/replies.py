@@ -102,6 +102,8 @@ class Status(Reply, kw_only=True):
     warnings: dict[str, int] | UnsetType = UNSET
     waiting: int | UnsetType = UNSET
     retrying: int | UnsetType = UNSET
+    #: Pending tasks waiting for others (``after``) to end.
+    blocked: int | UnsetType = UNSET
     agents: dict[str, int] | UnsetType = UNSET
     slots: dict[str, int] | UnsetType = UNSET
     harnesses: list[HarnessStatus] | UnsetType = UNSET

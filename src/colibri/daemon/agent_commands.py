@@ -63,7 +63,9 @@ class AgentCommands:
             conn, "out", req.task, req.epoch, from_session=req.from_session, claim=req.claim,
             same=(State.DONE, req.output),
         )  # fmt: skip
-        task = self.board.out(agent, req.task, req.epoch, req.output, req.cost, req.session_ended)
+        task = self.board.out(
+            agent, req.task, req.epoch, req.output, req.cost, req.session_ended, req.change
+        )
         return r.TaskReply(task=task)
 
     def fail(self, req: p.Fail, conn: Connection) -> r.Reply | None:
@@ -71,12 +73,12 @@ class AgentCommands:
             conn, "fail", req.task, req.epoch, from_session=req.from_session, claim=req.claim,
             same=failure(req.error),
         )  # fmt: skip
-        task = self.board.fail(agent, req.task, req.epoch, req.error, req.session_ended)
+        task = self.board.fail(agent, req.task, req.epoch, req.error, req.session_ended, req.change)
         return r.TaskReply(task=task)
 
     def reclaimed(self, req: p.Reclaimed, conn: Connection) -> r.Reply | None:
         agent = self.guards.reporter(conn, "reclaimed", req.task, req.epoch)
-        return r.TaskReply(task=self.board.reclaimed(agent, req.task, req.epoch))
+        return r.TaskReply(task=self.board.reclaimed(agent, req.task, req.epoch, req.change))
 
     def ask(self, req: p.Ask, conn: Connection) -> r.Reply | None:
         holder = self.guards.reporter(

@@ -178,6 +178,11 @@ class _BoardCollector(Collector):
             value=len(board.queue.delayed),
         )
         yield GaugeMetricFamily(
+            "colibri_tasks_blocked",
+            "Pending tasks waiting for other tasks (after) to end.",
+            value=len(board.dependencies.waiting),
+        )
+        yield GaugeMetricFamily(
             "colibri_dispatch_paused", "1 while dispatch is paused.", value=int(board.paused)
         )
         # Every workspace of colibri.jsonc is present, at 0 when none of its agents is there.

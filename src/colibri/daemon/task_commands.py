@@ -47,15 +47,17 @@ class TaskCommands:
         """Every submission checked — each as if those before it had been taken — before any
         is written: all of them, in this batch's transaction, or none."""
         submissions = []
+        names = {item.name for item in req.tasks if item.name is not None}
         for index, item in enumerate(req.tasks):
             try:
                 if item.claim is not None:
                     raise BadRequest("a hand-off (claim) is submitted alone, with submit")
-                submissions.append((self._submission(item, conn), item.idempotency_key))
+                spec = self._submission(item, conn, local=names)
+                submissions.append((spec, item.idempotency_key))
             except ColibriError as exc:
                 exc.index = index
                 raise
-        made = self.board.submit_all(submissions)
+        made = self.board.submit_all(submissions, [item.name for item in req.tasks])
         return r.SubmitAllReply(
             tasks=[
                 r.Submitted(task=task, created=created, waits=self._waits(task, created, conn))
@@ -63,14 +65,20 @@ class TaskCommands:
             ]
         )
 
-    def _submission(self, req: p.TaskFields, conn: Connection) -> TaskSpec:
-        """A submission's spec as the connection may make it, or why not: its parent's whole
-        id, among the tasks it sees; a token's tenant; a hand-off by the holder's token only;
-        a tenant this daemon serves."""
+    def _submission(
+        self, req: p.TaskFields, conn: Connection, local: set[str] | frozenset[str] = frozenset()
+    ) -> TaskSpec:
+        """A submission's spec as the connection may make it, or why not: its parent's and
+        its dependencies' whole ids, among the tasks it sees (``local``: the names of the
+        submissions sent with it, which a dependency may be, left as they are); a token's
+        tenant; a hand-off by the holder's token only; a tenant this daemon serves."""
         spec = req.spec()
         principal = self.guards.principal(conn)
         if spec.parent is not None:
             spec = msgspec.structs.replace(spec, parent=self.guards.resolve(conn, spec.parent))
+        if spec.after:
+            after = [a if a in local else self.guards.resolve(conn, a) for a in spec.after]
+            spec = msgspec.structs.replace(spec, after=after)
         if not principal.is_owner:
             spec = msgspec.structs.replace(spec, tenant=principal.tenant_for(spec.tenant))
             if spec.parent is not None:

@@ -17,22 +17,21 @@ written, and the batch's earlier writes stand (``StoreConflict``) or the whole b
 (``StorageUnavailable``; and any refusal of a held write, below). A backend whose driver
 aborts a whole transaction on a failed statement must use a savepoint to keep this promise.
 
-**Writes held back.** A store over a network (``defers_writes``: PostgreSQL) holds the
-batch's task writes (``insert_task``, ``update_task``, ``set_question``), its ledger rows
+**Writes held back.** A store over a network (``defers_writes``: PostgreSQL) holds the batch's task
+writes (``insert_task``, ``update_task``, ``set_question``, ``set_after``), its ledger rows
 (``append_ledger`` and those of the task writes), ``ensure_tenant``, ``ensure_skills`` and
-``touch_token``, and sends them together — one round trip a batch, not one a write — when the
-batch is *sent*: at its next read, its next write of another method (those are sent at once,
-after what is held, so the batch's order is kept), or its commit. Reads see them all the same.
-Two things then come later than the call: a ledger row's ``seq``, set on its entry when the
-batch is sent (so by the time a read of the batch, or ``commit``, returns); and a refusal — a
-task id or idempotency key taken, a compare-and-set that found the row moved — raised as
-``BatchRefused`` (or the lease's fence, ``LeaseLost``) by the read, write or ``commit`` that
-sends it, and then the *whole* batch is lost: every later call of it raises that error again
-until ``rollback``. A store with
+``touch_token``, and sends them together — one round trip a batch, not one a write — when the batch
+is *sent*: at its next read, its next write of another method (those are sent at once, after what is
+held, so the batch's order is kept), or its commit. Reads see them all the same. Two things then
+come later than the call: a ledger row's ``seq``, set on its entry when the batch is sent (so by the
+time a read of the batch, or ``commit``, returns); and a refusal — a task id or idempotency key
+taken, a compare-and-set that found the row moved — raised as ``BatchRefused`` (or the lease's
+fence, ``LeaseLost``) by the read, write or ``commit`` that sends it, and then the *whole* batch is
+lost: every later call of it raises that error again until ``rollback``. A store with
 ``defers_writes`` False (SQLite) applies each write when it is called, as the rest of this text
-says. The daemon meets a refusal only through a bug of its own (its memory holds the open
-tasks; it looks a key up before it inserts), and one found as a batch is committed rolls the
-batch back, as a failed commit does.
+says. The daemon meets a refusal only through a bug of its own (its memory holds the open tasks; it
+looks a key up before it inserts), and one found as a batch is committed rolls the batch back, as a
+failed commit does.
 
 **Rules live elsewhere.** Which transitions are legal is ``colibri.core.states``' business; the
 store applies a change by compare-and-set and checks nothing else about it (state names,
@@ -266,6 +265,11 @@ class Store(Protocol):
         Not a transition: no ledger row, no compare-and-set, whatever the task's state. A task
         id that does not exist writes nothing and is no error.
         """
+
+    def set_after(self, task_id: str, after: list[str]) -> None:
+        """Set the tasks a task waits for (``after``), in the open batch: a waiting task whose
+        failed dependency was retried waits for the retry instead. Not a transition, as
+        ``set_question``: the caller writes the ledger row that says why."""
 
     # -- the ledger ------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """Tasks, ledger entries, agents and tokens as the rows of ``sql/sqlite.sql``, and back.
 
-Lists and costs are JSON text, booleans 0 or 1; every other field is its own column. A row is
-read by column name, so any driver's mapping-like row will do.
+Lists, costs and changes are JSON text, booleans 0 or 1; every other field is its own column.
+A row is read by column name, so any driver's mapping-like row will do.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 import msgspec
 
-from colibri.core.model import Agent, Cost, LedgerEntry, Task
+from colibri.core.model import Agent, Change, Cost, LedgerEntry, Task
 from colibri.core.tokens import Token
 
 T = TypeVar("T")
@@ -19,24 +19,29 @@ T = TypeVar("T")
 _json = msgspec.json.Encoder()
 _list_decoder = msgspec.json.Decoder(list[str])
 _cost_decoder = msgspec.json.Decoder(Cost)
+_change_decoder = msgspec.json.Decoder(Change)
 
 
 class Row(Protocol):
     def __getitem__(self, column: str) -> Any: ...
 
 
-def encode_cost(cost: Cost | None) -> bytes | None:
+def encode_cost(cost: Cost | Change | None) -> bytes | None:
     return None if cost is None else _json.encode(cost)
 
 
+def encode_list(names: list[str]) -> bytes:
+    return _json.encode(names)
+
+
 #: A task's columns: the fields of ``Task``, in its order (``insert_task`` writes them so, the
-#: fingerprint after). Lists and the cost are JSON text, ``pinned`` 0 or 1.
+#: fingerprint after). Lists, the cost and the change are JSON text, ``pinned`` 0 or 1.
 TASK_COLUMNS: tuple[str, ...] = Task.__struct_fields__
 #: The columns a transition may change, in the order of ``update_task``'s values, then the
 #: row it changes: ``id``, ``expected_state``, ``expected_epoch``.
 CHANGE_COLUMNS = (
     "state", "outcome", "agent", "output", "error", "cost", "attempts", "epoch", "not_before",
-    "question", "updated_at",
+    "question", "change", "updated_at",
 )  # fmt: skip
 #: A ledger row's columns but ``seq`` (the store's): the fields of ``LedgerEntry``.
 LEDGER_COLUMNS: tuple[str, ...] = tuple(f for f in LedgerEntry.__struct_fields__ if f != "seq")
@@ -44,10 +49,13 @@ LEDGER_COLUMNS: tuple[str, ...] = tuple(f for f in LedgerEntry.__struct_fields__
 #: How a field is written to its column, where it is not as it is; and read back.
 _WRITE: dict[str, Callable[[Any], Any]] = {
     "capabilities": _json.encode, "labels": _json.encode, "cost": encode_cost, "pinned": int,
+    "after": _json.encode, "change": encode_cost,
 }  # fmt: skip
 _READ: dict[str, Callable[[Any], Any]] = {
     "capabilities": _list_decoder.decode, "labels": _list_decoder.decode,
     "cost": lambda text: None if text is None else _cost_decoder.decode(text), "pinned": bool,
+    "after": _list_decoder.decode,
+    "change": lambda text: None if text is None else _change_decoder.decode(text),
 }  # fmt: skip
 
 

@@ -21,6 +21,7 @@ from colibri.store.base import StoreConflict
 from colibri.store.rows import (
     agent_from_row,
     agent_row,
+    encode_list,
     ledger_from_row,
     task_change_values,
     task_from_row,
@@ -253,6 +254,10 @@ class SqliteStore(SqliteUnitOfWork):
     def set_question(self, task_id: str, question: str | None) -> None:
         with self._writing() as conn:
             conn.execute(_Q["set_question"], (question, task_id))
+
+    def set_after(self, task_id: str, after: list[str]) -> None:
+        with self._writing() as conn:
+            conn.execute(_Q["set_after"], (encode_list(after), task_id))
 
     def append_ledger(self, entry: LedgerEntry) -> LedgerEntry:
         with self._writing() as conn:

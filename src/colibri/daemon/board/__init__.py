@@ -14,6 +14,7 @@ schedules and tests use:
     audience     subscribers (events and bus messages) and ``wait`` requests
     transitions  the one writer of task rows: move, close, end a session
     queue        pending tasks by shape and priority; retries waiting out their backoff
+    dependencies tasks that wait for others (after), released or cancelled as those close
     capacity     agents' free slots, max_sessions, the circuit breaker, daily budgets
     dispatch     claiming pending tasks for free slots; pause and resume
     intake       submit (quotas, hand-offs, budgets, idempotency), retry, cancel a family
@@ -38,6 +39,7 @@ from colibri.core.states import State
 from colibri.daemon.board.audience import Audience, Subscription
 from colibri.daemon.board.batch import Batch, Message, Peer
 from colibri.daemon.board.capacity import BREAKER_AFTER, BREAKER_COOL_DOWN, Capacity, LiveAgent
+from colibri.daemon.board.dependencies import Dependencies
 from colibri.daemon.board.dispatch import Dispatcher
 from colibri.daemon.board.ids import continue_after, new_task_id
 from colibri.daemon.board.intake import Intake
@@ -95,8 +97,11 @@ class Board:
             store, settings, clock, batch, audience, self.tasks, frozenset(send_to),
             daily_budgets or {},
         )  # fmt: skip
+        self.dependencies = dependencies = Dependencies(
+            store, clock, batch, audience, queue, self.tasks
+        )
         self.transitions = transitions = Transitions(
-            store, settings, clock, batch, audience, capacity, queue, self.tasks
+            store, settings, clock, batch, audience, capacity, queue, self.tasks, dependencies
         )
         self.dispatcher = dispatcher = Dispatcher(
             batch, audience, queue, capacity, transitions, claims
@@ -104,6 +109,7 @@ class Board:
         self.intake = intake = Intake(
             store, settings, clock, batch, queue, capacity, transitions, claims, send_to
         )
+        dependencies.cancel_one = intake.cancel_one
         self.known = known = KnownAgents(send_to)
         self.presence = presence = Presence(
             store, settings, clock, batch, audience, capacity, transitions, claims, known
@@ -112,7 +118,7 @@ class Board:
             store, clock, batch, audience, queue, capacity, transitions, presence, claims
         )
         self.views = views = Views(
-            store, clock, audience, queue, capacity, transitions, dispatcher, known
+            store, clock, audience, queue, capacity, transitions, dispatcher, known, dependencies
         )
         self.agents = capacity.agents
         self._last_sweep = clock.monotonic()
@@ -172,6 +178,7 @@ class Board:
         for agent in self.agents.values():
             agent.holding.clear()
         self.transitions.load(self.store.open_tasks())
+        waiting = self.dependencies.load(self.tasks.values())
         newest = self.store.list_tasks(TaskFilter(newest=True, limit=1))
         if newest:
             continue_after(newest[0].id)
@@ -181,7 +188,8 @@ class Board:
         deadline = self.clock.monotonic() + self.settings.agent_ttl
         for task in self.tasks.values():
             if task.state == State.PENDING:
-                self.queue.enqueue(task)
+                if task.id not in waiting:
+                    self.queue.enqueue(task)
                 continue
             holder = capacity.holder(task)
             if holder is not None and holder.online:

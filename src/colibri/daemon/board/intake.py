@@ -59,6 +59,8 @@ def request_fingerprint(
     fingerprint is another request, refused rather than answered with the first task."""
     asked = [req.text, capabilities, workspace, pin, req.parent, req.priority, req.min_score,
              labels, req.max_attempts, req.budget_usd]  # fmt: skip
+    if req.after or req.base is not None:  # (keys taken before these fields keep their prints)
+        asked += [req.after, req.if_dependency_fails, req.base]
     return hashlib.blake2b(msgspec.json.encode(asked), digest_size=16).hexdigest()
 
 
@@ -73,6 +75,61 @@ class Tally:
     children: Counter[str] = field(default_factory=Counter)
     budget: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     keys: dict[tuple[str, str], tuple[Task, str]] = field(default_factory=dict)
+    #: The tasks admitted so far that others of them may wait for: id → depth of waits.
+    planned: dict[str, int] = field(default_factory=dict)
+
+
+def plan_order(afters: list[list[str]], names: list[str | None]) -> list[int]:
+    """The order to admit a plan's submissions in: each after the ones it names in its
+    ``after`` (by their local ``names``), otherwise as given.
+
+    :raises BadRequest: a name given twice, or a cycle (its ``index``: a submission in it).
+    """
+    index_of: dict[str, int] = {}
+    for index, name in enumerate(names):
+        if name is None:
+            continue
+        if name in index_of:
+            refused = BadRequest(
+                f"the name {name!r} is given to submissions {index_of[name]} and {index}: "
+                "each needs its own"
+            )
+            refused.index = index
+            raise refused
+        index_of[name] = index
+    if not index_of:
+        return list(range(len(names)))
+    blockers = [{index_of[a] for a in after if a in index_of} for after in afters]
+    waiting_on: dict[int, list[int]] = defaultdict(list)
+    for index, deps in enumerate(blockers):
+        for dep in deps:
+            waiting_on[dep].append(index)
+    ready = [i for i, deps in enumerate(blockers) if not deps]
+    ready.reverse()
+    order: list[int] = []
+    while ready:
+        index = ready.pop()
+        order.append(index)
+        for later in reversed(waiting_on.get(index, [])):
+            blockers[later].discard(index)
+            if not blockers[later]:
+                ready.append(later)
+    if len(order) < len(names):
+        # Each submission left waits for one left: following them from the first comes round.
+        path: list[int] = []
+        node = min(set(range(len(names))) - set(order))
+        while node not in path:
+            path.append(node)
+            node = min(blockers[node])
+        cycle = [*path[path.index(node) :], node]
+        shown = " → ".join(str(names[i]) for i in cycle)
+        refused = BadRequest(
+            f"the plan waits in a circle: {shown}; a task cannot wait, even through others, "
+            "for itself"
+        )
+        refused.index = cycle[0]
+        raise refused
+    return order
 
 
 class Intake:
@@ -99,6 +156,7 @@ class Intake:
         #: Lineage edges of the configured workspaces: who may hand work to whom.
         self.send_to = send_to
         self.tasks = transitions.tasks
+        self.dependencies = transitions.dependencies
 
         self.get = transitions.get
 
@@ -119,21 +177,38 @@ class Intake:
         )  # fmt: skip
         return self._enter(admitted, reason)
 
-    def submit_all(self, submissions: list[tuple[TaskSpec, str | None]]) -> list[tuple[Task, bool]]:
+    def submit_all(
+        self, submissions: list[tuple[TaskSpec, str | None]], names: list[str | None] | None = None
+    ) -> list[tuple[Task, bool]]:
         """Several submissions (a spec and its idempotency key each), all or none: each is
         checked as if those before it had been written — their pending tasks and text count
         against the quotas, their budgets against their parent's, their keys as taken — and
         only once every one has passed is any written. A refusal is the first failing
-        submission's, its ``index`` set."""
+        submission's, its ``index`` set.
+
+        ``names``: each submission's local name, or None. A submission's ``after`` may hold
+        the names of others: they are admitted first (the graph's order; a cycle is refused
+        whole) and their ids take their names' places. Returned in the submissions' order."""
+        named = names or [None] * len(submissions)
+        order = plan_order([spec.after for spec, _ in submissions], named)
         tally = Tally()
-        admitted = []
-        for index, (spec, key) in enumerate(submissions):
+        ids: dict[str, str] = {}
+        admitted: dict[int, tuple[Task, bool, str | None]] = {}
+        for index in order:
+            spec, key = submissions[index]
             try:
-                admitted.append(self._admit(spec, tally, idempotency_key=key))
+                if any(a in ids for a in spec.after):
+                    after = list(dict.fromkeys(ids.get(a, a) for a in spec.after))
+                    spec = msgspec.structs.replace(spec, after=after)
+                one = admitted[index] = self._admit(spec, tally, idempotency_key=key)
             except ColibriError as exc:
                 exc.index = index
                 raise
-        return [self._enter(one, "submitted") for one in admitted]
+            name = named[index]
+            if name is not None:
+                ids[name] = one[0].id
+        entered = {i: self._enter(admitted[i], "submitted") for i in order}
+        return [entered[i] for i in range(len(submissions))]
 
     def _enter(self, admitted: tuple[Task, bool, str | None], reason: str) -> tuple[Task, bool]:
         task, created, fingerprint = admitted
@@ -250,6 +325,12 @@ class Intake:
                     budget = left  # a child inherits what remains
                 if budget > left or left <= 0:
                     raise BudgetExceeded(parent.id, budget, left)
+        after: list[str] = []
+        if req.after:
+            after = list(dict.fromkeys(req.after))
+            depth = self.dependencies.check(
+                tenant, after, req.if_dependency_fails, self.settings.max_depth, tally.planned
+            )
         now = rfc3339(self.clock.time())
         task = Task(
             id=task_id or new_task_id(),
@@ -268,9 +349,13 @@ class Intake:
             max_attempts=req.max_attempts,
             budget_usd=budget,
             schedule=schedule,
+            after=after,
+            if_dependency_fails=req.if_dependency_fails,
+            base=req.base,
             created_at=now,
             updated_at=now,
         )
+        tally.planned[task.id] = depth if after else 0
         tally.pending[tenant] += 1
         tally.text[tenant] += size
         if task.parent is not None:
@@ -346,4 +431,5 @@ class Intake:
             if budget <= 0:
                 raise BudgetExceeded(parent.id, old.budget_usd or 0.0, budget)
         task, _ = self.submit(msgspec.structs.replace(TaskSpec.of(old), budget_usd=budget))
+        self.dependencies.replace(old, task)
         return task

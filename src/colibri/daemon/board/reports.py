@@ -27,7 +27,7 @@ from colibri.core.errors import (
     StaleClaim,
     UnknownTask,
 )
-from colibri.core.model import Cost, Task
+from colibri.core.model import Change, Cost, Task
 from colibri.core.replies import Answered
 from colibri.core.states import State
 from colibri.daemon.board.audience import Audience
@@ -202,35 +202,45 @@ class Reports:
         output: str,
         cost: Cost | None,
         session_ended: bool = True,
+        change: Change | None = None,
     ) -> Task:
         task = self._held(agent, task_id, epoch, (State.DONE, output))
         if task.state == State.CLOSED:
             return task  # the same report again, taken before: nothing changes
         if task.state == State.DONE and task.output == output:
             # The same report again: sent once more after its reply was lost (a restart).
-            return self.transitions.close(task) if session_ended else task
+            return self.transitions.close(task, change) if session_ended else task
         if task.state != State.RUNNING:
             raise IllegalTransition(task_id, task.state, State.DONE.value)
         agent.requeues_in_row = 0
         if cost is not None:
             self.capacity.spend(task.workspace or agent.workspace, cost.usd)
+        kept = {} if change is None else {"change": change}
         return self.transitions.move(
-            task, State.DONE, "out", close=session_ended, output=output, error=None, cost=cost
-        )
+            task, State.DONE, "out", close=session_ended, output=output, error=None, cost=cost,
+            **kept,
+        )  # fmt: skip
 
     def fail(
-        self, agent: LiveAgent, task_id: str, epoch: int, error: str, session_ended: bool = True
+        self,
+        agent: LiveAgent,
+        task_id: str,
+        epoch: int,
+        error: str,
+        session_ended: bool = True,
+        change: Change | None = None,
     ) -> Task:
         report = failure(error)
         task = self._held(agent, task_id, epoch, report)
         if task.state == State.CLOSED:
             return task  # the same report again, taken before: nothing changes
         if task.state == State.FAILED and task.error == report[1]:
-            return self.transitions.close(task) if session_ended else task  # the same report again
+            # The same report again
+            return self.transitions.close(task, change) if session_ended else task
         if task.state != State.RUNNING:
             raise IllegalTransition(task_id, task.state, State.FAILED.value)
         agent.requeues_in_row = 0
-        ended = self.transitions.end_session(task, report[1])
+        ended = self.transitions.end_session(task, report[1], change)
         return (
             self.transitions.close(ended)
             if session_ended and ended.state != State.PENDING
@@ -307,14 +317,17 @@ class Reports:
         self.queue.enqueue(waiting)
         return waiting
 
-    def reclaimed(self, agent: LiveAgent, task_id: str, epoch: int) -> Task:
+    def reclaimed(
+        self, agent: LiveAgent, task_id: str, epoch: int, change: Change | None = None
+    ) -> Task:
+        """The session is over; ``change``: what it left in its worktree (its harness says)."""
         task = self._held(agent, task_id, epoch)
         if task.state == State.RUNNING:
-            ended = self.transitions.end_session(task, "session ended without out")
+            ended = self.transitions.end_session(task, "session ended without out", change)
             if ended.state == State.PENDING:
                 return ended
             return self.transitions.close(ended)
-        return self.transitions.close(task)
+        return self.transitions.close(task, change)
 
     def sweep(self, now: float) -> None:
         for task_id in [t for t, due in self.unasked.items() if due <= now]:

@@ -15,11 +15,12 @@ import msgspec
 from colibri.config import SchedulerSettings
 from colibri.core import backoff, states
 from colibri.core.errors import IllegalTransition, UnknownTask
-from colibri.core.model import Cost, LedgerEntry, Task, rfc3339
+from colibri.core.model import Change, Cost, LedgerEntry, Task, rfc3339
 from colibri.core.states import State
 from colibri.daemon.board.audience import Audience
 from colibri.daemon.board.batch import Batch
 from colibri.daemon.board.capacity import Capacity
+from colibri.daemon.board.dependencies import Dependencies
 from colibri.daemon.board.queue import Queue
 from colibri.daemon.clock import Clock
 from colibri.store import Store, StoreConflict
@@ -44,6 +45,7 @@ class Transitions:
         capacity: Capacity,
         queue: Queue,
         tasks: dict[str, Task],
+        dependencies: Dependencies,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -52,6 +54,7 @@ class Transitions:
         self.audience = audience
         self.capacity = capacity
         self.queue = queue
+        self.dependencies = dependencies
         #: Tasks not yet closed: pending, running, and ended ones whose session is still around.
         self.tasks = tasks
         #: Pending tasks per tenant, for the max_pending quota.
@@ -104,7 +107,8 @@ class Transitions:
         self.pending_by_tenant[tenant] = self.pending_by_tenant.get(tenant, 0) + 1
         self.open_text[tenant] = self.open_text.get(tenant, 0) + text_bytes(task.text)
         self.audience.announce(task, None, reason)
-        self.queue.enqueue(task)
+        if not self.dependencies.hold(task):
+            self.queue.enqueue(task)
 
     def move(
         self,
@@ -152,14 +156,21 @@ class Transitions:
         self.audience.announce(new, task.state, reason)
         if close:
             self.audience.announce(final, new.state, None)
+        if final.state == State.CLOSED:
+            self.dependencies.closed(final)
         return final
 
-    def close(self, task: Task) -> Task:
+    def close(self, task: Task, change: Change | None = None) -> Task:
+        """The task's session is over; ``change``: what it left in its worktree."""
         self.capacity.release(task)
-        return self.move(task, State.CLOSED)
+        if change is None:
+            return self.move(task, State.CLOSED)
+        return self.move(task, State.CLOSED, change=change)
 
-    def end_session(self, task: Task, error: str) -> Task:
-        """A running task's session is gone without out: retry if attempts remain, else fail."""
+    def end_session(self, task: Task, error: str, change: Change | None = None) -> Task:
+        """A running task's session is gone without out: retry if attempts remain, else fail.
+        ``change``: what the session left in its worktree."""
+        kept: dict[str, Any] = {} if change is None else {"change": change}
         if task.attempts < task.max_attempts:
             delay = backoff.delay(task.attempts, self.settings.retry_backoff, MAX_RETRY_DELAY)
             self.capacity.release(task)
@@ -169,6 +180,7 @@ class Transitions:
                 f"retry {task.attempts + 1}/{task.max_attempts} in {delay:g}s after: {error}",
                 error=error,
                 not_before=rfc3339(self.clock.time() + delay),
+                **kept,
             )
             self.queue.enqueue(retry)
             return retry
@@ -177,7 +189,7 @@ class Transitions:
             if task.max_attempts == 1
             else f"max_attempts ({task.max_attempts}) reached: {error}"
         )
-        return self.move(task, State.FAILED, reason, error=error)
+        return self.move(task, State.FAILED, reason, error=error, **kept)
 
     def lose(self, task: Task, reason: str) -> None:
         """The session is gone and nobody will report on it: end it, and close it if it

@@ -16,6 +16,7 @@ from colibri.core.states import State
 from colibri.daemon.board.audience import Audience
 from colibri.daemon.board.batch import Peer
 from colibri.daemon.board.capacity import Capacity
+from colibri.daemon.board.dependencies import Dependencies
 from colibri.daemon.board.dispatch import Dispatcher
 from colibri.daemon.board.known import KnownAgents
 from colibri.daemon.board.queue import Queue
@@ -38,6 +39,7 @@ class Views:
         transitions: Transitions,
         dispatcher: Dispatcher,
         known: KnownAgents,
+        dependencies: Dependencies,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -47,6 +49,7 @@ class Views:
         self.transitions = transitions
         self.dispatcher = dispatcher
         self.known = known
+        self.dependencies = dependencies
         self.agents = capacity.agents
         self.tasks = transitions.tasks
         self.get = transitions.get
@@ -88,6 +91,8 @@ class Views:
             summary = f"its session runs on agent {task.agent}"
         elif task.state != State.PENDING:
             summary = f"it ended {task.outcome or task.state}; nothing waits"
+        elif task.id in self.dependencies.waiting:
+            summary = self.dependencies.describe(task) or "it waits for other tasks"
         elif self.dispatcher.paused:
             summary = "dispatch is paused (resume with: colibri resume)"
         elif task.id not in self.queue.pending:
@@ -121,6 +126,8 @@ class Views:
         silence. Cheap (no agent is scanned): it runs for every submission."""
         if task.state != State.PENDING:
             return None
+        if task.id in self.dependencies.waiting:
+            return self.dependencies.describe(task)
         if self.dispatcher.paused:
             return "dispatch is paused (resume with: colibri resume)"
         return self.known.unplaceable(self.queue.shape(task))
@@ -139,6 +146,7 @@ class Views:
             "warnings": dict(sorted(self.capacity.warnings.items())),
             "waiting": len(self.queue.pending),
             "retrying": len(self.queue.delayed),
+            "blocked": len(self.dependencies.waiting),
             "agents": {"online": sum(a.online for a in known), "known": len(known)},
             "slots": {
                 "total": sum(a.slots for a in self.agents.values() if a.online),

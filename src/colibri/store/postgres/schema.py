@@ -40,7 +40,8 @@ _COLUMNS = {
     "tasks": (
         "id tenant text capabilities workspace agent pinned parent sender priority min_score state "
         "outcome output error cost attempts max_attempts epoch labels idempotency_key not_before "
-        "schedule question budget_usd created_at updated_at fingerprint"
+        "schedule question budget_usd created_at updated_at fingerprint after if_dependency_fails "
+        "base change"
     ),
     "tenants": "name created_at",
     "tokens": (

@@ -26,6 +26,7 @@ from colibri.store.postgres.unit import _text
 from colibri.store.rows import (
     agent_from_row,
     agent_row,
+    encode_list,
     ledger_from_row,
     task_change_row,
     task_from_row,
@@ -141,6 +142,9 @@ class PostgresStore(Committing):
 
     def set_question(self, task_id: str, question: str | None) -> None:
         self._hold("set_question", (question, task_id))
+
+    def set_after(self, task_id: str, after: list[str]) -> None:
+        self._hold("set_after", (encode_list(after), task_id))
 
     # -- ledger ------------------------------------------------------------------------------
 

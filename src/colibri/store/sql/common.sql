@@ -29,6 +29,9 @@ SELECT 1 FROM schedule_fires WHERE schedule = ? AND nominal = ?;
 -- name: set_question
 UPDATE tasks SET question = ? WHERE id = ?;
 
+-- name: set_after
+UPDATE tasks SET after = ? WHERE id = ?;
+
 -- name: insert_token
 INSERT INTO tokens (id, tenant, role, agent, capabilities, workspace, secret_hash, created_at,
                     expires_at, revoked_at, last_used_at)

@@ -264,6 +264,14 @@ CREATE INDEX IF NOT EXISTS tasks_tenant ON tasks (tenant, id);
 -- end with the same 4 characters as a suffix given, then of its tenant (a token's).
 CREATE INDEX IF NOT EXISTS tasks_tail ON tasks (substr(id, length(id) - 3), tenant);
 
+-- name: migration_10
+-- Tasks that wait for others (their ids, a JSON array, and what becomes of them when one
+-- fails), the branch or commit a task's worktree starts from, and what its session left there.
+ALTER TABLE tasks ADD COLUMN after TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE tasks ADD COLUMN if_dependency_fails TEXT NOT NULL DEFAULT 'cancel';
+ALTER TABLE tasks ADD COLUMN base TEXT;
+ALTER TABLE tasks ADD COLUMN change TEXT;
+
 -- name: board_columns
 -- The columns of the board's tables, as a board of this version must have them (``_COLUMNS``).
 SELECT c.relname AS table_name, a.attname AS column_name
@@ -396,7 +404,8 @@ RETURNING owner, epoch;
 UPDATE tasks
    SET state = %(state)s, outcome = %(outcome)s, agent = %(agent)s, output = %(output)s,
        error = %(error)s, cost = %(cost)s, attempts = %(attempts)s, epoch = %(epoch)s,
-       not_before = %(not_before)s, question = %(question)s, updated_at = %(updated_at)s
+       not_before = %(not_before)s, question = %(question)s, change = %(change)s,
+       updated_at = %(updated_at)s
  WHERE id = %(id)s AND state = %(expected_state)s AND epoch = %(expected_epoch)s;
 
 -- name: get_task

@@ -127,12 +127,20 @@ CREATE INDEX IF NOT EXISTS tasks_tenant ON tasks (tenant, id);
 -- end with the same 4 characters as a suffix given, then of its tenant (a token's).
 CREATE INDEX IF NOT EXISTS tasks_tail ON tasks (substr(id, length(id) - 3), tenant);
 
+-- name: migration_7
+-- Tasks that wait for others (their ids, a JSON array, and what becomes of them when one
+-- fails), the branch or commit a task's worktree starts from, and what its session left there.
+ALTER TABLE tasks ADD COLUMN after TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE tasks ADD COLUMN if_dependency_fails TEXT NOT NULL DEFAULT 'cancel';
+ALTER TABLE tasks ADD COLUMN base TEXT;
+ALTER TABLE tasks ADD COLUMN change TEXT;
+
 -- name: update_task
 -- Positional values, in the order of colibri.store.rows.CHANGE_COLUMNS, then the id, the
 -- expected state and the expected epoch (the compare-and-set).
 UPDATE tasks
    SET state = ?, outcome = ?, agent = ?, output = ?, error = ?, cost = ?, attempts = ?,
-       epoch = ?, not_before = ?, question = ?, updated_at = ?
+       epoch = ?, not_before = ?, question = ?, change = ?, updated_at = ?
  WHERE id = ? AND state = ? AND epoch = ?;
 
 -- name: get_task

@@ -1,0 +1,292 @@
+"""Dependencies: tasks that wait for others (``after``), and releasing them.
+
+A pending task whose ``after`` names a task that has not yet ended done *waits*: it is not in
+the queue, and ``why`` names what it waits for. A dependency counts once it is **closed** —
+its outcome in and its session over, so a worktree's branch is final before anything starts
+from it. Then each task waiting for it is told:
+
+- done: one dependency fewer; the last one *releases* the task — one ledger row
+  (``pending → pending``, "released …"), and it enters the queue as any task does;
+- failed or cancelled: by the task's ``if_dependency_fails``: ``cancel`` (the default) cancels
+  it, a ledger row naming the dependency and why; ``run`` counts the dependency as met;
+  ``wait`` keeps it waiting, and an operator's ``retry`` of the dependency puts the retry in
+  its place (``replace``).
+
+The indexes live in memory and are rebuilt from the store's open tasks (``load``): whether a
+task is released follows from its ``after`` and its dependencies' rows, so a restart, a crash
+or a takeover releases nothing twice and forgets nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import msgspec
+
+from colibri.core.errors import BadRequest, QuotaExceeded, UnknownTask
+from colibri.core.model import LedgerEntry, Task, rfc3339
+from colibri.core.states import State
+from colibri.daemon.board.audience import Audience
+from colibri.daemon.board.batch import Batch
+from colibri.daemon.board.queue import Queue
+from colibri.daemon.clock import Clock
+from colibri.store import Store
+
+#: What a waiting task is told of a dependency that ended another way than done.
+ENDED_HOW = {"failed": "failed", "cancelled": "was cancelled"}
+
+
+def met(dependency: Task, policy: str) -> bool | None:
+    """Whether ``dependency`` no longer holds back a task with ``policy``: True (met), False
+    (it never will: the task is cancelled), None (not yet)."""
+    if dependency.state != State.CLOSED:
+        return None
+    if dependency.outcome == State.DONE:
+        return True
+    if policy == "run":
+        return True
+    if policy == "wait":
+        return None
+    return False
+
+
+class Dependencies:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        batch: Batch,
+        audience: Audience,
+        queue: Queue,
+        tasks: dict[str, Task],
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.batch = batch
+        self.audience = audience
+        self.queue = queue
+        self.tasks = tasks
+        #: Waiting task → the dependencies it still waits for.
+        self.waiting: dict[str, set[str]] = {}
+        #: Dependency → the tasks waiting for it (some may have stopped waiting since).
+        self.dependents: dict[str, list[str]] = {}
+        #: Waiting task → the longest chain of waits that ends at it (1: it waits for tasks
+        #: that wait for nothing).
+        self.depth: dict[str, int] = {}
+        #: Cancels a waiting task, a ledger row saying why (``Intake.cancel_one``).
+        self.cancel_one: Callable[[Task, str], Task] = _unwired
+
+    def clear(self) -> None:
+        self.waiting.clear()
+        self.dependents.clear()
+        self.depth.clear()
+
+    def lookup(self, task_id: str) -> Task | None:
+        return self.tasks.get(task_id) or self.store.get_task(task_id)
+
+    # -- a new task ----------------------------------------------------------------------------
+
+    def check(
+        self, tenant: str, after: list[str], policy: str, max_depth: int,
+        planned: dict[str, int] | None = None,
+    ) -> int:  # fmt: skip
+        """What intake refuses of a new task's ``after`` (whole ids; ``planned``: the depths of
+        tasks submitted with it, not yet written), before anything is written; its depth.
+
+        :raises UnknownTask: a dependency that does not exist, or is of another tenant (as if
+            it did not: a tenant never learns of another's tasks).
+        :raises BadRequest: a dependency already failed or cancelled, and ``policy`` would
+            cancel the task at once.
+        :raises QuotaExceeded: the chain of waits would pass ``max_depth``.
+        """
+        depth = 0
+        planned = planned or {}
+        for dep_id in after:
+            if dep_id in planned:
+                depth = max(depth, planned[dep_id])
+                continue
+            dependency = self.lookup(dep_id)
+            if dependency is None or dependency.tenant != tenant:
+                raise UnknownTask(dep_id)
+            if dependency.outcome in ENDED_HOW and policy == "cancel":
+                raise BadRequest(
+                    f"task {dep_id} {ENDED_HOW[dependency.outcome]}: a task after it would be "
+                    "cancelled at once; retry it first, or give if_dependency_fails run or wait"
+                )
+            depth = max(depth, self.depth.get(dep_id, 0))
+        if depth + 1 > max_depth:
+            raise QuotaExceeded(
+                f"the task would wait at the end of a chain of {depth + 1} waiting tasks, more "
+                f"than {max_depth} (scheduler.max_depth)"
+            )
+        return depth + 1
+
+    def hold(self, task: Task) -> bool:
+        """Index a pending task that has ``after`` (a new one, or one loaded); whether it
+        waits. A task none of whose dependencies holds it back is not indexed."""
+        if not task.after or task.state != State.PENDING:
+            return False
+        open_deps = set()
+        depth = 0
+        for dep_id in task.after:
+            dependency = self.lookup(dep_id)
+            if dependency is None:
+                continue  # never written (refused at intake); nothing to wait for
+            # (False, a cancel not yet made, never loads: a dependency's cascade is written in
+            # the batch that closes it.)
+            if met(dependency, task.if_dependency_fails) is not True:
+                open_deps.add(dep_id)
+                depth = max(depth, self.depth.get(dep_id, 0))
+        if not open_deps:
+            return False
+        self.waiting[task.id] = open_deps
+        self.depth[task.id] = depth + 1
+        for dep_id in open_deps:
+            self.dependents.setdefault(dep_id, []).append(task.id)
+        return True
+
+    def load(self, open_tasks: Iterable[Task]) -> set[str]:
+        """Rebuild the indexes from the open tasks (in any order); the ids of those that
+        wait. Depths are those of the chains among them, found from the tasks waiting for
+        nothing that waits."""
+        self.clear()
+        pending = [t for t in open_tasks if t.after and t.state == State.PENDING]
+        # Index the tasks whose dependencies wait for nothing first, so each depth is known.
+        order = _by_depth(pending)
+        for task in order:
+            self.hold(task)
+        return set(self.waiting)
+
+    # -- a dependency closed ---------------------------------------------------------------
+
+    def closed(self, dependency: Task) -> None:
+        """``dependency`` is closed: it waits no more (cancelled while waiting), and every
+        task that waits for it is told."""
+        self._forget(dependency.id)
+        waiting_ids = self.dependents.pop(dependency.id, None)
+        if not waiting_ids:
+            return
+        for task_id in waiting_ids:
+            holds = self.waiting.get(task_id)
+            task = self.tasks.get(task_id)
+            if holds is None or dependency.id not in holds or task is None:
+                continue  # it stopped waiting (cancelled; released)
+            verdict = met(dependency, task.if_dependency_fails)
+            if verdict is None:  # wait: for a retry of the dependency
+                self.dependents.setdefault(dependency.id, []).append(task_id)
+                continue
+            if verdict is False:
+                self._forget(task_id)
+                how = ENDED_HOW.get(dependency.outcome or "", "ended")
+                self.cancel_one(task, f"dependency {dependency.id} {how}")
+                continue
+            holds.discard(dependency.id)
+            if not holds:
+                self._release(task)
+
+    def _release(self, task: Task) -> None:
+        self._forget(task.id)
+        reason = "released: every task it waited for has ended"
+        if all(self._done(d) for d in task.after):
+            reason = "released: every task it waited for is done"
+        entry = LedgerEntry(
+            at=rfc3339(self.clock.time()), task=task.id, tenant=task.tenant,
+            from_state=State.PENDING.value, to_state=State.PENDING.value, epoch=task.epoch,
+            reason=reason, uid=self.batch.uid, pid=self.batch.pid,
+        )  # fmt: skip
+        self.batch.ledger_rows.append(self.store.append_ledger(entry))
+        self.audience.announce(task, State.PENDING.value, reason)
+        self.queue.enqueue(task)
+
+    def _done(self, task_id: str) -> bool:
+        dependency = self.lookup(task_id)
+        return dependency is not None and dependency.outcome == State.DONE
+
+    def _forget(self, task_id: str) -> None:
+        self.waiting.pop(task_id, None)
+        self.depth.pop(task_id, None)
+
+    # -- a retry takes a failed dependency's place --------------------------------------------
+
+    def replace(self, old: Task, retry: Task) -> list[Task]:
+        """``retry`` is the operator's retry of ``old``: the tasks that wait for ``old`` by
+        ``wait`` wait for the retry instead (their ``after`` rewritten, a ledger row each).
+        Returns them."""
+        moved = []
+        for task_id in self.dependents.get(old.id, []):
+            task = self.tasks.get(task_id)
+            holds = self.waiting.get(task_id)
+            if task is None or holds is None or old.id not in holds:
+                continue
+            if task.if_dependency_fails != "wait" or old.outcome == State.DONE:
+                continue
+            after = [retry.id if d == old.id else d for d in task.after]
+            if retry.id in task.after:
+                after = list(dict.fromkeys(after))
+            self.store.set_after(task.id, after)
+            reason = f"waits for {retry.id}, the retry of {old.id}"
+            entry = LedgerEntry(
+                at=rfc3339(self.clock.time()), task=task.id, tenant=task.tenant,
+                from_state=State.PENDING.value, to_state=State.PENDING.value,
+                epoch=task.epoch, reason=reason, uid=self.batch.uid, pid=self.batch.pid,
+            )  # fmt: skip
+            self.batch.ledger_rows.append(self.store.append_ledger(entry))
+            changed = msgspec.structs.replace(task, after=after)
+            self.tasks[task.id] = changed
+            holds.discard(old.id)
+            holds.add(retry.id)
+            self.dependents.setdefault(retry.id, []).append(task.id)
+            self.audience.announce(changed, State.PENDING.value, reason)
+            moved.append(changed)
+        remaining = [t for t in self.dependents.get(old.id, []) if t not in {m.id for m in moved}]
+        if remaining:
+            self.dependents[old.id] = remaining
+        else:
+            self.dependents.pop(old.id, None)
+        return moved
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def waits_for(self, task: Task) -> list[Task]:
+        """The dependencies ``task`` still waits for, as they are now (oldest listed first)."""
+        holds = self.waiting.get(task.id)
+        if not holds:
+            return []
+        found = (self.lookup(d) for d in task.after if d in holds)
+        return [d for d in found if d is not None]
+
+    def describe(self, task: Task) -> str | None:
+        """``waits for 2 tasks: 0190…a1b2 (running), 0190…c3d4 (pending)`` or None."""
+        deps = self.waits_for(task)
+        if not deps:
+            return None
+        shown = ", ".join(f"{d.id} ({d.outcome or d.state})" for d in deps[:5])
+        more = f" and {len(deps) - 5} more" if len(deps) > 5 else ""
+        plural = "" if len(deps) == 1 else "s"
+        return f"waits for {len(deps)} task{plural}: {shown}{more}"
+
+
+def _by_depth(tasks: list[Task]) -> list[Task]:
+    """``tasks`` ordered so that each comes after those of them it waits for (Kahn's order;
+    a cycle, which intake never writes, keeps its members at the end, in their order)."""
+    by_id = {t.id: t for t in tasks}
+    blockers = {t.id: {d for d in t.after if d in by_id} for t in tasks}
+    waiting_on: dict[str, list[str]] = {}
+    for task_id, deps in blockers.items():
+        for dep_id in deps:
+            waiting_on.setdefault(dep_id, []).append(task_id)
+    ready = [t for t in tasks if not blockers[t.id]]
+    order: list[Task] = []
+    while ready:
+        task = ready.pop()
+        order.append(task)
+        for later in waiting_on.get(task.id, []):
+            blockers[later].discard(task.id)
+            if not blockers[later]:
+                ready.append(by_id[later])
+    placed = {t.id for t in order}
+    return order + [t for t in tasks if t.id not in placed]
+
+
+def _unwired(task: Task, reason: str) -> Task:
+    raise RuntimeError("Dependencies.cancel_one is wired by the board")
