@@ -169,7 +169,9 @@ def submit_file(ctx: Context, path: str, as_json: bool) -> None:
     again = 0
     for reply in made:
         if reply.waits:
-            waiting.setdefault(reply.waits, []).append(reply.task.id)
+            # (Each task's own dependencies: one line for all that wait for others.)
+            why = "for other tasks to end" if reply.waits.startswith("waits for") else reply.waits
+            waiting.setdefault(why, []).append(reply.task.id)
         again += not reply.created
         if as_json:
             print_json_line({**msgspec.to_builtins(reply.task), "created": reply.created})

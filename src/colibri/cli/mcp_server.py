@@ -124,13 +124,29 @@ def build(board: Board) -> MCPServer[Any]:
         ] = None,
         budget_usd: Annotated[float | None, Field(gt=0)] = None,
         tenant: str | None = None,
+        after: Annotated[
+            list[str],
+            Field(description="Ids of tasks that must end done before this one runs."),
+        ] = [],  # noqa: B006
+        if_dependency_fails: Annotated[
+            Literal["cancel", "run", "wait"],
+            Field(
+                description="When one of `after` fails: cancel this task, run it anyway, "
+                "or wait for a retry of that task."
+            ),
+        ] = "cancel",  # fmt: skip
+        base: Annotated[
+            str | None,
+            Field(description="In a workspace of worktrees: the branch or commit to start from."),
+        ] = None,
     ) -> CallToolResult:
-        """Submit a task; the best-fit agent (by capability, within the workspace) runs it.
-        Returns {task}: keep task.id."""
+        """Submit a task; the best-fit agent (by capability, within the workspace) runs it,
+        once every task of `after` has ended done. Returns {task}: keep task.id."""
         fields: dict[str, Any] = dict(
             text=text, capabilities=capabilities, workspace=workspace, parent=parent,
             priority=priority, min_score=min_score, labels=labels, max_attempts=max_attempts,
-            idempotency_key=idempotency_key, budget_usd=budget_usd, tenant=tenant,
+            idempotency_key=idempotency_key, budget_usd=budget_usd, tenant=tenant, after=after,
+            if_dependency_fails=if_dependency_fails, base=base,
         )  # fmt: skip
         return await ask(p.CreateTask(agent=agent, **fields) if agent else p.Submit(**fields))
 

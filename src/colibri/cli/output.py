@@ -118,6 +118,10 @@ def describe_task(task: Task) -> None:
         "idempotency_key",
         "not_before",
         "question",
+        "after",
+        "if_dependency_fails",
+        "base",
+        "change",
         "created_at",
         "updated_at",
         "cost",
@@ -126,7 +130,13 @@ def describe_task(task: Task) -> None:
     ]
     for name in fields:
         value = getattr(task, name)
-        if isinstance(value, msgspec.Struct):  # the cost: as it is sent, defaults left out
+        if name == "if_dependency_fails" and not task.after:
+            continue  # (no dependency: nothing it says)
+        if name == "change" and task.change is not None:
+            value = task.change.describe() + (
+                f" (worktree kept at {task.change.worktree})" if task.change.worktree else ""
+            )
+        elif isinstance(value, msgspec.Struct):  # the cost: as it is sent, defaults left out
             value = msgspec.to_builtins(value)
         if value in (None, [], "", False) and name not in ("state", "priority"):
             continue
@@ -140,7 +150,7 @@ def describe_task(task: Task) -> None:
             for line in text.rstrip("\n").split("\n"):
                 print(f"  {line}")
         else:
-            print(f"{name + ':':16}{text}")
+            print(f"{name + ':':15} {text}")
 
 
 def print_tree(tasks: list[Task], mark: str | None = None) -> None:

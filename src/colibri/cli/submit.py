@@ -85,6 +85,27 @@ if TYPE_CHECKING:
 )
 @click.option("--tenant", help="Tenant of the task (default: default).")
 @click.option(
+    "--after",
+    "after",
+    multiple=True,
+    metavar="ID",
+    shell_complete=task_ids(),
+    help="Run only once task ID has ended done (repeatable: every one).",
+)
+@click.option(
+    "--if-dependency-fails",
+    type=click.Choice(["cancel", "run", "wait"]),
+    default="cancel",
+    show_default=True,
+    help="When a task of --after fails or is cancelled: cancel this one too, run it anyway, "
+    "or wait for a retry of that task (colibri retry).",
+)
+@click.option(
+    "--base",
+    metavar="REF",
+    help="In a workspace of worktrees: the branch or commit this task's worktree starts from.",
+)
+@click.option(
     "--wait",
     is_flag=True,
     help="Block until the task ends; print its output (exactly as the session wrote it when "
@@ -110,12 +131,17 @@ def submit(
     as_json: bool,
     budget_usd: float | None,
     source: str | None,
+    after: tuple[str, ...],
+    if_dependency_fails: str,
+    base: str | None,
 ) -> None:
     """Submit a task. TEXT is what to do ("-" reads it from stdin); --from FILE submits many."""
     if source is not None:
         given = [o for o, v in (("TEXT", text), ("--cap", caps), ("--agent", agent),
                                 ("--workspace", workspace), ("--parent", parent), ("--to", to),
-                                ("--wait", wait)) if v]  # fmt: skip
+                                ("--wait", wait), ("--after", after), ("--base", base),
+                                ("--if-dependency-fails", if_dependency_fails != "cancel"))
+                 if v]  # fmt: skip
         if given:
             raise click.UsageError(
                 f"--from takes every field from the file; leave out {', '.join(given)}"
@@ -171,6 +197,9 @@ def submit(
         idempotency_key=idempotency_key,
         tenant=tenant,
         budget_usd=budget_usd,
+        after=list(after),
+        if_dependency_fails=if_dependency_fails,
+        base=base,
         claim=handoff,
     )
     req = p.CreateTask(agent=agent, **fields) if agent else p.Submit(**fields)

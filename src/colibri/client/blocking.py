@@ -269,7 +269,8 @@ class Client:
         return reply_to(req, self.call(cmd, **fields))
 
     def submit(self, text: str, **fields: Any) -> Task:
-        """Submit a task (``fields``: those of ``TaskSpec``, ``idempotency_key``); the task."""
+        """Submit a task (``fields``: those of ``TaskSpec`` — ``after=[id, …]`` to run it once
+        those have ended done —, ``idempotency_key``); the task."""
         return self.request(Submit(text=text, **fields)).task
 
     def get(self, task_id: str) -> Task:
