@@ -526,3 +526,37 @@ def test_new_rows_come_into_view_at_the_top_and_leave_a_chosen_task_where_it_is(
         assert "newest" in shown_on(app)
 
     run(scenario, daemon.root, size=(100, 20))
+
+
+def test_the_detail_screen_shows_what_a_task_waits_for_and_its_branch(daemon: Daemon) -> None:
+    agent = FakeAgent(daemon, "worker-1", ["python"])
+    try:
+        first = daemon.submit("write the plan", capabilities=["python"])
+        second = daemon.submit("implement the plan", capabilities=["nobody-has-this"],
+                               after=[first["id"]])  # fmt: skip
+        assign = agent.next_assign()
+        change = {"branch": "colibri/0f3a9b2c-write-the-plan", "base": "1" * 40, "head": "2" * 40,
+                  "files": 2, "insertions": 30, "deletions": 4}  # fmt: skip
+        assert agent.out(assign, output="PLAN.md written", change=change)["ok"]
+        daemon.wait_closed(first["id"])
+
+        async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+            await until(pilot, lambda: second["id"] in app.rows and first["id"] in app.rows)
+            await until(pilot, lambda: app.board.tasks[first["id"]].state == "closed")
+            app.set_filter("implement")
+            await pilot.press("enter")
+            detail = await until(pilot, lambda: isinstance(app.screen, TaskScreen) and app.screen)
+            assert f"after:        {short_id(first['id'])} (done)" in detail.body.plain
+            assert "if one fails: cancel" in detail.body.plain
+            await pilot.press("escape")
+            await until(pilot, lambda: not isinstance(app.screen, TaskScreen))
+            app.set_filter("write the plan")
+            await pilot.press("enter")
+            detail = await until(pilot, lambda: isinstance(app.screen, TaskScreen) and app.screen)
+            said = ("change:       branch colibri/0f3a9b2c-write-the-plan at 222222222: 2 files, "
+                    "+30 -4")
+            assert said in detail.body.plain
+
+        run(scenario, daemon.root)
+    finally:
+        agent.close()

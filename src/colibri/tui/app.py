@@ -48,7 +48,9 @@ class ColibriApp(LiveBoard):
         family = await self.request(p.Family(task=task_id))
         if task is None or ledger is None or family is None:
             return
-        body = views.describe(task, ledger.entries, family.tasks)
+        known = self.board.tasks
+        after = [known.get(d) for d in task.after]
+        body = views.describe(task, ledger.entries, family.tasks, [a for a in after if a])
         await self.push_screen(TaskScreen(body))
 
     async def action_open(self) -> None:

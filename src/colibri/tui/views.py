@@ -209,8 +209,11 @@ def header(board: Board, now: datetime, where: str, width: int) -> Text:
     return text
 
 
-def describe(task: Task, ledger: list[LedgerEntry], family: list[Task]) -> Text:
-    """A task in full: its fields, text, output, error, question, ledger rows and family."""
+def describe(
+    task: Task, ledger: list[LedgerEntry], family: list[Task], after: list[Task] | None = None
+) -> Text:
+    """A task in full: its fields, text, output, error, question, ledger rows and family;
+    ``after``: those of the tasks it waits for that the board in view holds, for their state."""
     text = Text()
 
     def field(name: str, value: Any, style: str = "") -> None:
@@ -228,6 +231,14 @@ def describe(task: Task, ledger: list[LedgerEntry], family: list[Task]) -> Text:
     field("priority", task.priority)
     field("attempts", f"{task.attempts} of {task.max_attempts}")
     field("schedule", task.schedule)
+    if task.after:
+        states = {d.id: state_of(d) for d in after or []}
+        field("after", ", ".join(f"{short_id(d)} ({states.get(d, '?')})" for d in task.after))
+        field("if one fails", task.if_dependency_fails)
+    field("base", task.base)
+    if task.change is not None:
+        kept = f"; worktree kept at {task.change.worktree}" if task.change.worktree else ""
+        field("change", task.change.describe() + kept)
     field("created", task.created_at)
     field("updated", task.updated_at)
     if task.cost is not None:
