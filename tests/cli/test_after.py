@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.cli.test_cli import colibri, error_line, ok
+from tests.cli.test_cli import as_json, colibri, error_line, ok
 from tests.helpers import Daemon, FakeAgent
 
 
@@ -80,3 +80,18 @@ def test_submit_from_refuses_after_beside_it(daemon: Daemon, tmp_path: Path) -> 
     refused = colibri("submit", "--from", str(plan), "--after", "abcd", root=daemon.root)
     assert refused.returncode == 2
     assert "Error: --from takes every field from the file; leave out --after" in refused.stderr
+
+
+def test_schedule_add_then_makes_a_pipeline_that_show_lists(daemon: Daemon) -> None:
+    ok(colibri("schedule", "add", "nightly", "plan the night", "--cron", "0 3 * * *",
+               "--workspace", "api", "--then", "implement it", "--then", "review it",
+               root=daemon.root))  # fmt: skip
+    shown = ok(colibri("schedule", "show", "nightly", root=daemon.root)).splitlines()
+    assert "then step-1 (after task): implement it" in shown
+    assert "then step-2 (after step-1): review it" in shown
+    fired = as_json(colibri("schedule", "run", "nightly", "--json", root=daemon.root))
+    tasks = daemon.call("list", limit=10)["tasks"]
+    assert [(t["text"], t["workspace"]) for t in tasks] == [
+        ("plan the night", "api"), ("implement it", "api"), ("review it", "api")
+    ]
+    assert fired["id"] == tasks[2]["id"] and tasks[2]["after"] == [tasks[1]["id"]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -430,3 +431,44 @@ def test_a_schedule_task_is_a_task_spec_budget_and_pin_included(daemon: Daemon) 
     with pytest.raises(ColibriError) as caught:
         add(daemon, "wild", every="1h", task={"text": "x", "budget_usd": -1})
     assert caught.value.code == "bad_request" and "budget_usd" in caught.value.message
+
+
+def test_a_schedule_fires_a_pipeline_that_runs_step_by_step(daemon: Daemon) -> None:
+    add(daemon, "nightly-review", cron="0 3 * * *",
+        task={"text": "plan the night's work", "capabilities": ["ci"]},
+        then=[{"text": "implement it", "capabilities": ["ci"]},
+              {"name": "test", "text": "test it", "capabilities": ["ci"]},
+              {"text": "report", "capabilities": ["ci"], "after": ["task", "test"]}])  # fmt: skip
+    last = daemon.call("schedule-run", name="nightly-review")["task"]
+    tasks = daemon.call("list", limit=10)["tasks"]
+    assert [t["text"] for t in tasks] == ["plan the night's work", "implement it", "test it",
+                                          "report"]  # fmt: skip
+    first, build, test, report = (t["id"] for t in tasks)
+    assert last["id"] == report  # the last step stands for the fire
+    assert [t["after"] for t in tasks] == [[], [first], [build], [first, test]]
+    assert all(t["schedule"] == "nightly-review" for t in tasks)
+    assert daemon.call("status")["blocked"] == 3
+    agent = FakeAgent(daemon, "runner", ["ci"])
+    try:
+        ran = []
+        for _ in range(4):
+            assign = agent.next_assign()
+            ran.append(assign["task"]["id"])
+            agent.out(assign)
+        assert ran == [first, build, test, report]
+    finally:
+        agent.close()
+
+
+def test_a_pipeline_that_waits_out_of_order_is_refused(daemon: Daemon) -> None:
+    for then, says in [
+        ([{"text": "b", "after": ["c"]}, {"name": "c", "text": "c"}], "after names 'c'"),
+        ([{"name": "x", "text": "a"}, {"name": "x", "text": "b"}], "the name 'x' is taken"),
+        ([{"name": "task", "text": "a"}], "the name 'task' is taken"),
+        ([{"text": "   "}], "then[0]: text is empty"),
+    ]:
+        with pytest.raises(ColibriError, match=re.escape(says)):
+            add(daemon, "bad", every="1h", then=then)
+    with pytest.raises(ColibriError, match="its task waits for nothing"):
+        add(daemon, "bad", every="1h", task={"text": "x", "after": ["abcd1234"]})
+    assert daemon.call("schedule-list")["schedules"] == []

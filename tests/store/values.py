@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from colibri.core.model import Change, Cost, LedgerEntry, Task, TaskSpec
+from colibri.core.plans import Step
 from colibri.core.schedules import Schedule
 from colibri.store import Store
 
@@ -127,6 +128,7 @@ FULL_SCHEDULE = Schedule(
         if_dependency_fails="run",
         base="main",
     ),
+    then=[Step(text="check the build", name="check", after=["task"], workspace="ops")],
     paused=True,
     finished=True,
     next_fire_at=LATER,

@@ -84,6 +84,14 @@ def _when(s: Schedule) -> str:
 @click.option("--jitter", help="Delay each fire by up to this duration (spreads load).")
 @click.option("--paused", is_flag=True, help="Add it paused.")
 @click.option("--replace", is_flag=True, help="Overwrite a schedule of the same name.")
+@click.option(
+    "--then",
+    "then",
+    multiple=True,
+    metavar="TEXT",
+    help="A step each fire submits after the task, run once the one before it is done "
+    "(repeatable: a pipeline; same capabilities, workspace and agent as the task).",
+)
 @json_option
 @pass_ctx
 def add(
@@ -107,9 +115,11 @@ def add(
     jitter: str | None,
     paused: bool,
     replace: bool,
+    then: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Add schedule NAME that submits a task saying TEXT each time it fires."""
+    """Add schedule NAME that submits a task saying TEXT each time it fires (and, with --then,
+    the steps after it)."""
     if sum(x is not None for x in (cron, every, at_)) != 1:
         raise click.UsageError("give exactly one of --cron, --every or --at")
     task: dict[str, Any] = {
@@ -142,10 +152,12 @@ def add(
     }
     from colibri.core import protocol as p
     from colibri.core.model import TaskSpec
+    from colibri.core.plans import Step
     from colibri.core.schedules import ScheduleSpec
 
     # Not validated here: the daemon checks the values, and says what is wrong, in one place.
-    schedule = ScheduleSpec(**{**spec, "task": TaskSpec(**task)})
+    steps = [Step(**{**task, "text": step}) for step in then]
+    schedule = ScheduleSpec(**{**spec, "task": TaskSpec(**task), "then": steps})
     reply = ctx.request(p.ScheduleAdd(name=name, schedule=schedule, replace=replace))
     if as_json:
         print_json({**msgspec.to_builtins(reply.schedule), "next": reply.next})
@@ -221,6 +233,8 @@ def show(ctx: Context, name: str, count: int, fires: int, as_json: bool) -> None
     print_line(f"{s.name}: {_when(s)} ({s.tz or 'UTC'}), {state}")
     caps = s.task.capabilities
     print_line(f"task: {s.task.text}" + (f"  [caps {', '.join(caps)}]" if caps else ""))
+    for step in s.then:
+        print_line(f"then {step.name} (after {', '.join(step.after)}): {step.text}")
     print_line(
         f"catch_up {s.catch_up}, overlap {s.overlap}, "
         f"fired {s.fires}, skipped {s.skipped}, missed {s.missed}, "

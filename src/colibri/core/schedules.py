@@ -37,6 +37,7 @@ from colibri.core.cron import normalize_cron as normalize_cron
 from colibri.core.errors import BadDuration, BadRequest, shown
 from colibri.core.model import TaskSpec
 from colibri.core.model import parse_rfc3339 as instant
+from colibri.core.plans import Step, Steps, checked_steps
 
 #: A due time processed within this many seconds of its wake time is on time, not missed.
 ON_TIME = 60.0
@@ -71,6 +72,8 @@ class ScheduleSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     jitter: str | float | None = None
     paused: bool = False
     task: TaskSpec
+    #: Steps each fire submits after ``task``: a pipeline (``core.plans``).
+    then: Steps = []
 
 
 class Schedule(msgspec.Struct, kw_only=True):
@@ -87,6 +90,7 @@ class Schedule(msgspec.Struct, kw_only=True):
     overlap: Overlap = "skip"
     jitter: float = 0.0
     task: TaskSpec
+    then: list[Step] = []
     paused: bool = False
     finished: bool = False
     next_fire_at: str | None = None
@@ -323,6 +327,7 @@ def build(
         overlap=spec.overlap,
         jitter=jitter,
         task=task,
+        then=checked_steps(name, task, spec.then),
         paused=spec.paused,
         source=source,  # type: ignore[arg-type]
         created_at=stamp,

@@ -29,6 +29,7 @@ from colibri.core.errors import (
 )
 from colibri.core.events import ScheduleNoted
 from colibri.core.model import LedgerEntry, parse_rfc3339, rfc3339
+from colibri.core.plans import fire_of
 from colibri.core.schedules import Schedule, ScheduleSpec
 from colibri.core.states import OPEN
 from colibri.daemon import crashpoints
@@ -240,7 +241,7 @@ class ScheduleRunner:
                 return 0
             if schedule.overlap == "replace":
                 self.board.cancel(previous.id, f"replaced by the next fire of {schedule.name}")
-        task_id = new_task_id()
+        task_id = last_id = new_task_id()
         key = rfc3339(nominal)
         if self.store.fire_recorded(schedule.name, key):
             if manual:
@@ -254,12 +255,17 @@ class ScheduleRunner:
         why = "run by hand" if manual else f"for {key}"
         try:
             # Intake refuses before it writes anything (quotas, names, budgets).
-            self.board.submit(
-                schedule.task,
-                schedule=schedule.name,
-                task_id=task_id,
-                reason=f"fired by schedule {schedule.name} {why}",
-            )
+            reason = f"fired by schedule {schedule.name} {why}"
+            if schedule.then:  # a pipeline: the task and its steps, all or none
+                specs, names = fire_of(schedule.task, schedule.then)
+                ids = [task_id, *(new_task_id() for _ in schedule.then)]
+                self.board.submit_all([(s, None) for s in specs], names, schedule=schedule.name,
+                                      task_ids=ids, reason=reason)  # fmt: skip
+                last_id = ids[-1]
+            else:
+                self.board.submit(
+                    schedule.task, schedule=schedule.name, task_id=task_id, reason=reason
+                )
         except ColibriError as exc:
             if manual or isinstance(exc, StorageUnavailable):
                 # The operator who asked sees why (nothing is recorded); a store that failed
@@ -279,7 +285,8 @@ class ScheduleRunner:
             raise Internal(f"fire {schedule.name} {key} recorded twice in one batch")
         crashpoints.hit("mid-fire")  # the task is in; the schedule's next fire not yet
         schedule.fires += 1
-        schedule.last_task = task_id
+        # A pipeline's last step stands for its fire: while it is open, the fire is (overlap).
+        schedule.last_task = last_id
         schedule.last_fire_at = key
         self.board.broadcast(
             ScheduleNoted(schedule=schedule.name, what="fired", nominal=key, task=task_id)

@@ -37,6 +37,7 @@ from colibri.core.model import (
     checked_names,
     rfc3339,
 )
+from colibri.core.plans import plan_order
 from colibri.core.states import State
 from colibri.daemon import crashpoints
 from colibri.daemon.board.batch import Batch
@@ -77,59 +78,6 @@ class Tally:
     keys: dict[tuple[str, str], tuple[Task, str]] = field(default_factory=dict)
     #: The tasks admitted so far that others of them may wait for: id → depth of waits.
     planned: dict[str, int] = field(default_factory=dict)
-
-
-def plan_order(afters: list[list[str]], names: list[str | None]) -> list[int]:
-    """The order to admit a plan's submissions in: each after the ones it names in its
-    ``after`` (by their local ``names``), otherwise as given.
-
-    :raises BadRequest: a name given twice, or a cycle (its ``index``: a submission in it).
-    """
-    index_of: dict[str, int] = {}
-    for index, name in enumerate(names):
-        if name is None:
-            continue
-        if name in index_of:
-            refused = BadRequest(
-                f"the name {name!r} is given to submissions {index_of[name]} and {index}: "
-                "each needs its own"
-            )
-            refused.index = index
-            raise refused
-        index_of[name] = index
-    if not index_of:
-        return list(range(len(names)))
-    blockers = [{index_of[a] for a in after if a in index_of} for after in afters]
-    waiting_on: dict[int, list[int]] = defaultdict(list)
-    for index, deps in enumerate(blockers):
-        for dep in deps:
-            waiting_on[dep].append(index)
-    ready = [i for i, deps in enumerate(blockers) if not deps]
-    ready.reverse()
-    order: list[int] = []
-    while ready:
-        index = ready.pop()
-        order.append(index)
-        for later in reversed(waiting_on.get(index, [])):
-            blockers[later].discard(index)
-            if not blockers[later]:
-                ready.append(later)
-    if len(order) < len(names):
-        # Each submission left waits for one left: following them from the first comes round.
-        path: list[int] = []
-        node = min(set(range(len(names))) - set(order))
-        while node not in path:
-            path.append(node)
-            node = min(blockers[node])
-        cycle = [*path[path.index(node) :], node]
-        shown = " → ".join(str(names[i]) for i in cycle)
-        refused = BadRequest(
-            f"the plan waits in a circle: {shown}; a task cannot wait, even through others, "
-            "for itself"
-        )
-        refused.index = cycle[0]
-        raise refused
-    return order
 
 
 class Intake:
@@ -178,7 +126,13 @@ class Intake:
         return self._enter(admitted, reason)
 
     def submit_all(
-        self, submissions: list[tuple[TaskSpec, str | None]], names: list[str | None] | None = None
+        self,
+        submissions: list[tuple[TaskSpec, str | None]],
+        names: list[str | None] | None = None,
+        *,
+        schedule: str | None = None,
+        task_ids: list[str] | None = None,
+        reason: str = "submitted",
     ) -> list[tuple[Task, bool]]:
         """Several submissions (a spec and its idempotency key each), all or none: each is
         checked as if those before it had been written — their pending tasks and text count
@@ -188,7 +142,8 @@ class Intake:
 
         ``names``: each submission's local name, or None. A submission's ``after`` may hold
         the names of others: they are admitted first (the graph's order; a cycle is refused
-        whole) and their ids take their names' places. Returned in the submissions' order."""
+        whole) and their ids take their names' places. Returned in the submissions' order.
+        ``schedule``, ``task_ids`` (one per submission) and ``reason``: as ``submit``'s."""
         named = names or [None] * len(submissions)
         order = plan_order([spec.after for spec, _ in submissions], named)
         tally = Tally()
@@ -200,14 +155,17 @@ class Intake:
                 if any(a in ids for a in spec.after):
                     after = list(dict.fromkeys(ids.get(a, a) for a in spec.after))
                     spec = msgspec.structs.replace(spec, after=after)
-                one = admitted[index] = self._admit(spec, tally, idempotency_key=key)
+                one = admitted[index] = self._admit(
+                    spec, tally, idempotency_key=key, schedule=schedule,
+                    task_id=task_ids[index] if task_ids else None,
+                )  # fmt: skip
             except ColibriError as exc:
                 exc.index = index
                 raise
             name = named[index]
             if name is not None:
                 ids[name] = one[0].id
-        entered = {i: self._enter(admitted[i], "submitted") for i in order}
+        entered = {i: self._enter(admitted[i], reason) for i in order}
         return [entered[i] for i in range(len(submissions))]
 
     def _enter(self, admitted: tuple[Task, bool, str | None], reason: str) -> tuple[Task, bool]:
