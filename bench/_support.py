@@ -33,6 +33,7 @@ if str(REPO) not in sys.path:
 
 from tests.helpers import PYTHON as PYTHON  # noqa: E402  (the benchmarks import it from here)
 from tests.helpers import Daemon as TestDaemon  # noqa: E402
+from tests.helpers import FakeAgent as FakeAgent  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

@@ -21,9 +21,8 @@ import argparse
 import time
 from typing import Any
 
-from _support import Daemon, emit, median, note
+from _support import Daemon, FakeAgent, emit, median, note
 from colibri.client import Client
-from tests.helpers import FakeAgent
 
 
 def submit_all(client: Client, items: list[dict[str, Any]]) -> tuple[list[str], float]:

@@ -40,6 +40,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "sessions": ([], ["--tasks", "50", "--burst", "50"]),
     "abuse": ([], ["--pings", "500"]),
     "cascade": ([], ["--depth", "5"]),
+    "dependencies": ([], ["--tasks", "300"]),
 }
 
 
@@ -241,6 +242,21 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 yes(result["met"]),
             )
         ]
+    if name == "dependencies":
+        medians = result["medians_ms"]
+        return [
+            (
+                f"release {result['tasks']:,} waiting tasks (one out), against submitting as many",
+                f"{medians['release_s']:.1f} ms against {medians['submit_plain_s']:.1f} ms "
+                f"({result['release_vs_submit']:g}×)",
+                "≤ 1×",
+                yes(result["release_vs_submit"] <= 1.0),
+            ),
+            (
+                f"drain {result['tasks']:,} tasks one waits for, against nothing waiting",
+                f"{result['fan_in_drain_ratio']:g}×", "", "",
+            ),
+        ]  # fmt: skip
     return [(name, json.dumps(result), "", "")]
 
 
