@@ -51,7 +51,8 @@ def test_the_starter_runs_tasks_flowing_with_no_agent_installed(scratch: Path) -
     assert (root / "planner").is_dir() and (root / "builder").is_dir()
     config = load_config(root)  # Colibri's own loader, as `colibri run` reads it
     assert config.workspaces["planner"].send_to == ["builder"]
-    assert set(config.schedules) == {"starter"}
+    assert set(config.schedules) == {"starter", "pipeline"}
+    assert config.schedules["pipeline"].paused
     assert "//" in (root / "colibri.jsonc").read_text()
 
     # Started by absolute path with no colibri on its PATH (`.venv/bin/colibri run` with the
@@ -79,6 +80,16 @@ def test_the_starter_runs_tasks_flowing_with_no_agent_installed(scratch: Path) -
         assert child["output"] == "worked on: the builder part of: plan the next small step"
         assert fired["cost"]["usd"] == pytest.approx(0.01)
         assert fired["cost"]["tokens_in"] == 1200
+        # The pipeline, fired by hand: four steps, each run once the one before is done.
+        last = daemon.call("schedule-run", name="pipeline")["task"]
+        assert daemon.wait_closed(last["id"], timeout=60)["outcome"] == "done"
+        steps = [t for t in daemon.call("list")["tasks"] if t.get("schedule") == "pipeline"]
+        assert [t["text"] for t in steps] == ["plan the change", "implement the plan",
+                                              "test the change", "review the change"]
+        assert [t["after"] for t in steps[1:]] == [[t["id"]] for t in steps[:-1]]
+        started = [min(r["seq"] for r in daemon.ledger(t["id"]) if r["to_state"] == "running")
+                   for t in steps]  # fmt: skip
+        assert started == sorted(started)
         daemon.stop()
         assert short_id(fired["id"]) not in daemon.log()  # not on a terminal: only the log
     finally:

@@ -1,8 +1,8 @@
-"""What ``colibri init --starter`` writes: colibri.jsonc with two workspaces, a hand-off
-between them and a schedule, the folders of those workspaces, and the session script they run
-(``colibri-task.sh``, a packaged stand-in for an AI agent), so that ``colibri run`` shows tasks
-flowing at once with no agent installed. Also the agent CLIs Colibri knows how to run one-shot,
-as templates: commented out in the starter, and the one ``init --scan`` writes."""
+"""What ``colibri init --starter`` writes: colibri.jsonc with two workspaces, a hand-off between
+them, a schedule and a pipeline fired by hand, the folders of those workspaces, and the session
+script they run (``colibri-task.sh``, a packaged stand-in for an AI agent), so that ``colibri
+run`` shows tasks flowing at once with no agent installed. Also the agent CLIs Colibri knows how
+to run one-shot, as templates: commented out in the starter, and the one ``init --scan`` writes."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ PLANNER, BUILDER = "planner", "builder"
 #: The starter's schedule, and how often it fires: often enough that a newcomer sees work
 #: within seconds of ``colibri run``, not so often that the board fills faster than one reads.
 SCHEDULE, EVERY = "starter", "10s"
+#: The starter's pipeline: a paused schedule of four steps, fired by hand.
+PIPELINE = "pipeline"
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +134,19 @@ $agent_templates
       "every": "$every",
       "task": { "text": "plan the next small step", "workspace": "$planner" },
     },
+    // A pipeline: each fire submits the task and the steps of "then", each run once the one
+    // before it is done (a failed step cancels those after it). Paused, so it fires only when
+    // asked: colibri schedule run $pipeline — then watch it in colibri tui.
+    "$pipeline": {
+      "every": "1d",
+      "paused": true,
+      "task": { "text": "plan the change", "workspace": "$planner" },
+      "then": [
+        { "text": "implement the plan", "workspace": "$builder" },
+        { "text": "test the change", "workspace": "$builder" },
+        { "text": "review the change", "workspace": "$planner" },
+      ],
+    },
   },
 """)
 
@@ -150,6 +165,7 @@ def starter_config() -> str:
     assert TEMPLATE.endswith("}\n")
     starter = _STARTER.substitute(
         every=EVERY, schedule=SCHEDULE, planner=PLANNER, builder=BUILDER, script=SCRIPT_NAME,
+        pipeline=PIPELINE,
         agent_templates=agent_templates_commented(),
     )  # fmt: skip
     return TEMPLATE[: -len("}\n")] + starter + "}\n"
