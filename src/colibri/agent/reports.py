@@ -100,4 +100,4 @@ def last_report(session: Session, stopped: str) -> Out | Fail:
             error = ENDED_WITHOUT_OUT
         case _:
             error = stopped
-    return Fail(task=session.task, epoch=session.epoch, error=error)
+    return Fail(task=session.task, epoch=session.epoch, error=error, change=session.change)
