@@ -201,3 +201,9 @@ def test_what_a_session_left_is_committed_by_colibri_where_nobody_is_configured(
     count = subprocess.run(["git", "rev-list", "--count", "HEAD"], cwd=repo, capture_output=True,
                            text=True, check=True)  # fmt: skip
     assert count.stdout == "1\n"
+
+
+def test_a_folder_that_is_gone_is_named(tmp_path: Path) -> None:
+    with pytest.raises(GitFailed) as failed:
+        asyncio.run(git("status", cwd=tmp_path / "gone"))
+    assert str(failed.value) == f"git status: the folder {tmp_path / 'gone'} does not exist"

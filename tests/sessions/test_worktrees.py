@@ -154,12 +154,13 @@ def test_a_root_that_is_the_repository_stays_clean(fleet: Fleet, root: Path) -> 
 def test_a_session_that_changes_nothing_says_so(fleet: Fleet, root: Path) -> None:
     repo = root / "repo"
     start_head = make_repo(repo)
+    run_git(repo, "branch", "stable")
     (repo / "sub").mkdir()
     (repo / "sub" / "keep").write_text("")
     run_git(repo, "add", "-A")
     run_git(repo, "commit", "--quiet", "-m", "sub")
-    daemon = start(fleet, {"w": workspace("repo/sub")})
-    task = submit(daemon, "look around")
+    daemon = start(fleet, {"w": workspace("repo/sub"), "old": workspace("repo", base="stable")})
+    task, old = submit(daemon, "look around"), submit(daemon, "look back", "old")
     final = daemon.wait_closed(task)
     change = final["change"]
     assert final["outcome"] == "done" and final["output"].strip() == "finished"
@@ -169,6 +170,10 @@ def test_a_session_that_changes_nothing_says_so(fleet: Fleet, root: Path) -> Non
     # A workspace inside the repository: its session starts in that folder of the worktree.
     view = seen(root, task)
     assert view["cwd"] == str(Path(view["COLIBRI_WORKTREE"]) / "sub")
+    # A workspace's own base: the branch it names, not HEAD.
+    change = daemon.wait_closed(old)["change"]
+    assert change["base"] == change["head"] == start_head
+    assert seen(root, old)["COLIBRI_BASE"] == start_head
 
 
 def test_a_failed_tasks_worktree_is_kept_with_keep_failed(fleet: Fleet, root: Path) -> None:
@@ -190,14 +195,16 @@ def test_a_failed_tasks_worktree_is_kept_with_keep_failed(fleet: Fleet, root: Pa
 
 def test_what_keeps_a_task_from_its_worktree_fails_it_saying_why(fleet: Fleet, root: Path) -> None:
     (root / "plain").mkdir()
-    for name in ("w", "strict", "taken", "broken"):
+    for name in ("w", "strict", "taken", "broken", "clash"):
         make_repo(root / name)
     (root / "strict" / "shared.txt").write_text("not committed\n")
+    run_git(root / "clash", "branch", "colibri")  # no branch colibri/… can be made beside it
     setup = [PY, "-c", "import sys; print('installing'); print('no network'); sys.exit(2)"]
     daemon = start(fleet, {
         "plain": workspace("plain"), "w": workspace("w"),
         "strict": workspace("strict", refuse_dirty=True),
         "taken": workspace("taken"), "broken": workspace("broken", setup=setup),
+        "clash": workspace("clash"),
     })  # fmt: skip
 
     def error_of(task: str) -> str:
@@ -217,11 +224,14 @@ def test_what_keeps_a_task_from_its_worktree_fails_it_saying_why(fleet: Fleet, r
     run_git(root / "taken", "branch", f"colibri/{task[-8:]}-edit-it")
     daemon.call("toggle-swarm", paused=False)
     assert f"the branch colibri/{task[-8:]}-edit-it exists already" in error_of(task)
+    # Any other failure of git's: its own line.
+    clash = error_of(submit(daemon, "edit", "clash"))
+    assert clash.startswith("git worktree: fatal: cannot lock ref 'refs/heads/colibri/"), clash
     # A failing setup: the task fails with its last line; the worktree goes, the branch stays.
     final = daemon.wait_closed(submit(daemon, "edit", "broken"))
     assert final["error"] == "worktree setup failed (exit 2): no network"
     assert final["change"]["head"] == final["change"]["base"]
-    for name in ("w", "strict", "taken", "broken"):
+    for name in ("w", "strict", "taken", "broken", "clash"):
         assert worktrees_of(root / name) == [str(root / name)]
         assert run_git(root / name, "status", "--porcelain") == ("" if name != "strict" else
                                                                   " M shared.txt\n")  # fmt: skip

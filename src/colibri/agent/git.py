@@ -72,7 +72,11 @@ async def _run(args: tuple[str, ...], cwd: Path) -> tuple[int, str, str]:
             "git", *args, cwd=cwd, env=git_environment(), stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
-    except OSError as exc:  # no git, or cwd gone
+    except OSError as exc:
+        if not cwd.is_dir():
+            raise GitFailed(f"git {args[0]}: the folder {cwd} does not exist") from None
+        if isinstance(exc, FileNotFoundError):
+            raise GitFailed("git is not found on PATH: install it") from None
         raise GitFailed(f"git {args[0]}: {exc.strerror or exc}") from None
     talking = asyncio.ensure_future(process.communicate())
     try:
