@@ -23,7 +23,8 @@ Fleet = Callable[..., Daemon]
 
 #: A session that notes what it was given in ROOT/seen-TASK (its worktree variables, its cwd,
 #: its task file, the dependencies' file, shared.txt as it found it), then, as its text says:
-#: adds its id to shared.txt (edit), waits for ROOT/go-TASK (wait), exits 3 (fail).
+#: removes its worktree's .git (unlink), adds its id to shared.txt (edit), waits for
+#: ROOT/go-TASK (wait), exits 3 (fail).
 SESSION = [
     PY,
     "-c",
@@ -41,6 +42,8 @@ SESSION = [
     "out = os.path.join(root, 'seen-' + task)\n"
     "open(out + '.tmp', 'w').write(json.dumps(seen))\n"
     "os.rename(out + '.tmp', out)\n"
+    "if 'unlink' in text:\n"
+    "    os.remove('.git')\n"
     "if 'edit' in text:\n"
     "    open('shared.txt', 'a').write(task + '\\n')\n"
     "while 'wait' in text and not os.path.exists(os.path.join(root, 'go-' + task)):\n"
@@ -149,6 +152,20 @@ def test_a_root_that_is_the_repository_stays_clean(fleet: Fleet, root: Path) -> 
     assert view["env_file"] == "TOKEN=1\n"  # copied in; the missing one skipped
     assert (change["files"], change["insertions"]) == (1, 1)
     assert run_git(root, "status", "--porcelain") == "" and head(root) == start_head
+
+
+def test_a_worktree_whose_git_is_gone_never_touches_the_checkout_around_it(
+    fleet: Fleet, root: Path
+) -> None:
+    """Without its .git, git would take the root's repository for the worktree's: what the
+    session left must not be committed there, nor the operator's own changes with it."""
+    start_head = make_repo(root, ".env\ncolibri.jsonc\ndaemon.log\nseen-*\n")
+    (root / "shared.txt").write_text("the operator's own edit\n")
+    daemon = start(fleet, {"w": workspace(".")})
+    final = daemon.wait_closed(submit(daemon, "unlink edit"))
+    assert final["outcome"] == "failed" and "is no longer a git worktree" in final["error"]
+    assert run_git(root, "status", "--porcelain") == " M shared.txt\n"
+    assert head(root) == start_head and run_git(root, "rev-list", "--count", "HEAD") == "1\n"
 
 
 def test_a_session_that_changes_nothing_says_so(fleet: Fleet, root: Path) -> None:

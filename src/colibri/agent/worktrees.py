@@ -186,9 +186,19 @@ def _copy(source: Path, target: Path) -> None:
         shutil.copy2(source, target, follow_symlinks=False)
 
 
+async def is_worktree(path: Path) -> bool:
+    """Whether ``path`` is itself the top of a worktree git knows. A folder whose ``.git`` is
+    gone (a session may remove it) is not: git would take the repository around it — the
+    root's, perhaps — for its own, and its checkout must never be touched."""
+    code, top = await git("rev-parse", "--show-toplevel", cwd=path, check=False)
+    return code == 0 and os.path.realpath(top.strip()) == os.path.realpath(path)
+
+
 async def commit_left_over(path: Path, message: str) -> None:
     """Commit whatever is uncommitted in the worktree at ``path``, hooks and signing aside, as
     the repository's user or, where it names none, as colibri."""
+    if not await is_worktree(path):
+        raise GitFailed(f"{path} is no longer a git worktree (its .git is gone)")
     _, status = await git("status", "--porcelain", cwd=path)
     if not status.strip():
         return
@@ -250,6 +260,10 @@ async def sweep(root: Path, workspace: str, folder: Path) -> None:
             continue
         if entry.is_symlink() or not entry.is_dir() or _kept_marker(entry).exists():
             continue
+        if not await is_worktree(entry):
+            # No worktree git knows (or not one at all): under .colibri/, ours to drop.
+            await asyncio.to_thread(shutil.rmtree, entry, True)
+            continue
         try:
             message = "Left uncommitted by a colibri session whose harness was stopped.\n"
             await commit_left_over(entry, message)
@@ -257,11 +271,9 @@ async def sweep(root: Path, workspace: str, folder: Path) -> None:
             log.info(
                 "removed a stale worktree", extra={"event": "worktree_swept", "path": str(entry)}
             )
-        except (GitFailed, OSError) as exc:
-            # No longer a worktree git knows (or not one at all): under .colibri/, ours to drop.
+        except GitFailed as exc:  # what is in it is not dropped: left for the next start
             log.warning(
-                "removing a stale worktree folder: %s", exc, extra={"event": "worktree_swept"}
+                "a stale worktree left in place: %s", exc, extra={"event": "worktree_swept"}
             )
-            await asyncio.to_thread(shutil.rmtree, entry, True)
     with contextlib.suppress(WorktreeRefused, GitFailed, OSError):
         await git("worktree", "prune", cwd=await repository_of(folder))
