@@ -28,7 +28,7 @@ from colibri import host
 from colibri.agent.backends import backend_for
 from colibri.agent.lifetime import first_of, hold_harness_locks, stop_once_orphaned
 from colibri.agent.reaping import Reaper
-from colibri.agent.reports import fitted, report_pauses, send_last_reports
+from colibri.agent.reports import SETTLE_PATIENCE, fitted, report_pauses, send_last_reports
 from colibri.agent.runner import Runner
 from colibri.agent.session import Pending, Session
 from colibri.agent.spec import AgentSpec
@@ -374,7 +374,9 @@ class Harness:
         # All at once: each may take its grace period, and whoever stops this harness (the
         # supervisor) waits only so long before it SIGKILLs it.
         await asyncio.gather(*(self.runner.kill(session) for session in sessions))
-        await asyncio.gather(*(s.settled.wait() for s in sessions if s.runner is not None))
+        with contextlib.suppress(TimeoutError):  # their worktrees closed, if git is quick
+            async with asyncio.timeout(SETTLE_PATIENCE):
+                await asyncio.gather(*(s.settled.wait() for s in sessions if s.runner))
         try:
             await send_last_reports(self.daemon, sessions, stopped, self.max_line)
         finally:
