@@ -9,9 +9,12 @@
     ROOT/.colibri/harness/NAME.lock       held by workspace NAME's harness (its pid inside)
     ROOT/.colibri/harness/NAME.log[.1]    output of a harness the daemon started, and the older one
     ROOT/.colibri/sessions/TASK.task      a running session's task (header and text)
+    ROOT/.colibri/sessions/TASK.after.json  what the tasks it waited for came to
     ROOT/.colibri/sessions/AGENT.PGID.pgid  a session's process group, for a successor to stop
     ROOT/.colibri/tmux/AGENT.sock         the tmux server of an agent's tmux sessions
     ROOT/.colibri/bin/DIGEST/colibri      the colibri a harness puts first on its sessions' PATH
+    ROOT/.colibri/worktrees/WS/LEAF       a session's git worktree (workspace WS, branch LEAF)
+    ROOT/.colibri/.gitignore              ``*``: a root that is a repository ignores its state
 
 Nothing else builds these paths.
 """
@@ -75,6 +78,10 @@ class RootLayout:
         """``name``: a task id, or a warm session's name before it has a task."""
         return self.sessions / f"{name}.task"
 
+    def dependencies_file(self, task: str) -> Path:
+        """What the tasks ``task`` waited for came to (``COLIBRI_DEPENDENCIES``)."""
+        return self.sessions / f"{task}.after.json"
+
     def group_marker(self, agent: str, pgid: int) -> Path:
         return self.sessions / f"{agent}.{pgid}.pgid"
 
@@ -84,3 +91,15 @@ class RootLayout:
     def shim(self, digest: str) -> Path:
         """The folder of one harness's ``colibri`` for its sessions (``agent/shim.py``)."""
         return self.state / "bin" / digest
+
+    @property
+    def gitignore(self) -> Path:
+        return self.state / ".gitignore"
+
+    @property
+    def all_worktrees(self) -> Path:
+        return self.state / "worktrees"
+
+    def worktrees(self, workspace: str) -> Path:
+        """The folder of workspace ``workspace``'s sessions' git worktrees."""
+        return self.all_worktrees / workspace

@@ -28,6 +28,7 @@ import msgspec
 from colibri.core.durations import DAY, parse_duration
 from colibri.core.errors import BadDuration, BadRequest, ConfigError, shown
 from colibri.core.model import check_name, normalize_names
+from colibri.isolation import Isolation, WorktreeSpec, worktree_problem
 
 Duration = str | float
 
@@ -92,6 +93,9 @@ class WorkspaceSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_runtime: Duration | None = None
     #: Dollars the workspace's sessions may spend per UTC day; past it, dispatch to it pauses.
     budget_usd_daily: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    #: Whether its sessions share its folder, or each works in a git worktree of its own.
+    isolation: Isolation = "shared"
+    worktree: WorktreeSpec = msgspec.field(default_factory=WorktreeSpec)
 
 
 class Workspace(msgspec.Struct, kw_only=True):
@@ -113,6 +117,9 @@ class Workspace(msgspec.Struct, kw_only=True):
     warm: int
     max_runtime: float | None
     budget_usd_daily: float | None = None
+    isolation: str = "shared"
+    #: With isolation "worktree": how each session's worktree is made (None: shared).
+    worktree: WorktreeSpec | None = None
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -205,7 +212,9 @@ def resolve(
                 f"{where(name)}: workspace {name!r} has no session.command (give it one, or "
                 "extends a template that has one)"
             )
-        problem = _session_problem(spec.session)
+        problem = _session_problem(spec.session) or worktree_problem(
+            spec.isolation, spec.worktree, spec.warm
+        )
         if problem:
             raise ConfigError(f"{where(name)}: workspaces.{name}.{problem}")
         relative = spec.path if spec.path is not None else name
@@ -226,6 +235,8 @@ def resolve(
             ready_timeout=ready_timeout, idle=idle, ready_pattern=spec.session.ready_pattern,
             output_limit=spec.session.output_limit, send_to=list(dict.fromkeys(spec.send_to)),
             warm=spec.warm, max_runtime=max_runtime, budget_usd_daily=spec.budget_usd_daily,
+            isolation=spec.isolation,
+            worktree=spec.worktree if spec.isolation == "worktree" else None,
         )  # fmt: skip
     for workspace in resolved.values():
         for target in workspace.send_to:

@@ -26,9 +26,9 @@ import msgspec
 
 from colibri import host
 from colibri.agent.backends import backend_for
-from colibri.agent.lifetime import hold_harness_locks, stop_once_orphaned
+from colibri.agent.lifetime import first_of, hold_harness_locks, stop_once_orphaned
 from colibri.agent.reaping import Reaper
-from colibri.agent.reports import fitted, report_pauses, send_last_reports
+from colibri.agent.reports import SETTLE_PATIENCE, fitted, report_pauses, send_last_reports
 from colibri.agent.runner import Runner
 from colibri.agent.session import Pending, Session
 from colibri.agent.spec import AgentSpec
@@ -72,7 +72,9 @@ class Harness:
         self.reaper = Reaper(root, spec.name)
         self.backend = backend_for(spec, root, self.reaper)
         # Sessions reach the daemon through the root's socket: the daemon's own, or the relay.
-        self.runner = Runner(spec, RootLayout(root).socket, root, self.backend, self.reaper)
+        self.runner = Runner(
+            spec, RootLayout(root).socket, root, self.backend, self.reaper, lambda: self.client
+        )
         self.pool = self.runner.pool
         #: Whether heartbeats say how full the ready pool is (a daemon that refuses it: no).
         self._tell_ready = True
@@ -86,6 +88,7 @@ class Harness:
         self.reaper.begin()
         if self.spec.exclusive:
             self.reaper.reap_leftovers()
+            await self.runner.places.sweep()  # the worktrees of the killed one's sessions
         async with asyncio.TaskGroup() as group:
             self._group = group
             connection = group.create_task(self._stay_connected(), name="connection")
@@ -179,7 +182,7 @@ class Harness:
             self._reregister.clear()
             try:
                 while not client.closed.is_set() and not self._reregister.is_set():
-                    await _first_of(interval, client.closed, self._reregister)
+                    await first_of(interval, client.closed, self._reregister)
                     if not client.closed.is_set():
                         await self._heartbeat(client)
             finally:
@@ -242,10 +245,12 @@ class Harness:
         """Run the task as a session; deliver its report (none if its task was cancelled)."""
         try:
             report = await self.runner.run(session, task)
+            report = await self.runner.settle(session, task, report, self.stopping.is_set())
             if report is not None and not session.cancelled:
                 session.report = Pending(report)
                 await self._deliver(session)
         finally:
+            session.settled.set()  # whatever happened: nobody waits for it for ever
             self.runner.release(session)
 
     def _deliver_soon(self, session: Session) -> None:
@@ -321,14 +326,17 @@ class Harness:
                     return False
                 cmd = type(report).__struct_config__.tag
                 why = f"the session's {cmd} report was refused: {exc.message[:300]}"
-                instead = p.Fail(task=session.task, epoch=session.epoch, error=why)
+                instead = p.Fail(
+                    task=session.task, epoch=session.epoch, error=why, change=session.change
+                )
                 session.report = Pending(instead, refused=exc.message)
                 return isinstance(exc, BadRequest)
             if isinstance(exc, IllegalTransition) and reported:
                 # The session reported by itself (``colibri out`` in a one-shot command): its
                 # end closes the task.
+                ended = p.Reclaimed(task=session.task, epoch=session.epoch, change=session.change)
                 with contextlib.suppress(ColibriError):
-                    await client.request(p.Reclaimed(task=session.task, epoch=session.epoch))
+                    await client.request(ended)
                 self._forget(session)
                 return False
             log.warning(
@@ -350,7 +358,10 @@ class Harness:
         """The daemon cancelled the session's task: stop it, and say its session is gone — a
         report like any other, kept until taken (the task's slot is freed by it)."""
         await self.runner.kill(session)
-        session.report = Pending(p.Reclaimed(task=session.task, epoch=session.epoch))
+        if session.runner is not None:
+            await session.settled.wait()  # its worktree closed: what it left goes with this
+        ended = p.Reclaimed(task=session.task, epoch=session.epoch, change=session.change)
+        session.report = Pending(ended)
         await self._deliver(session)
 
     async def _stop_sessions(self) -> None:
@@ -363,20 +374,13 @@ class Harness:
         # All at once: each may take its grace period, and whoever stops this harness (the
         # supervisor) waits only so long before it SIGKILLs it.
         await asyncio.gather(*(self.runner.kill(session) for session in sessions))
+        with contextlib.suppress(TimeoutError):  # their worktrees closed, if git is quick
+            async with asyncio.timeout(SETTLE_PATIENCE):
+                await asyncio.gather(*(s.settled.wait() for s in sessions if s.runner))
         try:
             await send_last_reports(self.daemon, sessions, stopped, self.max_line)
         finally:
             self.sessions.clear()
-
-
-async def _first_of(timeout: float, *events: asyncio.Event) -> None:
-    """Wait until one of ``events`` is set, or ``timeout`` seconds have passed."""
-    waits = [asyncio.ensure_future(event.wait()) for event in events]
-    try:
-        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for wait in waits:
-            wait.cancel()
 
 
 def run_agent(spec: AgentSpec, daemon: Path | Remote, root: Path) -> int:

@@ -70,3 +70,13 @@ async def stop_once_orphaned(root: Path, after: float, stopping: asyncio.Event) 
         extra={"event": "orphaned", "orphan_after": after},
     )
     stopping.set()
+
+
+async def first_of(timeout: float, *events: asyncio.Event) -> None:
+    """Wait until one of ``events`` is set, or ``timeout`` seconds have passed."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()

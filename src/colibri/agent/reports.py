@@ -26,6 +26,10 @@ REPORT_LONGEST_PAUSE = 5.0
 #: How long a stopping harness tries to deliver its sessions' last reports (after the kills,
 #: within the supervisor's 10 s before it SIGKILLs the harness).
 REPORT_TIMEOUT = 4.0
+#: How long a stopping harness waits for its stopped sessions' worktrees to be closed (what
+#: they left committed, their changes measured) before it sends their last reports: with
+#: KILL_GRACE before and REPORT_TIMEOUT after, within the supervisor's 10 s.
+SETTLE_PATIENCE = 1.0
 #: What a session whose end says nothing, and that has not reported by itself, fails with.
 ENDED_WITHOUT_OUT = "session ended without out"
 
@@ -100,4 +104,4 @@ def last_report(session: Session, stopped: str) -> Out | Fail:
             error = ENDED_WITHOUT_OUT
         case _:
             error = stopped
-    return Fail(task=session.task, epoch=session.epoch, error=error)
+    return Fail(task=session.task, epoch=session.epoch, error=error, change=session.change)

@@ -1,10 +1,12 @@
 """One session, from its task's ``assign`` to its report: the part every backend shares.
 
-The runner writes the task body (``build_body``) to ``.colibri/sessions/TASK.task``, takes a
+The runner has its workplace made (``workplace.py``: the dependencies it waited for, its own
+worktree), writes the task body (``build_body``) to ``.colibri/sessions/TASK.task``, takes a
 warm session from the ready pool or starts one with the backend (its environment from
 ``session.task_environment``), waits until it is ready (within ``ready_timeout``), hands the
 task over and waits for its end (within ``max_runtime``, paused while it waits for an answer),
-and returns the report; the harness delivers it. Then ``release`` kills what the session left
+and returns the report; ``settle`` closes its worktree and puts what the session left there on
+the report, which the harness delivers. Then ``release`` kills what the session left
 (``Reaper.reclaim``) and removes its task files.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from colibri.agent.backends.base import Ending, Running, SessionBackend, StartFailed
@@ -20,6 +23,8 @@ from colibri.agent.reaping import Reaper
 from colibri.agent.session import Report, Session, environment, task_environment, within_runtime
 from colibri.agent.shim import write_shim
 from colibri.agent.spec import AgentSpec
+from colibri.agent.workplace import NOT_PREPARED, Setting, Workplaces
+from colibri.client import AsyncClient
 from colibri.core.agent_protocol import Fail, Out, Reclaimed, Requeue
 from colibri.core.errors import ColibriError
 from colibri.core.lineage import Body, build_body
@@ -43,6 +48,7 @@ class Runner:
         root: Path,
         backend: SessionBackend,
         reaper: Reaper,
+        connection: Callable[[], AsyncClient | None],
     ) -> None:
         self.spec = spec
         self.socket_path = socket_path
@@ -54,6 +60,7 @@ class Runner:
         self.pool = (
             ReadyPool(spec, root, backend, reaper, self._warm_environment) if spec.warm else None
         )
+        self.places = Workplaces(spec, root, connection, self._warm_environment)
 
     def _warm_environment(self) -> dict[str, str]:
         return environment(self.spec, self.socket_path, self.root, self.spec.workspace, self.shim)
@@ -67,10 +74,20 @@ class Runner:
         other sessions, go on)."""
         task_file = self._task_file(session)
         try:
+            session.preparing = asyncio.ensure_future(self.places.prepare(session, task))
+            try:
+                setting: Setting = await session.preparing
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise
+                return None  # its task was cancelled (or the harness stops) meanwhile
+            finally:
+                session.preparing = None
             body = Body(
                 task=session.task, text=task.text, parent=task.parent,
                 sender=task.sender, workspace=task.workspace,
-                epoch=session.epoch, claim=session.claim,
+                epoch=session.epoch, claim=session.claim, after=setting.after,
             )  # fmt: skip
             write_private(sessions_dir(self.root) / task_file.name, build_body(body).encode())
             warm = self.pool.take() if self.pool is not None else None
@@ -83,10 +100,13 @@ class Runner:
                 env = task_environment(
                     self.spec, self.socket_path, self.root, self.shim, session, task, task_file
                 )
-                session.running = await self.backend.start(session.task, env, task_file)
+                env.update(setting.env)
+                session.running = await self.backend.start(
+                    session.task, env, task_file, setting.cwd
+                )
             session.running.has_task = True
             return await self._until_report(session, session.running, task.text, warm)
-        except StartFailed as exc:
+        except (StartFailed, *NOT_PREPARED) as exc:
             return failed(session, str(exc))
         except (OSError, ValueError, RuntimeError, ColibriError) as exc:
             log.error("could not run a session: %s", exc, extra={"event": "session_failed"})
@@ -134,17 +154,32 @@ class Runner:
         return await self.backend.wait_end(running)
 
     async def kill(self, session: Session) -> None:
+        if session.preparing is not None:
+            session.preparing.cancel()  # a setup command running is stopped with it
         if session.running is not None:
             await self.backend.kill(session.running, grace=KILL_GRACE)
+
+    async def settle(self, session: Session, task: Task, report: Report | None,
+                     stopped: bool) -> Report | None:  # fmt: skip
+        """The session is over: nothing it started may still write in its worktree, which is
+        closed; ``report`` carries what it left there. Whoever waits for that is told."""
+        try:
+            if session.worktree is not None and session.running is not None:
+                self.reaper.reclaim(session.running)
+            return await self.places.settle(session, task, report, stopped)
+        finally:
+            session.settled.set()
 
     def release(self, session: Session) -> None:
         """The session is over: what it left is killed, its task files are removed."""
         task_file = self._task_file(session)
         task_file.unlink(missing_ok=True)
+        self.places.release(session)
         if session.running is not None:
             if session.running.task_file != task_file:  # a warm session's own
                 session.running.task_file.unlink(missing_ok=True)
-            self.reaper.reclaim(session.running)
+            if session.running in self.reaper.groups:  # not reclaimed by settle
+                self.reaper.reclaim(session.running)
 
 
 def failed(session: Session, error: str) -> Fail:

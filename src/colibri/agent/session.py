@@ -13,13 +13,14 @@ import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from colibri.agent.backends.base import Running
 from colibri.agent.shim import first_on_path
 from colibri.agent.spec import AgentSpec
+from colibri.agent.worktrees import Worktree
 from colibri.core.agent_protocol import Fail, Out, Reclaimed, Requeue
-from colibri.core.model import Task
+from colibri.core.model import Change, Task
 
 T = TypeVar("T")
 
@@ -27,7 +28,8 @@ T = TypeVar("T")
 SESSION_VARIABLES = (
     "COLIBRI_TASK_ID", "COLIBRI_EPOCH", "COLIBRI_CLAIM", "COLIBRI_TASK_FILE", "COLIBRI_SOCKET",
     "COLIBRI_ROOT", "COLIBRI_AGENT", "COLIBRI_WORKSPACE", "COLIBRI_PARENT", "COLIBRI_SESSION",
-    "COLIBRI_HARNESS",
+    "COLIBRI_HARNESS", "COLIBRI_DEPENDENCIES", "COLIBRI_WORKTREE", "COLIBRI_BRANCH",
+    "COLIBRI_BASE",
 )  # fmt: skip
 
 #: The harness's own way to the daemon (its token above all): never a session's. A session
@@ -72,6 +74,13 @@ class Session:
     #: Time spent waiting for an answer does not count against max_runtime.
     paused_since: float | None = None
     paused_total: float = 0.0
+    #: Made ready for its session: its dependencies read, its worktree made (``workplace.py``).
+    preparing: asyncio.Future[Any] | None = None
+    #: Its own git worktree, until it is closed; then what the session left there.
+    worktree: Worktree | None = None
+    change: Change | None = None
+    #: Set once the session is over and its worktree closed: its last report may be made.
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
 
     def resume_clock(self) -> None:
         """The session no longer waits for an answer: max_runtime counts again."""

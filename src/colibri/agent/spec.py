@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from colibri.isolation import WorktreeSpec
     from colibri.workspaces import Workspace
 
 #: stdout kept of a session (its head and tail), unless the workspace says otherwise.
@@ -44,6 +45,16 @@ class AgentSpec:
     #: Started by a daemon (``supervisor.orphan_after``): stop, sessions and all, once no daemon
     #: has held the root this many seconds. None: wait for a daemon for as long as it takes.
     orphan_after: float | None = None
+    #: Each session works in a git worktree of its own, made so (None: in ``cwd``, shared).
+    worktree: WorktreeSpec | None = None
+
+    def command_in(self, cwd: Path | None) -> list[str]:
+        """The command as run in ``cwd`` (a session's worktree): a relative program path is
+        still taken from the agent's own folder, where ``check_command`` found it."""
+        program = self.command[0]
+        if cwd is None or self.cwd is None or "/" not in program or program.startswith("/"):
+            return self.command
+        return [str(self.cwd / program), *self.command[1:]]
 
     def check_command(self) -> None:
         """Refuse, at start, a command that cannot run: otherwise every task it is given
@@ -100,4 +111,5 @@ class AgentSpec:
             warm=workspace.warm,
             idle=workspace.idle,
             exclusive=True,
+            worktree=workspace.worktree,
         )

@@ -91,19 +91,22 @@ def _harness(ctx: Context, name: str) -> tuple[bool, HarnessStatus | None]:
     return True, next((h for h in reply.harnesses or [] if h.workspace == name), None)
 
 
-def _shown(key: str, value: object) -> str:
+def _shown(key: str, value: object, nested: bool = False) -> str:
     """A setting as a person reads it: a command as a shell would take it, other lists joined,
-    objects as key=value, nothing as -."""
+    objects as key=value (a list in one as words), true and false as in the file, nothing as
+    -."""
     if value is None or value == [] or value == {}:
         return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, list):
-        if key == "command":
+        if key in ("command", "setup") or nested:
             import shlex
 
             return shlex.join(str(v) for v in value)
         return ", ".join(map(str, value))
     if isinstance(value, dict):
-        return ", ".join(f"{k}={v}" for k, v in value.items())
+        return ", ".join(f"{k}={_shown(k, v, nested=True)}" for k, v in value.items())
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)

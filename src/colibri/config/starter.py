@@ -126,6 +126,9 @@ $agent_templates
     },
     // A project of yours, run by Claude Code (with its template above uncommented):
     // "my-app": { "extends": "claude", "path": "src/my-app", "capabilities": ["python"] },
+    // Add "isolation": "worktree" to it for a git worktree and branch per session; its
+    // "worktree" settings (all optional): { "base": "main", "copy": [".env"],
+    // "setup": ["npm", "ci"], "keep_failed": false, "refuse_dirty": false }.
   },
   "schedules": {
     // Fires every $every from the daemon's first start; none while the last fire's task is

@@ -6,12 +6,15 @@
     parent: 01a22b47-7c41-7a3d-a025-2b8c5dd64a2a
     from: api
     workspace: web
+    after: 01a22b47-7a11-7c3e-9d2a-5b1c3e8f0a6d done colibri/3e8f0a6d-draft-the-release-notes
 
     write the release notes for 2.0
 
 ``epoch`` numbers the claim and ``claim`` is its secret (a session's own reports carry both).
 ``parent`` and ``from`` (the workspace
-that handed the task on) are ``-`` for a task with no parent. The body is written to the file
+that handed the task on) are ``-`` for a task with no parent. Each ``after`` line names a task
+this one waited for, what it came to, and the branch its session left (``-``: none); a task
+that waited for none has no such line. The body is written to the file
 named by ``COLIBRI_TASK_FILE``; stdin carries the text alone, so a one-shot command such as
 ``claude -p`` reads exactly the task. Built and parsed here, and only here.
 """
@@ -35,6 +38,8 @@ class Body:
     workspace: str | None = None
     epoch: int | None = None
     claim: str | None = None
+    #: ``ID OUTCOME BRANCH`` of each task it waited for, in its ``after`` order.
+    after: tuple[str, ...] = ()
 
 
 def build_body(body: Body) -> str:
@@ -48,7 +53,8 @@ def build_body(body: Body) -> str:
         f"parent: {value(body.parent)}\n"
         f"from: {value(body.sender)}\n"
         f"workspace: {value(body.workspace)}\n"
-        f"\n{body.text}"
+        + "".join(f"after: {line}\n" for line in body.after)
+        + f"\n{body.text}"
     )
 
 
@@ -58,11 +64,15 @@ def parse_body(data: str) -> Body:
     if not sep:
         raise BadTaskBody("not a task body: no blank line after the header")
     values: dict[str, str] = {}
+    after: list[str] = []
     for line in head.split("\n"):
         key, colon, value = line.partition(": ")
         if not colon:
             raise BadTaskBody(f"not a task body: header line {shown(line)} has no ': '")
-        values[key] = value
+        if key == "after":
+            after.append(value)
+        else:
+            values[key] = value
     if MAGIC not in values:
         raise BadTaskBody(f"not a task body: the first header is not {MAGIC}")
 
@@ -79,4 +89,5 @@ def parse_body(data: str) -> Body:
         workspace=opt("workspace"),
         epoch=int(epoch) if epoch is not None and epoch.isdigit() else None,
         claim=opt("claim"),
+        after=tuple(after),
     )

@@ -54,10 +54,13 @@ class StartFailed(Exception):
 class SessionBackend(Protocol):
     """One kind of session. Every method may be given a ``Running`` of this backend only."""
 
-    async def start(self, name: str, env: dict[str, str], task_file: Path) -> Running:
+    async def start(
+        self, name: str, env: dict[str, str], task_file: Path, cwd: Path | None = None
+    ) -> Running:
         """Start the agent's command as session ``name``, in its own process group, with
-        ``env`` as its environment and ``COLIBRI_SESSION`` the new ``Running``'s ``sid``;
-        the reaper tracks its group. Raises StartFailed when it cannot start."""
+        ``env`` as its environment and ``COLIBRI_SESSION`` the new ``Running``'s ``sid``, in
+        ``cwd`` (None: the agent's folder); the reaper tracks its group. Raises StartFailed
+        when it cannot start."""
         ...
 
     async def warmed(self, running: Running) -> bool:

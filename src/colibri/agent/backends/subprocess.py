@@ -46,15 +46,17 @@ class SubprocessBackend:
         self.spec = spec
         self.reaper = reaper
 
-    async def start(self, name: str, env: dict[str, str], task_file: Path) -> Running:
+    async def start(
+        self, name: str, env: dict[str, str], task_file: Path, cwd: Path | None = None
+    ) -> Running:
         sid = env["COLIBRI_SESSION"] = new_sid()
         try:
             process = await spawn(
-                *self.spec.command,
+                *self.spec.command_in(cwd),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                cwd=self.spec.cwd,
+                cwd=cwd or self.spec.cwd,
                 env=env,
                 process_group=0,
             )

@@ -33,12 +33,14 @@ class TmuxBackend:
         self.names = [*SESSION_VARIABLES, "PATH", *spec.env]
         self.pattern = re.compile(spec.ready_pattern) if spec.ready_pattern else None
 
-    async def start(self, name: str, env: dict[str, str], task_file: Path) -> Running:
+    async def start(
+        self, name: str, env: dict[str, str], task_file: Path, cwd: Path | None = None
+    ) -> Running:
         sid = env["COLIBRI_SESSION"] = new_sid()
         own = {k: v for k, v in env.items() if k.startswith("COLIBRI_") or k in self.names}
         try:
-            pid = await tmux.start(self.socket, name, self.spec.command, own, self.spec.cwd,
-                                   self.names)  # fmt: skip
+            pid = await tmux.start(self.socket, name, self.spec.command_in(cwd), own,
+                                   cwd or self.spec.cwd, self.names)  # fmt: skip
             running = Running(pid, name, task_file, sid=sid)
             self.reaper.track(running)
         except (RuntimeError, OSError, ValueError) as exc:
