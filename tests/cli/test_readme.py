@@ -105,3 +105,47 @@ def test_the_docs_agree_on_the_suites_size_and_time() -> None:
     words = {"two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7",
              "eight": "8", "nine": "9"}  # fmt: skip
     assert (words.get(readme[1], readme[1]), readme[2]) == (reliability[2], reliability[1])
+
+
+def pipeline_blocks() -> list[str]:
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## A pipeline of coding agents") : text.index("## Agents on other")]
+    return re.findall(r"```sh\n(.*?)```", section, re.S)
+
+
+@pytest.mark.timeout(120)
+def test_the_pipeline_section_runs_as_written(home: Path) -> None:
+    """"A pipeline of coding agents", pasted as it is: four steps, a branch each, each on the
+    one before; the checkout untouched and no worktree left behind."""
+    colibri = Path(sys.executable).with_name("colibri")
+    if not colibri.exists():
+        pytest.skip(f"no colibri command beside {sys.executable} (pip install -e . there)")
+    blocks = pipeline_blocks()
+    assert len(blocks) == 2
+    script = "\n".join(
+        ["set -euo pipefail", "trap 'colibri stop >/dev/null 2>&1 || :' EXIT", *blocks]
+    )
+    who = {"GIT_AUTHOR_NAME": "a user", "GIT_AUTHOR_EMAIL": "user@example.com",
+           "GIT_COMMITTER_NAME": "a user", "GIT_COMMITTER_EMAIL": "user@example.com"}  # fmt: skip
+    env = {
+        **COVERAGE_ENV, **who, "HOME": str(home), "LANG": "C.UTF-8",
+        "PATH": f"{colibri.parent}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
+    }  # fmt: skip
+    done = subprocess.run(
+        ["bash", "-c", script], cwd=home, env=env, capture_output=True, text=True, timeout=100,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    branches = [ln.strip() for ln in lines if ln.strip().startswith("colibri/")]
+    assert len(branches) == 4 and any(b.endswith("-review-review-the-branch") for b in branches)
+    change = next(ln for ln in lines if ln.startswith("change:"))
+    assert "-review-review-the-branch at " in change and change.endswith(": 1 file, +1 -0")
+    log = [ln.split(" ", 1)[1] for ln in lines if re.fullmatch(r"[0-9a-f]{7,} .+", ln)]
+    assert log == ["review: review the branch", "test: add the tests",
+                   "build: implement the plan", "plan: write the plan", "an empty repository"]
+    worktrees = [ln for ln in lines if ln.startswith(str(home))]
+    assert len(worktrees) == 1 and worktrees[0].startswith(f"{home}/pipeline/app ")
+    app = home / "pipeline" / "app"
+    assert (app / "NOTES.md").exists() is False  # the checkout never saw the sessions' notes
+    assert list((home / "pipeline" / ".colibri" / "worktrees" / "app").iterdir()) == []
