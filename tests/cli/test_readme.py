@@ -109,7 +109,7 @@ def test_the_docs_agree_on_the_suites_size_and_time() -> None:
 
 def pipeline_blocks() -> list[str]:
     text = README.read_text(encoding="utf-8")
-    section = text[text.index("## A pipeline of coding agents") : text.index("## Agents on other")]
+    section = text[text.index("## A pipeline of coding agents") : text.index("## Metrics")]
     return re.findall(r"```sh\n(.*?)```", section, re.S)
 
 

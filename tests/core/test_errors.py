@@ -24,6 +24,11 @@ NOT_REPORTED = {
     "colibri.store.base.StoreConflict",
     "colibri.store.base.BatchRefused",
     "colibri.agent.backends.base.StartFailed",
+    # A session's worktree or its dependencies that could not be made or read: its task's fail.
+    "colibri.agent.git.GitFailed",
+    "colibri.agent.worktrees.WorktreeRefused",
+    "colibri.agent.workplace.SetupFailed",
+    "colibri.agent.dependencies.DependencyUnread",
     # Turned into psycopg's OperationalError, and so StorageUnavailable, where it is caught.
     "colibri.store.postgres.connection._Silent",
 }
