@@ -290,3 +290,19 @@ def test_a_plan_with_a_circle_or_a_name_twice_is_refused_whole(run: Run) -> None
     assert twice.value.index == 1
     assert run.store.max_ledger_seq() == seq
     assert run.store.list_tasks(TaskFilter()) == []
+
+
+def test_a_chain_of_a_thousand_is_cancelled_from_its_first(tmp_path: Path) -> None:
+    """A failed first task cancels the 999 waiting behind it, each telling the next: one after
+    another, not a call within a call (which a thousand would take past Python's limit)."""
+    run = Run(tmp_path / "long.sqlite", max_depth=1000)
+    try:
+        first = last = run.submit("first")
+        for i in range(999):
+            last = run.submit(f"step {i}", last)
+        run.run(first, ok=False)
+        assert run.get(last).outcome == "cancelled"
+        assert run.board.status()["blocked"] == 0
+        assert run.board.tasks == {}
+    finally:
+        run.store.close()

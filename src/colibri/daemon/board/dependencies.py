@@ -19,6 +19,7 @@ or a takeover releases nothing twice and forgets nothing.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable
 
 import msgspec
@@ -73,6 +74,12 @@ class Dependencies:
         #: Waiting task → the longest chain of waits that ends at it (1: it waits for tasks
         #: that wait for nothing).
         self.depth: dict[str, int] = {}
+        #: Waiting tasks one of whose dependencies ended otherwise than done, met all the same
+        #: (``run``): their release says so.
+        self.ran_anyway: set[str] = set()
+        #: Dependencies closed and not yet told of (``closed``), and whether they are being.
+        self._closed: deque[Task] = deque()
+        self._telling = False
         #: Cancels a waiting task, a ledger row saying why (``Intake.cancel_one``).
         self.cancel_one: Callable[[Task, str], Task] = _unwired
 
@@ -80,6 +87,7 @@ class Dependencies:
         self.waiting.clear()
         self.dependents.clear()
         self.depth.clear()
+        self.ran_anyway.clear()
 
     def lookup(self, task_id: str) -> Task | None:
         return self.tasks.get(task_id) or self.store.get_task(task_id)
@@ -137,7 +145,10 @@ class Dependencies:
             if met(dependency, task.if_dependency_fails) is not True:
                 open_deps.add(dep_id)
                 depth = max(depth, self.depth.get(dep_id, 0))
+            elif dependency.outcome != State.DONE:
+                self.ran_anyway.add(task.id)
         if not open_deps:
+            self.ran_anyway.discard(task.id)
             return False
         self.waiting[task.id] = open_deps
         self.depth[task.id] = depth + 1
@@ -161,7 +172,21 @@ class Dependencies:
 
     def closed(self, dependency: Task) -> None:
         """``dependency`` is closed: it waits no more (cancelled while waiting), and every
-        task that waits for it is told."""
+        task that waits for it is told. A cancel this makes closes more tasks, which are told
+        in turn — one after another, not within each other: a chain of a thousand is no
+        deeper a call than one."""
+        self._closed.append(dependency)
+        if self._telling:
+            return
+        self._telling = True
+        try:
+            while self._closed:
+                self._tell(self._closed.popleft())
+        finally:
+            self._telling = False
+            self._closed.clear()  # (left only by a failure, whose batch is rolled back)
+
+    def _tell(self, dependency: Task) -> None:
         self._forget(dependency.id)
         waiting_ids = self.dependents.pop(dependency.id, None)
         if not waiting_ids:
@@ -180,15 +205,17 @@ class Dependencies:
                 how = ENDED_HOW.get(dependency.outcome or "", "ended")
                 self.cancel_one(task, f"dependency {dependency.id} {how}")
                 continue
+            if dependency.outcome != State.DONE:
+                self.ran_anyway.add(task_id)
             holds.discard(dependency.id)
             if not holds:
                 self._release(task)
 
     def _release(self, task: Task) -> None:
+        reason = "released: every task it waited for is done"
+        if task.id in self.ran_anyway:
+            reason = "released: every task it waited for has ended"
         self._forget(task.id)
-        reason = "released: every task it waited for has ended"
-        if all(self._done(d) for d in task.after):
-            reason = "released: every task it waited for is done"
         entry = LedgerEntry(
             at=rfc3339(self.clock.time()), task=task.id, tenant=task.tenant,
             from_state=State.PENDING.value, to_state=State.PENDING.value, epoch=task.epoch,
@@ -198,13 +225,10 @@ class Dependencies:
         self.audience.announce(task, State.PENDING.value, reason)
         self.queue.enqueue(task)
 
-    def _done(self, task_id: str) -> bool:
-        dependency = self.lookup(task_id)
-        return dependency is not None and dependency.outcome == State.DONE
-
     def _forget(self, task_id: str) -> None:
         self.waiting.pop(task_id, None)
         self.depth.pop(task_id, None)
+        self.ran_anyway.discard(task_id)
 
     # -- a retry takes a failed dependency's place --------------------------------------------
 
