@@ -95,3 +95,14 @@ def test_schedule_add_then_makes_a_pipeline_that_show_lists(daemon: Daemon) -> N
         ("plan the night", "api"), ("implement it", "api"), ("review it", "api")
     ]
     assert fired["id"] == tasks[2]["id"] and tasks[2]["after"] == [tasks[1]["id"]]
+
+
+def test_a_plan_line_waiting_for_too_many_is_refused_with_its_line(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    wide = tmp_path / "wide.jsonl"
+    wide.write_text(json.dumps({"text": "ok"}) + "\n"
+                    + json.dumps({"text": "x", "after": [f"n{i}" for i in range(1001)]}) + "\n")
+    line = error_line(colibri("submit", "--from", str(wide), root=daemon.root))
+    assert line.startswith(f"colibri: {wide}:2: after: Expected `array` of length <= 1000")
+    assert daemon.call("list", limit=10)["tasks"] == []
