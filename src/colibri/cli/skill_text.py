@@ -99,6 +99,21 @@ waits in one step. To look without waiting:
 colibri show TASK_ID --json
 ```
 
+## Run tasks in order
+
+```sh
+colibri submit "TEXT" --after TASK_ID --json
+colibri submit --from plan.jsonl --json
+```
+
+A task `--after` another (repeatable) waits until every one has ended `done`; `colibri why
+TASK_ID` says what it waits for. If one fails or is cancelled, it is cancelled too (or, with
+`--if-dependency-fails run`, runs anyway; `wait`, waits for a `colibri retry` of it). A plan is a
+JSON lines file, one task a line, whose `after` may name other lines by their `name`
+(`{"name": "build", "text": "…", "after": ["plan"]}`); it is taken whole or refused whole, and
+prints the ids in its order. In a workspace of worktrees each task's session gets its own branch,
+starting from the branch of the task it waited for; `show --json` gives it as `change`.
+
 ## Follow a family
 
 ```sh
@@ -174,7 +189,12 @@ commands below read, so give them no `--task`, `--epoch` or `--claim`:
   the text. A one-shot session also gets the text alone on stdin;
 - `COLIBRI_WORKSPACE`, `COLIBRI_AGENT`, `COLIBRI_ROOT`, `COLIBRI_SOCKET`: where you run;
 - `COLIBRI_EPOCH`, `COLIBRI_CLAIM`: your claim on the task. The claim is a secret that
-  proves your reports are yours: never print it, write it down or pass it on.
+  proves your reports are yours: never print it, write it down or pass it on;
+- `COLIBRI_DEPENDENCIES`, for a task that waited for others: a JSON file listing each of them
+  (`id`, `text`, `outcome`, `output`, `error`, and `change`: the branch it left, if any);
+- `COLIBRI_WORKTREE`, `COLIBRI_BRANCH`, `COLIBRI_BASE`, in a workspace of worktrees: you work
+  in a git worktree of your own, on your own branch, started from commit BASE. Commit as you
+  go; what you leave uncommitted is committed for you when you end.
 
 """
     + _RULES
