@@ -142,6 +142,22 @@ def test_wait_and_family_give_tasks(daemon: Daemon) -> None:
     agent.close()
 
 
+def test_a_task_after_another_through_the_client(daemon: Daemon) -> None:
+    agent = FakeAgent(daemon, "bsd-1", ["freebsd"])
+    try:
+        with colibri.Client.for_root(daemon.root, timeout=10) as board:
+            first = board.submit("build", capabilities=["freebsd"])
+            then = board.submit("publish", capabilities=["freebsd"], after=[first.id])
+            assert then.after == [first.id] and then.if_dependency_fails == "cancel"
+            assert agent.next_assign()["task"]["id"] == first.id
+            agent.out(agent.events[-1], output="built")
+            assert agent.next_assign()["task"]["id"] == then.id  # once the first is done
+            agent.out(agent.events[-1])
+            assert board.wait(then.id).outcome == "done"
+    finally:
+        agent.close()
+
+
 def test_the_async_client_as_a_context_with_typed_calls(daemon: Daemon) -> None:
     agent = FakeAgent(daemon, "bsd-1", ["freebsd"], slots=2)
 

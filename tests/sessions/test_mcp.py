@@ -173,3 +173,19 @@ def test_without_the_sdk_it_says_how_to_install_it(root: Path) -> None:
         "colibri: colibri mcp needs the MCP SDK, which is not installed: "
         "pip install 'colibri-board[mcp]'"
     )
+
+
+def test_submit_after_through_the_tools(root: Path, daemon: Daemon) -> None:
+    async def drive() -> None:
+        async with mcp_session(root) as session:
+            first = (await call(session, "submit", text="plan", capabilities=["nobody"]))["task"]
+            made = await call(session, "submit", text="build", capabilities=["nobody"],
+                              after=[first["id"][-8:]], if_dependency_fails="run")  # fmt: skip
+            second = made["task"]
+            assert second["after"] == [first["id"]] and second["if_dependency_fails"] == "run"
+            why = await call(session, "why", task_id=second["id"])
+            assert why["summary"] == f"waits for 1 task: {first['id']} (pending)"
+            error = await refusal(session, "submit", text="x", after=["0" * 8])
+            assert error["code"] == "unknown_task"
+
+    asyncio.run(drive())
