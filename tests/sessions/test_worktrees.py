@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import Daemon, harness_pid, online, wait_until
-from tests.sessions.support import PY
+from tests.sessions.support import PY, alive
 
 Fleet = Callable[..., Daemon]
 
@@ -367,3 +367,35 @@ def test_a_tmux_session_that_reported_by_itself_has_its_change_reported(
     finally:
         for sock in (root / ".colibri" / "tmux").glob("*.sock"):
             subprocess.run(["tmux", "-S", str(sock), "kill-server"], capture_output=True)
+
+
+def test_a_harness_killed_while_it_makes_a_worktree_leaves_none_behind(
+    fleet: Fleet, root: Path
+) -> None:
+    """Killed during the worktree's setup (after ``git worktree add``, before the session):
+    the next harness sweeps the half-made worktree, and stops the setup's process group, as a
+    session's (marked while it runs), even one that has shed the session's environment."""
+    repo = root / "repo"
+    make_repo(repo)
+    # It drops its environment (exec with none), so only its process group can tell it apart.
+    setup = [PY, "-c", "import os, shutil\n"
+             "marker = os.path.join(os.environ['COLIBRI_ROOT'], 'in-setup')\n"
+             "open(marker, 'w').write(str(os.getpid()))\n"
+             "os.execve(shutil.which('sleep'), ['sleep', '600'], {})\n"]  # fmt: skip
+    daemon = start(fleet, {"w": workspace("repo", setup=setup)})
+    task = submit(daemon, "edit")
+    marker = root / "in-setup"
+    wait_until(marker.exists)
+    wait_until(lambda: marker.read_text() != "")
+    made = [w for w in worktrees_of(repo) if w != str(repo)]
+    assert len(made) == 1
+    harness = harness_pid(root, "w")
+    assert harness is not None
+    os.killpg(harness, signal.SIGKILL)
+    final = daemon.wait_closed(task, timeout=40)
+    assert final["outcome"] == "failed" and "session lost" in final["error"]
+    wait_until(lambda: worktrees_of(repo) == [str(repo)], timeout=20)
+    assert not Path(made[0]).exists()
+    setup_pid = int(marker.read_text())
+    wait_until(lambda: not alive(setup_pid), timeout=20)
+    assert run_git(repo, "status", "--porcelain") == ""

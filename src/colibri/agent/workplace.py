@@ -31,7 +31,7 @@ from colibri.client import AsyncClient
 from colibri.core.agent_protocol import Fail, Out, Reclaimed
 from colibri.core.model import Change, Task
 from colibri.layout import RootLayout
-from colibri.leftovers import sessions_dir
+from colibri.leftovers import mark_group, sessions_dir, unmark_group
 from colibri.privatefiles import write_private
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,10 @@ class Workplaces:
         )  # fmt: skip
         await worktrees.copy_in(folder, worktree, config.copy)
         if config.setup:
-            await run_setup(config.setup, worktree.cwd, {**self.environment(), **setting.env})
+            await run_setup(
+                config.setup, worktree.cwd, {**self.environment(), **setting.env},
+                marked=(self.root, self.spec.name),
+            )  # fmt: skip
         return setting
 
     async def settle(
@@ -152,9 +155,13 @@ def with_change(report: Report | None, change: Change | None) -> Report | None:
     return msgspec.structs.replace(report, change=change)
 
 
-async def run_setup(command: list[str], cwd: Path, env: dict[str, str]) -> None:
+async def run_setup(
+    command: list[str], cwd: Path, env: dict[str, str], marked: tuple[Path, str] | None = None
+) -> None:
     """Run the workspace's setup command in the worktree, in a process group of its own that
-    is killed once it has exited (or is cancelled); raise SetupFailed when it fails."""
+    is killed once it has exited (or is cancelled); raise SetupFailed when it fails.
+    ``marked``: the root and agent whose leftover sessions its group counts among while it
+    runs, so the harness that replaces a killed one stops it too."""
     env = {**env, "COLIBRI_SESSION": new_sid()}  # what it leaves running is not the harness's
     try:
         process = await spawn(
@@ -163,6 +170,8 @@ async def run_setup(command: list[str], cwd: Path, env: dict[str, str]) -> None:
         )  # fmt: skip
     except OSError as exc:
         raise SetupFailed(f"worktree setup: could not start {command[0]}: {exc}") from None
+    if marked is not None:
+        mark_group(*marked, process.pid)
     said = Capture(0, SETUP_TAIL)
     assert process.stdout is not None
     reading = asyncio.ensure_future(said.read(process.stdout))
@@ -174,6 +183,8 @@ async def run_setup(command: list[str], cwd: Path, env: dict[str, str]) -> None:
     finally:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
+        if marked is not None:
+            unmark_group(*marked, process.pid)
         await asyncio.wait({reading, waiting}, timeout=1.0)
         reading.cancel()
         waiting.cancel()
