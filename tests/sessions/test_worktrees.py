@@ -399,3 +399,34 @@ def test_a_harness_killed_while_it_makes_a_worktree_leaves_none_behind(
     setup_pid = int(marker.read_text())
     wait_until(lambda: not alive(setup_pid), timeout=20)
     assert run_git(repo, "status", "--porcelain") == ""
+
+
+def test_a_full_disk_fails_the_task_with_gits_words_and_leaves_the_checkout(
+    fleet: Fleet, root: Path
+) -> None:
+    """The worktrees' disk is full (a small tmpfs filled to its last block): the task fails
+    with git's own one line, nothing of the checkout changes, and no worktree is left."""
+    import errno
+
+    from tests.reliability.test_storage_faults import tmpfs
+
+    repo = root / "repo"
+    start_head = make_repo(repo)
+    place = root / ".colibri" / "worktrees"
+    place.mkdir(parents=True, mode=0o700, exist_ok=True)
+    with tmpfs(place, "1m"):
+        try:
+            with open(place / "filler", "wb") as filler:
+                while True:
+                    filler.write(b"\0" * 65536)
+                    filler.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+        daemon = start(fleet, {"w": workspace("repo")})
+        final = daemon.wait_closed(submit(daemon, "edit"), timeout=30)
+        assert final["outcome"] == "failed"
+        assert "No space left on device" in final["error"], final["error"]
+        assert "\n" not in final["error"]
+        assert head(repo) == start_head and run_git(repo, "status", "--porcelain") == ""
+        assert worktrees_of(repo) == [str(repo)]
+        daemon.stop()
