@@ -539,6 +539,9 @@ def test_the_detail_screen_shows_what_a_task_waits_for_and_its_branch(daemon: Da
                   "files": 2, "insertions": 30, "deletions": 4}  # fmt: skip
         assert agent.out(assign, output="PLAN.md written", change=change)["ok"]
         daemon.wait_closed(first["id"])
+        why = daemon.call("why", task=first["id"])["summary"]
+        assert why == ("it ended done; nothing waits; its session left branch "
+                       "colibri/0f3a9b2c-write-the-plan at 222222222: 2 files, +30 -4")
 
         async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
             await until(pilot, lambda: second["id"] in app.rows and first["id"] in app.rows)
@@ -553,9 +556,9 @@ def test_the_detail_screen_shows_what_a_task_waits_for_and_its_branch(daemon: Da
             app.set_filter("write the plan")
             await pilot.press("enter")
             detail = await until(pilot, lambda: isinstance(app.screen, TaskScreen) and app.screen)
-            said = ("change:       branch colibri/0f3a9b2c-write-the-plan at 222222222: 2 files, "
-                    "+30 -4")
-            assert said in detail.body.plain
+            said = "branch colibri/0f3a9b2c-write-the-plan at 222222222: 2 files, +30 -4"
+            assert f"change:       {said}" in detail.body.plain
+            assert f"out; {said}" in detail.body.plain  # its ledger row says it too
 
         run(scenario, daemon.root)
     finally:

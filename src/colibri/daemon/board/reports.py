@@ -216,8 +216,9 @@ class Reports:
         if cost is not None:
             self.capacity.spend(task.workspace or agent.workspace, cost.usd)
         kept = {} if change is None else {"change": change}
+        reason = "out" if change is None else f"out; {change.describe()}"
         return self.transitions.move(
-            task, State.DONE, "out", close=session_ended, output=output, error=None, cost=cost,
+            task, State.DONE, reason, close=session_ended, output=output, error=None, cost=cost,
             **kept,
         )  # fmt: skip
 

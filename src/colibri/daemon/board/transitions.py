@@ -165,19 +165,21 @@ class Transitions:
         self.capacity.release(task)
         if change is None:
             return self.move(task, State.CLOSED)
-        return self.move(task, State.CLOSED, change=change)
+        return self.move(task, State.CLOSED, change.describe(), change=change)
 
     def end_session(self, task: Task, error: str, change: Change | None = None) -> Task:
         """A running task's session is gone without out: retry if attempts remain, else fail.
         ``change``: what the session left in its worktree."""
         kept: dict[str, Any] = {} if change is None else {"change": change}
+        left = "" if change is None else f"; {change.describe()}"
         if task.attempts < task.max_attempts:
             delay = backoff.delay(task.attempts, self.settings.retry_backoff, MAX_RETRY_DELAY)
             self.capacity.release(task)
             retry = self.move(
                 task,
                 State.PENDING,
-                f"retry {task.attempts + 1}/{task.max_attempts} in {delay:g}s after: {error}",
+                f"retry {task.attempts + 1}/{task.max_attempts} in {delay:g}s after: {error}"
+                + left,
                 error=error,
                 not_before=rfc3339(self.clock.time() + delay),
                 **kept,
@@ -189,7 +191,7 @@ class Transitions:
             if task.max_attempts == 1
             else f"max_attempts ({task.max_attempts}) reached: {error}"
         )
-        return self.move(task, State.FAILED, reason, error=error, **kept)
+        return self.move(task, State.FAILED, reason + left, error=error, **kept)
 
     def lose(self, task: Task, reason: str) -> None:
         """The session is gone and nobody will report on it: end it, and close it if it

@@ -91,6 +91,8 @@ class Views:
             summary = f"its session runs on agent {task.agent}"
         elif task.state != State.PENDING:
             summary = f"it ended {task.outcome or task.state}; nothing waits"
+            if task.change is not None:
+                summary += f"; its session left {task.change.describe()}"
         elif task.id in self.dependencies.waiting:
             summary = self.dependencies.describe(task) or "it waits for other tasks"
         elif self.dispatcher.paused:
