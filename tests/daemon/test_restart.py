@@ -349,3 +349,31 @@ def test_a_second_signal_while_the_board_is_being_built_ends_the_daemon_at_once(
             daemon.process.kill()
             daemon.process.wait(timeout=10)
     assert "daemon ready" not in daemon.log()
+
+
+def test_tasks_that_wait_survive_sigkills_and_are_released_once(
+    daemon: Daemon, spawn: Spawn
+) -> None:
+    first = daemon.submit("first", capabilities=["w"])
+    second = daemon.submit("second", capabilities=["x"], after=[first["id"]])
+    # (Each step needs an agent of its own: one that ran the step before would be assigned it
+    # while it waits for the reply to its out.)
+    third = daemon.submit("third", capabilities=["y"], after=[second["id"], first["id"]])
+    daemon.restart()  # SIGKILL: the waits are in the rows, not in memory only
+    assert daemon.call("status")["blocked"] == 2
+    agent = spawn(daemon, "a1", ["w"])
+    assign = agent.next_assign()
+    assert assign["task"]["id"] == first["id"]
+    agent.out(assign)
+    daemon.wait_closed(first["id"])
+    agent.close()
+    daemon.restart()  # second released, not yet run: released again? never
+    for name, capability, expected in (("a2", "x", second), ("a3", "y", third)):
+        agent = spawn(daemon, name, [capability])
+        assign = agent.next_assign()
+        assert assign["task"]["id"] == expected["id"]
+        agent.out(assign)
+        daemon.wait_closed(expected["id"])
+    rows = daemon.ledger()
+    released = [r["task"] for r in rows if (r.get("reason") or "").startswith("released")]
+    assert sorted(released) == sorted([second["id"], third["id"]])
