@@ -190,3 +190,25 @@ def test_a_tokens_submit_all_is_its_tenants_whole_or_nothing(
             "submit-all", tasks=[{"text": "mine"}, {"text": "y", "parent": beta["id"]}]
         )
     assert [t["task"]["tenant"] for t in made["tasks"]] == ["beta", "beta"]
+
+
+def test_a_token_cannot_wait_for_another_tenants_task(
+    tls_daemon: TlsDaemon, two_tenants: tuple[dict[str, Any], dict[str, Any]]
+) -> None:
+    """``after`` names tasks as every request does: another tenant's, by its whole id or the
+    end of it, is a task that does not exist, word for word; nothing is stored."""
+    acme, beta = two_tenants
+    before = tls_daemon.call("status")["ledger_seq"]
+    with tls_daemon.connect(tls_daemon.token("operator", "beta")) as client:
+        for named in (acme["id"], acme["id"][-8:]):
+            with pytest.raises(ColibriError) as caught:
+                client.call("submit", text="after acme's", after=[named])
+            assert caught.value.code == "unknown_task"
+            assert caught.value.message == UnknownTask(named).message
+            with pytest.raises(ColibriError) as caught:
+                client.call("submit-all", tasks=[{"text": "mine"},
+                                                 {"text": "after acme's", "after": [named]}])
+            assert caught.value.code == "unknown_task" and caught.value.index == 1
+        mine = client.call("submit", text="after my own", after=[beta["id"]])["task"]
+        assert mine["after"] == [beta["id"]] and mine["tenant"] == "beta"
+    assert tls_daemon.call("status")["ledger_seq"] == before + 1
