@@ -769,6 +769,26 @@ def test_set_question_changes_the_task_and_writes_no_ledger_row(
     assert store.max_ledger_seq() == 1
 
 
+def test_set_after_changes_what_a_task_waits_for_and_writes_no_ledger_row(
+    backend: Backend, store: Store
+) -> None:
+    task = make_task("t0001", after=["t0000"], if_dependency_fails="wait")
+    add(store, task)
+    store.commit()
+    store.set_after("t0001", ["t0009", "t0000"])
+    waits = msgspec.structs.replace(task, after=["t0009", "t0000"])
+    assert store.get_task("t0001") == waits
+    assert backend.open().get_task("t0001") == task  # part of the batch
+    store.rollback()
+    assert store.get_task("t0001") == task
+    store.set_after("t0001", ["t0009", "t0000"])
+    store.set_after("no-such-task", ["t0001"])  # no error, nothing written
+    store.commit()
+    assert backend.open().get_task("t0001") == waits  # in order, every other field as it was
+    assert store.get_task("no-such-task") is None
+    assert store.max_ledger_seq() == 1
+
+
 # -- the ledger ----------------------------------------------------------------------------------
 
 

@@ -144,7 +144,7 @@ class PostgresStore(Committing):
         self._hold("set_question", (question, task_id))
 
     def set_after(self, task_id: str, after: list[str]) -> None:
-        self._hold("set_after", (encode_list(after), task_id))
+        self._hold("set_after", (encode_list(after).decode(), task_id))
 
     # -- ledger ------------------------------------------------------------------------------
 
