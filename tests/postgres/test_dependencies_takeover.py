@@ -35,7 +35,7 @@ def test_a_waiting_task_is_released_once_by_the_daemon_that_took_over(
         assert second.wait_closed(last["id"], timeout=30)["output"] == "after both"
         rows = second.ledger()
         closed = {r["task"]: r["seq"] for r in rows if r["to_state"] == "closed"}
-        ran = {}
+        ran: dict[str, int] = {}
         for row in rows:
             if row["to_state"] == "running":
                 ran.setdefault(row["task"], row["seq"])

@@ -10,6 +10,7 @@ circle. Each fire submits the task and its steps together (``submit-all``, one t
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Annotated
 
 import msgspec
@@ -99,7 +100,7 @@ def fire_of(task: TaskSpec, steps: list[Step]) -> tuple[list[TaskSpec], list[str
     return specs, names
 
 
-def plan_order(afters: list[list[str]], names: list[str | None]) -> list[int]:
+def plan_order(afters: Sequence[Sequence[str]], names: Sequence[str | None]) -> list[int]:
     """The order to admit a plan's submissions in: each after the ones it names in its
     ``after`` (by their local ``names``), otherwise as given.
 

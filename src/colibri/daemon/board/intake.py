@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -127,8 +128,8 @@ class Intake:
 
     def submit_all(
         self,
-        submissions: list[tuple[TaskSpec, str | None]],
-        names: list[str | None] | None = None,
+        submissions: Sequence[tuple[TaskSpec, str | None]],
+        names: Sequence[str | None] | None = None,
         *,
         schedule: str | None = None,
         task_ids: list[str] | None = None,
