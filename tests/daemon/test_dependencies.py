@@ -306,3 +306,34 @@ def test_a_chain_of_a_thousand_is_cancelled_from_its_first(tmp_path: Path) -> No
         assert run.board.tasks == {}
     finally:
         run.store.close()
+
+
+def test_cancelling_a_family_whose_members_wait_for_each_other_cancels_all_of_it(
+    run: Run,
+) -> None:
+    """A member cancelled with the one it waited for is not cancelled twice: the rest of the
+    family is cancelled all the same, and the reply names every task the cancel ended."""
+    parent = run.submit("parent")
+    assert run.dispatch() == [parent]
+    first = run.board.submit(TaskSpec(text="c1", parent=parent, capabilities=["nobody"]))[0].id
+    second = run.board.submit(TaskSpec(text="c2", parent=parent, after=[first]))[0].id
+    third = run.board.submit(TaskSpec(text="c3", parent=parent, capabilities=["nobody"]))[0].id
+    outside = run.board.submit(TaskSpec(text="after c1, no family", after=[first]))[0].id
+    run.commit()
+    cancelled = run.board.cancel(parent, None)
+    run.commit()
+    assert {t.id for t in cancelled} == {parent, first, second, third, outside}
+    for task_id in (first, second, third, outside):
+        assert run.get(task_id).outcome == "cancelled", task_id
+    assert run.board.status()["blocked"] == 0 and not run.board.queue.pending
+
+
+def test_a_plan_cannot_wait_across_tenants(run: Run) -> None:
+    """Even the owner's plan: a task waits only for tasks of its own tenant (another's would
+    show it to a tenant's token, and on a hive it may not be served by the same daemon)."""
+    items = [(TaskSpec(text="alpha's", tenant="alpha"), None),
+             (TaskSpec(text="beta's", tenant="beta", after=["a"]), None)]  # fmt: skip
+    with pytest.raises(UnknownTask) as refused:
+        run.board.submit_all(items, ["a", None])
+    assert refused.value.index == 1
+    assert run.store.list_tasks(TaskFilter()) == []

@@ -80,6 +80,9 @@ class Dependencies:
         #: Dependencies closed and not yet told of (``closed``), and whether they are being.
         self._closed: deque[Task] = deque()
         self._telling = False
+        #: While a caller collects them (``Intake.cancel``, for its reply): the tasks cancelled
+        #: because a dependency failed or was cancelled. None: nobody does.
+        self.cancelled: list[Task] | None = None
         #: Cancels a waiting task, a ledger row saying why (``Intake.cancel_one``).
         self.cancel_one: Callable[[Task, str], Task] = _unwired
 
@@ -96,10 +99,11 @@ class Dependencies:
 
     def check(
         self, tenant: str, after: list[str], policy: str, max_depth: int,
-        planned: dict[str, int] | None = None,
+        planned: dict[str, tuple[int, str]] | None = None,
     ) -> int:  # fmt: skip
-        """What intake refuses of a new task's ``after`` (whole ids; ``planned``: the depths of
-        tasks submitted with it, not yet written), before anything is written; its depth.
+        """What intake refuses of a new task's ``after`` (whole ids; ``planned``: the depth and
+        tenant of each task submitted with it, not yet written), before anything is written;
+        its depth.
 
         :raises UnknownTask: a dependency that does not exist, or is of another tenant (as if
             it did not: a tenant never learns of another's tasks).
@@ -111,7 +115,10 @@ class Dependencies:
         planned = planned or {}
         for dep_id in after:
             if dep_id in planned:
-                depth = max(depth, planned[dep_id])
+                deep, of = planned[dep_id]
+                if of != tenant:
+                    raise UnknownTask(dep_id)
+                depth = max(depth, deep)
                 continue
             dependency = self.lookup(dep_id)
             if dependency is None or dependency.tenant != tenant:
@@ -203,7 +210,9 @@ class Dependencies:
             if verdict is False:
                 self._forget(task_id)
                 how = ENDED_HOW.get(dependency.outcome or "", "ended")
-                self.cancel_one(task, f"dependency {dependency.id} {how}")
+                cancelled = self.cancel_one(task, f"dependency {dependency.id} {how}")
+                if self.cancelled is not None:
+                    self.cancelled.append(cancelled)
                 continue
             if dependency.outcome != State.DONE:
                 self.ran_anyway.add(task_id)

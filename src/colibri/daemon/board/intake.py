@@ -77,8 +77,8 @@ class Tally:
     children: Counter[str] = field(default_factory=Counter)
     budget: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     keys: dict[tuple[str, str], tuple[Task, str]] = field(default_factory=dict)
-    #: The tasks admitted so far that others of them may wait for: id → depth of waits.
-    planned: dict[str, int] = field(default_factory=dict)
+    #: The tasks admitted so far that others of them may wait for: id → depth of waits, tenant.
+    planned: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
 class Intake:
@@ -314,7 +314,7 @@ class Intake:
             created_at=now,
             updated_at=now,
         )
-        tally.planned[task.id] = depth if after else 0
+        tally.planned[task.id] = (depth if after else 0, tenant)
         tally.pending[tenant] += 1
         tally.text[tenant] += size
         if task.parent is not None:
@@ -325,13 +325,27 @@ class Intake:
         return task, True, fingerprint
 
     def cancel(self, task_id: str, reason: str | None) -> list[Task]:
-        """Cancel a task and every open descendant, a ledger row each; return those cancelled."""
+        """Cancel a task and every open descendant, a ledger row each; return those cancelled,
+        with the tasks that waited for them and were cancelled for it (``if_dependency_fails``)."""
         root = self.get(task_id)
         why = reason or "cancelled"
+        followed: list[Task] = []
+        self.dependencies.cancelled = followed
+        try:
+            changed = self._cancel_family(root, why)
+        finally:
+            self.dependencies.cancelled = None
+        changed += followed
+        if not changed and root.state in states.ENDED:
+            raise IllegalTransition(root.id, root.state, State.CANCELLED.value)
+        return changed
+
+    def _cancel_family(self, root: Task, why: str) -> list[Task]:
         changed: list[Task] = []
-        for task in self.store.open_family(root.id):
-            task = self.tasks.get(task.id, task)
-            if task.state in (State.PENDING, State.RUNNING):
+        for member in self.store.open_family(root.id):
+            # As it is now: a member that waited for another may have been cancelled with it.
+            task = self.tasks.get(member.id)
+            if task is not None and task.state in (State.PENDING, State.RUNNING):
                 changed.append(
                     self.cancel_one(
                         task, why if task.id == root.id else f"{why} (family of {root.id})"
@@ -339,8 +353,6 @@ class Intake:
                 )
                 if task.id != root.id:
                     crashpoints.hit("mid-cancel")
-        if not changed and root.state in states.ENDED:
-            raise IllegalTransition(root.id, root.state, State.CANCELLED.value)
         return changed
 
     def cancel_one(self, task: Task, reason: str) -> Task:
