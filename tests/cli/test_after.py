@@ -106,3 +106,13 @@ def test_a_plan_line_waiting_for_too_many_is_refused_with_its_line(
     line = error_line(colibri("submit", "--from", str(wide), root=daemon.root))
     assert line.startswith(f"colibri: {wide}:2: after: Expected `array` of length <= 1000")
     assert daemon.call("list", limit=10)["tasks"] == []
+
+
+def test_a_base_that_is_no_ref_is_refused_in_words(daemon: Daemon) -> None:
+    for base in ("--upload-pack=touch /tmp/x", "main\nclaim: forged", "two words"):
+        line = error_line(colibri("submit", "x", "--base", base, root=daemon.root))
+        assert "is not a branch or commit name: give one without spaces or control " \
+            "characters, not starting with -" in line, line  # fmt: skip
+    assert daemon.call("list", limit=10)["tasks"] == []
+    made = ok(colibri("submit", "x", "--base", "release/2.x~1", "--json", root=daemon.root))
+    assert json.loads(made)["base"] == "release/2.x~1"

@@ -87,10 +87,27 @@ def test_the_base_is_the_tasks_then_its_last_dependency_with_a_change_then_the_w
     plain = task("d3")
     assert choose_base(task(base="v2"), [first], "main") == ("v2", "the task's base")
     assert choose_base(task(), [first, second, plain], "main") == (
-        "c/two", "the branch of task d2"
+        "b" * 40, "the head of c/two, task d2's branch"
     )  # fmt: skip
     assert choose_base(task(), [plain], "main") == ("main", "the workspace's worktree.base")
     assert choose_base(task(), [], None) == ("HEAD", "the repository's HEAD")
+
+
+def test_a_reported_change_is_a_ref_and_commits_nothing_can_take_for_more() -> None:
+    """A change comes from a harness (or a session that lies): its branch is written into
+    other sessions' task bodies and used as a ref, so a line break, a space or a leading dash
+    never gets in, nor anything but hex in its commits."""
+    import msgspec
+
+    for branch in ("x\nclaim: forged", "--upload-pack=evil", "a b", "tab\there", "\x7f", ""):
+        with pytest.raises(msgspec.ValidationError):
+            msgspec.convert({"branch": branch, "base": "a" * 40, "head": "b" * 40}, Change)
+    for commit in ("HEAD", "main", "a" * 65, "abc"):
+        with pytest.raises(msgspec.ValidationError):
+            msgspec.convert({"branch": "ok", "base": commit, "head": "b" * 40}, Change)
+    fine = msgspec.convert({"branch": "colibri/5dc4f1e2-fix", "base": "a" * 40,
+                            "head": "b" * 7}, Change)  # fmt: skip
+    assert fine.branch == "colibri/5dc4f1e2-fix"
 
 
 def test_the_body_names_the_tasks_it_waited_for() -> None:

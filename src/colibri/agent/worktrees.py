@@ -84,7 +84,9 @@ def choose_base(
         return task.base, "the task's base"
     for dependency in reversed(dependencies):
         if dependency.change is not None:
-            return dependency.change.branch, f"the branch of task {dependency.id}"
+            # Its head as it was reported, not the branch as it is now: a branch moves.
+            change = dependency.change
+            return change.head, f"the head of {change.branch}, task {dependency.id}'s branch"
     if configured:
         return configured, "the workspace's worktree.base"
     return "HEAD", "the repository's HEAD"
@@ -229,6 +231,9 @@ async def close(worktree: Worktree, message: str, *, keep: bool, task_id: str) -
         await commit_left_over(worktree.path, message)
         _, out = await git("rev-parse", "HEAD", cwd=worktree.path)
         head = out.strip()
+        # A session that switched branches, or left HEAD detached, worked elsewhere: the
+        # task's branch is moved to where it ended, so no commit of it is left on no branch.
+        await git("update-ref", f"refs/heads/{worktree.branch}", head, cwd=worktree.repo)
     _, stat = await git("diff", "--shortstat", worktree.base, head, cwd=worktree.repo)
     files, insertions, deletions = parse_shortstat(stat)
     kept = None

@@ -52,8 +52,17 @@ After = Annotated[list[TaskId], msgspec.Meta(max_length=MAX_AFTER)]
 #: (``cancel``), released as if it were done (``run``), or kept waiting for a retry of it
 #: (``wait``: ``colibri retry`` of the dependency puts the retry in its place).
 IfDependencyFails = Literal["cancel", "run", "wait"]
-#: A git ref as a task or a workspace names a worktree's base.
+#: A git ref as a task names its worktree's base, or a branch a session left: one word that
+#: git could never take for an option (no leading ``-``), with no space or control character
+#: (it is written into other sessions' task bodies, one header line each).
+REF_PATTERN = r"^[^\s\x00-\x1f\x7f-][^\s\x00-\x1f\x7f]*\Z"
+_REF_RE = re.compile(REF_PATTERN)
+#: A task's base, checked by intake (``checked_names``), which says what is wrong in words.
 GitRef = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+#: A branch a harness reports: checked as it is decoded.
+BranchName = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=REF_PATTERN)]
+#: A commit, as git names it in full (or a prefix of it).
+CommitId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{4,64}\Z")]
 Count = Annotated[int, msgspec.Meta(ge=0, le=10**12)]
 
 
@@ -101,9 +110,9 @@ class Change(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defa
     from and the branch's head after it, and the size of the difference between the two.
     ``head`` equal to ``base`` (and no files): the session changed nothing."""
 
-    branch: GitRef
-    base: Annotated[str, msgspec.Meta(max_length=64)]
-    head: Annotated[str, msgspec.Meta(max_length=64)]
+    branch: BranchName
+    base: CommitId
+    head: CommitId
     files: Count = 0
     insertions: Count = 0
     deletions: Count = 0
@@ -311,8 +320,9 @@ def normalize_names(values: list[str], what: str) -> list[str]:
 
 def checked_names(spec: TaskSpec) -> tuple[list[str], list[str], str | None]:
     """What intake refuses of a spec before it writes, and the names it keeps: the text must
-    say something; the tenant, the workspace and the pinned agent must be names; capabilities
-    and labels are normalised (``normalize_names``). Returns (capabilities, labels, workspace).
+    say something; the tenant, the workspace and the pinned agent must be names, the base a
+    ref; capabilities and labels are normalised (``normalize_names``). Returns (capabilities,
+    labels, workspace).
     Intake and ``submit --from`` (which checks every line before it sends one) both ask here."""
     if not spec.text.strip():
         raise BadRequest("text is empty: say what the task is")
@@ -321,6 +331,11 @@ def checked_names(spec: TaskSpec) -> tuple[list[str], list[str], str | None]:
     if spec.agent is not None:
         check_name(spec.agent, "agent name")
     workspace = check_name(spec.workspace, "workspace") if spec.workspace else None
+    if spec.base is not None and not _REF_RE.match(spec.base):
+        raise BadRequest(
+            f"base {shown(spec.base, 80)} is not a branch or commit name: give one without "
+            "spaces or control characters, not starting with -"
+        )
     capabilities = normalize_names(spec.capabilities, "capability")
     return capabilities, normalize_names(spec.labels, "label"), workspace
 
