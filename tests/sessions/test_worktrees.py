@@ -430,3 +430,25 @@ def test_a_full_disk_fails_the_task_with_gits_words_and_leaves_the_checkout(
         assert head(repo) == start_head and run_git(repo, "status", "--porcelain") == ""
         assert worktrees_of(repo) == [str(repo)]
         daemon.stop()
+
+
+def test_a_session_that_switched_branches_leaves_its_work_on_the_tasks_branch(
+    fleet: Fleet, root: Path
+) -> None:
+    """Its commits are where the task's branch ends, not on a branch of its own nor on none."""
+    repo = root / "repo"
+    start_head = make_repo(repo)
+    moves = {"elsewhere": "git checkout -q -b mine", "detached": "git checkout -q --detach"}
+    commit = ("echo work > done.txt && git add done.txt && "
+              "git -c user.name=t -c user.email=t@localhost commit -qm 'the work'")  # fmt: skip
+    for name, move in moves.items():
+        session = {"command": ["sh", "-c", f"{move} && {commit}"]}
+        daemon = start(fleet, {"w": {"path": "repo", "isolation": "worktree", "session": session}})
+        final = daemon.wait_closed(submit(daemon, f"switch {name}"), timeout=30)
+        assert final["outcome"] == "done", final
+        change = final["change"]
+        assert change["files"] == 1 and change["base"] == start_head
+        assert head(repo, change["branch"]) == change["head"], name
+        assert run_git(repo, "show", f"{change['branch']}:done.txt") == "work\n"
+        assert head(repo) == start_head and run_git(repo, "status", "--porcelain") == ""
+        daemon.stop()
