@@ -356,8 +356,8 @@ def test_tasks_that_wait_survive_sigkills_and_are_released_once(
 ) -> None:
     first = daemon.submit("first", capabilities=["w"])
     second = daemon.submit("second", capabilities=["x"], after=[first["id"]])
-    # (Each step needs an agent of its own: one that ran the step before would be assigned it
-    # while it waits for the reply to its out.)
+    # (Each step needs an agent of its own: the agent that ran the step before is closed, and
+    # would take the next step, assigned to it at once, down with it.)
     third = daemon.submit("third", capabilities=["y"], after=[second["id"], first["id"]])
     daemon.restart()  # SIGKILL: the waits are in the rows, not in memory only
     assert daemon.call("status")["blocked"] == 2

@@ -472,3 +472,32 @@ def test_a_pipeline_that_waits_out_of_order_is_refused(daemon: Daemon) -> None:
     with pytest.raises(ColibriError, match="its task waits for nothing"):
         add(daemon, "bad", every="1h", task={"text": "x", "after": ["abcd1234"]})
     assert daemon.call("schedule-list")["schedules"] == []
+
+
+def test_overlap_replace_cancels_the_whole_previous_pipeline(daemon: Daemon) -> None:
+    add(daemon, "line", every="1s", overlap="replace",
+        task={"text": "first", "capabilities": ["nobody"]},
+        then=[{"text": "second", "capabilities": ["nobody"]}])  # fmt: skip
+    wait_until(lambda: daemon.call("schedule-get", name="line")["schedule"]["fires"] >= 3)
+    schedule = daemon.call("schedule-get", name="line")["schedule"]
+    tasks = daemon.call("list", limit=100)["tasks"]
+    open_ = [t for t in tasks if t["state"] == "pending"]
+    assert sorted(t["id"] for t in open_) == sorted(schedule["last_fire_tasks"])
+    assert [t["text"] for t in open_] == ["first", "second"]
+    assert len([t for t in tasks if t.get("outcome") == "cancelled"]) >= 4
+
+
+def test_overlap_skip_waits_for_every_step_of_the_last_fire(daemon: Daemon) -> None:
+    """The last step may be done while another is still open: the fire is open till all are."""
+    add(daemon, "fan", every="1s",
+        task={"text": "root", "capabilities": ["x"]},
+        then=[{"name": "slow", "text": "slow", "capabilities": ["nobody"]},
+              {"text": "quick", "capabilities": ["x"], "after": ["task"]}])  # fmt: skip
+    agent = FakeAgent(daemon, "runner", ["x"])
+    try:
+        for _ in range(2):  # the root, then the quick step (the slow one nobody takes)
+            agent.out(agent.next_assign())
+        wait_until(lambda: daemon.call("schedule-get", name="fan")["schedule"]["skipped"] >= 2)
+        assert daemon.call("schedule-get", name="fan")["schedule"]["fires"] == 1
+    finally:
+        agent.close()

@@ -129,6 +129,7 @@ FULL_SCHEDULE = Schedule(
         base="main",
     ),
     then=[Step(text="check the build", name="check", after=["task"], workspace="ops")],
+    last_fire_tasks=["0197a0e0-0000-7000-8000-000000000003", "0197a0e0-0000-7000-8000-0000000004"],
     paused=True,
     finished=True,
     next_fire_at=LATER,

@@ -96,6 +96,9 @@ class Schedule(msgspec.Struct, kw_only=True):
     next_fire_at: str | None = None
     last_fire_at: str | None = None
     last_task: str | None = None
+    #: Every task of the last fire of a pipeline (``then``), the first first; while any of
+    #: them is open, the fire is (``overlap``).
+    last_fire_tasks: list[str] = []
     fires: int = 0
     skipped: int = 0
     missed: int = 0

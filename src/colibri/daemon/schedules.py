@@ -28,7 +28,7 @@ from colibri.core.errors import (
     UnknownSchedule,
 )
 from colibri.core.events import ScheduleNoted
-from colibri.core.model import LedgerEntry, parse_rfc3339, rfc3339
+from colibri.core.model import LedgerEntry, Task, parse_rfc3339, rfc3339
 from colibri.core.plans import fire_of
 from colibri.core.schedules import Schedule, ScheduleSpec
 from colibri.core.states import OPEN
@@ -81,6 +81,7 @@ class ScheduleRunner:
                 fresh.fires, fresh.skipped, fresh.missed = old.fires, old.skipped, old.missed
                 fresh.refused = old.refused
                 fresh.last_task, fresh.last_fire_at = old.last_task, old.last_fire_at
+                fresh.last_fire_tasks = old.last_fire_tasks
             try:
                 self.store.upsert_schedule(fresh)
             except StoreConflict as conflict:
@@ -227,8 +228,8 @@ class ScheduleRunner:
     def _fire_one(
         self, schedule: Schedule, nominal: float, stamp: str, manual: bool = False
     ) -> int:
-        previous = self.board.open_task(schedule.last_task or "")
-        if previous is not None and previous.state in OPEN and not manual:
+        previous = self._open_of_last_fire(schedule)
+        if previous is not None and not manual:
             if schedule.overlap == "skip":
                 if self.store.record_fire(schedule.name, rfc3339(nominal), "skipped", None, stamp):
                     schedule.skipped += 1
@@ -240,8 +241,12 @@ class ScheduleRunner:
                     )
                 return 0
             if schedule.overlap == "replace":
-                self.board.cancel(previous.id, f"replaced by the next fire of {schedule.name}")
+                why = f"replaced by the next fire of {schedule.name}"
+                while previous is not None:  # (a cancel may end the ones after it too)
+                    self.board.cancel(previous.id, why)
+                    previous = self._open_of_last_fire(schedule)
         task_id = last_id = new_task_id()
+        ids = [task_id]
         key = rfc3339(nominal)
         if self.store.fire_recorded(schedule.name, key):
             if manual:
@@ -285,13 +290,22 @@ class ScheduleRunner:
             raise Internal(f"fire {schedule.name} {key} recorded twice in one batch")
         crashpoints.hit("mid-fire")  # the task is in; the schedule's next fire not yet
         schedule.fires += 1
-        # A pipeline's last step stands for its fire: while it is open, the fire is (overlap).
-        schedule.last_task = last_id
+        schedule.last_task = last_id  # a pipeline's: its last step
+        schedule.last_fire_tasks = ids if schedule.then else []
         schedule.last_fire_at = key
         self.board.broadcast(
             ScheduleNoted(schedule=schedule.name, what="fired", nominal=key, task=task_id)
         )
         return 1
+
+    def _open_of_last_fire(self, schedule: Schedule) -> Task | None:
+        """The first task of the schedule's last fire that is still open (pending or running),
+        if any: a pipeline's fire is open while any of its steps is."""
+        for task_id in schedule.last_fire_tasks or [schedule.last_task or ""]:
+            task = self.board.open_task(task_id)
+            if task is not None and task.state in OPEN:
+                return task
+        return None
 
     def run_now(self, name: str) -> str:
         """Fire once now, outside the timetable; the next scheduled fire is unchanged."""
@@ -370,6 +384,7 @@ def _same_definition(a: Schedule, b: Schedule) -> bool:
         "overlap",
         "jitter",
         "task",
+        "then",
         "paused",
     )
     return all(getattr(a, k) == getattr(b, k) for k in keys) and (a.kind != "once" or a.at == b.at)
