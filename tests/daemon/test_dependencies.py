@@ -236,7 +236,7 @@ def test_bad_dependencies_are_refused_and_nothing_is_written(run: Run) -> None:
         run.submit("after nothing", "0197a0e0-0000-7000-8000-00000000dead")
     with pytest.raises(UnknownTask):
         run.submit("after another tenant's", other)
-    with pytest.raises(BadRequest, match="cancelled at once; retry it first"):
+    with pytest.raises(BadRequest, match="cancelled at once; wait for a retry of it instead"):
         run.submit("after a failure", failed)
     assert run.store.max_ledger_seq() == seq
     released = run.submit("runs anyway", failed, if_dependency_fails="run")

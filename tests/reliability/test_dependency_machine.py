@@ -221,6 +221,10 @@ class DependencyMachine(RuleBasedStateMachine):
                                self.board.queue, dict(self.board.tasks))  # fmt: skip
         rebuilt.load(list(self.board.tasks.values()))
         assert self.board.dependencies.waiting == rebuilt.waiting
+        # No index keeps a task that waits no more (nor misses one that does).
+        assert {d: set(w) for d, w in self.board.dependencies.dependents.items()} == {
+            d: set(w) for d, w in rebuilt.dependents.items()
+        }
 
 
 DependencyMachine.TestCase.settings = settings(

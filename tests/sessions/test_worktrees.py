@@ -121,7 +121,7 @@ def test_two_sessions_edit_the_same_file_each_on_its_own_branch(fleet: Fleet, ro
         assert view["COLIBRI_BASE"] == start_head
         assert view["cwd"] == view["COLIBRI_WORKTREE"]
         assert Path(view["cwd"]).is_relative_to(root / ".colibri" / "worktrees" / "w")
-        assert view["COLIBRI_BRANCH"].startswith(f"colibri/{task[-8:]}-edit-wait-")
+        assert view["COLIBRI_BRANCH"].startswith(f"colibri/{task[-12:]}-edit-wait-")
         release(root, task)
     changes = {task: daemon.wait_closed(task)["change"] for task in (first, second)}
     for task, change in changes.items():
@@ -238,9 +238,9 @@ def test_what_keeps_a_task_from_its_worktree_fails_it_saying_why(fleet: Fleet, r
     # A branch of the name the task would take, made while dispatch is paused.
     daemon.call("toggle-swarm", paused=True)
     task = submit(daemon, "edit it", "taken")
-    run_git(root / "taken", "branch", f"colibri/{task[-8:]}-edit-it")
+    run_git(root / "taken", "branch", f"colibri/{task[-12:]}-edit-it")
     daemon.call("toggle-swarm", paused=False)
-    assert f"the branch colibri/{task[-8:]}-edit-it exists already" in error_of(task)
+    assert f"the branch colibri/{task[-12:]}-edit-it exists already" in error_of(task)
     # Any other failure of git's: its own line.
     clash = error_of(submit(daemon, "edit", "clash"))
     assert clash.startswith("git worktree: fatal: cannot lock ref 'refs/heads/colibri/"), clash

@@ -3,7 +3,7 @@
 At assign the harness finds the repository of the workspace's folder, picks the base (the
 task's ``base``; else the branch of the last of its ``after`` tasks that left a change; else
 the workspace's ``worktree.base``; else HEAD), and adds a worktree on a new branch,
-``colibri/<last 8 of the task id>-<slug of its text>``, under
+``colibri/<last 12 of the task id>-<slug of its text>``, under
 ``.colibri/worktrees/<workspace>/``. After the session, what it left uncommitted is committed
 on the branch, the change is measured, and the worktree is removed (the branch stays) — or
 kept, for a failed task of a workspace with ``keep_failed``. Nothing here changes the
@@ -59,10 +59,16 @@ def slug(text: str, most: int = SLUG_MOST) -> str:
     return made or "task"
 
 
+#: The characters of a task's id a branch carries: its end (random in a UUIDv7), long enough
+#: that the tasks of a schedule firing the same text for years never meet (48 bits), and
+#: ending with the 8 every list shows.
+BRANCH_ID = 12
+
+
 def branch_name(task_id: str, text: str, epoch: int = 1) -> str:
     """The branch of ``task_id``'s session: a later attempt of the task (a new epoch) starts
     a branch of its own, ``…-2``, and never takes over the last one's."""
-    short = re.sub(r"[^a-z0-9]", "", task_id.lower())[-8:] or "task"
+    short = re.sub(r"[^a-z0-9]", "", task_id.lower())[-BRANCH_ID:] or "task"
     again = f"-{epoch}" if epoch > 1 else ""
     return f"{BRANCH_PREFIX}{short}-{slug(text)}{again}"
 
@@ -265,11 +271,11 @@ async def sweep(root: Path, workspace: str, folder: Path) -> None:
             continue
         if entry.is_symlink() or not entry.is_dir() or _kept_marker(entry).exists():
             continue
-        if not await is_worktree(entry):
-            # No worktree git knows (or not one at all): under .colibri/, ours to drop.
-            await asyncio.to_thread(shutil.rmtree, entry, True)
-            continue
         try:
+            if not await is_worktree(entry):
+                # No worktree git knows (or not one at all): under .colibri/, ours to drop.
+                await asyncio.to_thread(shutil.rmtree, entry, True)
+                continue
             message = "Left uncommitted by a colibri session whose harness was stopped.\n"
             await commit_left_over(entry, message)
             await git("worktree", "remove", "--force", str(entry), cwd=entry)

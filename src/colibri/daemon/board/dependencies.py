@@ -69,8 +69,9 @@ class Dependencies:
         self.tasks = tasks
         #: Waiting task → the dependencies it still waits for.
         self.waiting: dict[str, set[str]] = {}
-        #: Dependency → the tasks waiting for it (some may have stopped waiting since).
-        self.dependents: dict[str, list[str]] = {}
+        #: Dependency → the tasks waiting for it, in the order they came (a dict as an ordered
+        #: set: one that stops waiting is taken out at once).
+        self.dependents: dict[str, dict[str, None]] = {}
         #: Waiting task → the longest chain of waits that ends at it (1: it waits for tasks
         #: that wait for nothing).
         self.depth: dict[str, int] = {}
@@ -126,7 +127,8 @@ class Dependencies:
             if dependency.outcome in ENDED_HOW and policy == "cancel":
                 raise BadRequest(
                     f"task {dep_id} {ENDED_HOW[dependency.outcome]}: a task after it would be "
-                    "cancelled at once; retry it first, or give if_dependency_fails run or wait"
+                    "cancelled at once; wait for a retry of it instead (colibri retry gives "
+                    "one: name it in after), or give if_dependency_fails run or wait"
                 )
             depth = max(depth, self.depth.get(dep_id, 0))
         if depth + 1 > max_depth:
@@ -160,7 +162,7 @@ class Dependencies:
         self.waiting[task.id] = open_deps
         self.depth[task.id] = depth + 1
         for dep_id in open_deps:
-            self.dependents.setdefault(dep_id, []).append(task.id)
+            self.dependents.setdefault(dep_id, {})[task.id] = None
         return True
 
     def load(self, open_tasks: Iterable[Task]) -> set[str]:
@@ -205,7 +207,7 @@ class Dependencies:
                 continue  # it stopped waiting (cancelled; released)
             verdict = met(dependency, task.if_dependency_fails)
             if verdict is None:  # wait: for a retry of the dependency
-                self.dependents.setdefault(dependency.id, []).append(task_id)
+                self.dependents.setdefault(dependency.id, {})[task_id] = None
                 continue
             if verdict is False:
                 self._forget(task_id)
@@ -235,9 +237,18 @@ class Dependencies:
         self.queue.enqueue(task)
 
     def _forget(self, task_id: str) -> None:
-        self.waiting.pop(task_id, None)
+        """``task_id`` waits no more: out of every index, its dependencies' included."""
+        for dep_id in self.waiting.pop(task_id, ()):
+            self._unlink(task_id, dep_id)
         self.depth.pop(task_id, None)
         self.ran_anyway.discard(task_id)
+
+    def _unlink(self, task_id: str, dep_id: str) -> None:
+        waiting = self.dependents.get(dep_id)
+        if waiting is not None:
+            waiting.pop(task_id, None)
+            if not waiting:
+                del self.dependents[dep_id]
 
     # -- a retry takes a failed dependency's place --------------------------------------------
 
@@ -246,7 +257,7 @@ class Dependencies:
         ``wait`` wait for the retry instead (their ``after`` rewritten, a ledger row each).
         Returns them."""
         moved = []
-        for task_id in self.dependents.get(old.id, []):
+        for task_id in list(self.dependents.get(old.id, {})):
             task = self.tasks.get(task_id)
             holds = self.waiting.get(task_id)
             if task is None or holds is None or old.id not in holds:
@@ -268,14 +279,10 @@ class Dependencies:
             self.tasks[task.id] = changed
             holds.discard(old.id)
             holds.add(retry.id)
-            self.dependents.setdefault(retry.id, []).append(task.id)
+            self.dependents.setdefault(retry.id, {})[task.id] = None
+            self._unlink(task.id, old.id)
             self.audience.announce(changed, State.PENDING.value, reason)
             moved.append(changed)
-        remaining = [t for t in self.dependents.get(old.id, []) if t not in {m.id for m in moved}]
-        if remaining:
-            self.dependents[old.id] = remaining
-        else:
-            self.dependents.pop(old.id, None)
         return moved
 
     # -- reading --------------------------------------------------------------------------------
