@@ -563,3 +563,28 @@ def test_the_detail_screen_shows_what_a_task_waits_for_and_its_branch(daemon: Da
         run(scenario, daemon.root)
     finally:
         agent.close()
+
+
+def test_a_task_that_waits_for_others_is_shown_blocked_until_it_is_released(
+    daemon: Daemon,
+) -> None:
+    first = daemon.submit("the gate", capabilities=["gatekeeper"])
+    second = daemon.submit("behind the gate", capabilities=["nobody-has-this"],
+                           after=[first["id"]])  # fmt: skip
+
+    def row_of(app: ColibriApp, task_id: str) -> str:
+        return next(ln for ln in shown_on(app).splitlines() if short_id(task_id) in ln)
+
+    async def scenario(app: ColibriApp, pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: second["id"] in app.rows)
+        await until(pilot, lambda: "blocked" in row_of(app, second["id"]))
+        assert "pending" in row_of(app, first["id"])
+        agent = FakeAgent(daemon, "keeper", ["gatekeeper"])
+        try:
+            agent.out(agent.next_assign())
+        finally:
+            agent.close()
+        await until(pilot, lambda: app.board.tasks[first["id"]].state == "closed")
+        await until(pilot, lambda: "pending" in row_of(app, second["id"]))
+
+    run(scenario, daemon.root)

@@ -216,6 +216,16 @@ class Board:
             parent = self.tasks[parent].parent
         return depth
 
+    def held(self, task: Task) -> bool:
+        """Whether ``task`` waits for others (``after``) as far as this board can tell: pending,
+        and one of them still open here (a dependency counts once it is closed)."""
+        if task.state != "pending" or not task.after:
+            return False
+        return any(
+            (dep := self.tasks.get(dep_id)) is not None and dep.state != "closed"
+            for dep_id in task.after
+        )
+
     def waiting(self) -> list[Task]:
         return [t for t in self.tasks.values() if t.question is not None and t.state == "running"]
 

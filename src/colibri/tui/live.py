@@ -304,7 +304,7 @@ class LiveBoard(App[None]):
     def _line_of(self, task_id: str) -> Text:
         task = self.board.tasks[task_id]
         depth = self.board.depth(task) if self.as_tree else 0
-        return views.task_line(task, self._now, self.size.width, depth)
+        return views.task_line(task, self._now, self.size.width, depth, self.board.held(task))
 
     def draw_tasks(self, changed: set[str] | None = None) -> None:
         """The list made again: which tasks match, in which order (the cursor stays on its

@@ -22,6 +22,7 @@ STATE_STYLES = {
     "done": "green",
     "failed": "bold red",
     "cancelled": "bright_black",
+    "blocked": "dim yellow",
 }
 
 TASK_COLUMNS = (
@@ -66,8 +67,9 @@ def state_of(task: Task) -> str:
     return task.state
 
 
-def task_cells(task: Task, now: datetime, indent: int = 0) -> tuple[Text, ...]:
-    state = state_of(task)
+def task_cells(task: Task, now: datetime, indent: int = 0, held: bool = False) -> tuple[Text, ...]:
+    """``held``: it waits for other tasks (the row says ``blocked``)."""
+    state = "blocked" if held else state_of(task)
     shown_state = state
     if task.state in ("done", "failed", "cancelled"):
         shown_state += "…"  # ended, its session not yet gone
@@ -103,9 +105,11 @@ def _line(cells: tuple[Text, ...], screen_width: int) -> Text:
     return line
 
 
-def task_line(task: Task, now: datetime, screen_width: int, indent: int = 0) -> Text:
+def task_line(
+    task: Task, now: datetime, screen_width: int, indent: int = 0, held: bool = False
+) -> Text:
     """A task as one line of the task list."""
-    return _line(task_cells(task, now, indent), screen_width)
+    return _line(task_cells(task, now, indent, held), screen_width)
 
 
 def task_columns(screen_width: int) -> Text:
