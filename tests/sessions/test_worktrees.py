@@ -452,3 +452,24 @@ def test_a_session_that_switched_branches_leaves_its_work_on_the_tasks_branch(
         assert run_git(repo, "show", f"{change['branch']}:done.txt") == "work\n"
         assert head(repo) == start_head and run_git(repo, "status", "--porcelain") == ""
         daemon.stop()
+
+
+def test_a_worktree_half_removed_by_a_killed_harness_is_swept_at_the_next_start(
+    fleet: Fleet, root: Path
+) -> None:
+    """A harness killed while it removed a worktree leaves a folder git half forgot (its
+    ``.git`` file gone, some files left) and git's own record of it: the next harness drops the
+    folder and ``git worktree prune`` the record, before any task."""
+    repo = root / "repo"
+    make_repo(repo)
+    place = root / ".colibri" / "worktrees" / "w"
+    place.mkdir(parents=True, mode=0o700)
+    half = place / "0123456789ab-half-gone"
+    run_git(repo, "worktree", "add", "--quiet", "-b", "colibri/0123456789ab-half-gone", str(half))
+    (half / ".git").unlink()  # where `git worktree remove` was cut short
+    assert len(worktrees_of(repo)) == 2
+    start(fleet, {"w": workspace("repo")})
+    wait_until(lambda: not half.exists(), timeout=20)
+    wait_until(lambda: worktrees_of(repo) == [str(repo)], timeout=20)
+    assert run_git(repo, "status", "--porcelain") == ""
+    assert head(repo, "colibri/0123456789ab-half-gone") == head(repo)  # the branch is kept
