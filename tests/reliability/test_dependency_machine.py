@@ -70,6 +70,12 @@ class DependencyMachine(RuleBasedStateMachine):
         board.take_effects()
         return board
 
+    def _refused(self) -> None:
+        """A request refused: its batch rolled back and memory reloaded, as the server does."""
+        self.store.rollback()
+        self.board.rebuild()
+        self.board.take_effects()
+
     def _commit(self) -> None:
         self.store.commit()
         self.board.take_effects()
@@ -95,9 +101,7 @@ class DependencyMachine(RuleBasedStateMachine):
         try:
             task, _ = self.board.submit(spec)
         except ColibriError:
-            self.store.rollback()
-            self.board.rebuild()
-            self.board.take_effects()
+            self._refused()
             return
         self._commit()
         self.ids.append(task.id)
@@ -141,9 +145,7 @@ class DependencyMachine(RuleBasedStateMachine):
         try:
             made = self.board.retry(task.id)
         except ColibriError:
-            self.store.rollback()
-            self.board.rebuild()
-            self.board.take_effects()
+            self._refused()
             return
         self._commit()
         self.ids.append(made.id)

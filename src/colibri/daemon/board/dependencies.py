@@ -227,6 +227,12 @@ class Dependencies:
         if task.id in self.ran_anyway:
             reason = "released: every task it waited for has ended"
         self._forget(task.id)
+        self._note(task, reason)
+        self.queue.enqueue(task)
+
+    def _note(self, task: Task, reason: str) -> None:
+        """A ledger row ``pending → pending`` for a waiting task (released, or waiting for
+        another), told to whoever follows the board."""
         entry = LedgerEntry(
             at=rfc3339(self.clock.time()), task=task.id, tenant=task.tenant,
             from_state=State.PENDING.value, to_state=State.PENDING.value, epoch=task.epoch,
@@ -234,7 +240,6 @@ class Dependencies:
         )  # fmt: skip
         self.batch.ledger_rows.append(self.store.append_ledger(entry))
         self.audience.announce(task, State.PENDING.value, reason)
-        self.queue.enqueue(task)
 
     def _forget(self, task_id: str) -> None:
         """``task_id`` waits no more: out of every index, its dependencies' included."""
@@ -265,23 +270,15 @@ class Dependencies:
             if task.if_dependency_fails != "wait" or old.outcome == State.DONE:
                 continue
             after = [retry.id if d == old.id else d for d in task.after]
-            if retry.id in task.after:
-                after = list(dict.fromkeys(after))
+            after = list(dict.fromkeys(after))  # (it may have named the retry already)
             self.store.set_after(task.id, after)
-            reason = f"waits for {retry.id}, the retry of {old.id}"
-            entry = LedgerEntry(
-                at=rfc3339(self.clock.time()), task=task.id, tenant=task.tenant,
-                from_state=State.PENDING.value, to_state=State.PENDING.value,
-                epoch=task.epoch, reason=reason, uid=self.batch.uid, pid=self.batch.pid,
-            )  # fmt: skip
-            self.batch.ledger_rows.append(self.store.append_ledger(entry))
             changed = msgspec.structs.replace(task, after=after)
             self.tasks[task.id] = changed
             holds.discard(old.id)
             holds.add(retry.id)
             self.dependents.setdefault(retry.id, {})[task.id] = None
             self._unlink(task.id, old.id)
-            self.audience.announce(changed, State.PENDING.value, reason)
+            self._note(changed, f"waits for {retry.id}, the retry of {old.id}")
             moved.append(changed)
         return moved
 
