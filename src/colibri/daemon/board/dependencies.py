@@ -179,6 +179,11 @@ class Dependencies:
 
     # -- a dependency closed ---------------------------------------------------------------
 
+    def concerns(self, task_id: str) -> bool:
+        """Whether a task closing matters here: it waits, or others wait for it. (Most tasks
+        neither: two looks in a dictionary for each.)"""
+        return task_id in self.dependents or task_id in self.waiting
+
     def closed(self, dependency: Task) -> None:
         """``dependency`` is closed: it waits no more (cancelled while waiting), and every
         task that waits for it is told. A cancel this makes closes more tasks, which are told

@@ -156,7 +156,7 @@ class Transitions:
         self.audience.announce(new, task.state, reason)
         if close:
             self.audience.announce(final, new.state, None)
-        if final.state == State.CLOSED:
+        if final.state == State.CLOSED and self.dependencies.concerns(final.id):
             self.dependencies.closed(final)
         return final
 
