@@ -33,6 +33,21 @@ EVICT_AFTER = 5.0
 #: The time one principal's requests may take in one loop turn (its connections together);
 #: past it they wait for the next turn, after everyone else's of this one.
 TURN_TIME = 0.001
+#: The most time a batch's requests may take, turn after turn, while it grows to match what
+#: its commit costs (``batch_grows``): the wait it adds to a reply, at worst.
+GROW_MAX = 0.02
+#: The most turns a batch waits for before it commits, whatever they took (a bound that does
+#: not depend on the clock).
+GROW_TURNS = 64
+
+
+def batch_grows(waiting: bool, work: float, last_commit: float, turns: int) -> bool:
+    """Whether a batch should take the requests still waiting for their turn (``waiting``)
+    before it commits: while its requests (``work`` seconds so far, over ``turns`` turns) have
+    taken less time than the last commit did, at most ``GROW_MAX`` and ``GROW_TURNS``. A
+    commit costs its round trips to the store whatever the batch holds: a store further away
+    gets larger batches, not one commit per turn."""
+    return waiting and work < min(last_commit, GROW_MAX) and turns < GROW_TURNS
 
 
 def owner_reserve(max_connections: int) -> int:
@@ -182,6 +197,17 @@ class Admission(GroupCommit):
         a principal that pipelines expensive reads must leave the turn to the others: the
         owner's ping is answered within a turn whatever a tenant asks for."""
         return self._spent.get(self._principal_of(conn), 0.0) < TURN_TIME
+
+    def batch_grows(self) -> bool:
+        """Whether to serve the connections waiting for their turn before the batch commits
+        (the module's ``batch_grows``), counting the turn if so."""
+        if self._batch_error is not None or self.unavailable is not None:
+            return False
+        grows = batch_grows(
+            bool(self._waiting), self.batch_work, self.last_commit, self.batch_turns
+        )
+        self.batch_turns += grows
+        return grows
 
     def wait_turn(self, conn: Connection) -> None:
         """``conn`` has lines left that must wait: it is resumed next turn, behind the

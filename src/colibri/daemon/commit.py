@@ -54,6 +54,11 @@ class GroupCommit:
         self._batch_error: ColibriError | None = None
         self._ledger_followers: set[Connection] = set()
         self.commits = 0
+        #: How long the last batch's commit took, and the time spent handling requests since
+        #: (``Server.handle_line`` adds to it): a batch grows while it has cost less than that.
+        self.last_commit = 0.0
+        self.batch_work = 0.0
+        self.batch_turns = 0
         #: Set at shutdown, after the last flush: the store is about to close.
         self.closed = False
         self.on_flushed: Callable[[], None] | None = None
@@ -100,6 +105,11 @@ class GroupCommit:
         self._flush_scheduled = False
         if self.closed:
             return
+        if self.batch_grows():
+            # Requests wait for their turn: serve them in this batch first, and commit after.
+            self._flush_scheduled = True
+            self.loop.call_soon(self.flush)
+            return
         try:
             self._flush()
         except Exception as exc:
@@ -107,6 +117,11 @@ class GroupCommit:
             # longer be shown to agree. Stop, as a crash would, rather than serve on.
             log.exception("internal error in flush", extra={"event": "internal_error"})
             self.fatal(f"internal error while committing a batch ({exc!r})")
+
+    def batch_grows(self) -> bool:
+        """Whether the batch should take the requests still waiting before it commits: no, by
+        default (``Admission`` says when)."""
+        return False
 
     def fatal(self, why: str) -> None:
         """Stop serving at once and make the daemon exit non-zero: what was acknowledged is in
@@ -149,6 +164,7 @@ class GroupCommit:
                 board.store.commit()
                 commit_seconds = time.perf_counter() - started
                 self.commits += 1
+                self.last_commit = commit_seconds
             except StorageUnavailable as exc:
                 self._batch_error = exc
             except BatchRefused as exc:
@@ -160,6 +176,7 @@ class GroupCommit:
                     "internal error: a write of the batch was refused by the store; the batch "
                     "was rolled back, retry it"
                 )
+        self.batch_work, self.batch_turns = 0.0, 0
         replies, self._replies = self._replies, []
         if self._batch_error is not None:
             self._fail_batch(replies, self._batch_error)

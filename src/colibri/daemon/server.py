@@ -80,7 +80,9 @@ class Server(Admission):
             self._handle_line(conn, line)
         finally:
             key = self._principal_of(conn)
-            self._spent[key] = self._spent.get(key, 0.0) + time.perf_counter() - started
+            took = time.perf_counter() - started
+            self._spent[key] = self._spent.get(key, 0.0) + took
+            self.batch_work += took
             self._next_turn_soon()
 
     def _handle_line(self, conn: Connection, line: bytes) -> None:
