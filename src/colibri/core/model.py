@@ -340,5 +340,23 @@ def checked_names(spec: TaskSpec) -> tuple[list[str], list[str], str | None]:
     return capabilities, normalize_names(spec.labels, "label"), workspace
 
 
+def request_fingerprint(
+    req: TaskSpec,
+    capabilities: list[str],
+    labels: list[str],
+    workspace: str | None,
+    pin: str | None,
+) -> str:
+    """What a submission asks for, as the board reads it: the same key with another
+    fingerprint is another request, refused rather than answered with the first task."""
+    import hashlib  # (not at import: the CLI starts without it)
+
+    asked = [req.text, capabilities, workspace, pin, req.parent, req.priority, req.min_score,
+             labels, req.max_attempts, req.budget_usd]  # fmt: skip
+    if req.after or req.base is not None:  # (keys taken before these fields keep their prints)
+        asked += [req.after, req.if_dependency_fails, req.base]
+    return hashlib.blake2b(msgspec.json.encode(asked), digest_size=16).hexdigest()
+
+
 #: The fields of a ``TaskSpec`` (every one of them is a field of ``Task`` too).
 SPEC_FIELDS: tuple[str, ...] = TaskSpec.__struct_fields__

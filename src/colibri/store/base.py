@@ -4,38 +4,38 @@ A second backend is written against this text alone; the contract suite checks i
 every method of ``Store`` (``tests/store/test_every_method.py`` fails otherwise).
 
 **One writer, one unit of work.** A store is one connection, used by one thread (the daemon's
-loop). The first write after a ``commit`` or ``rollback`` opens a batch (a transaction, taken
-for writing at once, so two writers queue instead of deadlocking); every later write joins it.
-Nothing is durable — nor may be acknowledged — until ``commit`` returns; ``rollback`` discards
-the whole batch. Reads through the same store see the batch's writes at once (the daemon
-checks one request against the writes of the requests before it in the batch); another store on
-the same board sees only what was committed.
+loop). The first write after a ``commit`` or ``rollback`` opens a batch (a transaction, taken for
+writing at once, so two writers queue instead of deadlocking); every later write joins it. Nothing
+is durable — nor may be acknowledged — until ``commit`` returns; ``rollback`` discards the whole
+batch. Reads through the same store see the batch's writes at once (the daemon checks one request
+against the writes of the requests before it in the batch); another store on the same board sees
+only what was committed.
 
 **Atomic.** Each write method applies all of its rows or none: a task change together with its
-ledger rows, so the two can never disagree. When a write raises, nothing of that call was
-written, and the batch's earlier writes stand (``StoreConflict``) or the whole batch is gone
-(``StorageUnavailable``; and any refusal of a held write, below). A backend whose driver
-aborts a whole transaction on a failed statement must use a savepoint to keep this promise.
+ledger rows, so the two can never disagree. When a write raises, nothing of that call was written,
+and the batch's earlier writes stand (``StoreConflict``) or the whole batch is gone
+(``StorageUnavailable``; and any refusal of a held write, below). A backend whose driver aborts a
+whole transaction on a failed statement must use a savepoint to keep this promise.
 
-**Writes held back.** A store over a network (``defers_writes``: PostgreSQL) holds the batch's task
-writes (``insert_task``, ``update_task``, ``set_question``, ``set_after``), its ledger rows
+**Writes held back.** A store over a network (``defers_writes``: PostgreSQL) holds the batch's
+task writes (``insert_task``, ``update_task``, ``set_question``, ``set_after``), its ledger rows
 (``append_ledger`` and those of the task writes), ``ensure_tenant``, ``ensure_skills`` and
-``touch_token``, and sends them together — one round trip a batch, not one a write — when the batch
-is *sent*: at its next read, its next write of another method (those are sent at once, after what is
-held, so the batch's order is kept), or its commit. Reads see them all the same. Two things then
-come later than the call: a ledger row's ``seq``, set on its entry when the batch is sent (so by the
-time a read of the batch, or ``commit``, returns); and a refusal — a task id or idempotency key
-taken, a compare-and-set that found the row moved — raised as ``BatchRefused`` (or the lease's
-fence, ``LeaseLost``) by the read, write or ``commit`` that sends it, and then the *whole* batch is
-lost: every later call of it raises that error again until ``rollback``. A store with
-``defers_writes`` False (SQLite) applies each write when it is called, as the rest of this text
-says. The daemon meets a refusal only through a bug of its own (its memory holds the open tasks; it
-looks a key up before it inserts), and one found as a batch is committed rolls the batch back, as a
-failed commit does.
+``touch_token``, and sends them together — one round trip a batch, not one a write — when the
+batch is *sent*: at its next read, its next write of another method (those are sent at once, after
+what is held, so the batch's order is kept), or its commit. Reads see them all the same. Two
+things then come later than the call: a ledger row's ``seq``, set on its entry when the batch is
+sent (so by the time a read of the batch, or ``commit``, returns); and a refusal — a task id or
+idempotency key taken, a compare-and-set that found the row moved — raised as ``BatchRefused`` (or
+the lease's fence, ``LeaseLost``) by the read, write or ``commit`` that sends it, and then the
+*whole* batch is lost: every later call of it raises that error again until ``rollback``. A store
+with ``defers_writes`` False (SQLite) applies each write when it is called, as the rest of this
+text says. The daemon meets a refusal only through a bug of its own (its memory holds the open
+tasks; it looks a key up before it inserts), and one found as a batch is committed rolls the batch
+back, as a failed commit does.
 
 **Rules live elsewhere.** Which transitions are legal is ``colibri.core.states``' business; the
-store applies a change by compare-and-set and checks nothing else about it (state names,
-outcomes, who may do what). Values are stored as given and read back equal (``==``).
+store applies a change by compare-and-set and checks nothing else about it (state names, outcomes,
+who may do what). Values are stored as given and read back equal (``==``).
 
 **Errors.** Every write may raise ``StorageUnavailable`` (``storage_unavailable``): the
 storage, not the statement, failed (disk full, read-only, I/O error, the board locked for too
@@ -267,9 +267,7 @@ class Store(Protocol):
         """
 
     def set_after(self, task_id: str, after: list[str]) -> None:
-        """Set the tasks a task waits for (``after``), in the open batch: a waiting task whose
-        failed dependency was retried waits for the retry instead. Not a transition, as
-        ``set_question``: the caller writes the ledger row that says why."""
+        """Rewrite a task's ``after`` in the open batch; not a transition, as ``set_question``."""
 
     # -- the ledger ------------------------------------------------------------------------------
 

@@ -9,7 +9,6 @@ before it will hold, before any is written: all of them are taken, or none.
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from colibri.core.model import (
     Task,
     TaskSpec,
     checked_names,
+    request_fingerprint,
     rfc3339,
 )
 from colibri.core.plans import plan_order
@@ -48,22 +48,6 @@ from colibri.daemon.board.queue import Queue
 from colibri.daemon.board.transitions import Transitions, text_bytes
 from colibri.daemon.clock import Clock
 from colibri.store import Store
-
-
-def request_fingerprint(
-    req: TaskSpec,
-    capabilities: list[str],
-    labels: list[str],
-    workspace: str | None,
-    pin: str | None,
-) -> str:
-    """What a submission asks for, as the board reads it: the same key with another
-    fingerprint is another request, refused rather than answered with the first task."""
-    asked = [req.text, capabilities, workspace, pin, req.parent, req.priority, req.min_score,
-             labels, req.max_attempts, req.budget_usd]  # fmt: skip
-    if req.after or req.base is not None:  # (keys taken before these fields keep their prints)
-        asked += [req.after, req.if_dependency_fails, req.base]
-    return hashlib.blake2b(msgspec.json.encode(asked), digest_size=16).hexdigest()
 
 
 @dataclass
