@@ -37,17 +37,17 @@ back, as a failed commit does.
 store applies a change by compare-and-set and checks nothing else about it (state names, outcomes,
 who may do what). Values are stored as given and read back equal (``==``).
 
-**Errors.** Every write may raise ``StorageUnavailable`` (``storage_unavailable``): the
-storage, not the statement, failed (disk full, read-only, I/O error, the board locked for too
-long). The batch is then lost: every later write and ``commit`` raise it again, so that no part
-of the batch can commit on its own, until ``rollback`` starts a new one. Besides that only
-``StoreConflict``, where a method says so. A driver's own exceptions never pass the store for
-those cases; one that does is a bug (a statement that does not compile) and the daemon answers
-it as ``internal``. Reads raise nothing of their own but for the ledger's (``ledger``,
-``max_ledger_seq``, ``cost_totals``): a store may keep the batch's ledger rows until the commit
-and write them before such a read, which may then raise ``StorageUnavailable`` as a write
-does. In SQLite a read that meets a storage fault passes the driver's error on, and the next
-write or ``commit`` after it refuses the batch if that fault rolled it back.
+**Errors.** Every write may raise ``StorageUnavailable`` (``storage_unavailable``): the storage,
+not the statement, failed (disk full, read-only, I/O error, the board locked for too long). The
+batch is then lost: every later write and ``commit`` raise it again, so that no part of the batch
+can commit on its own, until ``rollback`` starts a new one. Besides that only ``StoreConflict``,
+where a method says so. A driver's own exceptions never pass the store for those cases; one that
+does is a bug (a statement that does not compile) and the daemon answers it as ``internal``. Reads
+raise nothing of their own but for the ledger's (``ledger``, ``max_ledger_seq``, ``cost_totals``):
+a store may keep the batch's ledger rows until the commit and write them before such a read, which
+may then raise ``StorageUnavailable`` as a write does. In SQLite a read that meets a storage fault
+passes the driver's error on, and the next write or ``commit`` after it refuses the batch if that
+fault rolled it back.
 
 **Values.** Times are RFC 3339 UTC strings as ``colibri.core.model.rfc3339`` writes them
 (``2026-01-02T03:04:05.678Z``: fixed width, so string order is time order); the store compares
