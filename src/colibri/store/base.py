@@ -394,8 +394,7 @@ class Store(Protocol):
         then id)."""
 
     def revoke_token(self, token_id: str, at: str) -> bool:
-        """Mark the token revoked ``at``; True if it was known and not yet revoked (a second
-        revocation keeps the first time and returns False)."""
+        """Mark it revoked ``at``; False if unknown or revoked already (the first time stays)."""
 
     def touch_token(self, token_id: str, at: str) -> None:
         """Set the token's ``last_used_at``; an unknown id changes nothing."""
