@@ -226,8 +226,9 @@ def _csv_row(entry: LedgerEntry) -> list[Any]:
     "--format", "fmt", type=click.Choice(["jsonl", "csv"]), default="jsonl", show_default=True
 )
 @click.option(
-    "--since", metavar="SEQ|TIME",
-    help="Only rows after this seq, or at or after this date or instant (2026-11-30).",
+    "--since", metavar="POSITION|TIME",
+    help="Only rows after this ledger position (acme:5,default:120, or a seq of the default "
+    "tenant), or at or after this date or instant (2026-11-30).",
 )  # fmt: skip
 @click.option(
     "--out", type=click.Path(dir_okay=False, path_type=Path),
@@ -278,11 +279,11 @@ def ledger_export(
 
         with ctx.client() as client:
             rows = ledger_rows(
-                lambda after: client.request(Ledger(after=after, limit=LEDGER_PAGE)),
-                after,
-                at_least,
+                lambda after: client.request(Ledger(after=after, limit=LEDGER_PAGE)), after
             )
             for entry in rows:
+                if at_least and entry.at < at_least:
+                    continue
                 if writer is not None:
                     row = _csv_row(entry)
                     if terminal:

@@ -337,7 +337,7 @@ def backup(ctx: Context, path: str, store: str | None, force: bool, as_json: boo
     print(
         printable(
             f"backed up {copy.board} to {copy.path}: {copy.tasks} tasks, {copy.ledger_rows} "
-            f"ledger rows (last seq {copy.last_seq}), {copy.bytes / 2**20:.1f} MiB"
+            f"ledger rows (at {copy.ledger_at or 'its start'}), {copy.bytes / 2**20:.1f} MiB"
         )
     )
 

@@ -1,11 +1,10 @@
-"""The ledger: ``ledger`` (a page, rows since a seq or a time, or followed live; read from
+"""The ledger: ``ledger`` (a page, rows since a position or a time, or followed live; read from
 the board itself when no daemon runs for the root), and the paging ``ledger export``
 (cli/bulk.py) shares."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from itertools import islice
 from typing import TYPE_CHECKING
 
 import click
@@ -23,46 +22,63 @@ if TYPE_CHECKING:
 LEDGER_PAGE = 10_000
 
 
-def parse_since(value: str | None) -> tuple[int, str]:
-    """``--since`` of ``ledger`` and ``ledger export``: a ledger seq (rows after it), or a
-    date or instant (rows at or after it): ``(seq, "")`` or ``(0, instant)``."""
+def parse_since(value: str | None) -> tuple[str, str]:
+    """``--since`` of ``ledger``, ``ledger export`` and ``attach``: a ledger position (rows
+    beyond it) or a date or instant (rows at or after it): ``(position, "")`` or
+    ``("", instant)``."""
     if value is None:
-        return 0, ""
-    if value.isascii() and value.isdigit():
-        if int(value) >= 1 << 63:
-            raise click.BadParameter(f"{value} is past the last seq there can be",
-                                     param_hint="--since")  # fmt: skip
-        return int(value), ""
+        return "", ""
     from colibri.core.model import parse_rfc3339, rfc3339
 
     try:
-        return 0, rfc3339(parse_rfc3339(value if "T" in value else value + "T00:00:00Z"))
+        return "", rfc3339(parse_rfc3339(value if "T" in value else value + "T00:00:00Z"))
     except ValueError:
+        pass
+    try:
+        return parse_position(value), ""
+    except click.BadParameter:
         raise click.BadParameter(
-            f"{value!r} is neither a seq nor a time: write 1200, 2026-11-30 or "
-            "2026-11-30T08:00:00Z",
+            f"{value!r} is neither a ledger position nor a time: write 1200, acme:40, "
+            "2026-11-30 or 2026-11-30T08:00:00Z",
             param_hint="--since",
         ) from None
 
 
-def ledger_rows(
-    page: Callable[[int], LedgerPage], after: int, at_least: str = ""
-) -> Iterator[LedgerEntry]:
-    """Every ledger row after seq ``after``, page by page (``page(after)``: a ``ledger`` reply
-    of ``LEDGER_PAGE`` rows), but those written before the instant ``at_least``. The ledger is
-    read by seq only, so rows before that instant are read and passed over."""
+def parse_position(value: str, hint: str = "--since") -> str:
+    """A ledger position as a user writes it: what ``more:`` printed (``acme:5,default:120``),
+    or a number, the default tenant's seq (the rows of a board of one tenant are numbered so)."""
+    from colibri.core import cursor
+    from colibri.core.errors import BadRequest
+    from colibri.core.model import DEFAULT_TENANT
+
+    if value.isascii() and value.isdigit():
+        value = f"{DEFAULT_TENANT}:{value}"
+    try:
+        return cursor.render(cursor.parse(value))
+    except BadRequest as exc:
+        raise click.BadParameter(exc.message, param_hint=hint) from None
+
+
+def position_of(entry: LedgerEntry) -> str:
+    """How a row's place is shown: its seq, after its tenant's name but for the default's."""
+    from colibri.core.model import DEFAULT_TENANT
+
+    return str(entry.seq) if entry.tenant == DEFAULT_TENANT else f"{entry.tenant}:{entry.seq}"
+
+
+def ledger_rows(page: Callable[[str], LedgerPage], after: str) -> Iterator[LedgerEntry]:
+    """Every ledger row beyond the position ``after``, page by page (``page(after)``: a
+    ``ledger`` reply of ``LEDGER_PAGE`` rows)."""
     while True:
         reply = page(after)
-        for entry in reply.entries:
-            if not at_least or entry.at >= at_least:
-                yield entry
+        yield from reply.entries
         if not reply.more:
             return
         after = reply.next
 
 
 def _ledger_page(
-    ctx: Context, after: int, limit: int, task_id: str | None, *, say_where: bool
+    ctx: Context, after: str, limit: int, task_id: str | None, *, say_where: bool
 ) -> LedgerPage:
     """Rows of the ledger, from the daemon; with no daemon running for this root, from its
     SQLite board itself, read-only, as ``hive list`` reads a PostgreSQL board: the ledger is
@@ -101,10 +117,16 @@ def _ledger_page(
 @click.option(
     "--task", "task_id", metavar="ID", shell_complete=task_ids(), help="Only rows of this task."
 )
-@click.option("--after", type=int, default=0, show_default=True, help="Only rows after this seq.")
 @click.option(
-    "--since", metavar="SEQ|TIME",
-    help="Only rows after this seq, or at or after this date or instant (2026-11-30, "
+    "--after",
+    default="",
+    metavar="POSITION",
+    help="Only rows after this position: what `more:` printed (acme:5,default:120), or a seq "
+    "of the default tenant.",
+)
+@click.option(
+    "--since", metavar="POSITION|TIME",
+    help="Only rows after this position, or at or after this date or instant (2026-11-30, "
     "2026-11-30T08:00:00Z).",
 )  # fmt: skip
 @click.option("--limit", type=click.IntRange(1, 10_000), default=1000, show_default=True)
@@ -114,7 +136,7 @@ def _ledger_page(
 def ledger(
     ctx: Context,
     task_id: str | None,
-    after: int,
+    after: str,
     since: str | None,
     limit: int,
     follow: bool,
@@ -123,14 +145,20 @@ def ledger(
     """Print the ledger: every transition, oldest first (JSON lines with --json).
 
     colibri ledger export writes it whole, as JSON lines or CSV."""
+    from colibri.core import cursor
+
     click_ctx = click.get_current_context()
     if click_ctx.invoked_subcommand is not None:
         return
     at_least = ""
     if since is not None:
         if click_ctx.get_parameter_source("after") is not click.core.ParameterSource.DEFAULT:
-            raise click.UsageError("give --since or --after, not both (--since SEQ is --after SEQ)")
+            raise click.UsageError(
+                "give --since or --after, not both (--since POSITION is --after POSITION)"
+            )
         after, at_least = parse_since(since)
+    else:
+        after = parse_position(after, "--after")
 
     def emit(entry: LedgerEntry) -> None:
         if at_least and entry.at < at_least:
@@ -142,7 +170,7 @@ def ledger(
             agent = f" @{entry.agent}" if entry.agent else ""
             by = f"  (uid {entry.uid} pid {entry.pid})" if entry.uid is not None else ""
             print_line(
-                f"{entry.seq:>8} {entry.at} "
+                f"{position_of(entry):>8} {entry.at} "
                 f"{entry.task or 'schedule ' + str(entry.schedule)} "
                 f"{entry.from_state or '-':>9} → {entry.to_state:<9}{agent}{extra}{by}",
                 flush=True,
@@ -151,19 +179,25 @@ def ledger(
     if not follow:
         told = as_json  # where the rows come from, said once (not into JSON lines)
 
-        def page(after: int, size: int) -> LedgerPage:
+        def page(after: str, size: int) -> LedgerPage:
             nonlocal told
             reply = _ledger_page(ctx, after, size, task_id, say_where=not told)
             told = True
             return reply
 
         if at_least:
-            rows = ledger_rows(lambda after: page(after, LEDGER_PAGE), after, at_least)
-            shown = list(islice(rows, limit + 1))
-            for entry in shown[:limit]:
-                emit(entry)
-            if len(shown) > limit:
-                click.echo(f"more: colibri ledger --after {shown[limit - 1].seq}", err=True)
+            # Rows before the instant are read only to be passed over: in large pages.
+            position = cursor.parse(after)
+            shown = 0
+            for entry in ledger_rows(lambda after: page(after, LEDGER_PAGE), after):
+                if entry.at >= at_least:
+                    if shown == limit:
+                        click.echo(f"more: colibri ledger --after {cursor.render(position)}",
+                                   err=True)  # fmt: skip
+                        return
+                    emit(entry)
+                    shown += 1
+                cursor.advance(position, (entry,))
             return
         reply = page(after, limit)
         for entry in reply.entries:
@@ -171,7 +205,8 @@ def ledger(
         if reply.more:
             click.echo(f"more: colibri ledger --after {reply.next}", err=True)
         return
-    last = after  # the position followed from: every row up to it has been printed
+    # The position followed from: every row up to it has been printed.
+    last = cursor.parse(after)
 
     def follow_from(client: Client) -> None:
         # Run again on the next daemon after a takeover: from the last row printed, so that
@@ -182,17 +217,18 @@ def ledger(
         nonlocal last
         # Rows before --since's instant are read only to be passed over: in large pages.
         page = LEDGER_PAGE if at_least else limit
-        reply = client.request(Ledger(after=last, limit=page, task=task_id, follow=True))
+        at = cursor.render(last)
+        reply = client.request(Ledger(after=at, limit=page, task=task_id, follow=True))
         while True:  # the rows already written, page by page, then the new ones
             for entry in reply.entries:
                 emit(entry)
-            last = reply.next
+            last = cursor.parse(reply.next)
             if not reply.more:
                 break
-            reply = client.request(Ledger(after=last, limit=page, task=task_id))
+            reply = client.request(Ledger(after=reply.next, limit=page, task=task_id))
         for event in client.typed_events():
-            if isinstance(event, LedgerAppended) and event.entry.seq > last:
+            if isinstance(event, LedgerAppended) and cursor.unread(last, event.entry):
                 emit(event.entry)
-                last = event.entry.seq
+                cursor.advance(last, (event.entry,))
 
     through_takeovers(ctx, follow_from)

@@ -15,7 +15,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from colibri.cli.output import print_json_line
+from colibri.core import cursor
+from colibri.core.cursor import Cursor
 from colibri.core.errors import Unreached
+from colibri.core.model import DEFAULT_TENANT
 from colibri.core.protocol import LEDGER_END
 from colibri.core.text import one_line, printable, short_id
 
@@ -79,7 +82,9 @@ def render(message: dict[str, Any]) -> Text | None:
         return line
     if kind == "ledger":
         entry = message["entry"]
-        line.append(f"{_clock(entry.get('at'))} #{entry['seq']} ", "dim")
+        tenant = entry.get("tenant")
+        where = entry["seq"] if tenant in (None, DEFAULT_TENANT) else f"{tenant}:{entry['seq']}"
+        line.append(f"{_clock(entry.get('at'))} #{printable(str(where))} ", "dim")
         if entry.get("task"):
             line.append(f"{short_id(entry['task'])} ", "bold")
         else:
@@ -167,9 +172,10 @@ SHOWN_KEPT = 100_000
 class Seen:
     """Where a follower is, so that it goes on from there on another connection (after a
     takeover): ``after``, a ledger position every row up to which has been shown or was there
-    before it started (None: nowhere yet), and the transitions shown since."""
+    before it started (None: nowhere yet; ``colibri.core.cursor``), and the transitions shown
+    since."""
 
-    after: int | None = None
+    after: Cursor | None = None
     shown: dict[tuple[Any, ...], None] = field(default_factory=dict)
 
     def show(self, key: tuple[Any, ...] | None) -> None:
@@ -210,7 +216,7 @@ def follow(
     client: Client,
     printer: Printer,
     *,
-    since: int | None = None,
+    since: str | None = None,
     stop: Callable[[dict[str, Any]], bool] | None = None,
     subscribed: Callable[[], None] | None = None,
     subscribe: bool = True,
@@ -258,7 +264,7 @@ def follow(
 def _follow_the_ledger(
     client: Client,
     printer: Printer,
-    since: int | None,
+    since: str | None,
     stop: Callable[[dict[str, Any]], bool] | None,
     seen: Seen,
     subscribed: Callable[[], None] | None,
@@ -272,19 +278,18 @@ def _follow_the_ledger(
         for entry in reply["entries"]:
             printer({"event": "ledger", "entry": entry})
         after = reply["next"]
-        if after != LEDGER_END:
-            # (Asked for the new rows only, the reply's ``next`` is that same end, past every
-            # row: the first row pushed says where the follow is.)
-            seen.after = after
+        seen.after = cursor.parse(after)
         if not reply.get("more"):
             break
         reply = _request(client, buffered, "ledger", after=after, limit=1000)
+    position = seen.after
 
     # Rows of the pages' batches come pushed too: only those past the last page are new.
     def new(message: dict[str, Any]) -> bool:
-        if "entry" not in message or message["entry"]["seq"] <= (seen.after or 0):
+        entry = message.get("entry")
+        if entry is None or entry["seq"] <= position.get(entry["tenant"], 0):
             return False
-        seen.after = message["entry"]["seq"]
+        position[entry["tenant"]] = entry["seq"]
         return True
 
     return _until_the_end(client, printer, buffered, stop, new)

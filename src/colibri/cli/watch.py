@@ -41,13 +41,13 @@ def tui(ctx: Context) -> None:
 @cli.command()
 @click.option(
     "--since",
-    type=click.IntRange(min=0, max=2**63 - 1),
-    metavar="SEQ",
-    help="First show the ledger rows after this position (0: all of it), then follow.",
+    metavar="POSITION",
+    help="First show the ledger rows after this position (acme:5,default:120, or a seq of the "
+    "default tenant; 0: all of it), then follow.",
 )
 @json_option
 @pass_ctx
-def attach(ctx: Context, since: int | None, as_json: bool) -> None:
+def attach(ctx: Context, since: str | None, as_json: bool) -> None:
     """Follow what the daemon does, one line per event, until it stops (exit 0).
 
     Task transitions, agents coming and going, schedule fires, questions, pauses: coloured on
@@ -56,14 +56,18 @@ def attach(ctx: Context, since: int | None, as_json: bool) -> None:
     the ledger's rows instead.
     """
     from colibri.cli.base import through_takeovers
+    from colibri.cli.ledger import parse_position
     from colibri.cli.stream import Printer, Seen, follow
+    from colibri.core import cursor
     from colibri.core import protocol as p
     from colibri.core.errors import ConnectionClosed
 
     printer = Printer(as_json)
     # Over TCP a token may not subscribe: there the ledger's rows are what is followed.
     remote = ctx.remote() is not None
-    seen = Seen(since)
+    if since is not None:
+        since = parse_position(since)
+    seen = Seen(None if since is None else cursor.parse(since))
     attached = False
 
     def attach_to(client: Client) -> None:
@@ -75,10 +79,10 @@ def attach(ctx: Context, since: int | None, as_json: bool) -> None:
             status = client.request(p.Status())
             daemon = status.daemon
             # Not told to a token: the ledger holds every tenant's rows.
-            ledger_seq = status.ledger_seq if isinstance(status.ledger_seq, int) else None
+            ledger_at = status.ledger_at if isinstance(status.ledger_at, str) else None
             version = f"version {daemon.get('version')}"
             where = f"pid {daemon['pid']}" if "pid" in daemon else version
-            seq = f", ledger at #{ledger_seq}" if ledger_seq is not None else ""
+            seq = f", ledger at {ledger_at or 'its start'}" if ledger_at is not None else ""
             # Said once nothing can be missed any more (subscribed): what happens after the
             # line is shown, however soon.
             line = f"attached to the daemon ({where}){seq}; Ctrl+C detaches"
@@ -86,11 +90,11 @@ def attach(ctx: Context, since: int | None, as_json: bool) -> None:
             def announce() -> None:
                 printer.say(line)
 
-            if seen.after is None:
-                seen.after = ledger_seq
+            if seen.after is None and ledger_at is not None:
+                seen.after = cursor.parse(ledger_at)
             attached = True
         else:
-            catch_up = seen.after
+            catch_up = None if seen.after is None else cursor.render(seen.after)
         if not follow(
             client, printer, since=catch_up, subscribe=not remote, seen=seen, subscribed=announce
         ):

@@ -47,7 +47,7 @@ from colibri.core.model import (
 from colibri.core.request_fields import ERROR_MAX as ERROR_MAX
 from colibri.core.request_fields import LEDGER_END as LEDGER_END
 from colibri.core.request_fields import OUTPUT_MAX as OUTPUT_MAX
-from colibri.core.request_fields import Claim, R, RequestId, SqlInt
+from colibri.core.request_fields import Claim, LedgerAfter, R, RequestId
 from colibri.core.request_fields import ReportedCost as ReportedCost
 from colibri.core.request_fields import Request as Request
 from colibri.core.schedules import ScheduleSpec
@@ -198,7 +198,9 @@ class DescribeSkill(Request[r.SkillDescribed], tag="describe-skill"):
 
 
 class Ledger(Request[r.LedgerPage], tag="ledger"):
-    after: SqlInt = 0
+    #: Where the page starts: the ``next`` of the last page (``acme:5,default:120``), "" the
+    #: start, ``end`` now (``colibri.core.cursor``).
+    after: LedgerAfter = ""
     task: TaskId | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1000
     #: Keep the connection open and push each new row as a ``ledger`` event.

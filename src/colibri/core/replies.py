@@ -98,7 +98,8 @@ class Status(Reply, kw_only=True):
     you: dict[str, Any] | UnsetType = UNSET
     tasks: dict[str, int] | UnsetType = UNSET
     outcomes: dict[str, int] | UnsetType = UNSET
-    ledger_seq: int | UnsetType = UNSET
+    #: Where the ledger stands: each tenant's highest seq, as a cursor (``acme:5,default:9``).
+    ledger_at: str | UnsetType = UNSET
     warnings: dict[str, int] | UnsetType = UNSET
     waiting: int | UnsetType = UNSET
     retrying: int | UnsetType = UNSET
@@ -176,11 +177,11 @@ class SkillDescribed(Reply, kw_only=True):
 
 
 class LedgerPage(Reply, kw_only=True):
-    """``ledger``: rows after ``after``; ``next`` is where the next page starts, ``more``
-    whether rows may follow."""
+    """``ledger``: rows beyond ``after``; ``next`` is where the next page starts (a cursor:
+    ``colibri.core.cursor``), ``more`` whether rows may follow."""
 
     entries: list[LedgerEntry]
-    next: int
+    next: str
     more: bool
 
 

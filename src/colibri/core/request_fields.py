@@ -7,13 +7,17 @@ from typing import Annotated, Generic, TypeVar
 
 import msgspec
 
+from colibri.core import cursor
 from colibri.core.model import MAX_EPOCH, MAX_TOKENS, MAX_USD, Cost
 
 #: Every integer that enters here has an upper bound that SQLite's 64-bit integers, sums over
 #: many rows, JSON and time arithmetic downstream can hold; every float is bounded too.
 SqlInt = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
-#: The ledger position past every row there will be: following from it, only new rows come.
-LEDGER_END = 2**63 - 1
+#: The ledger position past every row there is: following from it, only new rows come.
+LEDGER_END = cursor.END
+#: A ledger position (``colibri.core.cursor``), or the number an older client sends for one:
+#: taken, to be refused in words (``cursor.OLD_FORM``) rather than as a type error.
+LedgerAfter = str | SqlInt
 #: Echoed as it came; a string id is bounded by the line limit alone.
 RequestId = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)] | str | None
 Epoch = Annotated[int, msgspec.Meta(ge=0, le=MAX_EPOCH)]

@@ -17,7 +17,7 @@ from colibri.daemon.board import Board
 from colibri.daemon.bus import Bus
 from colibri.daemon.commit import GroupCommit
 from colibri.daemon.gateway import Throttle
-from colibri.daemon.ledger import LedgerMirror
+from colibri.daemon.ledger import LedgerMirrors
 
 if TYPE_CHECKING:
     from colibri.daemon.connection import Connection
@@ -74,7 +74,7 @@ def in_group(uid: int, gid: int, group: int) -> bool:
 class Admission(GroupCommit):
     """The server's door and its clock of turns; ``Server`` handles what comes in."""
 
-    def __init__(self, config: Config, board: Board, mirror: LedgerMirror) -> None:
+    def __init__(self, config: Config, board: Board, mirror: LedgerMirrors) -> None:
         super().__init__(board, mirror)
         self.config = config
         #: Who may owe replies still to come (given by ``Server.attach``).

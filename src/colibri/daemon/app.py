@@ -29,7 +29,7 @@ from colibri.daemon.gateway import Gateway
 from colibri.daemon.hive.lease import RELEASE_WAIT, keep_lease, keeper_ended, renewed_while_building
 from colibri.daemon.hive.sharing import serve_tenants, served_schedules
 from colibri.daemon.hive.standby import BoardHold, hold_board
-from colibri.daemon.ledger import LedgerMirror
+from colibri.daemon.ledger import LedgerMirrors
 from colibri.daemon.process import (
     acquire_lock,
     check_state_dir,
@@ -75,7 +75,7 @@ class Daemon:
 def compose(
     config: Config,
     store: Store,
-    mirror: LedgerMirror,
+    mirror: LedgerMirrors,
     clock: Clock,
     schedule_clock: Clock | None = None,
 ) -> Daemon:
@@ -135,7 +135,7 @@ async def serve(config: Config, started: Callable[[str], None] = lambda state: N
     board_hold: BoardHold | None = None
     bound = False  # the socket path is ours to remove only once we created it
     clock = SystemClock()
-    mirror = LedgerMirror(
+    mirror = LedgerMirrors(
         config.layout.ledger, config.ledger.rotate_bytes, config.ledger.keep, clock
     )
     keeper: asyncio.Task[None] | None = None
@@ -246,7 +246,7 @@ async def serve(config: Config, started: Callable[[str], None] = lambda state: N
 
 
 def _build(
-    config: Config, hold: BoardHold, store: Store, mirror: LedgerMirror, clock: Clock
+    config: Config, hold: BoardHold, store: Store, mirror: LedgerMirrors, clock: Clock
 ) -> Daemon:
     """The daemon's parts on the board just held, the board built from the store: every open
     task read back (a while, on a large board), the schedules loaded and what that changed

@@ -24,7 +24,7 @@ from colibri.core.model import LedgerEntry
 from colibri.core.replies import ErrorReply, Reply, refusal
 from colibri.daemon import crashpoints
 from colibri.daemon.board import Board
-from colibri.daemon.ledger import LedgerMirror
+from colibri.daemon.ledger import LedgerMirrors
 from colibri.store import BatchRefused
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ class GroupCommit:
     """The server's batch: the replies held back, the connections to write out and to close
     after it, and the flush that commits it; ``Server`` handles the requests that fill it."""
 
-    def __init__(self, board: Board, mirror: LedgerMirror) -> None:
+    def __init__(self, board: Board, mirror: LedgerMirrors) -> None:
         self.board = board
         self.mirror = mirror
         #: Runs after a rollback, with the board's rebuild (given by ``Server.attach``).

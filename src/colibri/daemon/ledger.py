@@ -1,5 +1,9 @@
 """``ledger.jsonl``: an append-only mirror of the store's ledger, one JSON object per line.
 
+One file per tenant, as each tenant's ledger is numbered on its own: ``ledger.jsonl`` holds
+the ``default`` tenant's rows, ``ledger.<tenant>.jsonl`` another's, each in its ``seq`` order
+with no gap (``LedgerMirrors``; what follows is said of each file).
+
 The store is the truth; the mirror is written after each commit and completed from the store at
 start-up, so a crash between the two loses no row and writes none twice. A torn last line (a
 crash mid-write) is cut off before anything is appended, never fused with the next line.
@@ -24,7 +28,7 @@ from pathlib import Path
 import msgspec
 
 from colibri.core.errors import RootError
-from colibri.core.model import LedgerEntry
+from colibri.core.model import DEFAULT_TENANT, LedgerEntry
 from colibri.daemon import crashpoints
 from colibri.daemon.clock import Clock, SystemClock
 from colibri.privatefiles import open_private
@@ -54,10 +58,18 @@ def _last_seq(lines: bytes | bytearray) -> int | None:
 
 
 class LedgerMirror:
+    """One tenant's mirror file."""
+
     def __init__(
-        self, path: Path, rotate_bytes: int = 0, keep: int = 5, clock: Clock | None = None
+        self,
+        path: Path,
+        rotate_bytes: int = 0,
+        keep: int = 5,
+        clock: Clock | None = None,
+        tenant: str = DEFAULT_TENANT,
     ) -> None:
         self.path = path
+        self.tenant = tenant
         #: For when a broken mirror is tried again, and the names of files set aside.
         self.clock: Clock = clock or SystemClock()
         #: Rotate once ``ledger.jsonl`` has at least this many bytes; 0 never.
@@ -92,14 +104,14 @@ class LedgerMirror:
         if last is None:  # nothing in ledger.jsonl: a rotation just began it, or none has
             last = self._newest_rotated_seq()
         self.last_seq = last or 0
-        stored = store.max_ledger_seq()
+        stored = store.ledger_heads().get(self.tenant, 0)
         if self.last_seq > stored:
             self._move_aside()
         if self.rotate_bytes and self._size >= self.rotate_bytes:
             self.rotate()  # killed between the write that passed the limit and its rotation
         appended = 0
         while True:
-            rows = store.ledger(self.last_seq, CATCH_UP_PAGE)
+            rows = store.ledger({self.tenant: self.last_seq}, CATCH_UP_PAGE, tenant=self.tenant)
             if not rows:
                 break
             self.append(rows)
@@ -286,3 +298,67 @@ class LedgerMirror:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+class LedgerMirrors:
+    """The mirror of every tenant the store holds rows of (those the daemon serves): a file
+    each, opened at start-up (or at a tenant's first row) and caught up from the store."""
+
+    def __init__(
+        self, path: Path, rotate_bytes: int = 0, keep: int = 5, clock: Clock | None = None
+    ) -> None:
+        #: The default tenant's file; another tenant's is named after it (``path_of``).
+        self.path = path
+        self.rotate_bytes = rotate_bytes
+        self.keep = keep
+        self.clock: Clock = clock or SystemClock()
+        self.mirrors: dict[str, LedgerMirror] = {}
+        self._store: Store | None = None
+
+    def path_of(self, tenant: str) -> Path:
+        if tenant == DEFAULT_TENANT:
+            return self.path
+        return self.path.with_name(f"{self.path.stem}.{tenant}{self.path.suffix}")
+
+    def _mirror(self, tenant: str) -> LedgerMirror:
+        mirror = self.mirrors.get(tenant)
+        if mirror is None:
+            path = self.path_of(tenant)
+            mirror = LedgerMirror(path, self.rotate_bytes, self.keep, self.clock, tenant)
+            self.mirrors[tenant] = mirror
+        return mirror
+
+    def open(self, store: Store) -> int:
+        """Open (again) every tenant's mirror and catch it up from ``store``; rows appended."""
+        self._store = store
+        tenants = set(self.mirrors) | set(store.ledger_heads())
+        return sum(self._mirror(tenant).open(store) for tenant in sorted(tenants))
+
+    @property
+    def broken(self) -> bool:
+        return any(mirror.broken for mirror in self.mirrors.values())
+
+    def repair_due(self, now: float) -> bool:
+        return any(mirror.repair_due(now) for mirror in self.mirrors.values())
+
+    def append(self, entries: Iterable[LedgerEntry]) -> None:
+        """Append rows just committed, each to its tenant's file (one a tenant has not had
+        yet is opened first, and caught up from the store: these rows among others)."""
+        by_tenant: dict[str, list[LedgerEntry]] = {}
+        for entry in entries:
+            by_tenant.setdefault(entry.tenant, []).append(entry)
+        for tenant, rows in by_tenant.items():
+            mirror = self.mirrors.get(tenant)
+            if mirror is None:
+                mirror = self._mirror(tenant)
+                if self._store is not None:
+                    mirror.open(self._store)
+            mirror.append(rows)
+
+    def rotate(self) -> bool:
+        """Rotate every tenant's file; whether any was."""
+        return any([mirror.rotate() for mirror in self.mirrors.values()])
+
+    def close(self) -> None:
+        for mirror in self.mirrors.values():
+            mirror.close()

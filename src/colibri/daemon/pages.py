@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from colibri.core import sizes
+from colibri.core import cursor, sizes
 from colibri.core.access import Principal
 from colibri.core.model import LedgerEntry, Task
 from colibri.core.replies import LedgerPage
@@ -50,13 +50,22 @@ def task_page(board: Board, query: TaskFilter) -> tuple[list[Task], bool]:
 
 
 def ledger_page(
-    board: Board, principal: Principal, after: int, limit: int, task: str | None
+    board: Board, principal: Principal, after: str, limit: int, task: str | None
 ) -> LedgerPage:
-    """The ``ledger`` reply: up to ``limit`` rows after ``after`` (of ``task``'s only, if
-    given) that ``principal`` sees, fewer when they would pass REPLY_BUDGET; ``next`` is where
-    the next page starts, ``more`` whether rows may follow."""
+    """The ``ledger`` reply: up to ``limit`` rows beyond the cursor ``after`` (of ``task``'s
+    only, if given) that ``principal`` sees, fewer when they would pass REPLY_BUDGET; ``next``
+    is where the next page starts — of the tenants ``principal`` sees only, so that no reply
+    tells a tenant how far another's ledger runs — and ``more`` whether rows may follow."""
+    tenant = principal.tenant
+    if after == cursor.END:
+        heads = board.store.ledger_heads()
+        at = heads if tenant is None else {tenant: heads.get(tenant, 0)}
+        return LedgerPage(entries=[], next=cursor.render(at), more=False)
+    position = cursor.parse(after)
+    if tenant is not None:
+        position = {tenant: position.get(tenant, 0)}
     rows: list[LedgerEntry] = []
-    used, scanned = 0, after
+    used = 0
     full = False
     # A token reads its tenant's rows only, by an index (what a read costs is its own
     # rows, not the board's), and a bounded number of them per request: the client asks
@@ -64,27 +73,21 @@ def ledger_page(
     budget = None if principal.is_owner else LEDGER_SCAN
     while len(rows) < limit and not full:
         want = min(LEDGER_PAGE, limit - len(rows))
-        page = board.store.ledger(after, want, task, principal.tenant)
+        page = board.store.ledger(position, want, task, tenant)
         if budget is not None:
             budget -= len(page)
         for row in page:
-            if not principal.sees(row.tenant):
-                scanned = row.seq
-                continue
-            used += sizes.ledger_size(row)
-            full = bool(rows) and used > sizes.REPLY_BUDGET
-            if full:
-                break
-            rows.append(row)
-            scanned = row.seq
+            if principal.sees(row.tenant):
+                used += sizes.ledger_size(row)
+                full = bool(rows) and used > sizes.REPLY_BUDGET
+                if full:
+                    break
+                rows.append(row)
+            position[row.tenant] = row.seq
         if len(page) < want:
             break
-        after = page[-1].seq
         if budget is not None and budget <= 0:
             full = True  # more may follow: the client goes on from ``next``
             break
-    last = rows[-1].seq if full and rows and budget is None else scanned
-    more = full or (
-        len(rows) == limit and bool(board.store.ledger(last, 1, task, principal.tenant))
-    )
-    return LedgerPage(entries=rows, next=last, more=more)
+    more = full or (len(rows) == limit and bool(board.store.ledger(position, 1, task, tenant)))
+    return LedgerPage(entries=rows, next=cursor.render(position), more=more)

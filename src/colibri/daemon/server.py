@@ -26,7 +26,7 @@ from colibri.daemon.admission import EVICT_AFTER, Admission
 from colibri.daemon.board import Board
 from colibri.daemon.bus import Bus
 from colibri.daemon.connection import Connection
-from colibri.daemon.ledger import LedgerMirror
+from colibri.daemon.ledger import LedgerMirrors
 
 __all__ = ["EVICT_AFTER", "Server"]  # EVICT_AFTER: where the tests have read it
 
@@ -41,7 +41,7 @@ class Server(Admission):
     """The daemon's server: its connections' requests handled (here), admitted and given
     their turns (``Admission``), and let out by the group commit (``GroupCommit``)."""
 
-    def __init__(self, config: Config, board: Board, mirror: LedgerMirror) -> None:
+    def __init__(self, config: Config, board: Board, mirror: LedgerMirrors) -> None:
         super().__init__(config, board, mirror)
         # Given by ``attach`` (daemon/app.py wires the daemon): who answers requests, who
         # holds replies still to come, what is reloaded after a rollback.

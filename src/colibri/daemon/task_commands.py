@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from colibri.core import cursor, sizes, states
 from colibri.core import protocol as p
 from colibri.core import replies as r
-from colibri.core import sizes, states
 from colibri.core.errors import BadRequest, ColibriError, UnknownParent, UnknownTask
 from colibri.core.model import DEFAULT_TENANT, HarnessStatus, Task, TaskSpec
 from colibri.core.states import State
@@ -218,7 +218,8 @@ class TaskCommands:
         return r.TaskReply(task=self.board.answer(task_id, req.text))
 
     def ledger(self, req: p.Ledger, conn: Connection) -> r.Reply | None:
-        """Up to ``limit`` rows after ``after``, fewer when they would pass REPLY_BUDGET."""
+        """Up to ``limit`` rows beyond the cursor ``after``, fewer when they would pass
+        REPLY_BUDGET."""
         principal = self.guards.principal(conn)
         if req.follow and not conn.follows_ledger:
             self.server.check_share(conn, "follows")
@@ -227,6 +228,8 @@ class TaskCommands:
             task_id = self.guards.resolve(conn, req.task)
             if not principal.is_owner:
                 self.guards.task(conn, task_id)
+        if not isinstance(req.after, str):
+            raise BadRequest(cursor.OLD_FORM.format(value=req.after))
         reply = ledger_page(self.board, principal, req.after, req.limit, task_id)
         if req.follow:
             self.server.follow_ledger(conn, task_id)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 from urllib.request import pathname2url
 
+from colibri.core import cursor
 from colibri.core.errors import ConfigError, FileExists, OsFailure
 from colibri.core.leases import is_postgres
 from colibri.store import sql
@@ -50,7 +51,8 @@ class BackupCopy:
     board: str
     tasks: int
     ledger_rows: int
-    last_seq: int
+    #: Where its ledger stands: each tenant's highest seq (``acme:5,default:120``).
+    ledger_at: str
     schema_version: int
     bytes: int
 
@@ -97,7 +99,7 @@ def backup_board(
             _copy(source, partial, pages_per_step)
         finally:
             source.close()
-        tasks, ledger_rows, last_seq, version = _check_copy(partial)
+        tasks, ledger_rows, ledger_at, version = _check_copy(partial)
         size = _sync(partial)
         _publish(partial, destination, force)
     except (sqlite3.Error, OSError) as exc:
@@ -109,7 +111,7 @@ def backup_board(
                 os.unlink(f"{partial}{companion}")
     return BackupCopy(
         path=str(destination), board=location, tasks=tasks, ledger_rows=ledger_rows,
-        last_seq=last_seq, schema_version=version, bytes=size,
+        ledger_at=ledger_at, schema_version=version, bytes=size,
     )  # fmt: skip
 
 
@@ -209,16 +211,17 @@ def _copy(source: sqlite3.Connection, partial: Path, pages_per_step: int) -> Non
         target.close()
 
 
-def _check_copy(partial: Path) -> tuple[int, int, int, int]:
-    """The copy's tasks, ledger rows, last ledger seq and schema version, once SQLite found it
-    whole."""
+def _check_copy(partial: Path) -> tuple[int, int, str, int]:
+    """The copy's tasks, ledger rows, where its ledger stands and its schema version, once
+    SQLite found it whole."""
     with contextlib.closing(sqlite3.connect(partial, isolation_level=None)) as copy:
         verdict = copy.execute("PRAGMA quick_check").fetchone()[0]
         if verdict != "ok":
             raise OsFailure(f"the copy is damaged ({verdict}); nothing was written")
-        tasks, ledger_rows, last_seq = copy.execute(_Q["backup_counts"]).fetchone()
+        tasks, ledger_rows = copy.execute(_Q["backup_counts"]).fetchone()
+        at = cursor.render(dict(copy.execute(_Q["ledger_heads"]).fetchall()))
         version = copy.execute("PRAGMA user_version").fetchone()[0]
-    return int(tasks), int(ledger_rows), int(last_seq), int(version)
+    return int(tasks), int(ledger_rows), at, int(version)
 
 
 def _sync(path: Path) -> int:

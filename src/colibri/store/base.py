@@ -43,7 +43,7 @@ batch is then lost: every later write and ``commit`` raise it again, so that no 
 can commit on its own, until ``rollback`` starts a new one. Besides that only ``StoreConflict``,
 where a method says so. A driver's own exceptions never pass the store for those cases; one that
 does is a bug (a statement that does not compile) and the daemon answers it as ``internal``. Reads
-raise nothing of their own but for the ledger's (``ledger``, ``max_ledger_seq``, ``cost_totals``):
+raise nothing of their own but for the ledger's (``ledger``, ``ledger_heads``, ``cost_totals``):
 a store may keep the batch's ledger rows until the commit and write them before such a read, which
 may then raise ``StorageUnavailable`` as a write does. In SQLite a read that meets a storage fault
 passes the driver's error on, and the next write or ``commit`` after it refuses the batch if that
@@ -54,15 +54,14 @@ fault rolled it back.
 them as strings and never parses them. Task ids are compared and ordered byte by byte (in
 PostgreSQL: ``COLLATE "C"``), as are all names. A ``limit`` is a count of at least 1.
 
-**The ledger's ``seq``** is assigned by the store when a row is written: 1 for the first row of
-a board, and each new row one more than the highest before it — written in order within a
-batch, no number used twice, and no gaps: a rolled-back row gives its number back. Tools (the
-``ledger.jsonl`` mirror, the history checker) rely on it being gap-free.
+**The ledger's ``seq``** is each tenant's, set by the store as a row is written: 1, then one
+more than the tenant's highest, in order, never twice, no gaps (a rolled-back row gives its
+number back); writers of different tenants never wait for each other. Readers rely on it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from colibri.core.model import Agent, LedgerEntry, Task
@@ -276,15 +275,15 @@ class Store(Protocol):
         fire); ``entry`` gets its ``seq`` set in place and is returned."""
 
     def ledger(
-        self, after: int, limit: int, task: str | None = None, tenant: str | None = None
-    ) -> list[LedgerEntry]:
-        """The ledger rows with a ``seq`` greater than ``after``, in ``seq`` order, at most
-        ``limit``; with ``task``, only that task's rows (rows with no task never match); with
-        ``tenant``, only that tenant's, read by an index: what it costs is its own rows, not
-        the board's."""
+        self, after: Mapping[str, int], limit: int, task: str | None = None,
+        tenant: str | None = None,
+    ) -> list[LedgerEntry]:  # fmt: skip
+        """At most ``limit`` rows beyond the cursor ``after`` (``colibri.core.cursor``), each
+        tenant's in ``seq`` order, merged by ``cursor.merged``; with ``task``, that task's only;
+        with ``tenant``, that tenant's only, by an index (it costs its rows, not the board's)."""
 
-    def max_ledger_seq(self) -> int:
-        """The highest ``seq`` written, 0 on a board with no ledger rows."""
+    def ledger_heads(self) -> dict[str, int]:
+        """Each tenant's highest ``seq`` (tenants with ledger rows only)."""
 
     def cost_totals(self, by: str, since: str, tenant: str | None = None) -> list[dict[str, Any]]:
         """What sessions cost, summed from the ledger rows that carry a ``cost`` and whose

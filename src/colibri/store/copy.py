@@ -4,9 +4,9 @@ The source is read in one read transaction (a snapshot: whatever a writer does m
 copy is of one moment); the caller holds the board's lock, so no daemon writes it meanwhile.
 The target is written in one transaction: all of it or none. That transaction first locks the
 ``leases`` table, so that no daemon can take the board's lease until it ends, and refuses while
-a daemon's lease is live — a serving daemon would not see rows written behind its back. Then it
-takes the board's advisory lock, as every writer does, so that the ledger's ``seq`` can go on
-from the highest one.
+a daemon's lease is live — a serving daemon would not see rows written behind its back. The
+ledger's rows are numbered after the tenant's highest ``seq``, its head row held until the
+copy ends.
 
 Tasks keep their ids; every task, ledger row, agent and schedule of the source lands in the one
 tenant given. Clashes with the target's rows (a task id, an idempotency key in the tenant, an
@@ -290,9 +290,11 @@ def _copy_ledger(
     summary: dict[str, Any],
     progress: Progress | None,
 ) -> None:
-    # Under the board's advisory lock: no writer numbers a row meanwhile.
-    found = conn.execute(_PG["max_ledger_seq"].encode()).fetchone()
-    first = int(found["seq"] if found else 0) + 1
+    # The tenant's head moved past every row the copy writes, and held: nobody numbers a row
+    # of the tenant meanwhile.
+    found = conn.execute(_PG["ledger_take"].encode(), {"tenant": tenant, "n": total}).fetchone()
+    assert found is not None
+    first = int(found["seq"]) - total + 1
     seq = first
     for rows in _chunks(reader.execute(_SQLITE["copy_ledger"])):
         written = []
@@ -305,6 +307,8 @@ def _copy_ledger(
         conn.cursor().executemany(_PG["insert_ledger"].encode(), written)
         if progress is not None:
             progress("ledger", seq - first, total)
+    if seq - first != total:  # the snapshot counted them: it cannot differ
+        raise RuntimeError(f"copied {seq - first} ledger rows of the {total} counted")
     summary["ledger"] = seq - first
     summary["ledger_seqs"] = [first, seq - 1] if seq > first else None
     fires = conn.cursor()

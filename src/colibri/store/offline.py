@@ -13,19 +13,20 @@ import os
 import sqlite3
 from urllib.request import pathname2url
 
+from colibri.core import cursor
 from colibri.core.errors import ConfigError
 from colibri.core.replies import LedgerPage
 from colibri.store import sql
-from colibri.store.rows import ledger_from_row
+from colibri.store.sqlite import ledger_of
 from colibri.store.sqlite_schema import APPLICATION_ID, SCHEMA_VERSION, refuse_links
 from colibri.store.task_query import TaskFilter, named_task
 
 _Q = sql.load("sqlite")
 
 
-def read_ledger(location: str, after: int, limit: int, task: str | None) -> LedgerPage:
-    """Up to ``limit`` ledger rows after ``after`` (of ``task``, a whole id or its start or end), as
-    the daemon's ``ledger`` answers them: ``entries``, ``next``, ``more``.
+def read_ledger(location: str, after: str, limit: int, task: str | None) -> LedgerPage:
+    """Up to ``limit`` ledger rows beyond the cursor ``after`` (of ``task``, a whole id or its
+    start or end), as the daemon's ``ledger`` answers them: ``entries``, ``next``, ``more``.
 
     :raises ConfigError: no board at ``location``, not a Colibri board, or of another schema
         version than this Colibri's (a daemon of this version migrates it).
@@ -49,21 +50,19 @@ def read_ledger(location: str, after: int, limit: int, task: str | None) -> Ledg
                 f"{SCHEMA_VERSION}: run a daemon of this version on it (colibri run), which "
                 "migrates an older board"
             )
-        if task is None:
-            rows = conn.execute(_Q["ledger_after"], (after, limit + 1)).fetchall()
-        else:
+        position = cursor.parse(after)
+        if task is not None:
             task = _resolve(conn, task)
-            rows = conn.execute(
-                _Q["ledger_of_task"], (task, None, None, after, limit + 1)
-            ).fetchall()
+        rows = ledger_of(conn, position, limit + 1, task)
     except sqlite3.Error as exc:
         raise ConfigError(f"cannot read the board at {location}: {exc}") from None
     finally:
         conn.close()
-    entries = [ledger_from_row(r) for r in rows[:limit]]
+    entries = rows[:limit]
     return LedgerPage(
-        entries=entries, next=entries[-1].seq if entries else after, more=len(rows) > limit
-    )
+        entries=entries, next=cursor.render(cursor.advance(position, entries)),
+        more=len(rows) > limit,
+    )  # fmt: skip
 
 
 def _resolve(conn: sqlite3.Connection, task: str) -> str:

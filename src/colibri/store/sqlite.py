@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import secrets
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import msgspec
 
+from colibri.core import cursor
 from colibri.core.model import Agent, LedgerEntry, Task
 from colibri.core.schedules import Schedule
 from colibri.core.tokens import Token
@@ -47,6 +48,23 @@ _TAKEN = {
         "task {task.id} was not written"
     ),
 }
+
+
+def ledger_of(
+    conn: sqlite3.Connection, after: Mapping[str, int], limit: int, task: str | None = None,
+    tenant: str | None = None,
+) -> list[LedgerEntry]:  # fmt: skip
+    """``Store.ledger`` on a connection to a board (the store's, or a read-only one)."""
+    if task is not None:
+        rows = conn.execute(_Q["ledger_of_task"], (task, tenant, tenant))
+        return [e for e in map(ledger_from_row, rows) if cursor.unread(after, e)][:limit]
+    tenants = [tenant] if tenant is not None else [r[0] for r in conn.execute(_Q["ledger_heads"])]
+    streams = [
+        [ledger_from_row(r) for r in conn.execute(
+            _Q["ledger_of_tenant"], (name, after.get(name, 0), limit))]
+        for name in tenants
+    ]  # fmt: skip
+    return cursor.merged(streams, limit)
 
 
 class SqliteStore(SqliteUnitOfWork):
@@ -148,20 +166,15 @@ class SqliteStore(SqliteUnitOfWork):
     # -- ledger ------------------------------------------------------------------------------
 
     def ledger(
-        self, after: int, limit: int, task: str | None = None, tenant: str | None = None
-    ) -> list[LedgerEntry]:
+        self, after: Mapping[str, int], limit: int, task: str | None = None,
+        tenant: str | None = None,
+    ) -> list[LedgerEntry]:  # fmt: skip
         self._ledger_read()
-        if task is not None:
-            rows = self._conn.execute(_Q["ledger_of_task"], (task, tenant, tenant, after, limit))
-        elif tenant is not None:
-            rows = self._conn.execute(_Q["ledger_of_tenant"], (tenant, after, limit))
-        else:
-            rows = self._conn.execute(_Q["ledger_after"], (after, limit))
-        return [ledger_from_row(r) for r in rows]
+        return ledger_of(self._conn, after, limit, task, tenant)
 
-    def max_ledger_seq(self) -> int:
+    def ledger_heads(self) -> dict[str, int]:
         self._ledger_read()
-        return int(self._conn.execute(_Q["max_ledger_seq"]).fetchone()[0])
+        return {tenant: int(seq) for tenant, seq in self._conn.execute(_Q["ledger_heads"])}
 
     # -- agents, tenants, skills -------------------------------------------------------------
 

@@ -72,10 +72,11 @@ class SqliteUnitOfWork:
         self._lost = ""
         #: Why a batch whose COMMIT's sync failed is still in doubt ("" when none is).
         self._in_doubt = ""
-        #: The next ledger seq of the open batch (known once the batch has written a row), and
-        #: the batch's ledger rows, numbered but not yet written: they go in one
-        #: ``executemany`` before the commit, or before a read of the ledger.
-        self._next_seq: int | None = None
+        #: The highest ledger seq of each tenant the open batch has written rows of (read from
+        #: ``ledger_heads`` at its first), and the batch's ledger rows, numbered but not yet
+        #: written: they go in one ``executemany`` before the commit, or before a read of the
+        #: ledger, and the heads after them.
+        self._heads: dict[str, int] = {}
         self._unsent: list[tuple[Any, ...]] = []
 
     @contextmanager
@@ -129,7 +130,7 @@ class SqliteUnitOfWork:
                 if not self._settle():
                     raise StorageUnavailable(self._in_doubt) from None
             raise _storage_error(exc) from None
-        self._next_seq = None
+        self._heads.clear()
 
     def _settle(self) -> bool:
         """After a COMMIT whose sync failed: commit a write of our own, synced. Its frames go
@@ -167,7 +168,7 @@ class SqliteUnitOfWork:
         raise StorageUnavailable(why)
 
     def _forget_ledger(self) -> None:
-        self._next_seq = None
+        self._heads.clear()
         self._unsent.clear()
 
     def _abort(self) -> None:
@@ -186,12 +187,13 @@ class SqliteUnitOfWork:
         self._conn.close()
 
     def _ledger(self, conn: sqlite3.Connection, entry: LedgerEntry) -> LedgerEntry:
-        """Number a ledger row (one more than the highest: the batch holds the write lock, so
-        nobody else numbers meanwhile) and keep it for ``_send_ledger``."""
-        if self._next_seq is None:
-            self._next_seq = int(conn.execute(_Q["max_ledger_seq"]).fetchone()[0]) + 1
-        entry.seq = self._next_seq
-        self._next_seq += 1
+        """Number a ledger row (one more than its tenant's highest: the batch holds the write
+        lock, so nobody else numbers meanwhile) and keep it for ``_send_ledger``."""
+        head = self._heads.get(entry.tenant)
+        if head is None:
+            found = conn.execute(_Q["ledger_head"], (entry.tenant,)).fetchone()
+            head = int(found[0]) if found else 0
+        entry.seq = self._heads[entry.tenant] = head + 1
         self._unsent.append((entry.seq, *ledger_values(entry)))
         return entry
 
@@ -201,6 +203,7 @@ class SqliteUnitOfWork:
         if self._unsent:
             rows, self._unsent = self._unsent, []
             self._conn.executemany(_Q["insert_ledger"], rows)
+            self._conn.executemany(_Q["ledger_set_head"], self._heads.items())
 
     def _ledger_read(self) -> None:
         """Before a read of the ledger: the batch's own rows are part of what it reads. If they

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from colibri.core import replies, states
+from colibri.core import cursor, replies, states
 from colibri.core.errors import BadRequest, shown
 from colibri.core.matching import explain
 from colibri.core.model import Agent, Task
@@ -144,7 +144,7 @@ class Views:
             "paused": self.dispatcher.paused,
             "tasks": {s.value: counts.get(s.value, 0) for s in State},
             "outcomes": {o: outcomes.get(o, 0) for o in ("done", "failed", "cancelled")},
-            "ledger_seq": self.store.max_ledger_seq(),
+            "ledger_at": cursor.render(self.store.ledger_heads()),
             "warnings": dict(sorted(self.capacity.warnings.items())),
             "waiting": len(self.queue.pending),
             "retrying": len(self.queue.delayed),

@@ -22,7 +22,9 @@ from colibri.store.postgres.unit import UnitOfWork
 
 _SERVER_STARTED = b"SELECT pg_postmaster_start_time() AS started"
 _XACT_STATUS = b"SELECT txid_status(%s) AS status"
-_LEDGER_ROW = b"SELECT at, task, schedule, to_state, epoch, reason FROM ledger WHERE seq = %s"
+_LEDGER_ROW = (
+    b"SELECT at, task, schedule, to_state, epoch, reason FROM ledger WHERE tenant = %s AND seq = %s"
+)
 #: How long the loop waits for a commit whose answer was lost to settle on the server.
 _OUTCOME_WAIT = 1.0
 
@@ -31,7 +33,7 @@ _OUTCOME_WAIT = 1.0
 class _InDoubt:
     """A batch whose COMMIT was sent and whose answer was lost."""
 
-    #: The row of ``_WRITERS_LOCK``: xid, backend, started.
+    #: The row of ``_OPENING``: xid, backend, started.
     opened: dict[str, Any]
     #: Its first ledger row as written (``seq`` included), if it wrote one.
     first_row: dict[str, Any] | None
@@ -138,8 +140,9 @@ class Committing(UnitOfWork):
         first = doubt.first_row
         if first is None:
             return "unknowable"
-        # (Whatever tenant the row there now has: another daemon's batch may have taken the seq.)
-        rows = self._read(_LEDGER_ROW, (first["seq"],), "*")
+        # (Whatever the row there now is: a daemon that took the tenant over may have taken the
+        # seq since.)
+        rows = self._read(_LEDGER_ROW, (first["tenant"], first["seq"]), "*")
         if not rows:
             return "aborted"
         row = rows[0]

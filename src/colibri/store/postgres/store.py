@@ -10,10 +10,13 @@ tenants' names) are read and written with every tenant named (``_naming``).
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
+from operator import attrgetter
 from typing import Any
 
 import msgspec
 
+from colibri.core import cursor
 from colibri.core.errors import ConfigError
 from colibri.core.model import DEFAULT_TENANT, Agent, LedgerEntry, Task
 from colibri.core.schedules import Schedule
@@ -41,6 +44,7 @@ _schedule_decoder = msgspec.json.Decoder(Schedule)
 #: The rows a read finds: those of the tenants named (the queries of postgresql.sql say it too),
 #: also on a connection row-level security does not bind (a superuser's).
 _SEEN = "colibri_sees(tenant)"
+_SEQ = attrgetter("seq")
 
 
 class PostgresStore(Committing):
@@ -155,20 +159,29 @@ class PostgresStore(Committing):
         return entry
 
     def ledger(
-        self, after: int, limit: int, task: str | None = None, tenant: str | None = None
-    ) -> list[LedgerEntry]:
+        self, after: Mapping[str, int], limit: int, task: str | None = None,
+        tenant: str | None = None,
+    ) -> list[LedgerEntry]:  # fmt: skip
         if task is not None:
-            rows = self._rows(_Q["ledger_of_task"], (task, tenant, tenant, after, limit))
-        elif tenant is not None:
-            rows = self._rows(_Q["ledger_of_tenant"], (tenant, after, limit))
-        else:
-            rows = self._rows(_Q["ledger_after"], (after, limit))
-        return [ledger_from_row(r) for r in rows]
+            rows = self._rows(_Q["ledger_of_task"], (task, tenant, tenant))
+            entries = [e for e in map(ledger_from_row, rows) if cursor.unread(after, e)]
+            return entries[:limit]
+        if tenant is not None:
+            rows = self._rows(_Q["ledger_of_tenant"], (tenant, after.get(tenant, 0), limit))
+            return [ledger_from_row(r) for r in rows]
+        tenants, seqs = list(after), list(after.values())
+        rows = self._rows(
+            _Q["ledger_of_tenants"], {"tenants": tenants, "seqs": seqs, "limit": limit}
+        )
+        streams: dict[str, list[LedgerEntry]] = {}
+        for entry in map(ledger_from_row, rows):
+            streams.setdefault(entry.tenant, []).append(entry)
+        for stream in streams.values():
+            stream.sort(key=_SEQ)
+        return cursor.merged(streams.values(), limit)
 
-    def max_ledger_seq(self) -> int:
-        # The whole board's, whatever tenants the store names: the ledger's seq is the board's.
-        row = self._one(_Q["max_ledger_seq"], tenants="*")
-        return int(row["seq"]) if row else 0
+    def ledger_heads(self) -> dict[str, int]:
+        return {r["tenant"]: int(r["seq"]) for r in self._rows(_Q["ledger_heads"])}
 
     def cost_totals(self, by: str, since: str, tenant: str | None = None) -> list[dict[str, Any]]:
         query = sql.cost_query(_Q["cost_totals"], by)

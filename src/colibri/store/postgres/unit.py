@@ -5,19 +5,20 @@ snapshot. Its writes are held (``defers_writes``): its task inserts and updates,
 ledger rows, tenants, skills and token uses wait in memory until the batch's next read, a
 write that is sent at once, or its commit, and then go in one pipelined round trip,
 consecutive writes of one statement as one ``executemany``. A batch of any size costs three
-round trips: its opening (``BEGIN``, the lease's fence, the writers' lock — a
-transaction-level advisory lock of the board, so two writers queue rather than interleave —
-and the ledger's highest ``seq``, all pipelined), its writes, and its ``COMMIT``. The ledger's
-``seq`` is numbered by the store, not by a sequence (which would leave gaps on a rollback): one
-more than the highest committed, once the lock is held. A held write the rows refuse (a taken
-id, a compare-and-set that found the row moved) loses the whole batch where it is sent
+round trips: its opening (``BEGIN`` and the lease's fence, pipelined), its writes, and its
+``COMMIT``. The ledger's ``seq`` is each tenant's own, numbered by the store, not by a sequence
+(which would leave gaps on a rollback): the writes move the tenant's row of ``ledger_heads`` past
+the batch's rows and number them from it, in the same round trip, and the row stays locked
+until the batch ends — so the batches of one tenant number one after another, and those of
+different tenants (different daemons) never wait for each other. A held write the rows refuse
+(a taken id, a compare-and-set that found the row moved) loses the whole batch where it is sent
 (``BatchRefused``): the daemon's memory holds the open tasks, so that is a bug, and it rolls
 the batch back. The writes whose answer a caller needs at once (an agent's or schedule's name
 of another tenant, a fire recorded twice, a token id taken, a revocation) are sent at once,
 each that may be refused under a savepoint, so that the batch's earlier writes stand.
 
-Row-level security: a batch names its tenants (``tenants``) in the statement that takes the
-writers' lock (no round trip of its own); a read outside a batch goes in a transaction of its
+Row-level security: a batch names its tenants (``tenants``) in the statement that opens it
+(no round trip of its own); a read outside a batch goes in a transaction of its
 own (``StoreConnection._read``).
 """
 
@@ -35,8 +36,8 @@ from colibri.core.model import LedgerEntry
 from colibri.store.base import BatchRefused
 from colibri.store.postgres.connected import StoreConnection
 from colibri.store.postgres.connection import _NAME_TENANTS, _first_line
-from colibri.store.postgres.schema import _BOARD_KEY, _Q
-from colibri.store.rows import ledger_row
+from colibri.store.postgres.schema import _Q
+from colibri.store.rows import LEDGER_COLUMNS, ledger_row
 
 if TYPE_CHECKING:
     import psycopg
@@ -46,19 +47,20 @@ _TAKEN = {
     "tasks_pkey": "a task id is taken",
     "tasks_idempotency": "a tenant's idempotency key is taken",
 }
-#: What every write transaction takes first (after the fence): the lock that queues the
-#: writers of one board, and what tells its outcome if the COMMIT's answer is lost — the
-#: transaction's id, its backend and the server's start (``PostgresStore._outcome``).
-_WRITERS_LOCK = (
-    "SELECT pg_advisory_xact_lock((" + _BOARD_KEY + ")), txid_current() AS xid, "
-    "pg_backend_pid() AS backend, pg_postmaster_start_time() AS started, "
-    "set_config('colibri.tenants', %s, true) AS tenants "
-    # Set first (the FROM is evaluated before the list): how long the batch waits for the lock,
-    # and how long its transaction may sit idle (its daemon stopped mid-batch) before the
-    # server ends it — and with it the lock that every daemon's batches queue on.
-    "FROM (SELECT set_config('lock_timeout', %s, true), "
-    "set_config('idle_in_transaction_session_timeout', %s, true)) AS bounded"
-).encode()
+#: What every write transaction takes first (after the fence): what tells its outcome if the
+#: COMMIT's answer is lost — the transaction's id, its backend and the server's start
+#: (``PostgresStore._outcome``) — and the tenants it names.
+_OPENING = (
+    b"SELECT txid_current() AS xid, "
+    b"pg_backend_pid() AS backend, pg_postmaster_start_time() AS started, "
+    b"set_config('colibri.tenants', %s, true) AS tenants "
+    # Set first (the FROM is evaluated before the list): how long the batch waits for a lock
+    # (a tenant's ledger head, held by a batch of a daemon that lost its lease), and how long
+    # its transaction may sit idle (its daemon stopped mid-batch) before the server ends it —
+    # and with it the locks it holds.
+    b"FROM (SELECT set_config('lock_timeout', %s, true), "
+    b"set_config('idle_in_transaction_session_timeout', %s, true)) AS bounded"
+)
 
 
 @dataclass
@@ -87,6 +89,17 @@ def _leases_lost(fence: tuple[str, list[str], list[int]], held: set[str]) -> str
     return f"this daemon's {leases} {', '.join(lost)} passed to another daemon (or expired)"
 
 
+#: A tenant's ledger head moved past the rows a sending numbers; the head is returned.
+_TAKE = _Q["ledger_take"].encode()
+#: A ledger row numbered by the server from its tenant's head, moved past it just before.
+_INSERT_LEDGER = (
+    f"INSERT INTO ledger (seq, {', '.join(LEDGER_COLUMNS)}) VALUES ("
+    "(SELECT seq FROM ledger_heads WHERE tenant = %(tenant)s) - %(back)s, "
+    + ", ".join(f"%({column})s" for column in LEDGER_COLUMNS)
+    + ")"
+).encode()
+
+
 def _text(row: dict[str, Any]) -> dict[str, Any]:
     """``rows.py`` writes JSON as bytes (SQLite's BLOB-or-TEXT); PostgreSQL's columns are text."""
     return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in row.items()}
@@ -104,8 +117,6 @@ class UnitOfWork(StoreConnection):
         self._dirty = False
         #: Whether its transaction is open on the server (``_begin``), not only in ``_writes``.
         self._begun = False
-        #: The next ledger seq of the open batch (known once its transaction is begun).
-        self._next_seq: int | None = None
         #: The batch's writes not yet sent (``defers_writes``), in order, consecutive ones of
         #: one statement together; and its ledger rows, numbered as they are sent.
         self._writes: list[_Write] = []
@@ -126,8 +137,7 @@ class UnitOfWork(StoreConnection):
 
     def _begin(self) -> None:
         """Open the batch's transaction on the server, in one round trip: ``BEGIN``, the
-        lease's fence, the writers' lock (with the batch's tenants named), and the highest
-        ledger seq its rows are numbered after."""
+        lease's fence, and the statement that names the batch's tenants."""
         import psycopg
 
         conn = self._conn
@@ -136,11 +146,10 @@ class UnitOfWork(StoreConnection):
             fenced = None
             if self.fence is not None:
                 fenced = conn.execute(_Q["lease_fence"].encode(), self.fence)
-            # The transaction's id, its backend and the server's start, taken with the
-            # writers' lock: if the connection breaks while the COMMIT is on its way,
-            # PostgreSQL can still say whether it committed (``_outcome``).
-            opened = conn.execute(_WRITERS_LOCK, (self.tenants, *self.bounds))
-            top = conn.execute(_Q["ledger_top"].encode())
+            # The transaction's id, its backend and the server's start: if the connection
+            # breaks while the COMMIT is on its way, PostgreSQL can still say whether it
+            # committed (``_outcome``).
+            opened = conn.execute(_OPENING, (self.tenants, *self.bounds))
         if fenced is not None and self.fence is not None:
             held = {row["name"] for row in fenced.fetchall()}
             if len(held) != len(self.fence[1]):
@@ -152,8 +161,6 @@ class UnitOfWork(StoreConnection):
                     conn.execute(b"ROLLBACK")
                 raise LeaseLost(self._lost)
         self._opened = opened.fetchone()
-        found = top.fetchone()
-        self._next_seq = int(found["seq"] if found else 0) + 1
         self._begun = True
 
     @contextmanager
@@ -205,8 +212,9 @@ class UnitOfWork(StoreConnection):
             if not self._writes and not self._unsent:
                 return
             writes, self._writes = self._writes, []
-            rows = self._number(self._unsent)
-            self._unsent = []
+            entries, self._unsent = self._unsent, []
+            rows, counts = self._numbering(entries)
+            heads: list[psycopg.Cursor[dict[str, Any]]] = []
             counted: list[tuple[_Write, psycopg.Cursor[dict[str, Any]]]] = []
             with conn.pipeline():
                 for write in writes:
@@ -221,8 +229,12 @@ class UnitOfWork(StoreConnection):
                         counted.append((write, cursor))
                     if write.tenants:
                         conn.execute(_NAME_TENANTS, (self.tenants,))
+                # Each tenant's head moved past its rows (in name order: batches that share
+                # tenants lock them alike), then the rows numbered from it.
+                for tenant, n in counts.items():
+                    heads.append(conn.execute(_TAKE, {"tenant": tenant, "n": n}))
                 if rows:
-                    conn.cursor().executemany(_Q["insert_ledger"].encode(), rows)
+                    conn.cursor().executemany(_INSERT_LEDGER, rows)
         except LeaseLost:
             raise  # (the batch is lost already, as a lease lost)
         except psycopg.errors.UniqueViolation as exc:
@@ -250,6 +262,8 @@ class UnitOfWork(StoreConnection):
             # the server, the rest not. It must never commit: lost, and the error goes on.
             self._abandon("its sending stopped half-way")
             raise
+        if entries:
+            self._numbered(entries, counts, heads)
         for write, cursor in counted:
             if cursor.rowcount != len(write.rows):
                 moved = len(write.rows) - max(cursor.rowcount, 0)
@@ -282,7 +296,6 @@ class UnitOfWork(StoreConnection):
     def _end_batch(self) -> None:
         self._dirty = False
         self._begun = False
-        self._next_seq = None
         self._opened = None
         self._first_row = None
         self._writes.clear()
@@ -330,20 +343,39 @@ class UnitOfWork(StoreConnection):
         rows = self._rows(query, args, tenants)
         return rows[0] if rows else None
 
-    def _number(self, entries: list[LedgerEntry]) -> list[dict[str, Any]]:
-        """Number the batch's ledger rows after those before them (the transaction holds the
-        writers' lock by now: nobody else numbers), each ``seq`` set on its entry."""
+    def _numbering(self, entries: list[LedgerEntry]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+        """The batch's ledger rows to send, each to be numbered by the server from its
+        tenant's head (``back``: how many of its tenant's rows come after it in this sending),
+        and how many rows each tenant has, in name order."""
+        counts = dict.fromkeys(sorted({entry.tenant for entry in entries}), 0)
+        for entry in entries:
+            counts[entry.tenant] += 1
+        left = dict(counts)
         rows = []
         for entry in entries:
-            assert self._next_seq is not None
-            entry.seq = self._next_seq
-            self._next_seq += 1
+            left[entry.tenant] -= 1
             row = _text(ledger_row(entry))
-            row["seq"] = entry.seq
-            if self._first_row is None:
-                self._first_row = row
+            row["back"] = left[entry.tenant]
             rows.append(row)
-        return rows
+        return rows, counts
+
+    def _numbered(
+        self,
+        entries: list[LedgerEntry],
+        counts: dict[str, int],
+        heads: list[psycopg.Cursor[dict[str, Any]]],
+    ) -> None:
+        """Set each entry's ``seq`` from its tenant's head as the sending left it."""
+        top = {}
+        for tenant, cursor in zip(counts, heads, strict=True):
+            found = cursor.fetchone()
+            assert found is not None
+            top[tenant] = int(found["seq"]) - counts[tenant]
+        for entry in entries:
+            top[entry.tenant] += 1
+            entry.seq = top[entry.tenant]
+        if self._first_row is None:
+            self._first_row = {**_text(ledger_row(entries[0])), "seq": entries[0].seq}
 
     @contextmanager
     def _refusable(self, conn: psycopg.Connection[dict[str, Any]]) -> Iterator[None]:

@@ -272,6 +272,30 @@ ALTER TABLE tasks ADD COLUMN if_dependency_fails TEXT NOT NULL DEFAULT 'cancel';
 ALTER TABLE tasks ADD COLUMN base TEXT;
 ALTER TABLE tasks ADD COLUMN change TEXT;
 
+-- name: migration_11
+-- Each tenant's ledger numbered on its own: 1, 2, 3 … with no gap, from its row of
+-- ledger_heads (the highest seq it has), which a batch bumps by the rows it writes and holds
+-- locked until it ends. Daemons serving different tenants never wait for each other's batches
+-- (the board's one writers' lock, and colibri_ledger_top, are gone), and a tenant's numbers
+-- say nothing of another's. The board's rows are renumbered tenant by tenant in their order.
+ALTER TABLE ledger DROP CONSTRAINT ledger_pkey;
+UPDATE ledger l SET seq = n.seq
+  FROM (SELECT seq AS old, row_number() OVER (PARTITION BY tenant ORDER BY seq) AS seq
+          FROM ledger) n
+ WHERE l.seq = n.old;
+ALTER TABLE ledger ADD PRIMARY KEY (tenant, seq);
+DROP INDEX IF EXISTS ledger_tenant;
+DROP FUNCTION IF EXISTS colibri_ledger_top();
+CREATE TABLE ledger_heads (
+    tenant TEXT COLLATE "C" PRIMARY KEY,
+    seq    BIGINT NOT NULL
+);
+INSERT INTO ledger_heads (tenant, seq) SELECT tenant, MAX(seq) FROM ledger GROUP BY tenant;
+ALTER TABLE ledger_heads ENABLE ROW LEVEL SECURITY;
+ALTER TABLE ledger_heads FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_rows ON ledger_heads
+    USING (colibri_sees(tenant)) WITH CHECK (colibri_sees(tenant));
+
 -- name: board_columns
 -- The columns of the board's tables, as a board of this version must have them (``_COLUMNS``).
 SELECT c.relname AS table_name, a.attname AS column_name
@@ -430,23 +454,34 @@ SELECT tasks.* FROM family JOIN tasks ON tasks.id = family.id
  WHERE tasks.state IN ('pending', 'running') AND colibri_sees(tasks.tenant)
  ORDER BY family.depth, tasks.id;
 
--- name: ledger_after
-SELECT * FROM ledger WHERE seq > %s AND colibri_sees(tenant) ORDER BY seq LIMIT %s;
-
--- name: ledger_of_task
--- (Of its tenant too, when one is given.)
-SELECT * FROM ledger WHERE task = %s AND (%s::text IS NULL OR tenant = %s) AND seq > %s
-   AND colibri_sees(tenant) ORDER BY seq LIMIT %s;
-
 -- name: ledger_of_tenant
 SELECT * FROM ledger WHERE tenant = %s AND seq > %s AND colibri_sees(tenant) ORDER BY seq LIMIT %s;
 
--- name: max_ledger_seq
-SELECT COALESCE(MAX(seq), 0) AS seq FROM ledger;
+-- name: ledger_of_tenants
+-- Up to %(limit)s rows of each tenant past its seq in the cursor (%(tenants)s, %(seqs)s; a
+-- tenant not in it from its first row), each tenant's by its own index: the store merges them.
+SELECT l.* FROM ledger_heads h
+  LEFT JOIN unnest(%(tenants)s::text[], %(seqs)s::bigint[]) AS c(tenant, seq)
+    ON c.tenant = h.tenant
+ CROSS JOIN LATERAL (
+       SELECT * FROM ledger l WHERE l.tenant = h.tenant AND l.seq > COALESCE(c.seq, 0)
+        ORDER BY l.seq LIMIT %(limit)s) l
+ WHERE h.seq > COALESCE(c.seq, 0) AND colibri_sees(h.tenant) AND colibri_sees(l.tenant);
 
--- name: ledger_top
--- What a batch numbers its ledger rows after: the whole board's, not only its tenants'.
-SELECT colibri_ledger_top() AS seq;
+-- name: ledger_of_task
+-- Rows of a task (of a tenant's task only, when %s is one), in each tenant's order.
+SELECT * FROM ledger WHERE task = %s AND (%s::text IS NULL OR tenant = %s)
+   AND colibri_sees(tenant) ORDER BY tenant, seq;
+
+-- name: ledger_heads
+SELECT tenant, seq FROM ledger_heads WHERE colibri_sees(tenant) ORDER BY tenant;
+
+-- name: ledger_take
+-- Number %(n)s rows of a tenant: its head moved past them (locked until the batch ends, so
+-- that nobody else numbers its rows meanwhile), the new head returned.
+INSERT INTO ledger_heads AS h (tenant, seq) VALUES (%(tenant)s, %(n)s)
+ON CONFLICT (tenant) DO UPDATE SET seq = h.seq + excluded.seq
+RETURNING seq;
 
 -- name: count_by_state
 SELECT state, COUNT(*) AS n FROM tasks WHERE colibri_sees(tenant) GROUP BY state;

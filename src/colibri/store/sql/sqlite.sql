@@ -135,6 +135,39 @@ ALTER TABLE tasks ADD COLUMN if_dependency_fails TEXT NOT NULL DEFAULT 'cancel';
 ALTER TABLE tasks ADD COLUMN base TEXT;
 ALTER TABLE tasks ADD COLUMN change TEXT;
 
+-- name: migration_8
+-- Each tenant's ledger numbered on its own: 1, 2, 3 … with no gap, from its row of
+-- ledger_heads (the highest seq it has), so that a tenant's numbers say nothing of another's.
+-- The board's rows are renumbered tenant by tenant in their order; (tenant, seq) is the key.
+CREATE TABLE ledger_by_tenant (
+    seq        INTEGER NOT NULL,
+    at         TEXT NOT NULL,
+    task       TEXT,                        -- NULL for a schedule's missed or skipped fire
+    schedule   TEXT,
+    tenant     TEXT NOT NULL,
+    from_state TEXT,
+    to_state   TEXT NOT NULL,
+    agent      TEXT,
+    epoch      INTEGER NOT NULL,
+    reason     TEXT,
+    cost       TEXT,                        -- JSON object
+    uid        INTEGER,
+    pid        INTEGER,
+    PRIMARY KEY (tenant, seq)
+) WITHOUT ROWID;
+INSERT INTO ledger_by_tenant
+SELECT row_number() OVER (PARTITION BY tenant ORDER BY seq), at, task, schedule, tenant,
+       from_state, to_state, agent, epoch, reason, cost, uid, pid
+  FROM ledger ORDER BY seq;
+DROP TABLE ledger;
+ALTER TABLE ledger_by_tenant RENAME TO ledger;
+CREATE INDEX ledger_task ON ledger (task);
+CREATE TABLE ledger_heads (
+    tenant TEXT PRIMARY KEY,
+    seq    INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO ledger_heads (tenant, seq) SELECT tenant, MAX(seq) FROM ledger GROUP BY tenant;
+
 -- name: update_task
 -- Positional values, in the order of colibri.store.rows.CHANGE_COLUMNS, then the id, the
 -- expected state and the expected epoch (the compare-and-set).
@@ -173,18 +206,22 @@ SELECT tasks.* FROM family JOIN tasks ON tasks.id = family.id
  WHERE tasks.state IN ('pending', 'running')
  ORDER BY family.depth, tasks.id;
 
--- name: ledger_after
-SELECT * FROM ledger WHERE seq > ? ORDER BY seq LIMIT ?;
-
 -- name: ledger_of_task
--- (Of its tenant too, when one is given.)
-SELECT * FROM ledger WHERE task = ? AND (? IS NULL OR tenant = ?) AND seq > ? ORDER BY seq LIMIT ?;
+-- Rows of a task (of a tenant's task only, when ? is one), in each tenant's order.
+SELECT * FROM ledger WHERE task = ? AND (? IS NULL OR tenant = ?) ORDER BY tenant, seq;
 
 -- name: ledger_of_tenant
 SELECT * FROM ledger WHERE tenant = ? AND seq > ? ORDER BY seq LIMIT ?;
 
--- name: max_ledger_seq
-SELECT COALESCE(MAX(seq), 0) FROM ledger;
+-- name: ledger_heads
+SELECT tenant, seq FROM ledger_heads ORDER BY tenant;
+
+-- name: ledger_head
+SELECT seq FROM ledger_heads WHERE tenant = ?;
+
+-- name: ledger_set_head
+INSERT INTO ledger_heads (tenant, seq) VALUES (?, ?)
+ON CONFLICT (tenant) DO UPDATE SET seq = excluded.seq;
 
 -- name: count_by_state
 SELECT state, COUNT(*) FROM tasks GROUP BY state;
@@ -253,7 +290,8 @@ SELECT (SELECT COUNT(*) FROM tasks) AS tasks, (SELECT COUNT(*) FROM ledger) AS l
 SELECT * FROM tasks ORDER BY id;
 
 -- name: copy_ledger
-SELECT * FROM ledger ORDER BY seq;
+-- Every tenant's rows, merged by time (they are numbered again, into one tenant).
+SELECT * FROM ledger ORDER BY at, tenant, seq;
 
 -- name: copy_fires
 SELECT schedule, nominal, outcome, task, at, reason FROM schedule_fires ORDER BY schedule, nominal;
@@ -265,5 +303,4 @@ SELECT name, description FROM skills ORDER BY name;
 SELECT tenant FROM tasks UNION SELECT tenant FROM ledger ORDER BY 1;
 
 -- name: backup_counts
-SELECT (SELECT COUNT(*) FROM tasks) AS tasks, (SELECT COUNT(*) FROM ledger) AS ledger_rows,
-       (SELECT COALESCE(MAX(seq), 0) FROM ledger) AS last_seq;
+SELECT (SELECT COUNT(*) FROM tasks) AS tasks, (SELECT COUNT(*) FROM ledger) AS ledger_rows;
