@@ -74,7 +74,7 @@ def test_a_board_of_schema_1_gains_the_columns_and_keeps_its_rows(tmp_path: Path
     assert SCHEMA_VERSION >= 2
     store = SqliteStore(str(path))
     try:
-        (entry,) = store.ledger(0, 10)
+        (entry,) = store.ledger({}, 10)
         assert entry.task == "t1" and entry.uid is None and entry.pid is None
     finally:
         store.close()

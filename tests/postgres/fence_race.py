@@ -81,7 +81,7 @@ def writes_racing_takeovers(
     finally:
         stop.set()
         writer.join(30)
-        rows = marker_store.ledger(0, 10_000_000)
+        rows = marker_store.ledger({}, 10_000_000)
         thief.close()
         writer_store.close()
         marker_store.close()

@@ -105,16 +105,23 @@ def test_stores_opening_a_fresh_board_at_once_all_open_it(
         assert conn.execute("SELECT version FROM colibri_schema").fetchall() == [(SCHEMA_VERSION,)]
 
 
+def _blocked(dsn: str, store: PostgresStore) -> bool:
+    """Whether ``store``'s backend waits for a lock another holds."""
+    pid = store._conn.info.backend_pid
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT cardinality(pg_blocking_pids(%s))", (pid,)).fetchone()
+    return row is not None and int(row[0]) > 0
+
+
 @pytest.mark.parametrize("isolation", OTHER_ISOLATIONS)
-def test_a_batch_numbers_its_ledger_rows_after_a_batch_that_held_the_writers_lock(
+def test_a_batch_numbers_its_ledger_rows_after_a_batch_of_its_tenant_that_held_its_head(
     board: str, isolation: str
 ) -> None:
-    """Batch A waits for the writers' lock while batch B holds it; B commits a ledger row, A
-    numbers its own after it. Under a snapshot taken at the fence, before the lock, A read the
-    ledger's top from before B and took B's seq (a ledger_pkey duplicate: 'internal'; under
-    serializable a serialization failure: 'storage_unavailable')."""
+    """Batch A waits for its tenant's ledger head while batch B, of the same tenant, holds it;
+    B commits a ledger row, A numbers its own after it. Under a snapshot taken before the
+    wait, A would read the head from before B and take B's seq (a duplicate key: 'internal';
+    under serializable a serialization failure: 'storage_unavailable')."""
     PostgresStore(board).close()
-    key = _board_key(board)
     dsn = with_defaults(board, default_transaction_isolation=isolation)
     a, b = PostgresStore(dsn), PostgresStore(dsn)
     a.fence = b.fence = ("nobody", [], [])  # (a fence that reads nothing: the lease's place)
@@ -122,7 +129,7 @@ def test_a_batch_numbers_its_ledger_rows_after_a_batch_that_held_the_writers_loc
     try:
         first, second = make_task("01b-first"), make_task("01b-second")
         b.insert_task(first, entry_for(first))
-        assert b.get_task(first.id) is not None  # (a read in the batch: B holds the lock now)
+        assert b.get_task(first.id) is not None  # (a read in the batch: B holds the head now)
         a.insert_task(second, entry_for(second))
 
         def commit_a() -> None:
@@ -133,12 +140,34 @@ def test_a_batch_numbers_its_ledger_rows_after_a_batch_that_held_the_writers_loc
 
         committing = threading.Thread(target=commit_a)
         committing.start()
-        wait_until(lambda: _waiting(board, key) == 1, timeout=15)
+        wait_until(lambda: _blocked(board, a), timeout=15)
         b.commit()
         committing.join(timeout=30)
         assert failures == []
-        seqs = {e.task: e.seq for e in a.ledger(0, 10)}
+        seqs = {e.task: e.seq for e in a.ledger({}, 10)}
         assert seqs == {first.id: 1, second.id: 2}
+    finally:
+        a.close()
+        b.close()
+
+
+def test_batches_of_different_tenants_never_wait_for_each_other(board: str) -> None:
+    """The board has no writers' lock any more: while a batch of tenant a is open, its ledger
+    rows sent and its head held, a batch of tenant b commits at once, and so do a's after it;
+    each tenant numbered from 1."""
+    PostgresStore(board).close()
+    a, b = PostgresStore(board), PostgresStore(board)
+    a.fence = b.fence = ("nobody", [], [])
+    try:
+        first = make_task("01b-of-a", tenant="a")
+        a.insert_task(first, entry_for(first))
+        assert a.get_task(first.id) is not None  # sent: a holds its head, its batch open
+        second = make_task("01b-of-b", tenant="b")
+        b.insert_task(second, entry_for(second))
+        b.commit()  # in this thread: a wait here would hang the test, not pass it
+        assert not _blocked(board, a)
+        a.commit()
+        assert {(e.tenant, e.seq) for e in a.ledger({}, 10)} == {("a", 1), ("b", 1)}
     finally:
         a.close()
         b.close()
@@ -172,7 +201,7 @@ def _a_batch_and_a_read(store: PostgresStore) -> None:
     store.insert_task(task, entry_for(task))
     store.commit()
     assert store.get_task(task.id) is not None
-    assert [e.task for e in store.ledger(0, 10)] == [task.id]
+    assert [e.task for e in store.ledger({}, 10)] == [task.id]
 
 
 def test_an_idle_store_is_not_ended_by_a_default_idle_session_timeout(board: str) -> None:

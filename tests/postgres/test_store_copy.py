@@ -532,7 +532,7 @@ def test_every_field_of_a_task_and_its_ledger_row_is_copied(tmp_path: Path, boar
         sqlite.insert_task(FULL_TASK, entry_for(FULL_TASK), fingerprint="fp-1")
         sqlite.insert_task(MINIMAL_TASK, entry_for(MINIMAL_TASK))
         sqlite.commit()
-        entries = sqlite.ledger(0, 10)
+        entries = sqlite.ledger({}, 10)
     finally:
         sqlite.close()
     summary = copied_from(path, board, "hive")
@@ -543,7 +543,7 @@ def test_every_field_of_a_task_and_its_ledger_row_is_copied(tmp_path: Path, boar
             assert hive.get_task(task.id) == msgspec.structs.replace(task, tenant="hive")
         assert hive.fingerprint(FULL_TASK.id) == "fp-1"
         assert hive.fingerprint(MINIMAL_TASK.id) is None
-        assert hive.ledger(0, 10) == [msgspec.structs.replace(e, tenant="hive") for e in entries]
+        assert hive.ledger({}, 10) == [msgspec.structs.replace(e, tenant="hive") for e in entries]
         assert hive.find_idempotent("hive", "key-1") == hive.get_task(FULL_TASK.id)
     finally:
         hive.close()

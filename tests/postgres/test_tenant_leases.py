@@ -129,7 +129,7 @@ def test_a_batch_open_under_an_expired_lease_holds_back_a_taking_it_overlaps(
         assert old.take()
         store.fence, store.tenants = old.fence, old.named
         store.append_ledger(_entry("t-stalled", "acme"))
-        store.ledger(0, 1)  # a read sends the batch: it is open, the fence held
+        store.ledger({}, 1)  # a read sends the batch: it is open, the fence held
         with psycopg.connect(board, autocommit=True) as admin:
             admin.execute("UPDATE leases SET expires_at = now() - interval '1 ms'")
         took: list[bool] = []
@@ -158,9 +158,9 @@ def test_a_store_naming_some_tenants_reads_only_theirs_also_as_a_superuser(board
             store.append_ledger(_entry(f"t{n}", tenant))
         store.commit()
         store.tenants = "acme"
-        assert [e.task for e in store.ledger(0, 100)] == ["t0", "t2"]
+        assert [e.task for e in store.ledger({}, 100)] == ["t0", "t2"]
         store.tenants = "beta"
-        assert [e.task for e in store.ledger(0, 100)] == ["t1"]
+        assert [e.task for e in store.ledger({}, 100)] == ["t1"]
         # The next seq is still the whole board's, whatever the store names.
         entry = store.append_ledger(_entry("t3", "beta"))
         store.commit()

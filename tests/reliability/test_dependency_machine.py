@@ -170,7 +170,7 @@ class DependencyMachine(RuleBasedStateMachine):
 
     @invariant()
     def released_once_and_never_early(self) -> None:
-        rows = self.store.ledger(0, 1_000_000)
+        rows = self.store.ledger({}, 1_000_000)
         released: dict[str, int] = {}
         first_run: dict[str, int] = {}
         closed_at: dict[str, int] = {}

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import msgspec
 import pytest
 
+from colibri.core import cursor
 from colibri.core.model import Agent, Cost, LedgerEntry, Task
 from colibri.core.tokens import Token
 from colibri.store import BatchRefused, Store, StoreConflict, TaskFilter
@@ -52,6 +53,11 @@ def _unset_fields(value: msgspec.Struct) -> list[str]:
     return unset
 
 
+def head(store: Store, tenant: str = "default") -> int:
+    """The tenant's highest ledger seq (0 before its first row)."""
+    return store.ledger_heads().get(tenant, 0)
+
+
 @contextlib.contextmanager
 def refused(store: Store, match: str | None = None) -> Iterator[None]:
     """The write in the block is refused by the stored rows, never with the driver's error: at
@@ -66,7 +72,7 @@ def refused(store: Store, match: str | None = None) -> Iterator[None]:
         return
     yield
     with pytest.raises(BatchRefused, match=match):
-        store.max_ledger_seq()
+        head(store)
     with pytest.raises(BatchRefused, match=match):
         store.commit()
     with pytest.raises(BatchRefused, match=match):
@@ -95,13 +101,13 @@ def test_insert_and_get_round_trip_every_field(backend: Backend, store: Store, t
 
 
 def test_insert_writes_a_ledger_row_and_seq_grows_by_one(store: Store) -> None:
-    assert store.max_ledger_seq() == 0
-    assert store.ledger(0, 100) == []
+    assert head(store) == 0
+    assert store.ledger({}, 100) == []
     rows = [add(store, make_task(f"t{n:04d}")) for n in range(5)]
-    assert store.max_ledger_seq() == 5  # (a store that defers writes numbers them by now)
+    assert head(store) == 5  # (a store that defers writes numbers them by now)
     assert [r.seq for r in rows] == [1, 2, 3, 4, 5]
     store.commit()
-    stored = store.ledger(0, 100)
+    stored = store.ledger({}, 100)
     assert stored == rows
     assert [(e.task, e.from_state, e.to_state, e.reason) for e in stored] == [
         (f"t{n:04d}", None, "pending", "submitted") for n in range(5)
@@ -109,7 +115,7 @@ def test_insert_writes_a_ledger_row_and_seq_grows_by_one(store: Store) -> None:
     task = store.get_task("t0002")
     assert task is not None
     _, row = move(store, task, state="running", agent="a1", epoch=1, attempts=1)
-    assert store.max_ledger_seq() == 6
+    assert head(store) == 6
     assert row.seq == 6
 
 
@@ -121,8 +127,8 @@ def test_ledger_entry_round_trips_every_field(store: Store) -> None:
     second = store.update_task(done, "pending", 0, entry)
     store.commit()
     assert second.seq == first.seq + 1
-    assert store.ledger(0, 10) == [first, second]
-    assert store.ledger(0, 10)[1] == msgspec.structs.replace(FULL_ENTRY, seq=2)
+    assert store.ledger({}, 10) == [first, second]
+    assert store.ledger({}, 10)[1] == msgspec.structs.replace(FULL_ENTRY, seq=2)
 
 
 # -- unit of work: commit, rollback, what another connection sees -------------------------------
@@ -139,21 +145,21 @@ def test_nothing_is_visible_to_another_connection_until_commit(backend: Backend)
     assert writer.get_task("t0001") is not None
     found = writer.find_idempotent("default", "k")
     assert found is not None and found.id == "t0001"
-    assert writer.max_ledger_seq() == 1
+    assert head(writer) == 1
     # ... nobody else does.
     assert reader.get_task("t0001") is None
     assert reader.find_idempotent("default", "k") is None
     assert reader.list_tasks(TaskFilter()) == []
     assert reader.open_tasks() == []
     assert reader.count_by_state() == {}
-    assert reader.ledger(0, 10) == []
-    assert reader.max_ledger_seq() == 0
+    assert reader.ledger({}, 10) == []
+    assert head(reader) == 0
     assert reader.agents() == []
     assert reader.skills() == []
     writer.commit()
     assert ids(reader.list_tasks(TaskFilter())) == ["t0001"]
-    assert [e.task for e in reader.ledger(0, 10)] == ["t0001"]
-    assert reader.max_ledger_seq() == 1
+    assert [e.task for e in reader.ledger({}, 10)] == ["t0001"]
+    assert head(reader) == 1
     assert [a.name for a in reader.agents()] == ["a1"]
     assert reader.skills() == [("python", "", 1)]
     assert backend.query("SELECT name, created_at FROM tenants") == [("acme", AT)]
@@ -172,7 +178,7 @@ def test_rollback_discards_the_whole_batch(backend: Backend, store: Store) -> No
     assert store.get_task("t0002") is None
     assert store.find_idempotent("default", "k") is None
     assert store.get_task("t0001") == kept
-    assert store.max_ledger_seq() == 1
+    assert head(store) == 1
     assert store.agents() == [] and store.skills() == []
     assert backend.query("SELECT name FROM tenants") == []
     store.rollback()  # nothing open: harmless
@@ -193,7 +199,7 @@ def test_close_discards_an_uncommitted_batch(backend: Backend) -> None:
     backend.close(first)
     again = backend.open()
     assert ids(again.list_tasks(TaskFilter())) == ["t0001"]
-    assert again.max_ledger_seq() == 1
+    assert head(again) == 1
 
 
 def test_reachable_asked_from_another_thread_leaves_the_open_batch_alone(
@@ -220,7 +226,7 @@ def test_reachable_asked_from_another_thread_leaves_the_open_batch_alone(
     add(store, make_task("t0002"))
     store.commit()
     assert ids(backend.open().list_tasks(TaskFilter())) == ["t0001", "t0002"]
-    assert store.max_ledger_seq() == 3
+    assert head(store) == 3
 
 
 def test_location_names_the_board(backend: Backend, store: Store) -> None:
@@ -240,15 +246,15 @@ def test_a_rollback_gives_its_ledger_numbers_back(backend: Backend, store: Store
     add(store, make_task("t0001"))
     store.commit()
     numbered = [add(store, make_task(f"t000{n}")) for n in (2, 3)]
-    assert store.max_ledger_seq() == 3
+    assert head(store) == 3
     assert [e.seq for e in numbered] == [2, 3]
     store.rollback()
-    assert store.max_ledger_seq() == 1
+    assert head(store) == 1
     again = add(store, make_task("t0004"))
     missed = store.append_ledger(LedgerEntry(at=LATER, schedule="s", to_state="missed"))
     store.commit()
     assert (again.seq, missed.seq) == (2, 3)
-    assert [e.seq for e in backend.open().ledger(0, 10)] == [1, 2, 3]
+    assert [e.seq for e in backend.open().ledger({}, 10)] == [1, 2, 3]
 
 
 # -- update_task: compare-and-set ---------------------------------------------------------------
@@ -272,7 +278,7 @@ def test_update_task_writes_when_state_and_epoch_match(backend: Backend, store: 
     store.commit()
     assert (out.seq, out.from_state, out.to_state) == (3, "running", "done")
     assert backend.open().get_task("t0001") == done
-    assert [e.to_state for e in store.ledger(0, 10, task="t0001")] == [
+    assert [e.to_state for e in store.ledger({}, 10, task="t0001")] == [
         "pending",
         "running",
         "done",
@@ -314,10 +320,10 @@ def test_update_task_conflict_writes_nothing(
     with refused(store):
         store.update_task(new, expected_state, expected_epoch, entry_for(new, expected_state))
     assert store.get_task("t0001") == task
-    assert store.max_ledger_seq() == 1
+    assert head(store) == 1
     store.commit()
     assert backend.open().get_task("t0001") == task
-    assert [e.seq for e in backend.open().ledger(0, 10)] == [1]
+    assert [e.seq for e in backend.open().ledger({}, 10)] == [1]
     # The compare-and-set with the right expectation still goes through afterwards.
     store.update_task(new, "pending", 0, entry_for(new, "pending"))
     store.commit()
@@ -329,7 +335,7 @@ def test_update_of_an_unknown_task_is_a_conflict(store: Store) -> None:
     with refused(store):
         store.update_task(ghost, "pending", 0, entry_for(ghost, "pending"))
     assert store.get_task("t-ghost") is None
-    assert store.max_ledger_seq() == 0
+    assert head(store) == 0
 
 
 def test_only_one_of_two_racing_claims_wins(store: Store) -> None:
@@ -345,7 +351,7 @@ def test_only_one_of_two_racing_claims_wins(store: Store) -> None:
         assert store.get_task("t0001") == task
         store.update_task(one, "pending", 0, entry_for(one, "pending"))
     assert store.get_task("t0001") == one
-    assert [e.agent for e in store.ledger(0, 10, task="t0001")] == [None, "a1"]
+    assert [e.agent for e in store.ledger({}, 10, task="t0001")] == [None, "a1"]
 
 
 def test_update_task_writes_only_what_a_transition_changes(backend: Backend, store: Store) -> None:
@@ -374,7 +380,7 @@ def test_update_task_appends_every_row_of_the_change_in_order(store: Store) -> N
     closed = msgspec.structs.replace(done, state="closed")
     first, second = entry_for(done, "running", "out"), entry_for(closed, "done")
     assert store.update_task(closed, "running", 1, first, second) is first
-    assert store.ledger(1, 10) == [first, second]
+    assert store.ledger({"default": 1}, 10) == [first, second]
     assert (first.seq, second.seq) == (2, 3)
     assert store.get_task("t0001") == closed
 
@@ -464,7 +470,7 @@ def test_idempotency_key_is_unique_within_a_tenant(backend: Backend, store: Stor
         add(store, make_task("t0002", idempotency_key="k"))
     kept = [] if store.defers_writes else ["t0000"]
     assert store.get_task("t0002") is None
-    assert store.max_ledger_seq() == 1 + len(kept)
+    assert head(store) == 1 + len(kept)
     store.commit()
     assert ids(backend.open().list_tasks(TaskFilter())) == [*kept, "t0001"]
     assert store.find_idempotent("default", "k") == first
@@ -493,12 +499,12 @@ def test_duplicate_task_id_is_refused(backend: Backend, store: Store, tenant: st
         add(store, make_task("t0001", text="another", tenant=tenant))
     kept = [] if store.defers_writes else ["t0000"]
     assert store.get_task("t0001") == first
-    assert store.max_ledger_seq() == 1 + len(kept)
+    assert head(store) == 1 + len(kept)
     store.commit()
     reader = backend.open()
     assert reader.get_task("t0001") == first
     assert ids(reader.list_tasks(TaskFilter())) == [*kept, "t0001"]
-    assert [e.task for e in reader.ledger(0, 10)] == ["t0001", *kept]
+    assert [e.task for e in reader.ledger({}, 10)] == ["t0001", *kept]
 
 
 # -- the claim key -------------------------------------------------------------------------------
@@ -766,7 +772,7 @@ def test_set_question_changes_the_task_and_writes_no_ledger_row(
     store.commit()
     assert backend.open().get_task("t0001") == task
     assert store.get_task("no-such-task") is None
-    assert store.max_ledger_seq() == 1
+    assert head(store) == 1
 
 
 def test_set_after_changes_what_a_task_waits_for_and_writes_no_ledger_row(
@@ -786,7 +792,7 @@ def test_set_after_changes_what_a_task_waits_for_and_writes_no_ledger_row(
     store.commit()
     assert backend.open().get_task("t0001") == waits  # in order, every other field as it was
     assert store.get_task("no-such-task") is None
-    assert store.max_ledger_seq() == 1
+    assert head(store) == 1
 
 
 # -- the ledger ----------------------------------------------------------------------------------
@@ -813,18 +819,87 @@ def _ledger_history(store: Store) -> list[LedgerEntry]:
 
 def test_ledger_order_after_and_limit(store: Store) -> None:
     rows = _ledger_history(store)
-    assert [r.seq for r in rows] == list(range(1, 9))
-    assert store.ledger(0, 100) == rows
-    assert store.ledger(0, 3) == rows[:3]
-    assert store.ledger(2, 3) == rows[2:5]
-    assert store.ledger(7, 100) == rows[7:]
-    assert store.ledger(8, 100) == []
-    assert store.ledger(100, 100) == []
-    assert store.max_ledger_seq() == 8
+    default = [r for r in rows if r.tenant == "default"]
+    # Each tenant numbered on its own, from 1, with no gap.
+    assert [r.seq for r in default] == list(range(1, 8))
+    assert [(r.tenant, r.seq) for r in rows if r.tenant == "acme"] == [("acme", 1)]
+    assert store.ledger_heads() == {"acme": 1, "default": 7}
+    # Every tenant's rows, merged by time, then tenant (each tenant's stamps only grow here).
+    rows = sorted(rows, key=lambda r: (r.at, r.tenant))
+    assert rows[0].tenant == "acme"
+    assert store.ledger({}, 100) == rows
+    assert store.ledger({}, 3) == rows[:3]
+    assert store.ledger({"default": 2}, 3) == [r for r in rows if r not in default[:2]][:3]
+    assert store.ledger({"default": 7, "acme": 1}, 100) == []
+    assert store.ledger({"default": 100, "acme": 100}, 100) == []
+    assert store.ledger({"default": 7}, 100) == [r for r in rows if r.tenant == "acme"]
+    assert head(store) == 7
+    # Paged by a cursor moved past each page: every row once, in the one order.
     pages: list[LedgerEntry] = []
-    while page := store.ledger(pages[-1].seq if pages else 0, 3):
+    position: dict[str, int] = {}
+    while page := store.ledger(position, 3):
         pages += page
+        cursor.advance(position, page)
     assert pages == rows
+
+
+def test_tenants_are_numbered_apart_and_merged_by_time(backend: Backend, store: Store) -> None:
+    """Interleaved rows of three tenants: each tenant's seq is its own, with no gap; a read of
+    them all merges them by ``at`` and keeps each tenant's order — even where a clock set back
+    made a tenant's later row look older (a cursor must never pass a row over)."""
+    times = [f"2026-01-02T03:04:{s:02d}.000Z" for s in range(60)]
+    written = []
+    for i, tenant in enumerate(["a", "b", "a", "c", "b", "a", "c", "a"]):
+        task = make_task(f"t{i:04d}", tenant=tenant)
+        written.append(store.insert_task(task, LedgerEntry(at=times[10 + i], task=task.id,
+                                                           tenant=tenant, to_state="pending")))  # fmt: skip
+    # Tenant b's third row stamped earlier than its others (its host's clock was set back).
+    late = store.append_ledger(LedgerEntry(at=times[0], schedule="s", tenant="b",
+                                           to_state="missed"))  # fmt: skip
+    store.commit()
+    assert [(e.tenant, e.seq) for e in written] == [
+        ("a", 1), ("b", 1), ("a", 2), ("c", 1), ("b", 2), ("a", 3), ("c", 2), ("a", 4)
+    ]
+    assert (late.tenant, late.seq) == ("b", 3)
+    assert store.ledger_heads() == {"a": 4, "b": 3, "c": 2}
+    merged = backend.open().ledger({}, 100)
+    assert sorted(merged, key=lambda e: (e.tenant, e.seq)) == sorted(
+        [*written, late], key=lambda e: (e.tenant, e.seq)
+    )
+    for tenant in "abc":
+        assert [e.seq for e in merged if e.tenant == tenant] == sorted(
+            e.seq for e in merged if e.tenant == tenant
+        )
+    # Right after b's second row, though the oldest stamp of all; the others in time order.
+    assert merged.index(late) == merged.index(written[4]) + 1
+    others = [e for e in merged if e is not late and e != late]
+    assert [e.at for e in others] == sorted(e.at for e in others)
+    # Any page size, from any cursor: every row exactly once, in that order.
+    for size in (1, 2, 3, 5, 100):
+        position: dict[str, int] = {}
+        pages: list[LedgerEntry] = []
+        while page := store.ledger(position, size):
+            pages += page
+            cursor.advance(position, page)
+        assert pages == merged
+    # One tenant's alone, by its own numbers; a cursor's other tenants change nothing of it.
+    assert store.ledger({"a": 2, "b": 99}, 100, tenant="a") == [written[5], written[7]]
+    assert store.ledger({}, 100, tenant="b") == [written[1], written[4], late]
+
+
+def test_a_rolled_back_batch_gives_each_tenant_its_numbers_back(store: Store) -> None:
+    for tenant in ("a", "b"):
+        add(store, make_task(f"t-{tenant}", tenant=tenant))
+    store.commit()
+    add(store, make_task("t-a2", tenant="a"))
+    add(store, make_task("t-b2", tenant="b"))
+    assert store.ledger_heads() == {"a": 2, "b": 2}
+    store.rollback()
+    assert store.ledger_heads() == {"a": 1, "b": 1}
+    again = add(store, make_task("t-b3", tenant="b"))
+    store.commit()
+    assert (again.tenant, again.seq) == ("b", 2)
+    assert store.ledger_heads() == {"a": 1, "b": 2}
 
 
 def test_ledger_of_one_task(store: Store) -> None:
@@ -836,12 +911,12 @@ def test_ledger_of_one_task(store: Store) -> None:
         ("running", "done"),
         ("done", "closed"),
     ]
-    assert store.ledger(0, 100, task="t-a") == of_a
-    assert store.ledger(0, 2, task="t-a") == of_a[:2]
-    assert store.ledger(of_a[1].seq, 100, task="t-a") == of_a[2:]
-    assert store.ledger(of_a[1].seq, 1, task="t-a") == of_a[2:3]
-    assert store.ledger(0, 100, task="t-c") == [r for r in rows if r.task == "t-c"]
-    assert store.ledger(0, 100, task="no-such-task") == []
+    assert store.ledger({}, 100, task="t-a") == of_a
+    assert store.ledger({}, 2, task="t-a") == of_a[:2]
+    assert store.ledger({"default": of_a[1].seq}, 100, task="t-a") == of_a[2:]
+    assert store.ledger({"default": of_a[1].seq}, 1, task="t-a") == of_a[2:3]
+    assert store.ledger({}, 100, task="t-c") == [r for r in rows if r.task == "t-c"]
+    assert store.ledger({}, 100, task="no-such-task") == []
 
 
 def test_ledger_of_one_tenant(store: Store) -> None:
@@ -849,15 +924,16 @@ def test_ledger_of_one_tenant(store: Store) -> None:
     acme = [r for r in rows if r.tenant == "acme"]
     default = [r for r in rows if r.tenant == "default"]
     assert len(acme) == 1 and len(default) == 7
-    assert store.ledger(0, 100, tenant="acme") == acme
-    assert store.ledger(0, 100, tenant="default") == default
-    assert store.ledger(0, 2, tenant="default") == default[:2]
-    assert store.ledger(default[1].seq, 100, tenant="default") == default[2:]
-    assert store.ledger(acme[0].seq, 100, tenant="acme") == []
-    assert store.ledger(0, 100, tenant="nobody") == []
+    assert store.ledger({}, 100, tenant="acme") == acme
+    assert store.ledger({}, 100, tenant="default") == default
+    assert store.ledger({}, 2, tenant="default") == default[:2]
+    assert store.ledger({"default": default[1].seq}, 100, tenant="default") == default[2:]
+    assert store.ledger({"acme": acme[0].seq}, 100, tenant="acme") == []
+    assert store.ledger({"default": 7}, 100, tenant="acme") == acme
+    assert store.ledger({}, 100, tenant="nobody") == []
     # With a task, the task's rows if it is the tenant's, and none if it is not.
-    assert store.ledger(0, 100, task="t-c", tenant="acme") == acme
-    assert store.ledger(0, 100, task="t-c", tenant="default") == []
+    assert store.ledger({}, 100, task="t-c", tenant="acme") == acme
+    assert store.ledger({}, 100, task="t-c", tenant="default") == []
 
 
 def test_append_ledger_writes_a_row_that_changes_no_task(backend: Backend, store: Store) -> None:
@@ -868,11 +944,11 @@ def test_append_ledger_writes_a_row_that_changes_no_task(backend: Backend, store
     )  # fmt: skip
     given = msgspec.structs.replace(row)
     assert store.append_ledger(given) is given
-    assert store.max_ledger_seq() == 2
-    assert given.seq == 2
+    assert store.ledger_heads() == {"acme": 1, "default": 1}
+    assert given.seq == 1  # acme's first
     store.commit()
-    assert backend.open().ledger(1, 10) == [msgspec.structs.replace(row, seq=2)]
-    assert [e.seq for e in store.ledger(0, 10, task="t0001")] == [1]  # no task, never matched
+    assert backend.open().ledger({"default": 1}, 10) == [msgspec.structs.replace(row, seq=1)]
+    assert [e.seq for e in store.ledger({}, 10, task="t0001")] == [1]  # no task, never matched
     assert store.count_by_state() == {"pending": 1}
 
 

@@ -31,6 +31,7 @@ MIGRATIONS = {
         8: "edb7f2b918f00daf",
         9: "09b54b6a56264bdd",
         10: "f2b4853eb26851d4",
+        11: "92f21f5fa6e8140c",
     },
     "sqlite": {
         1: "99002eedcb5e8eb8",
@@ -40,6 +41,7 @@ MIGRATIONS = {
         5: "edb7f2b918f00daf",
         6: "09b54b6a56264bdd",
         7: "f2b4853eb26851d4",
+        8: "35604eb7d28385b1",
     },
 }
 
@@ -57,6 +59,7 @@ RELEASED = {
         8: ["edb7f2b918f00daf"],
         9: ["09b54b6a56264bdd"],
         10: ["f2b4853eb26851d4"],
+        11: ["92f21f5fa6e8140c"],
     },
     "sqlite": {
         1: [
@@ -73,6 +76,7 @@ RELEASED = {
         5: ["edb7f2b918f00daf"],
         6: ["09b54b6a56264bdd"],
         7: ["f2b4853eb26851d4"],
+        8: ["35604eb7d28385b1"],
     },
 }
 

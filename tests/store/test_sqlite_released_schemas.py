@@ -43,9 +43,11 @@ def made_by(path: Path, version: int, steps: tuple[str, ...]) -> bool:
             "'2026-11-30T00:00:00.000Z', '2026-11-30T00:00:00.000Z')"
         )
         conn.execute(
-            "INSERT INTO ledger (at, task, tenant, to_state, epoch) "
-            "VALUES ('2026-11-30T00:00:00.000Z', '01a-old', 'default', 'pending', 0)"
+            "INSERT INTO ledger (seq, at, task, tenant, to_state, epoch) "
+            "VALUES (1, '2026-11-30T00:00:00.000Z', '01a-old', 'default', 'pending', 0)"
         )
+        if version >= 8:  # each tenant's ledger numbered from its head
+            conn.execute("INSERT INTO ledger_heads (tenant, seq) VALUES ('default', 1)")
         conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
         conn.execute(f"PRAGMA user_version={version}")
         return True
@@ -76,9 +78,13 @@ def test_every_released_shape_of_every_version_becomes_a_fresh_boards(tmp_path: 
             ]
             # What the first builds' boards refused: a schedule's fire has no task.
             conn.execute(
-                "INSERT INTO ledger (at, task, schedule, tenant, to_state, epoch) "
-                "VALUES ('2026-12-06T00:00:00.000Z', NULL, 'nightly', 'default', 'missed', 0)"
+                "INSERT INTO ledger (seq, at, task, schedule, tenant, to_state, epoch) "
+                "VALUES (2, '2026-12-06T00:00:00.000Z', NULL, 'nightly', 'default', 'missed', 0)"
             )
+            # Numbered per tenant since version 8: its head says where the default tenant is.
+            assert [tuple(r) for r in conn.execute("SELECT tenant, seq FROM ledger_heads")] == [
+                ("default", 1)
+            ]
         finally:
             conn.close()
     # Every build's own board at least: each version's texts, newest steps before them.

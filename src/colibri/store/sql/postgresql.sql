@@ -458,7 +458,7 @@ SELECT tasks.* FROM family JOIN tasks ON tasks.id = family.id
 SELECT * FROM ledger WHERE tenant = %s AND seq > %s AND colibri_sees(tenant) ORDER BY seq LIMIT %s;
 
 -- name: ledger_of_tenants
--- Up to %(limit)s rows of each tenant past its seq in the cursor (%(tenants)s, %(seqs)s; a
+-- Up to the limit's rows of each tenant past its seq in the cursor (given as two arrays; a
 -- tenant not in it from its first row), each tenant's by its own index: the store merges them.
 SELECT l.* FROM ledger_heads h
   LEFT JOIN unnest(%(tenants)s::text[], %(seqs)s::bigint[]) AS c(tenant, seq)
@@ -469,7 +469,7 @@ SELECT l.* FROM ledger_heads h
  WHERE h.seq > COALESCE(c.seq, 0) AND colibri_sees(h.tenant) AND colibri_sees(l.tenant);
 
 -- name: ledger_of_task
--- Rows of a task (of a tenant's task only, when %s is one), in each tenant's order.
+-- Rows of a task (of the tenant given only, if one is), in each tenant's order.
 SELECT * FROM ledger WHERE task = %s AND (%s::text IS NULL OR tenant = %s)
    AND colibri_sees(tenant) ORDER BY tenant, seq;
 
@@ -477,7 +477,7 @@ SELECT * FROM ledger WHERE task = %s AND (%s::text IS NULL OR tenant = %s)
 SELECT tenant, seq FROM ledger_heads WHERE colibri_sees(tenant) ORDER BY tenant;
 
 -- name: ledger_take
--- Number %(n)s rows of a tenant: its head moved past them (locked until the batch ends, so
+-- Number n rows of a tenant: its head moved past them (locked until the batch ends, so
 -- that nobody else numbers its rows meanwhile), the new head returned.
 INSERT INTO ledger_heads AS h (tenant, seq) VALUES (%(tenant)s, %(n)s)
 ON CONFLICT (tenant) DO UPDATE SET seq = h.seq + excluded.seq

@@ -207,7 +207,7 @@ SELECT tasks.* FROM family JOIN tasks ON tasks.id = family.id
  ORDER BY family.depth, tasks.id;
 
 -- name: ledger_of_task
--- Rows of a task (of a tenant's task only, when ? is one), in each tenant's order.
+-- Rows of a task (of the tenant given only, if one is), in each tenant's order.
 SELECT * FROM ledger WHERE task = ? AND (? IS NULL OR tenant = ?) ORDER BY tenant, seq;
 
 -- name: ledger_of_tenant
