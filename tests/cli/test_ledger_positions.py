@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from colibri.core import cursor
 from colibri.core.errors import ColibriError
 from tests.cli.test_attach import Attached
-from tests.cli.test_cli import colibri, ok
+from tests.cli.test_cli import as_json, colibri, ok
 from tests.helpers import Daemon, wait_until
 
 #: No agent has it: the tasks stay pending, one ledger row each.
@@ -216,3 +217,22 @@ def test_attach_to_an_empty_ledger_says_it_is_at_its_start(daemon: Daemon) -> No
     code, stderr = attached.end()
     assert code == 0, stderr
     assert attached.lines[0].endswith(", ledger at its start; Ctrl+C detaches")
+
+
+def test_a_backup_says_where_its_ledger_stands(
+    daemon: Daemon, two_ledgers: dict[str, list[str]], tmp_path: Path
+) -> None:
+    said = ok(colibri("backup", str(tmp_path / "copy.sqlite"), root=daemon.root))
+    assert ": 6 tasks, 6 ledger rows (at acme:3,default:3), " in said, said
+    copy = as_json(colibri("backup", str(tmp_path / "again.sqlite"), "--json", root=daemon.root))
+    assert (copy["ledger_rows"], copy["ledger_at"]) == (6, "acme:3,default:3")
+    assert "last_seq" not in copy
+
+
+def test_a_backup_of_an_empty_ledger_says_it_is_at_its_start(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    said = ok(colibri("backup", str(tmp_path / "copy.sqlite"), root=daemon.root))
+    assert ": 0 tasks, 0 ledger rows (at its start), " in said, said
+    copy = as_json(colibri("backup", str(tmp_path / "again.sqlite"), "--json", root=daemon.root))
+    assert copy["ledger_at"] == ""
