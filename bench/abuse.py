@@ -18,7 +18,7 @@ of tenant ``tb`` (written into its SQLite file while the daemon is stopped):
 
 - quiet:        nobody else connected;
 - empty-ledger: three connections of tenant ``te``'s token (it has no rows at all), each
-                keeping 64 ``ledger`` requests (``after`` 0, ``limit`` 10,000) in flight;
+                keeping 64 ``ledger`` requests (``after`` "", ``limit`` 10,000) in flight;
 - own-ledger:   the same by tenant ``tb``'s token, whose rows are the board's;
 - own-cost:     tenant ``tb``'s token, 64 ``cost`` requests in flight on each connection,
                 each summing all of its rows.
@@ -152,8 +152,8 @@ def one_run(pings: int) -> dict[str, dict[str, float]]:
 #: What each connection of the flooding token keeps in flight, by scenario.
 TENANT_FLOODS: dict[str, tuple[str, dict[str, Any]] | None] = {
     "quiet": None,
-    "empty-ledger": ("te", {"cmd": "ledger", "after": 0, "limit": 10_000}),
-    "own-ledger": ("tb", {"cmd": "ledger", "after": 0, "limit": 10_000}),
+    "empty-ledger": ("te", {"cmd": "ledger", "after": "", "limit": 10_000}),
+    "own-ledger": ("tb", {"cmd": "ledger", "after": "", "limit": 10_000}),
     "own-cost": ("tb", {"cmd": "cost", "by": "agent"}),
 }
 #: Requests each flooding connection keeps in flight (the daemon's LINES_PER_TURN).
@@ -182,8 +182,12 @@ def tenant_flooder(
             assert json.loads(reader.readline())["ok"], "auth refused"
             sock.sendall(line * IN_FLIGHT)
             while not stop.is_set():
-                if not reader.readline():
-                    raise SystemExit("the daemon closed a flooding connection")
+                reply = reader.readline()
+                if not reply:
+                    raise RuntimeError("the daemon closed a flooding connection")
+                # A refusal is cheap to send: counted as served, it would measure nothing.
+                if b'"ok":true' not in reply[:64]:
+                    raise RuntimeError(f"a flooding request was refused: {reply[:300]!r}")
                 with served.get_lock():
                     served.value += 1
                 sock.sendall(line)
@@ -204,10 +208,19 @@ def grow(daemon: Daemon, rows: int) -> None:
     daemon.stop()
     cost = '{"usd": 0.01, "tokens_in": 100, "tokens_out": 10}'
     with sqlite3.connect(board) as conn:
+        # Tenant tb's ledger is numbered on its own, from its head on, kept beside it.
+        (head,) = conn.execute(
+            "SELECT coalesce(max(seq), 0) FROM ledger_heads WHERE tenant = 'tb'"
+        ).fetchone()
         conn.executemany(
-            "INSERT INTO ledger (at, task, tenant, from_state, to_state, agent, epoch, cost) "
-            "VALUES ('2026-01-01T00:00:00.000Z', ?, 'tb', 'running', 'done', 'a1', 1, ?)",
-            ((f"task-{n}", cost) for n in range(rows)),
+            "INSERT INTO ledger (seq, at, task, tenant, from_state, to_state, agent, epoch, cost) "
+            "VALUES (?, '2026-01-01T00:00:00.000Z', ?, 'tb', 'running', 'done', 'a1', 1, ?)",
+            ((head + n + 1, f"task-{n}", cost) for n in range(rows)),
+        )
+        conn.execute(
+            "INSERT INTO ledger_heads (tenant, seq) VALUES ('tb', ?) "
+            "ON CONFLICT (tenant) DO UPDATE SET seq = excluded.seq",
+            (head + rows,),
         )
     conn.close()
     daemon.start(timeout=60.0)
@@ -241,6 +254,8 @@ def tenant_run(pings: int, rows: int, pki_dir: Path) -> dict[str, dict[str, floa
                 worker.start()
                 while served.value < 3 * IN_FLIGHT and worker.is_alive():
                     time.sleep(0.05)  # the flood is going: a window's worth served
+                if not worker.is_alive():
+                    raise SystemExit(f"{name}: the flood ended before it began (see above)")
             try:
                 start = served.value
                 times = ping_latencies(daemon.socket, pings)

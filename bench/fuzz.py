@@ -195,12 +195,12 @@ class Target:
     async def _build(self) -> None:
         from colibri.daemon.app import compose
         from colibri.daemon.clock import SystemClock
-        from colibri.daemon.ledger import LedgerMirror
+        from colibri.daemon.ledger import LedgerMirrors
         from colibri.store import open_store
 
         config = self.config
         self.store = open_store(config.store, durability=config.durability)
-        self.mirror = LedgerMirror(
+        self.mirror = LedgerMirrors(
             config.layout.ledger, config.ledger.rotate_bytes, config.ledger.keep
         )
         self.mirror.open(self.store)

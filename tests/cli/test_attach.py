@@ -50,9 +50,10 @@ class Attached:
 
 def test_attach_catches_up_then_follows_and_ends_with_the_daemon(daemon: Daemon) -> None:
     early = daemon.submit("written before attach", capabilities=["nobody-has-this"])
-    seq = daemon.call("status")["ledger_seq"]
+    at = daemon.call("status")["ledger_at"]
+    assert at == "default:1"
     skipped = daemon.submit("also before, but after --since", capabilities=["nobody-has-this"])
-    attached = Attached(daemon.root, "--since", str(seq))
+    attached = Attached(daemon.root, "--since", at)
     try:
         wait_until(lambda: attached.saw(skipped["id"][-8:]))
         assert not attached.saw(early["id"][-8:])  # before --since: not shown
@@ -74,6 +75,7 @@ def test_attach_catches_up_then_follows_and_ends_with_the_daemon(daemon: Daemon)
     assert stderr == ""
     assert attached.lines[-1] == "the daemon stopped; detached"
     assert attached.lines[0].startswith("attached to the daemon")
+    assert attached.lines[0].endswith(", ledger at default:2; Ctrl+C detaches")
     text = "\n".join(attached.lines)
     assert "agent linux-1 online (linux; 1 slot)" in text
     assert "running" in text and "on linux-1" in text and "rebuild the kernel module" in text
@@ -125,7 +127,7 @@ def test_attach_without_a_daemon_says_so(root: Path) -> None:
 
 
 def test_attach_refuses_a_bad_since(root: Path) -> None:
-    for bad in ("-1", "seven", str(2**63)):
+    for bad in ("-1", "seven", str(2**63), "acme", "acme:x", "acme:1,acme:2", "acme:-1"):
         result = colibri(root, "attach", "--since", bad)
         assert result.returncode == 2, bad
         assert "--since" in result.stderr
@@ -144,9 +146,10 @@ def test_a_follow_goes_on_on_another_connection_without_a_row_skipped_or_shown_t
     connection catches up from where the first one started, and shows only the transitions
     the first did not (those that happened between the two, and none again)."""
     from colibri.cli.stream import Printer, Seen, follow
+    from colibri.core import cursor
 
-    start = daemon.call("status")["ledger_seq"]
-    seen = Seen(start)
+    start = cursor.parse(daemon.call("status")["ledger_at"])
+    seen = Seen(dict(start))
     first: dict[str, Any] = {}
 
     def submit_first() -> None:
@@ -171,8 +174,9 @@ def test_a_follow_goes_on_on_another_connection_without_a_row_skipped_or_shown_t
         return bool(task == third["id"])
 
     with daemon.client() as client:
-        assert follow(client, Printer(True), since=seen.after, seen=seen, stop=thirds,
-                      subscribed=submit_third)  # fmt: skip
+        assert seen.after is not None
+        assert follow(client, Printer(True), since=cursor.render(seen.after), seen=seen,
+                      stop=thirds, subscribed=submit_third)  # fmt: skip
     shown = []
     for line in capsys.readouterr().out.splitlines():
         message = json.loads(line)
@@ -182,7 +186,7 @@ def test_a_follow_goes_on_on_another_connection_without_a_row_skipped_or_shown_t
         elif message["event"] == "task":
             shown.append((message["task"]["id"], message["from"], message["to"]))
     rows = [(r["task"], r["from_state"], r["to_state"]) for r in daemon.ledger()
-            if r["seq"] > start]  # fmt: skip
+            if r["seq"] > start.get(r["tenant"], 0)]  # fmt: skip
     assert sorted(shown, key=rows.index) == rows[: len(shown)]  # none twice, in order
     assert len(set(shown)) == len(shown)
     assert {(second["id"], None, "pending"), (first["id"], "pending", "cancelled")} <= set(shown)

@@ -93,7 +93,7 @@ def test_a_refusal_of_any_line_leaves_the_whole_file_unsubmitted_and_names_the_l
     cancelled = daemon.submit("cancelled parent", capabilities=["zz"])["id"]
     daemon.call("cancel", task=cancelled)
     funded = daemon.submit("funded parent", capabilities=["zz"], budget_usd=1.0)["id"]
-    before = daemon.call("status")["ledger_seq"]
+    before = daemon.call("status")["ledger_at"]
     for number, bad, says in [
         (3, {"text": "c", "parent": "ffffffff-0000-7000-8000-000000000000"}, "does not exist"),
         (2, {"text": "c", "parent": cancelled}, "cancelled"),
@@ -108,13 +108,13 @@ def test_a_refusal_of_any_line_leaves_the_whole_file_unsubmitted_and_names_the_l
         (line,) = done.stderr.strip().splitlines()
         assert line.startswith(f"colibri: {source}:{number}: ") and says in line, line
         assert line.endswith("; nothing was submitted"), line
-        assert daemon.call("status")["ledger_seq"] == before
+        assert daemon.call("status")["ledger_at"] == before
     assert len(daemon.call("list")["tasks"]) == 2  # the two parents only
     # On the wire: the refusal names the submission (from 0) as ``index``.
     with pytest.raises(ColibriError) as caught:
         daemon.call("submit-all", tasks=[{"text": "a"}, {"text": "b", "parent": cancelled}])
     assert (caught.value.code, caught.value.index) == ("parent_cancelled", 1)
-    assert daemon.call("status")["ledger_seq"] == before
+    assert daemon.call("status")["ledger_at"] == before
 
 
 def test_a_file_larger_than_one_request_is_refused_before_anything_is_sent(
@@ -195,8 +195,9 @@ def test_ledger_export_writes_every_row_as_json_lines_or_csv(
     )
     late = colibri("ledger", "export", "--since", "2999-01-01", root=daemon.root)
     assert as_json_lines(late) == []
-    for since, says in [("yesterday", "neither a seq nor a time"), ("²", "neither a seq nor"),
-                        ("9" * 30, "past the last seq")]:  # fmt: skip
+    for since, says in [("yesterday", "neither a ledger position nor a time"),
+                        ("²", "neither a ledger position nor"), ("9" * 30, "past the last seq"),
+                        ("default:1,default:2", "neither a ledger position")]:  # fmt: skip
         bad = colibri("ledger", "export", "--since", since, root=daemon.root)
         assert bad.returncode == 2 and says in bad.stderr, (since, bad.stderr)
     out = tmp_path / "ledger.csv"

@@ -358,10 +358,10 @@ def test_status_counts_every_agent_that_agents_lists(daemon: Daemon) -> None:
             agent.close()
 
 
-def test_ledger_since_takes_a_seq_or_a_time_as_ledger_export_does(daemon: Daemon) -> None:
-    """``ledger --since`` takes what ``ledger export --since`` takes: a seq (the rows after it)
-    or a date or instant (the rows written at or after it); anything else is refused saying
-    which forms it takes."""
+def test_ledger_since_takes_a_position_or_a_time_as_ledger_export_does(daemon: Daemon) -> None:
+    """``ledger --since`` takes what ``ledger export --since`` takes: a position (the rows
+    after it: a bare number is the default tenant's seq) or a date or instant (the rows
+    written at or after it); anything else is refused saying which forms it takes."""
     from colibri.core.model import rfc3339
 
     early = daemon.submit("before the instant")["id"]
@@ -379,11 +379,12 @@ def test_ledger_since_takes_a_seq_or_a_time_as_ledger_export_does(daemon: Daemon
     assert tasks("--since", instant[:10]) == [early, *later]  # a date: from its midnight UTC
     assert tasks("--since", "2999-01-01") == []
     assert tasks("--since", "1") == [r["task"] for r in rows[1:]]  # a seq: the rows after it
+    assert tasks("--since", "default:1") == tasks("--since", "1")
     # --limit counts the rows shown, and says where to go on from.
     paged = colibri("ledger", "--since", instant, "--limit", "2", "--json", root=daemon.root)
     assert [json.loads(line)["task"] for line in ok(paged).splitlines()] == later[:2]
     second = next(r["seq"] for r in rows if r["task"] == later[1])
-    assert paged.stderr == f"more: colibri ledger --after {second}\n"
+    assert paged.stderr == f"more: colibri ledger --after default:{second}\n"
     # --follow: the rows from the instant on, then the new ones.
     follower = subprocess.Popen(
         [sys.executable, "-m", "colibri", "--root", str(daemon.root), "ledger", "--follow",
@@ -400,8 +401,8 @@ def test_ledger_since_takes_a_seq_or_a_time_as_ledger_export_does(daemon: Daemon
         follower.communicate()
     assert seen == later
     for args, says in [
-        (["--since", "yesterday"], "'yesterday' is neither a seq nor a time: write 1200, "
-                                   "2026-11-30 or 2026-11-30T08:00:00Z"),
+        (["--since", "yesterday"], "'yesterday' is neither a ledger position nor a time: write "
+                                   "1200, acme:40, 2026-11-30 or 2026-11-30T08:00:00Z"),
         (["--since", "3", "--after", "2"], "give --since or --after, not both"),
     ]:  # fmt: skip
         refused = colibri("ledger", *args, root=daemon.root)
@@ -456,7 +457,7 @@ def test_ledger_without_a_daemon_reads_the_board_itself(root: Path) -> None:
     assert paged.returncode == 0
     (row,) = paged.stdout.splitlines()
     assert row.split()[:2] == ["2", served.splitlines()[1].split('"at":"')[1].split('"')[0]]
-    assert paged.stderr == said + "more: colibri ledger --after 2\n"
+    assert paged.stderr == said + "more: colibri ledger --after default:2\n"
     # A daemon killed: every row it committed is read, those still in its WAL too.
     daemon.start()
     try:

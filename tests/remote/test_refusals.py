@@ -225,7 +225,8 @@ def test_no_secret_is_kept_in_the_store(tls_daemon: TlsDaemon) -> None:
             client.call("ping")
     board = tls_daemon.root / ".colibri"
     stored = b"".join(p.read_bytes() for p in board.glob("colibri.sqlite*"))
-    stored += b"".join(p.read_bytes() for p in board.glob("ledger.jsonl*"))
+    # Every tenant's ledger mirror: ledger.jsonl, ledger.acme.jsonl, and their rotated files.
+    stored += b"".join(p.read_bytes() for p in board.glob("ledger*.jsonl*"))
     for token in made:
         secret = token.split("_", 2)[2]
         assert secret.encode() not in stored

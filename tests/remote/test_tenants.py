@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from colibri.core import cursor
 from colibri.core.errors import ColibriError, UnknownTask
 from tests.remote.conftest import TlsDaemon
 
@@ -105,8 +106,11 @@ def test_a_ledger_follower_hears_only_its_tenants_rows(
     acme, beta = two_tenants
     follower = tls_daemon.connect(tls_daemon.token("operator", "beta"), timeout=10)
     try:
-        start = follower.call("ledger", follow=True, after=tls_daemon.call("status")["ledger_seq"])
-        assert start["entries"] == []
+        at = tls_daemon.call("status")["ledger_at"]
+        assert set(cursor.parse(at)) == {"acme", "beta"}
+        start = follower.call("ledger", follow=True, after=at)
+        # Where it stands is told of its own tenant only: nothing of how far acme's runs.
+        assert start["entries"] == [] and start["next"] == f"beta:{cursor.parse(at)['beta']}"
         tls_daemon.call("cancel", task=acme["id"])
         tls_daemon.call("cancel", task=beta["id"])
         pushed = next(follower.events())
@@ -180,12 +184,12 @@ def test_a_tokens_submit_all_is_its_tenants_whole_or_nothing(
     """Each submission of a ``submit-all`` is checked as a ``submit`` of the token would be:
     in its own tenant, another tenant's parent unknown; one refused, none taken."""
     acme, beta = two_tenants
-    before = tls_daemon.call("status")["ledger_seq"]
+    before = tls_daemon.call("status")["ledger_at"]
     with tls_daemon.connect(tls_daemon.token("operator", "beta")) as client:
         with pytest.raises(ColibriError) as caught:
             client.call("submit-all", tasks=[{"text": "mine"}, {"text": "x", "parent": acme["id"]}])
         assert (caught.value.code, caught.value.index) == ("unknown_parent", 1)
-        assert tls_daemon.call("status")["ledger_seq"] == before
+        assert tls_daemon.call("status")["ledger_at"] == before
         made = client.call(
             "submit-all", tasks=[{"text": "mine"}, {"text": "y", "parent": beta["id"]}]
         )
@@ -198,7 +202,7 @@ def test_a_token_cannot_wait_for_another_tenants_task(
     """``after`` names tasks as every request does: another tenant's, by its whole id or the
     end of it, is a task that does not exist, word for word; nothing is stored."""
     acme, beta = two_tenants
-    before = tls_daemon.call("status")["ledger_seq"]
+    before = cursor.parse(tls_daemon.call("status")["ledger_at"])
     with tls_daemon.connect(tls_daemon.token("operator", "beta")) as client:
         for named in (acme["id"], acme["id"][-8:]):
             with pytest.raises(ColibriError) as caught:
@@ -211,4 +215,6 @@ def test_a_token_cannot_wait_for_another_tenants_task(
             assert caught.value.code == "unknown_task" and caught.value.index == 1
         mine = client.call("submit", text="after my own", after=[beta["id"]])["task"]
         assert mine["after"] == [beta["id"]] and mine["tenant"] == "beta"
-    assert tls_daemon.call("status")["ledger_seq"] == before + 1
+    # One row, beta's: numbered after beta's last, and acme's ledger untouched.
+    after = cursor.parse(tls_daemon.call("status")["ledger_at"])
+    assert after == {**before, "beta": before["beta"] + 1}

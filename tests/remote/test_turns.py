@@ -49,11 +49,14 @@ def grown(tmp_path: Path, pki: Pki) -> Iterator[TlsDaemon]:
         daemon.stop()
         cost = '{"usd": 0.01, "tokens_in": 100, "tokens_out": 10}'
         with closing(sqlite3.connect(board)) as conn, conn:
+            # Tenant tb's ledger is numbered on its own, from 1, its head kept beside it.
             conn.executemany(
-                "INSERT INTO ledger (at, task, tenant, from_state, to_state, agent, epoch, cost) "
-                "VALUES ('2026-01-01T00:00:00.000Z', ?, 'tb', 'running', 'done', 'a1', 1, ?)",
-                ((f"task-{n}", cost) for n in range(COST_ROWS)),
+                "INSERT INTO ledger (seq, at, task, tenant, from_state, to_state, agent, epoch, "
+                "cost) VALUES (?, '2026-01-01T00:00:00.000Z', ?, 'tb', 'running', 'done', 'a1', "
+                "1, ?)",
+                ((n + 1, f"task-{n}", cost) for n in range(COST_ROWS)),
             )
+            conn.execute("INSERT INTO ledger_heads (tenant, seq) VALUES ('tb', ?)", (COST_ROWS,))
             # A family of FAMILY tasks (the root, the rest its children), ended long ago.
             conn.executemany(
                 "INSERT INTO tasks (id, tenant, text, capabilities, parent, state, outcome, "
@@ -71,7 +74,7 @@ def grown(tmp_path: Path, pki: Pki) -> Iterator[TlsDaemon]:
     "request_",
     [
         {"cmd": "cost", "by": "agent"},
-        {"cmd": "ledger", "after": 0, "limit": 10_000},
+        {"cmd": "ledger", "after": "", "limit": 10_000},
         {"cmd": "list", "count": True, "limit": 10_000},
         {"cmd": "family", "task": task_id(0)},
     ],
@@ -128,18 +131,22 @@ def test_a_tenants_pipelined_expensive_reads_do_not_hold_up_the_owners_ping(
 def test_an_empty_tenants_reads_of_a_large_board_cost_it_nothing(grown: TlsDaemon) -> None:
     """The finding's flood: an empty tenant's token reading the ledger of a board whose rows
     are all another tenant's. Its reads go by its own rows (none), so each is answered with
-    nothing to scan, ``next`` where it asked from, and no row of tb's."""
+    nothing to scan, ``next`` where it asked from (of its own tenant only: nothing of how far
+    tb's runs), and no row of tb's."""
     with grown.connect(grown.token("operator", "ta")) as client:
-        for after in (0, 1_000, 1_000_000_000):
+        for after, at in [("", ""), ("ta:1000", "ta:1000"), ("tb:5,ta:1000", "ta:1000"),
+                          ("end", "")]:  # fmt: skip
             reply = client.call("ledger", after=after, limit=10_000)
-            assert (reply["entries"], reply["next"], reply["more"]) == ([], after, False)
+            assert (reply["entries"], reply["next"], reply["more"]) == ([], at, False), after
         assert client.call("cost", by="agent")["totals"] == []
         assert client.call("list", count=True)["tasks"] == []
     with grown.connect(grown.token("operator", "tb")) as client:
         # tb's own: 500 rows at most per request, the rest from ``next``.
-        reply = client.call("ledger", after=0, limit=10_000)
+        reply = client.call("ledger", after="", limit=10_000)
         assert len(reply["entries"]) == 500 and reply["more"]
-        assert reply["next"] == reply["entries"][-1]["seq"]
+        assert reply["next"] == f"tb:{reply['entries'][-1]['seq']}" == "tb:500"
+        reply = client.call("ledger", after=reply["next"], limit=10_000)
+        assert [r["seq"] for r in reply["entries"]] == list(range(501, 1001))
         (total,) = client.call("cost", by="tenant")["totals"]
         assert (total["key"], total["sessions"]) == ("tb", COST_ROWS)
 

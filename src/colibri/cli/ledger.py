@@ -37,6 +37,8 @@ def parse_since(value: str | None) -> tuple[str, str]:
     try:
         return parse_position(value), ""
     except click.BadParameter:
+        if value.isascii() and value.isdigit():
+            raise  # a seq, but past the last there can be: said so
         raise click.BadParameter(
             f"{value!r} is neither a ledger position nor a time: write 1200, acme:40, "
             "2026-11-30 or 2026-11-30T08:00:00Z",
@@ -46,17 +48,25 @@ def parse_since(value: str | None) -> tuple[str, str]:
 
 def parse_position(value: str, hint: str = "--since") -> str:
     """A ledger position as a user writes it: what ``more:`` printed (``acme:5,default:120``),
-    or a number, the default tenant's seq (the rows of a board of one tenant are numbered so)."""
+    or a number, the default tenant's seq (the rows of a board of one tenant are numbered so).
+    Each tenant must be a name a tenant can have: a typo (``"2026-11-30 08:00"``, a time
+    mistyped) would otherwise name a tenant there is none of, and read from the start."""
     from colibri.core import cursor
-    from colibri.core.errors import BadRequest
-    from colibri.core.model import DEFAULT_TENANT
+    from colibri.core.errors import BadRequest, shown
+    from colibri.core.model import DEFAULT_TENANT, check_name
 
     if value.isascii() and value.isdigit():
         value = f"{DEFAULT_TENANT}:{value}"
     try:
-        return cursor.render(cursor.parse(value))
+        position = cursor.parse(value)
+        for tenant in position:
+            try:
+                check_name(tenant, "tenant")
+            except BadRequest as exc:
+                raise BadRequest(f"ledger position {shown(value, 80)}: {exc.message}") from None
     except BadRequest as exc:
         raise click.BadParameter(exc.message, param_hint=hint) from None
+    return cursor.render(position)
 
 
 def position_of(entry: LedgerEntry) -> str:
