@@ -64,13 +64,13 @@ def test_a_backup_restored_is_the_board_again(root: Path, daemon: Daemon, spawn:
     assert copied["board"] == str(board_of(root))
     assert copied["tasks"] == 3
     assert copied["ledger_rows"] == len(ledger_then)
-    assert copied["last_seq"] == ledger_then[-1]["seq"]
+    assert copied["ledger_at"] == f"default:{ledger_then[-1]['seq']}"
     assert copied["bytes"] == copy_path.stat().st_size > 0
     assert stat.S_IMODE(copy_path.stat().st_mode) == 0o600
 
     later = daemon.submit("after the backup")["id"]
     agent.out(held_assign)  # the held task ends after the backup was taken
-    assert daemon.ledger()[-1]["seq"] > copied["last_seq"]
+    assert daemon.ledger()[-1]["seq"] > ledger_then[-1]["seq"]
     agent.close()
     daemon.stop()
 
@@ -92,7 +92,7 @@ def test_a_backup_restored_is_the_board_again(root: Path, daemon: Daemon, spawn:
     assert [row["seq"] for row in mirrored] == [row["seq"] for row in ledger_then]
     # It serves, and its ledger goes on from the copy's.
     again = daemon.submit("after the restore")["id"]
-    assert daemon.ledger(again)[0]["seq"] == copied["last_seq"] + 1
+    assert daemon.ledger(again)[0]["seq"] == ledger_then[-1]["seq"] + 1
     assert daemon.call("ping")["pong"] is True
 
 

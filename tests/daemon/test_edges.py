@@ -28,7 +28,9 @@ def refused_code(daemon: Daemon, cmd: str, **fields: Any) -> str:
 
 
 def seqs(daemon: Daemon) -> int:
-    return int(daemon.call("status")["ledger_seq"])
+    """The ledger rows of the board (each tenant's highest seq, summed)."""
+    position = daemon.call("status")["ledger_at"]
+    return sum(int(part.rpartition(":")[2]) for part in position.split(",") if part)
 
 
 @pytest.mark.parametrize(
@@ -98,13 +100,14 @@ def test_stored_costs_that_would_overflow_a_sum_do_not_stop_the_daemon(root: Pat
     daemon.stop()
     db = sqlite3.connect(root / ".colibri" / "colibri.sqlite")
     with db:
-        for _ in range(2):
+        for seq in (1, 2):
             db.execute(
-                "INSERT INTO ledger (at, task, tenant, to_state, agent, epoch, cost) "
-                "VALUES (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), NULL, 'default', 'done', 'ws', "
-                "1, ?)",
-                (json.dumps({"tokens_in": INT64_MAX, "tokens_out": INT64_MAX, "usd": 1e308}),),
+                "INSERT INTO ledger (seq, at, task, tenant, to_state, agent, epoch, cost) "
+                "VALUES (?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), NULL, 'default', 'done', "
+                "'ws', 1, ?)",
+                (seq, json.dumps({"tokens_in": INT64_MAX, "tokens_out": INT64_MAX, "usd": 1e308})),
             )
+        db.execute("INSERT INTO ledger_heads (tenant, seq) VALUES ('default', 2)")
     db.close()
     daemon.start()
     try:
@@ -121,6 +124,10 @@ def test_stored_costs_that_would_overflow_a_sum_do_not_stop_the_daemon(root: Pat
     [
         ("ledger", {"after": 2**63}),
         ("ledger", {"after": -1}),
+        ("ledger", {"after": "default:9223372036854775808"}),
+        ("ledger", {"after": "default:-1"}),
+        ("ledger", {"after": "default"}),
+        ("ledger", {"after": 7}),
         ("out", {"task": "t", "epoch": 2**62 + 1}),
         ("register-agent", {"name": "big", "running": [{"task": "t", "epoch": 2**64}]}),
         ("register-agent", {"name": "small-ttl", "ttl": 1e-300}),
@@ -145,8 +152,10 @@ def test_integers_and_floats_past_their_bounds_are_bad_requests(
 
 
 def test_the_largest_ledger_position_is_an_empty_page(daemon: Daemon) -> None:
-    reply = daemon.call("ledger", after=INT64_MAX)
-    assert reply["entries"] == [] and reply["next"] == INT64_MAX
+    daemon.submit("one row")
+    at = f"acme:{INT64_MAX},default:{INT64_MAX}"
+    reply = daemon.call("ledger", after=at)
+    assert reply["entries"] == [] and reply["next"] == at
 
 
 @sqlite_only
@@ -286,7 +295,7 @@ def test_ledger_follow_pages_through_a_long_backlog_without_a_gap(
         while len(seen) < 450:  # three rows per task: pending, running, failed (+ closed)
             seen.append(json.loads(follow.stdout.readline())["seq"])
         daemon.call("submit", text="one more")
-        last = daemon.call("status")["ledger_seq"]
+        last = seqs(daemon)
         while seen[-1] < last:
             seen.append(json.loads(follow.stdout.readline())["seq"])
         assert seen == list(range(1, last + 1))

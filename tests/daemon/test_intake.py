@@ -48,12 +48,12 @@ def test_a_key_reused_with_other_fields_is_refused_and_stores_nothing(
     daemon: Daemon, changed: dict[str, Any]
 ) -> None:
     first = daemon.call("submit", idempotency_key="k1", **FIRST)["task"]
-    before = (count(daemon), daemon.call("status")["ledger_seq"])
+    before = (count(daemon), daemon.call("status")["ledger_at"])
     with pytest.raises(ColibriError) as caught:
         daemon.call("submit", idempotency_key="k1", **{**FIRST, **changed})
     assert caught.value.code == "idempotency_conflict"
     assert first["id"] in caught.value.message
-    assert (count(daemon), daemon.call("status")["ledger_seq"]) == before
+    assert (count(daemon), daemon.call("status")["ledger_at"]) == before
 
 
 def test_a_key_reused_for_a_pinned_submission_of_another_agent_is_refused(

@@ -16,11 +16,11 @@ def test_pending_and_children_quotas(root: Path) -> None:
     daemon.start()
     try:
         first = [daemon.call("submit", text=f"t{n}")["task"] for n in range(4)]
-        before = daemon.call("status")["ledger_seq"]
+        before = daemon.call("status")["ledger_at"]
         with pytest.raises(ColibriError) as err:
             daemon.call("submit", text="one too many")
         assert err.value.code == "quota_exceeded" and "max_pending" in err.value.message
-        assert daemon.call("status")["ledger_seq"] == before  # nothing stored
+        assert daemon.call("status")["ledger_at"] == before  # nothing stored
         other = daemon.call("submit", text="another tenant", tenant="team-b")["task"]
         assert other["state"] == "pending"  # quotas are per tenant
         agent = FakeAgent(daemon, "a")  # taking one frees a place

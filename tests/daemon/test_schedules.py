@@ -55,7 +55,7 @@ def test_add_show_list_pause_resume_remove(daemon: Daemon) -> None:
 
 
 def test_bad_definitions_are_refused_and_store_nothing(daemon: Daemon) -> None:
-    before = daemon.call("status")["ledger_seq"]
+    before = daemon.call("status")["ledger_at"]
     # A duration that is not one, or out of range, has its own code (a kind of bad_request).
     #: (the schedule, words of the message, its code when not bad_request)
     cases: list[tuple[Any, ...]] = [
@@ -80,7 +80,7 @@ def test_bad_definitions_are_refused_and_store_nothing(daemon: Daemon) -> None:
         assert err.value.code == (code[0] if code else "bad_request")
         assert words in err.value.message
     assert daemon.call("schedule-list")["schedules"] == []
-    assert daemon.call("status")["ledger_seq"] == before
+    assert daemon.call("status")["ledger_at"] == before
     add(daemon, "dup", cron="@hourly")
     with pytest.raises(ColibriError) as err:
         add(daemon, "dup", cron="@daily")

@@ -44,9 +44,10 @@ def tenants_interleaved(
                 if store.get_task(mine[tenant][-1]) is None:
                     misses += 1
             else:
-                # The last 100 rows of the one ledger (one a task so far): about half its own.
-                written = len(mine["acme"]) + len(mine["beta"])
-                rows = store.ledger(max(0, written - 100), 100)
+                # The last 100 rows of the ledger as a whole board would read them: its own
+                # only (each tenant's seq its own, one row a task so far).
+                written = max(len(mine["acme"]), len(mine["beta"]))
+                rows = store.ledger(dict.fromkeys(TENANTS, max(0, written - 100)), 100)
                 ledger_reads += len(rows)
                 crossed_reads += sum(1 for e in rows if e.tenant != tenant)
     finally:
@@ -55,10 +56,16 @@ def tenants_interleaved(
     seconds = time.monotonic() - started
     with psycopg.connect(owner_board) as admin:
         placed: dict[str, str] = dict(admin.execute("SELECT id, tenant FROM tasks").fetchall())
-        ledger = admin.execute("SELECT seq, task, tenant FROM ledger ORDER BY seq").fetchall()
+        ledger = admin.execute(
+            "SELECT seq, task, tenant FROM ledger ORDER BY tenant, seq"
+        ).fetchall()
     misplaced = sum(1 for t in TENANTS for i in mine[t] if placed.get(i) != t)
     misplaced += sum(1 for _, task, tenant in ledger if placed.get(task) != tenant)
-    gaps = sum(1 for i, (seq, _, _) in enumerate(ledger) if seq != i + 1)
+    # Each tenant's rows numbered 1, 2, 3 …: any other seq is a gap (or a number taken twice).
+    gaps = sum(
+        1 for t in TENANTS
+        for i, seq in enumerate(s for s, _, tenant in ledger if tenant == t) if seq != i + 1
+    )  # fmt: skip
     return {
         "operations": operations,
         "connections": connections,

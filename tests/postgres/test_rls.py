@@ -176,12 +176,11 @@ def test_a_store_that_names_one_tenant_reads_and_writes_only_its_rows(
         before = store.count_by_state()
         task = _task("01a2-beta-2", "beta", "more")
         entry = store.insert_task(task, entry_for(task))
-        # Numbering read the whole ledger, and named beta alone again after: the rest of the
-        # batch still sees nothing of acme's.
+        # Numbered from beta's own head: the rest of the batch still sees nothing of acme's.
         assert store.get_task(ids["acme"]) is None
         assert {a.name for a in store.agents()} == {"beta-1"}
         store.commit()
-        assert entry.seq == 3  # after acme's row (seq 2), which it cannot see
+        assert entry.seq == 2  # beta's second: acme's rows number on their own
         assert store.count_by_state() == {"pending": before["pending"] + 1}
         # Named for each transaction, never for the connection: between them it names none.
         after = store._conn.execute("SELECT current_setting('colibri.tenants', true) AS t")

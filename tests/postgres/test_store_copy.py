@@ -25,7 +25,10 @@ from tests.helpers import (
 )
 
 #: The tables a copy writes, counted before and after a refusal.
-TABLES = ("tenants", "tasks", "ledger", "agents", "skills", "schedules", "schedule_fires", "leases")
+TABLES = (
+    "tenants", "tasks", "ledger", "ledger_heads", "agents", "skills", "schedules", "schedule_fires",
+    "leases",
+)
 
 
 @dataclass
@@ -304,15 +307,18 @@ def test_an_idempotency_key_taken_in_the_tenant_is_refused(source: Source, board
     # Keys are per tenant: into another tenant the same key is no clash.
     summary = copied(source, board, tenant="zeta")
     assert summary["tasks"] == len(source.tasks)
-    # The copied rows follow the hive's own, gap-free.
-    assert summary["ledger_seqs"] == [before["ledger"] + 1, before["ledger"] + len(source.ledger)]
+    # The copied rows follow zeta's own (its one submission), gap-free; acme's are apart.
+    assert summary["ledger_seqs"] == [2, 1 + len(source.ledger)]
     import psycopg
 
     with psycopg.connect(board) as conn:
-        seqs = [r[0] for r in conn.execute("SELECT seq FROM ledger ORDER BY seq")]
-        tenants = {r[0] for r in conn.execute("SELECT DISTINCT tenant FROM ledger")}
-    assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) == summary["ledger_seqs"][1]
-    assert tenants == {"acme", "zeta"}
+        rows = conn.execute("SELECT tenant, seq FROM ledger ORDER BY tenant, seq").fetchall()
+        heads = dict(conn.execute("SELECT tenant, seq FROM ledger_heads").fetchall())
+    for tenant in ("acme", "zeta"):
+        seqs = [seq for t, seq in rows if t == tenant]
+        assert seqs == list(range(1, len(seqs) + 1)) and heads[tenant] == len(seqs)
+    assert heads["zeta"] == summary["ledger_seqs"][1]
+    assert {t for t, _ in rows} == {"acme", "zeta"}
 
 
 def test_a_live_lease_on_the_target_is_refused_until_its_daemon_stops(
@@ -543,7 +549,11 @@ def test_every_field_of_a_task_and_its_ledger_row_is_copied(tmp_path: Path, boar
             assert hive.get_task(task.id) == msgspec.structs.replace(task, tenant="hive")
         assert hive.fingerprint(FULL_TASK.id) == "fp-1"
         assert hive.fingerprint(MINIMAL_TASK.id) is None
-        assert hive.ledger({}, 10) == [msgspec.structs.replace(e, tenant="hive") for e in entries]
+        # Every tenant's rows, merged by time, numbered again as the one tenant's.
+        assert hive.ledger({}, 10) == [
+            msgspec.structs.replace(e, tenant="hive", seq=n)
+            for n, e in enumerate(sorted(entries, key=lambda e: (e.at, e.tenant, e.seq)), 1)
+        ]
         assert hive.find_idempotent("hive", "key-1") == hive.get_task(FULL_TASK.id)
     finally:
         hive.close()

@@ -161,10 +161,12 @@ def test_a_store_naming_some_tenants_reads_only_theirs_also_as_a_superuser(board
         assert [e.task for e in store.ledger({}, 100)] == ["t0", "t2"]
         store.tenants = "beta"
         assert [e.task for e in store.ledger({}, 100)] == ["t1"]
-        # The next seq is still the whole board's, whatever the store names.
+        # Each tenant's seq is its own: beta's second row, whatever acme has.
         entry = store.append_ledger(_entry("t3", "beta"))
         store.commit()
-        assert entry.seq == 4
+        assert entry.seq == 2
+        store.tenants = "*"
+        assert store.ledger_heads() == {"acme": 2, "beta": 2}
     finally:
         store.close()
 
@@ -229,16 +231,17 @@ def test_daemons_serve_their_tenants_side_by_side_and_send_clients_to_the_owner(
         agent = tcp_agent(acme.address, worker, state)
         assert beta.wait_closed(task.id, timeout=20)["output"] == "to beta"
         mine = acme.submit("acme's own", tenant="acme")
-        # Each board holds its tenants' tasks only; the ledgers' seqs are the whole board's.
+        # Each board holds its tenants' tasks only; each tenant's seqs are its own, gap-free.
         assert [t["id"] for t in acme.call("list")["tasks"]] == [mine["id"]]
         assert [t["id"] for t in beta.call("list")["tasks"]] == [task.id]
         with pytest.raises(ColibriError) as unknown:
             acme.call("get", task=task.id)
         assert unknown.value.code == "unknown_task"
-        acme_seqs = {row["seq"] for row in acme.ledger()}
-        beta_seqs = {row["seq"] for row in beta.ledger()}
-        assert acme_seqs and beta_seqs and not acme_seqs & beta_seqs
-        assert sorted(acme_seqs | beta_seqs) == list(range(1, len(acme_seqs | beta_seqs) + 1))
+        acme_rows = [(row["tenant"], row["seq"]) for row in acme.ledger()]
+        beta_rows = [(row["tenant"], row["seq"]) for row in beta.ledger()]
+        assert acme_rows == [("acme", n) for n in range(1, len(acme_rows) + 1)]
+        assert beta_rows == [("beta", n) for n in range(1, len(beta_rows) + 1)]
+        assert acme_rows and beta_rows
 
         # A daemon of the whole board stands by while any tenant is served; so does a second
         # one for acme, which takes acme over when its daemon dies — beta served throughout.

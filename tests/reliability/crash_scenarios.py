@@ -120,7 +120,7 @@ def run_k1(root: Path, seed: int) -> Figures:
         tasks = all_tasks(daemon)
         assert sorted(t["id"] for t in tasks) == sorted(op["task_id"] for op in ops)
         assert all(t.get("idempotency_key") != "k1-doomed" for t in tasks)
-        assert daemon.call("status")["ledger_seq"] == before
+        assert daemon.call("status")["ledger_at"] == (f"default:{before}" if before else "")
     finally:
         daemon.stop()
     check_all(root, ops)

@@ -556,12 +556,12 @@ def restart_at_size(
         assert not middle.problems(), middle.problems()
 
         # The superseded claims report late, as their sessions would: refused by epoch.
-        seq = daemon.call("status")["ledger_seq"]
+        seq = daemon.call("status")["ledger_at"]
         late = Counter(late_report(daemon, t, 1) for t in sorted(superseded))
         late_failed = Counter(late_report(daemon, t, 1) for t in sorted(lost))
         assert late == Counter({"stale_claim": len(superseded)}), late
         assert set(late_failed) <= {"illegal_transition"}, late_failed
-        assert daemon.call("status")["ledger_seq"] == seq, "a late report changed the ledger"
+        assert daemon.call("status")["ledger_at"] == seq, "a late report changed the ledger"
         # The frozen agents wake up, register with their old claims, are told to drop them.
         for n in frozen_procs:
             fleet.signal(n, signal.SIGCONT)

@@ -75,7 +75,7 @@ def read_store(path: Path, *, integrity_check: bool = True) -> StoreSnapshot:
             row["id"]: dict(row)
             for row in db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks")
         }
-        ledger = [dict(row) for row in db.execute("SELECT * FROM ledger ORDER BY seq")]
+        ledger = [dict(row) for row in db.execute("SELECT * FROM ledger ORDER BY tenant, seq")]
         fires = [dict(row) for row in db.execute("SELECT * FROM schedule_fires")]
     finally:
         db.close()
@@ -105,7 +105,7 @@ def read_pg_board(board: str) -> StoreSnapshot:
 
     with psycopg.connect(board, row_factory=dict_row) as db:
         tasks = {row["id"]: row for row in db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks")}
-        ledger = list(db.execute("SELECT * FROM ledger ORDER BY seq"))
+        ledger = list(db.execute("SELECT * FROM ledger ORDER BY tenant, seq"))
         fires = list(db.execute("SELECT * FROM schedule_fires"))
     # PostgreSQL checks its own pages; there is no integrity_check to ask.
     return StoreSnapshot(tasks, ledger, fires, "ok")
@@ -121,6 +121,19 @@ class Mirror:
 
 
 def read_mirror(path: Path) -> Mirror:
+    """A mirror file's rows; for ``ledger.jsonl``, with those of every other tenant's file
+    beside it (``ledger.<tenant>.jsonl``): the root's whole mirror."""
+    mirror = _read_one(path)
+    if path.name == "ledger.jsonl":
+        for other in sorted(path.parent.glob("ledger.*.jsonl")):
+            more = _read_one(other)
+            mirror.rows += more.rows
+            mirror.bad_lines += more.bad_lines
+            mirror.torn_tail = mirror.torn_tail or more.torn_tail
+    return mirror
+
+
+def _read_one(path: Path) -> Mirror:
     data = path.read_bytes() if path.exists() else b""
     torn = bool(data) and not data.endswith(b"\n")
     rows: list[dict[str, Any]] = []
@@ -264,11 +277,11 @@ def _replay_ledger(report: Report, store: StoreSnapshot) -> set[tuple[str, int, 
     last_epoch: dict[str, int] = {}
     terminals: Counter[str] = Counter()
     claims: set[tuple[str, int, str | None]] = set()
-    expected_seq = 1
+    expected_seq: Counter[str] = Counter()  # each tenant's next seq, less one
     for row in store.ledger:
-        if row["seq"] != expected_seq:
+        if row["seq"] != expected_seq[row["tenant"]] + 1:
             report.seq_gaps.append(row["seq"])
-        expected_seq = row["seq"] + 1
+        expected_seq[row["tenant"]] = row["seq"]
         task_id = row["task"]
         if task_id is None:
             continue  # a schedule's row (missed or skipped fire)
@@ -338,19 +351,24 @@ def _check_cancelled_families(report: Report, tasks: dict[str, dict[str, Any]]) 
     report.open_descendants_of_cancelled = sorted(found)
 
 
+def _key(row: dict[str, Any]) -> tuple[str, int]:
+    """A mirror row's place: its tenant's, then its seq."""
+    return row.get("tenant", "default"), row.get("seq", -1)
+
+
 #: The fields a mirror row must share with the store's row of the same seq.
 MIRROR_FIELDS = ("task", "schedule", "from_state", "to_state", "agent", "epoch", "reason", "at")
 
 
 def _check_mirror(report: Report, ledger: list[dict[str, Any]], mirror: Mirror) -> None:
     report.fused_lines = list(mirror.bad_lines) + (["<torn last line>"] if mirror.torn_tail else [])
-    stored = {row["seq"]: row for row in ledger}
-    seen: Counter[int] = Counter(row.get("seq", -1) for row in mirror.rows)
-    report.mirror_duplicated = sorted(s for s, n in seen.items() if n > 1)
-    report.mirror_missing = sorted(stored.keys() - seen.keys())
-    report.mirror_extra = sorted(seen.keys() - stored.keys())
+    stored = {(row["tenant"], row["seq"]): row for row in ledger}
+    seen: Counter[tuple[str, int]] = Counter(_key(row) for row in mirror.rows)
+    report.mirror_duplicated = sorted(s for (_, s), n in seen.items() if n > 1)
+    report.mirror_missing = sorted(s for _, s in stored.keys() - seen.keys())
+    report.mirror_extra = sorted(s for _, s in seen.keys() - stored.keys())
     for row in mirror.rows:
-        mine = stored.get(row.get("seq", -1))
+        mine = stored.get(_key(row))
         if mine is None:
             continue
         defaults = {"epoch": 0}
@@ -359,6 +377,7 @@ def _check_mirror(report: Report, ledger: list[dict[str, Any]], mirror: Mirror) 
             for name in MIRROR_FIELDS
         ):
             report.mirror_mismatched.append(row["seq"])
-    seqs = [row.get("seq", -1) for row in mirror.rows]
-    if seqs != sorted(seqs):
-        report.mirror_mismatched.append(-1)  # out of order
+    for tenant in {t for t, _ in seen}:
+        seqs = [row.get("seq", -1) for row in mirror.rows if _key(row)[0] == tenant]
+        if seqs != sorted(seqs):
+            report.mirror_mismatched.append(-1)  # out of order

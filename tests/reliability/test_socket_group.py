@@ -95,7 +95,7 @@ def test_an_outsider_is_refused_by_the_daemon_when_the_files_are_opened_by_hand(
     assert isinstance(reply, dict) and reply["ok"] is False, result
     assert reply["error"]["code"] == "forbidden"
     assert "members of group 'nogroup'" in reply["error"]["message"]
-    assert shared.call("status")["ledger_seq"] == 0
+    assert shared.call("status")["ledger_at"] == ""
 
 
 def test_a_member_cannot_read_the_board_or_list_the_folder(shared: Daemon) -> None:
@@ -123,7 +123,7 @@ for _ in range(n):
     s = socket.socket(socket.AF_UNIX)
     s.connect(path)
     try:
-        s.sendall(b'{"id": 1, "cmd": "ledger", "after": 0, "follow": true}' + b"\\n")
+        s.sendall(b'{"id": 1, "cmd": "ledger", "after": "", "follow": true}' + b"\\n")
     except OSError:
         pass  # refused at once: the refusal is there to read
     reply = json.loads(s.makefile("rb").readline())

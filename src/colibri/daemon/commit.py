@@ -198,8 +198,7 @@ class GroupCommit:
         self._write_out()
         if rows:  # the store has them already: a crash here is repaired at start-up
             crashpoints.hit("before-mirror")
-            if not self.mirror.broken:
-                self.mirror.append(rows)
+            self.mirror.append(rows)  # (a tenant's broken file passes them over: repaired later)
         if not self.closed and self.mirror.repair_due(self.board.clock.monotonic()):
             # Here, after the commit (or the rollback), the store holds no uncommitted row the
             # catch-up could copy; and every sweep flushes, so the repair does not wait for
@@ -290,7 +289,7 @@ class GroupCommit:
 
     def _repair_mirror(self) -> None:
         try:
-            self.mirror.open(self.board.store)
+            self.mirror.repair(self.board.store)
         except StorageUnavailable:
             pass  # the store away: the repair waits for it, as the board does
         except OSError as exc:  # from the catch-up's writes: open itself marks it broken

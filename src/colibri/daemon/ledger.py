@@ -27,7 +27,7 @@ from pathlib import Path
 
 import msgspec
 
-from colibri.core.errors import RootError
+from colibri.core.errors import RootError, StorageUnavailable
 from colibri.core.model import DEFAULT_TENANT, LedgerEntry
 from colibri.daemon import crashpoints
 from colibri.daemon.clock import Clock, SystemClock
@@ -104,6 +104,14 @@ class LedgerMirror:
         if last is None:  # nothing in ledger.jsonl: a rotation just began it, or none has
             last = self._newest_rotated_seq()
         self.last_seq = last or 0
+        try:
+            return self._catch_up(store)
+        except StorageUnavailable as exc:
+            # Not caught up: appending the next rows would leave a gap. Tried again later.
+            self._failed("cannot catch the ledger mirror up", exc)
+            raise
+
+    def _catch_up(self, store: Store) -> int:
         stored = store.ledger_heads().get(self.tenant, 0)
         if self.last_seq > stored:
             self._move_aside()
@@ -313,7 +321,6 @@ class LedgerMirrors:
         self.keep = keep
         self.clock: Clock = clock or SystemClock()
         self.mirrors: dict[str, LedgerMirror] = {}
-        self._store: Store | None = None
 
     def path_of(self, tenant: str) -> Path:
         if tenant == DEFAULT_TENANT:
@@ -329,10 +336,16 @@ class LedgerMirrors:
         return mirror
 
     def open(self, store: Store) -> int:
-        """Open (again) every tenant's mirror and catch it up from ``store``; rows appended."""
-        self._store = store
-        tenants = set(self.mirrors) | set(store.ledger_heads())
+        """Open every tenant's mirror and catch it up from ``store``; rows appended. The
+        default tenant's file is there from the start, rows or not."""
+        tenants = {DEFAULT_TENANT, *self.mirrors, *store.ledger_heads()}
         return sum(self._mirror(tenant).open(store) for tenant in sorted(tenants))
+
+    def repair(self, store: Store) -> int:
+        """Open again the mirrors that failed (or are new) and catch them up; rows appended.
+        ``StorageUnavailable`` if the store cannot be read: they are tried again later."""
+        broken = [mirror for mirror in self.mirrors.values() if mirror.broken]
+        return sum(mirror.open(store) for mirror in broken)
 
     @property
     def broken(self) -> bool:
@@ -342,8 +355,10 @@ class LedgerMirrors:
         return any(mirror.repair_due(now) for mirror in self.mirrors.values())
 
     def append(self, entries: Iterable[LedgerEntry]) -> None:
-        """Append rows just committed, each to its tenant's file (one a tenant has not had
-        yet is opened first, and caught up from the store: these rows among others)."""
+        """Append rows just committed, each to its tenant's file. A tenant this daemon has
+        had no rows of yet gets its file at the next ``repair`` (due at once), caught up from
+        the store, these rows among others: its file may hold rows from before (another
+        daemon served the tenant), which only the store can say how to follow."""
         by_tenant: dict[str, list[LedgerEntry]] = {}
         for entry in entries:
             by_tenant.setdefault(entry.tenant, []).append(entry)
@@ -351,8 +366,7 @@ class LedgerMirrors:
             mirror = self.mirrors.get(tenant)
             if mirror is None:
                 mirror = self._mirror(tenant)
-                if self._store is not None:
-                    mirror.open(self._store)
+                mirror.broken, mirror.retry_at = True, 0.0
             mirror.append(rows)
 
     def rotate(self) -> bool:

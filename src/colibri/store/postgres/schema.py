@@ -32,6 +32,7 @@ _COLUMNS = {
     "colibri_schema": "version",
     "hives": "id address host pid root ttl started_at last_beat sharing agents tenants",
     "leases": "name owner address epoch taken_at expires_at handover_to",
+    "ledger_heads": "tenant seq",
     "ledger": "seq at task schedule tenant from_state to_state agent epoch reason cost uid pid",
     "meta": "name value",
     "schedule_fires": "schedule nominal outcome task at reason tenant",
