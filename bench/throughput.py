@@ -51,6 +51,62 @@ from _support import (
 TARGET = 5000.0  # tasks/s, from the issue
 
 
+class LockSampler:
+    """Samples ``pg_stat_activity`` from a thread of its own, as often as it can (a query
+    every few milliseconds), while a phase runs: of the daemons' backends seen working
+    (``active``), how many wait for a lock (``wait_event_type = 'Lock'``: a row, an advisory
+    lock, a tuple). Nothing else may use the server meanwhile: every client backend of the
+    database but the sampler's own counts as a daemon's."""
+
+    QUERY = (
+        "SELECT count(*) FILTER (WHERE state = 'active') AS active, "
+        "count(*) FILTER (WHERE state = 'active' AND wait_event_type = 'Lock') AS waiting "
+        "FROM pg_stat_activity WHERE backend_type = 'client backend' "
+        "AND pid <> pg_backend_pid() AND datname = current_database()"
+    )
+
+    def __init__(self, dsn: str | None = None) -> None:
+        import threading
+
+        from _support import PG_DSN
+
+        self.dsn = dsn or PG_DSN
+        self.halt = threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+        self.samples = self.active = self.waiting = self.samples_waiting = 0
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.thread.join()
+
+    def sample(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self.halt.is_set():
+                row = conn.execute(self.QUERY).fetchone()
+                assert row is not None
+                active, waiting = int(row[0]), int(row[1])
+                if active:
+                    self.samples += 1
+                    self.active += active
+                    self.waiting += waiting
+                    self.samples_waiting += waiting > 0
+                self.halt.wait(0.002)
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "lock_samples": self.samples,
+            # of the daemons' backends seen active, the share waiting for a lock
+            "lock_wait_share": round(self.waiting / max(self.active, 1), 4),
+            # of the samples with a daemon's backend active, the share with one waiting
+            "samples_with_a_lock_wait": round(self.samples_waiting / max(self.samples, 1), 4),
+        }
+
+
 class Tally:
     def __init__(self) -> None:
         self.reset(0)
@@ -182,20 +238,35 @@ async def run_phase(
     return tally.end - start
 
 
-async def measure_once(daemons: list[Daemon], args: argparse.Namespace) -> dict[str, Any]:
-    """One measured run. With several daemons (``--daemons``, each serving tenant ``tN`` of one
-    PostgreSQL board) the agents and submitters are shared out among them, each working in its
-    daemon's tenant, and the figure is every daemon's tasks together."""
+def served(daemons: int, per_daemon: int) -> list[list[str]]:
+    """The tenants each daemon serves: ``t0``, ``t1`` … dealt out ``per_daemon`` each (none
+    named for one daemon of one tenant: it serves the whole board)."""
+    if daemons == 1 and per_daemon == 1:
+        return [[]]
+    return [[f"t{d * per_daemon + k}" for k in range(per_daemon)] for d in range(daemons)]
+
+
+async def measure_once(
+    daemons: list[Daemon], args: argparse.Namespace, tenants: list[list[str]] | None = None
+) -> dict[str, Any]:
+    """One measured run. With several daemons or tenants (``--daemons``, each serving
+    ``--tenants-per-daemon`` tenants ``tN``) the agents and submitters are shared out among
+    the tenants, each working in its tenant on the daemon serving it, and the figure is every
+    daemon's tasks together."""
     tally = Tally()
     agents: list[BenchAgent] = []
-    tenant_of = {id(d): (f"t{i}" if len(daemons) > 1 else None) for i, d in enumerate(daemons)}
+    tenants = tenants or [[] for _ in daemons]
+    # (daemon, tenant) places, taken in turn by the agents and by the submitters.
+    places = [(d, t) for k in range(max(len(ts) for ts in tenants) or 1)
+              for d, ts in zip(daemons, tenants, strict=True)
+              for t in ([ts[k]] if k < len(ts) else [None] if not ts else [])]  # fmt: skip
+    if args.agents < len(places) or args.submitters < len(places):
+        raise Failure(f"{len(places)} tenants: give at least as many --agents and --submitters")
     for n in range(args.agents):
-        daemon = daemons[n % len(daemons)]
+        daemon, tenant = places[n % len(places)]
         agent = await connect(daemon.socket, lambda: BenchAgent(tally))
         assert isinstance(agent, BenchAgent)
-        agent.register(
-            f"bench-{n:02d}", ["bench", f"host-{n:02d}"], args.slots, tenant_of[id(daemon)]
-        )
+        agent.register(f"bench-{n:02d}", ["bench", f"host-{n:02d}"], args.slots, tenant)
         agents.append(agent)
     for agent in agents:
         reply = await asyncio.wait_for(agent.registered, 30)
@@ -203,23 +274,27 @@ async def measure_once(daemons: list[Daemon], args: argparse.Namespace) -> dict[
             raise Failure(f"register-agent refused: {reply.error}")
     submitters: list[Submitter] = []
     for n in range(args.submitters):
-        daemon = daemons[n % len(daemons)]
-        tenant = tenant_of[id(daemon)]
+        daemon, tenant = places[n % len(places)]
         s = await connect(daemon.socket, functools.partial(Submitter, tally, ["bench"], tenant))
         assert isinstance(s, Submitter)
         submitters.append(s)
     if args.warmup:
         await run_phase(tally, submitters, args.warmup, args.window, args.timeout)
     profiler = start_profiler(daemons[0].pid, args.profile) if args.profile else None
+    sampler = LockSampler(getattr(args, "sample_dsn", None)) if args.sample_locks else None
     gc.collect()
     gc.disable()
     try:
         daemon_cpu, load_cpu = sum(cpu_seconds(d.pid) for d in daemons), own_cpu_seconds()
+        if sampler is not None:
+            sampler.start()
         seconds = await run_phase(tally, submitters, args.tasks, args.window, args.timeout)
         daemon_cpu = sum(cpu_seconds(d.pid) for d in daemons) - daemon_cpu
         load_cpu = own_cpu_seconds() - load_cpu
     finally:
         gc.enable()
+        if sampler is not None:
+            sampler.stop()
         if profiler is not None:
             stop_profiler(profiler)
     for proto in [*agents, *submitters]:
@@ -236,6 +311,7 @@ async def measure_once(daemons: list[Daemon], args: argparse.Namespace) -> dict[
         "seconds": round(seconds, 3),
         "daemon_cpu_share": round(daemon_cpu / seconds, 2),
         "load_cpu_share": round(load_cpu / seconds, 2),
+        **(sampler.figures() if sampler is not None else {}),
     }
 
 
@@ -281,18 +357,25 @@ def once(args: argparse.Namespace, store: str) -> dict[str, Any]:
         with Daemon(durability=args.durability, cpu=cpu, extra_args=metrics) as daemon:
             with scraping(daemon, args.metrics):
                 return {"store": store, **asyncio.run(measure_once([daemon], args))}
-    with PgBoard() as board, contextlib.ExitStack() as daemons:
-        dsn = board.as_app_role() if store == "postgresql-rls" else board.dsn
+    tenants = served(args.daemons, args.tenants_per_daemon)
+    separate = args.boards == "separate"
+    with contextlib.ExitStack() as held:
+        boards = [held.enter_context(PgBoard()) for _ in range(args.daemons if separate else 1)]
         started = []
-        for n in range(args.daemons):
-            serving = ["--tenants", f"t{n}"] if args.daemons > 1 else []
-            extra = ["--store", dsn, *serving, *metrics]
+        for n, serving in enumerate(tenants):
+            board = boards[n if separate else 0]
+            dsn = board.as_app_role() if store == "postgresql-rls" else board.dsn
+            named = ["--tenants", ",".join(serving)] if serving else []
+            extra = ["--store", dsn, *named, *metrics]
             started.append(
-                daemons.enter_context(Daemon(durability=args.durability, cpu=cpu, extra_args=extra))
+                held.enter_context(Daemon(durability=args.durability, cpu=cpu, extra_args=extra))
             )
         with scraping(started[0], args.metrics):
-            label = store if args.daemons == 1 else f"{store}x{args.daemons}"
-            return {"store": label, **asyncio.run(measure_once(started, args))}
+            label = store
+            if args.daemons > 1 or args.tenants_per_daemon > 1:
+                label += f"x{args.daemons}d{args.tenants_per_daemon}t"
+                label += "-separate" if separate else ""
+            return {"store": label, **asyncio.run(measure_once(started, args, tenants))}
 
 
 @contextlib.contextmanager
@@ -360,6 +443,26 @@ def parser() -> argparse.ArgumentParser:
         help="on PostgreSQL: this many daemons on the one board, each serving a tenant of its "
         "own (--tenants tN), the agents and submitters shared out among them",
     )
+    ap.add_argument(
+        "--tenants-per-daemon",
+        type=int,
+        default=1,
+        help="on PostgreSQL: each daemon serves this many tenants (t0, t1 …), the agents and "
+        "submitters shared out among all the tenants",
+    )
+    ap.add_argument(
+        "--boards",
+        choices=["one", "separate"],
+        default="one",
+        help="on PostgreSQL with --daemons: every daemon on the one board, or each on a board "
+        "(a schema) of its own, the same server",
+    )
+    ap.add_argument(
+        "--sample-locks",
+        action="store_true",
+        help="sample pg_stat_activity during each measured phase: how often a backend that is "
+        "working waits for a lock (lock_wait_share)",
+    )
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per phase at most")
     ap.add_argument(
         "--profile",
@@ -382,8 +485,11 @@ def parser() -> argparse.ArgumentParser:
 def main() -> int:
     ap = parser()
     args = ap.parse_args()
-    if args.daemons < 1 or (args.daemons > 1 and "sqlite" in args.store.replace("both", "sqlite")):
-        ap.error("--daemons: 1 or more, and more than 1 only with a PostgreSQL --store")
+    several = args.daemons > 1 or args.tenants_per_daemon > 1
+    if args.daemons < 1 or args.tenants_per_daemon < 1:
+        ap.error("--daemons and --tenants-per-daemon: 1 or more")
+    if several and "sqlite" in args.store.replace("both", "sqlite"):
+        ap.error("--daemons or --tenants-per-daemon past 1: only with a PostgreSQL --store")
     runs = run(args)
     by_store = {
         store: median([r["tasks_per_s"] for r in runs if r["store"] == store])
@@ -397,7 +503,8 @@ def main() -> int:
             "bench": "throughput",
             "params": {
                 k: getattr(args, k)
-                for k in ("tasks", "warmup", "agents", "slots", "submitters", "window", "daemons")
+                for k in ("tasks", "warmup", "agents", "slots", "submitters", "window", "daemons",
+                          "tenants_per_daemon", "boards")  # fmt: skip
             }
             | {
                 "durability": args.durability,

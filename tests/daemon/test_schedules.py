@@ -378,7 +378,7 @@ def test_a_fire_failing_on_a_full_disk_backs_off_instead_of_spinning(
     from colibri.core.schedules import ScheduleSpec
     from colibri.daemon.app import compose
     from colibri.daemon.clock import SystemClock
-    from colibri.daemon.ledger import LedgerMirror
+    from colibri.daemon.ledger import LedgerMirrors
     from colibri.store import open_store
     from colibri.store.sqlite import SqliteStore
 
@@ -388,7 +388,7 @@ def test_a_fire_failing_on_a_full_disk_backs_off_instead_of_spinning(
         config = load_config(root)
         store = open_store(str(root / "board.sqlite"), durability="relaxed")
         assert isinstance(store, SqliteStore)  # its file is filled up below, through SQLite
-        mirror = LedgerMirror(root / "ledger.jsonl")
+        mirror = LedgerMirrors(root / "ledger.jsonl")
         mirror.open(store)
         daemon = compose(config, store, mirror, SystemClock())
         daemon.board.rebuild()

@@ -150,7 +150,8 @@ def test_a_renewal_never_waits_behind_a_batch_and_a_takeover_always_does(board: 
         store.fence = lease.fence
         row = LedgerEntry(at="2026-01-01T00:00:00.000Z", to_state="x", epoch=lease.epoch)
         store.append_ledger(row)
-        assert sum(store.ledger_heads().values()) == 1  # a read sends the batch: it is open, the fence held
+        # A read sends the batch: it is open, the fence held.
+        assert sum(store.ledger_heads().values()) == 1
         renewed: list[bool] = []
         renewal = threading.Thread(target=lambda: renewed.append(lease.renew()))
         renewal.start()

@@ -313,7 +313,8 @@ def test_an_idempotency_key_taken_in_the_tenant_is_refused(source: Source, board
 
     with psycopg.connect(board) as conn:
         rows = conn.execute("SELECT tenant, seq FROM ledger ORDER BY tenant, seq").fetchall()
-        heads = dict(conn.execute("SELECT tenant, seq FROM ledger_heads").fetchall())
+        found = conn.execute("SELECT tenant, seq FROM ledger_heads").fetchall()
+    heads: dict[str, int] = dict(found)
     for tenant in ("acme", "zeta"):
         seqs = [seq for t, seq in rows if t == tenant]
         assert seqs == list(range(1, len(seqs) + 1)) and heads[tenant] == len(seqs)

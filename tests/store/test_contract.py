@@ -851,8 +851,8 @@ def test_tenants_are_numbered_apart_and_merged_by_time(backend: Backend, store: 
     written = []
     for i, tenant in enumerate(["a", "b", "a", "c", "b", "a", "c", "a"]):
         task = make_task(f"t{i:04d}", tenant=tenant)
-        written.append(store.insert_task(task, LedgerEntry(at=times[10 + i], task=task.id,
-                                                           tenant=tenant, to_state="pending")))  # fmt: skip
+        entry = LedgerEntry(at=times[10 + i], task=task.id, tenant=tenant, to_state="pending")
+        written.append(store.insert_task(task, entry))
     # Tenant b's third row stamped earlier than its others (its host's clock was set back).
     late = store.append_ledger(LedgerEntry(at=times[0], schedule="s", tenant="b",
                                            to_state="missed"))  # fmt: skip

@@ -430,9 +430,10 @@ def test_a_board_of_schema_7_is_numbered_per_tenant_keeping_each_tenants_order(
             ("acme", 1, "old-1"), ("acme", 2, "old-3"), ("beta", 1, "old-5"),
             ("default", 1, "old-2"), ("default", 2, "old-7"),
         ]  # fmt: skip
-        entry = store.append_ledger(
-            LedgerEntry(at="2026-01-02T00:00:00.000Z", schedule="s", tenant="acme", to_state="missed")
+        missed = LedgerEntry(
+            at="2026-01-02T00:00:00.000Z", schedule="s", tenant="acme", to_state="missed"
         )
+        entry = store.append_ledger(missed)
         store.commit()
         assert (entry.tenant, entry.seq) == ("acme", 3)
         assert store.ledger({"acme": 2}, 10, tenant="acme") == [entry]
