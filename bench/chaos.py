@@ -92,7 +92,7 @@ time; in the ledger's order, no write of an epoch may follow a later epoch's mar
 S4: ``--s4-operations`` store operations of two tenants interleaved over 4 connections to a
 PostgreSQL board, as the role ``colibri hive grant`` makes (tests/postgres/tenants_apart.py):
 each transaction names its tenant; 0 reads of the other tenant's rows, 0 writes under the wrong
-tenant, 0 gaps in the one ledger.
+tenant, 0 gaps in either tenant's ledger (each numbered 1, 2, 3 … on its own).
 
 G: ``--fuzz`` Hypothesis-generated request lines (tests/reliability/test_socket_abuse.py: fuzz),
 one at a time on one connection of a daemon: every reply ``ok`` or a known error code, the
