@@ -195,7 +195,7 @@ class Target:
     async def _build(self) -> None:
         from colibri.daemon.app import compose
         from colibri.daemon.clock import SystemClock
-        from colibri.daemon.ledger import LedgerMirrors
+        from colibri.daemon.mirrors import LedgerMirrors
         from colibri.store import open_store
 
         config = self.config

@@ -60,7 +60,9 @@ class LockSampler:
 
     QUERY = (
         "SELECT count(*) FILTER (WHERE state = 'active') AS active, "
-        "count(*) FILTER (WHERE state = 'active' AND wait_event_type = 'Lock') AS waiting "
+        "count(*) FILTER (WHERE state = 'active' AND wait_event_type = 'Lock') AS waiting, "
+        "string_agg(wait_event, ',') FILTER (WHERE state = 'active' "
+        "AND wait_event_type = 'Lock') AS events "
         "FROM pg_stat_activity WHERE backend_type = 'client backend' "
         "AND pid <> pg_backend_pid() AND datname = current_database()"
     )
@@ -74,6 +76,9 @@ class LockSampler:
         self.halt = threading.Event()
         self.thread = threading.Thread(target=self.sample, daemon=True)
         self.samples = self.active = self.waiting = self.samples_waiting = 0
+        #: What the waits were for, by pg_stat_activity's wait_event (tuple, transactionid,
+        #: extend, advisory …): how many backend-samples each.
+        self.events: dict[str, int] = {}
 
     def start(self) -> None:
         self.thread.start()
@@ -90,6 +95,9 @@ class LockSampler:
                 row = conn.execute(self.QUERY).fetchone()
                 assert row is not None
                 active, waiting = int(row[0]), int(row[1])
+                for event in (row[2] or "").split(","):
+                    if event:
+                        self.events[event] = self.events.get(event, 0) + 1
                 if active:
                     self.samples += 1
                     self.active += active
@@ -104,6 +112,7 @@ class LockSampler:
             "lock_wait_share": round(self.waiting / max(self.active, 1), 4),
             # of the samples with a daemon's backend active, the share with one waiting
             "samples_with_a_lock_wait": round(self.samples_waiting / max(self.samples, 1), 4),
+            "lock_waits_by_event": dict(sorted(self.events.items())),
         }
 
 

@@ -378,7 +378,7 @@ def test_a_fire_failing_on_a_full_disk_backs_off_instead_of_spinning(
     from colibri.core.schedules import ScheduleSpec
     from colibri.daemon.app import compose
     from colibri.daemon.clock import SystemClock
-    from colibri.daemon.ledger import LedgerMirrors
+    from colibri.daemon.mirrors import LedgerMirrors
     from colibri.store import open_store
     from colibri.store.sqlite import SqliteStore
 

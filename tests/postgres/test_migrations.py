@@ -13,7 +13,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from colibri.core.errors import ConfigError
+from colibri.core.errors import ConfigError, LockHeld
+from colibri.core.model import LedgerEntry
 from colibri.store.postgres import _COLUMNS, SCHEMA_VERSION, PostgresStore, hive_list
 from tests.helpers import Daemon, colibri, one_line
 from tests.store.conftest import pg_schema
@@ -219,3 +220,50 @@ def test_a_daemon_serves_a_board_of_the_first_version_6_and_hive_list_shows_it(
         assert daemons[daemon.pid]["tenants"] == ["*"] and daemons[1]["id"] == "0ld-daemon"
     finally:
         daemon.stop()
+
+
+def test_a_board_of_version_10_is_numbered_per_tenant_keeping_each_tenants_order(
+    boards: Callable[[], str],
+) -> None:
+    """Migration 11 renumbers the one sequence's rows tenant by tenant, in their order, and
+    sets each tenant's head; the board's next rows follow each tenant's own; and while a
+    daemon serves a board of version 10, it is left unmigrated, refused in one line."""
+    dsn = boards()
+    made_by(dsn, tuple(TEXTS[n][-1] for n in range(1, 11)))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT set_config('colibri.tenants', '*', false)")
+        for seq, tenant in [(1, "acme"), (2, "default"), (3, "acme"), (5, "beta"), (8, "acme")]:
+            conn.execute(
+                "INSERT INTO ledger (seq, at, task, tenant, to_state, epoch) "
+                "VALUES (%s, '2026-01-01T00:00:00.000Z', %s, %s, 'pending', 0)",
+                (seq, f"old-{seq}", tenant),
+            )
+        conn.execute(
+            "INSERT INTO leases (name, owner, address, epoch, taken_at, expires_at) "
+            "VALUES ('board', '0ld-daemon', NULL, 1, now(), now() + interval '1 hour')"
+        )
+    with pytest.raises(LockHeld) as refused:
+        PostgresStore(dsn)
+    said = refused.value.message
+    assert "\n" not in said and "schema version 10 and this Colibri needs 11" in said
+    assert "holds the board's lease" in said and "stop the daemons of the older version" in said
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT version FROM colibri_schema").fetchone() == (10,)
+        conn.execute("DELETE FROM leases")
+    store = PostgresStore(dsn)
+    try:
+        assert store.ledger_heads() == {"acme": 3, "beta": 1, "default": 1}
+        rows = sorted((e.tenant, e.seq, e.task) for e in store.ledger({}, 10))
+        assert rows == [
+            ("acme", 1, "old-1"), ("acme", 2, "old-3"), ("acme", 3, "old-8"),
+            ("beta", 1, "old-5"), ("default", 1, "old-2"),
+        ]  # fmt: skip
+        store.fence = ("nobody", [], [])
+        entry = store.append_ledger(
+            LedgerEntry(at="2026-01-02T00:00:00.000Z", schedule="s", tenant="beta",
+                        to_state="missed")  # fmt: skip
+        )
+        store.commit()
+        assert (entry.tenant, entry.seq) == ("beta", 2)
+    finally:
+        store.close()

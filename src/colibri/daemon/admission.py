@@ -17,7 +17,7 @@ from colibri.daemon.board import Board
 from colibri.daemon.bus import Bus
 from colibri.daemon.commit import GroupCommit
 from colibri.daemon.gateway import Throttle
-from colibri.daemon.ledger import LedgerMirrors
+from colibri.daemon.mirrors import LedgerMirrors
 
 if TYPE_CHECKING:
     from colibri.daemon.connection import Connection

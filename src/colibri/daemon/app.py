@@ -29,7 +29,7 @@ from colibri.daemon.gateway import Gateway
 from colibri.daemon.hive.lease import RELEASE_WAIT, keep_lease, keeper_ended, renewed_while_building
 from colibri.daemon.hive.sharing import serve_tenants, served_schedules
 from colibri.daemon.hive.standby import BoardHold, hold_board
-from colibri.daemon.ledger import LedgerMirrors
+from colibri.daemon.mirrors import LedgerMirrors
 from colibri.daemon.process import (
     acquire_lock,
     check_state_dir,

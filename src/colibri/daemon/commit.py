@@ -24,7 +24,7 @@ from colibri.core.model import LedgerEntry
 from colibri.core.replies import ErrorReply, Reply, refusal
 from colibri.daemon import crashpoints
 from colibri.daemon.board import Board
-from colibri.daemon.ledger import LedgerMirrors
+from colibri.daemon.mirrors import LedgerMirrors
 from colibri.store import BatchRefused
 
 if TYPE_CHECKING:

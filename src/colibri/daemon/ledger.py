@@ -2,7 +2,7 @@
 
 One file per tenant, as each tenant's ledger is numbered on its own: ``ledger.jsonl`` holds
 the ``default`` tenant's rows, ``ledger.<tenant>.jsonl`` another's, each in its ``seq`` order
-with no gap (``LedgerMirrors``; what follows is said of each file).
+with no gap (``daemon/mirrors.py``; what follows is said of each file).
 
 The store is the truth; the mirror is written after each commit and completed from the store at
 start-up, so a crash between the two loses no row and writes none twice. A torn last line (a
@@ -44,16 +44,29 @@ REPAIR_EVERY = 5.0
 _NUMBER = re.compile(r"[0-9]+")
 
 
-def _last_seq(lines: bytes | bytearray) -> int | None:
-    """The ``seq`` of the last of these whole lines; None if there is none."""
+def _last_row(lines: bytes | bytearray) -> dict[str, object] | None:
+    """The last of these whole lines, decoded; None if there is none."""
     end = len(lines)
     while end and lines[end - 1] == 0x0A:  # newline
         end -= 1
     if not end:
         return None
-    seq = _seq_only.decode(lines[lines.rfind(b"\n", 0, end) + 1 : end]).get("seq")
+    row = _seq_only.decode(lines[lines.rfind(b"\n", 0, end) + 1 : end])
+    seq = row.get("seq")
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
         raise ValueError("its last line has no seq")  # not a row of ours: set aside
+    return row
+
+
+def _last_seq(lines: bytes | bytearray) -> int | None:
+    """The ``seq`` of the last of these whole lines; None if there is none."""
+    row = _last_row(lines)
+    return None if row is None else _seq_of(row)
+
+
+def _seq_of(row: dict[str, object]) -> int:
+    seq = row["seq"]
+    assert isinstance(seq, int)  # (``_last_row`` refuses a row without one)
     return seq
 
 
@@ -79,6 +92,8 @@ class LedgerMirror:
         self._fd = -1
         self._size = 0
         self.last_seq = 0
+        #: The last line of the file at its opening, decoded (None: empty, or not read yet).
+        self._last_line: dict[str, object] | None = None
         #: Set when a write failed (disk full): rows are safe in the store, and the next
         #: ``catch_up`` repairs the tail and copies them over.
         self.broken = False
@@ -96,6 +111,7 @@ class LedgerMirror:
         self.close()
         self.broken = False
         self.retry_at = 0.0
+        self._last_line = None
         try:
             last = self._open_checked()
         except (OSError, RootError) as exc:
@@ -112,8 +128,7 @@ class LedgerMirror:
             raise
 
     def _catch_up(self, store: Store) -> int:
-        stored = store.ledger_heads().get(self.tenant, 0)
-        if self.last_seq > stored:
+        if self.last_seq and not self._follows(store):
             self._move_aside()
         if self.rotate_bytes and self._size >= self.rotate_bytes:
             self.rotate()  # killed between the write that passed the limit and its rotation
@@ -163,11 +178,13 @@ class LedgerMirror:
         return self.broken and now >= self.retry_at
 
     def _move_aside(self) -> None:
-        """The mirror is ahead of the store (another store, or one restored from a backup):
-        it is another history, so all of it goes aside and the store's is written afresh."""
+        """The mirror's last row is not the store's (the mirror is ahead of the store, or of
+        another store, one restored from a backup, or rows numbered before each tenant's ledger
+        was numbered on its own): it is another history, so all of it goes aside and the
+        store's is written afresh."""
         aside = self.path.with_name(f"{self.path.name}.{self.last_seq}.orphaned")
         log.warning(
-            "ledger mirror is ahead of the store; moved aside",
+            "ledger mirror is not the store's history (ahead of it, or another); moved aside",
             extra={"event": "ledger_mirror_ahead", "path": str(aside)},
         )
         self.close()
@@ -206,8 +223,23 @@ class LedgerMirror:
                 return last
         return None
 
+    def _follows(self, store: Store) -> bool:
+        """Whether the file's last row is the store's row of its seq: if not, the file is of
+        another history (ahead of the store, another board, one restored from a backup, or
+        rows numbered before the ledger was numbered per tenant)."""
+        found = store.ledger({self.tenant: self.last_seq - 1}, 1, tenant=self.tenant)
+        if not found or found[0].seq != self.last_seq:
+            return False
+        stored = found[0]
+        row = self._last_line
+        if row is None:
+            return True
+        same = all(row.get(name) == getattr(stored, name) for name in ("at", "task", "to_state"))
+        return same and row.get("tenant", self.tenant) == self.tenant
+
     def _repair_tail(self, fd: int) -> int | None:
-        """Cut a torn last line; the last line's ``seq``, or None if no line is left."""
+        """Cut a torn last line; the last line's ``seq``, or None if no line is left (the
+        line itself kept in ``_last_line``)."""
         size = os.fstat(fd).st_size
         if size == 0:
             return None
@@ -231,7 +263,8 @@ class LedgerMirror:
             if fd == self._fd:
                 self._size = keep
             tail = tail[:cut]
-        return _last_seq(tail)
+        self._last_line = _last_row(tail)
+        return None if self._last_line is None else _seq_of(self._last_line)
 
     def append(self, entries: Iterable[LedgerEntry]) -> None:
         if self.broken:
@@ -306,73 +339,3 @@ class LedgerMirror:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-
-
-class LedgerMirrors:
-    """The mirror of every tenant the store holds rows of (those the daemon serves): a file
-    each, opened at start-up (or at a tenant's first row) and caught up from the store."""
-
-    def __init__(
-        self, path: Path, rotate_bytes: int = 0, keep: int = 5, clock: Clock | None = None
-    ) -> None:
-        #: The default tenant's file; another tenant's is named after it (``path_of``).
-        self.path = path
-        self.rotate_bytes = rotate_bytes
-        self.keep = keep
-        self.clock: Clock = clock or SystemClock()
-        self.mirrors: dict[str, LedgerMirror] = {}
-
-    def path_of(self, tenant: str) -> Path:
-        if tenant == DEFAULT_TENANT:
-            return self.path
-        return self.path.with_name(f"{self.path.stem}.{tenant}{self.path.suffix}")
-
-    def _mirror(self, tenant: str) -> LedgerMirror:
-        mirror = self.mirrors.get(tenant)
-        if mirror is None:
-            path = self.path_of(tenant)
-            mirror = LedgerMirror(path, self.rotate_bytes, self.keep, self.clock, tenant)
-            self.mirrors[tenant] = mirror
-        return mirror
-
-    def open(self, store: Store) -> int:
-        """Open every tenant's mirror and catch it up from ``store``; rows appended. The
-        default tenant's file is there from the start, rows or not."""
-        tenants = {DEFAULT_TENANT, *self.mirrors, *store.ledger_heads()}
-        return sum(self._mirror(tenant).open(store) for tenant in sorted(tenants))
-
-    def repair(self, store: Store) -> int:
-        """Open again the mirrors that failed (or are new) and catch them up; rows appended.
-        ``StorageUnavailable`` if the store cannot be read: they are tried again later."""
-        broken = [mirror for mirror in self.mirrors.values() if mirror.broken]
-        return sum(mirror.open(store) for mirror in broken)
-
-    @property
-    def broken(self) -> bool:
-        return any(mirror.broken for mirror in self.mirrors.values())
-
-    def repair_due(self, now: float) -> bool:
-        return any(mirror.repair_due(now) for mirror in self.mirrors.values())
-
-    def append(self, entries: Iterable[LedgerEntry]) -> None:
-        """Append rows just committed, each to its tenant's file. A tenant this daemon has
-        had no rows of yet gets its file at the next ``repair`` (due at once), caught up from
-        the store, these rows among others: its file may hold rows from before (another
-        daemon served the tenant), which only the store can say how to follow."""
-        by_tenant: dict[str, list[LedgerEntry]] = {}
-        for entry in entries:
-            by_tenant.setdefault(entry.tenant, []).append(entry)
-        for tenant, rows in by_tenant.items():
-            mirror = self.mirrors.get(tenant)
-            if mirror is None:
-                mirror = self._mirror(tenant)
-                mirror.broken, mirror.retry_at = True, 0.0
-            mirror.append(rows)
-
-    def rotate(self) -> bool:
-        """Rotate every tenant's file; whether any was."""
-        return any([mirror.rotate() for mirror in self.mirrors.values()])
-
-    def close(self) -> None:
-        for mirror in self.mirrors.values():
-            mirror.close()

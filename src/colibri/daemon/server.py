@@ -26,7 +26,7 @@ from colibri.daemon.admission import EVICT_AFTER, Admission
 from colibri.daemon.board import Board
 from colibri.daemon.bus import Bus
 from colibri.daemon.connection import Connection
-from colibri.daemon.ledger import LedgerMirrors
+from colibri.daemon.mirrors import LedgerMirrors
 
 __all__ = ["EVICT_AFTER", "Server"]  # EVICT_AFTER: where the tests have read it
 
