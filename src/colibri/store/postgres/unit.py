@@ -89,14 +89,22 @@ def _leases_lost(fence: tuple[str, list[str], list[int]], held: set[str]) -> str
     return f"this daemon's {leases} {', '.join(lost)} passed to another daemon (or expired)"
 
 
-#: A tenant's ledger head moved past the rows a sending numbers; the head is returned.
-_TAKE = _Q["ledger_take"].encode()
-#: A ledger row numbered by the server from its tenant's head, moved past it just before.
+#: The PostgreSQL type of each ledger column but ``tenant`` (one per statement, below).
+_LEDGER_TYPES = {"epoch": "bigint", "uid": "bigint", "pid": "bigint"}
+_ARRAYED = [c for c in LEDGER_COLUMNS if c != "tenant"]
+#: A tenant's rows of one sending, in one statement: its head moved past them (the row kept
+#: locked until the batch ends) and the rows numbered after where it was, from one array a
+#: column; the new head is returned. One update of the head a sending, not a look-up a row
+#: (the head is one row updated by every batch of its tenant: its old versions pile up until
+#: PostgreSQL prunes them, and each look-up would walk them).
 _INSERT_LEDGER = (
-    f"INSERT INTO ledger (seq, {', '.join(LEDGER_COLUMNS)}) VALUES ("
-    "(SELECT seq FROM ledger_heads WHERE tenant = %(tenant)s) - %(back)s, "
-    + ", ".join(f"%({column})s" for column in LEDGER_COLUMNS)
-    + ")"
+    "WITH head AS (" + _Q["ledger_take"].rstrip().rstrip(";") + "), "
+    f"rows AS (INSERT INTO ledger (seq, tenant, {', '.join(_ARRAYED)}) "
+    f"SELECT head.seq - %(n)s + r.n, %(tenant)s, {', '.join('r.' + c for c in _ARRAYED)} "
+    "FROM head, unnest("
+    + ", ".join(f"%({c})s::{_LEDGER_TYPES.get(c, 'text')}[]" for c in _ARRAYED)
+    + f") WITH ORDINALITY AS r({', '.join(_ARRAYED)}, n)) "
+    "SELECT seq FROM head"
 ).encode()
 
 
@@ -213,7 +221,7 @@ class UnitOfWork(StoreConnection):
                 return
             writes, self._writes = self._writes, []
             entries, self._unsent = self._unsent, []
-            rows, counts = self._numbering(entries)
+            by_tenant = self._numbering(entries)
             heads: list[psycopg.Cursor[dict[str, Any]]] = []
             counted: list[tuple[_Write, psycopg.Cursor[dict[str, Any]]]] = []
             with conn.pipeline():
@@ -229,12 +237,10 @@ class UnitOfWork(StoreConnection):
                         counted.append((write, cursor))
                     if write.tenants:
                         conn.execute(_NAME_TENANTS, (self.tenants,))
-                # Each tenant's head moved past its rows (in name order: batches that share
-                # tenants lock them alike), then the rows numbered from it.
-                for tenant, n in counts.items():
-                    heads.append(conn.execute(_TAKE, {"tenant": tenant, "n": n}))
-                if rows:
-                    conn.cursor().executemany(_INSERT_LEDGER, rows)
+                # Each tenant's rows numbered from its head (in name order: batches that
+                # share tenants lock their heads alike).
+                for columns in by_tenant.values():
+                    heads.append(conn.execute(_INSERT_LEDGER, columns))
         except LeaseLost:
             raise  # (the batch is lost already, as a lease lost)
         except psycopg.errors.UniqueViolation as exc:
@@ -263,7 +269,7 @@ class UnitOfWork(StoreConnection):
             self._abandon("its sending stopped half-way")
             raise
         if entries:
-            self._numbered(entries, counts, heads)
+            self._numbered(entries, by_tenant, heads)
         for write, cursor in counted:
             if cursor.rowcount != len(write.rows):
                 moved = len(write.rows) - max(cursor.rowcount, 0)
@@ -343,34 +349,33 @@ class UnitOfWork(StoreConnection):
         rows = self._rows(query, args, tenants)
         return rows[0] if rows else None
 
-    def _numbering(self, entries: list[LedgerEntry]) -> tuple[list[dict[str, Any]], dict[str, int]]:
-        """The batch's ledger rows to send, each to be numbered by the server from its
-        tenant's head (``back``: how many of its tenant's rows come after it in this sending),
-        and how many rows each tenant has, in name order."""
-        counts = dict.fromkeys(sorted({entry.tenant for entry in entries}), 0)
+    def _numbering(self, entries: list[LedgerEntry]) -> dict[str, dict[str, Any]]:
+        """The parameters of ``_INSERT_LEDGER`` for each tenant of the batch's ledger rows,
+        in name order: its name, its count, and a list a column."""
+        by_tenant: dict[str, dict[str, Any]] = {}
         for entry in entries:
-            counts[entry.tenant] += 1
-        left = dict(counts)
-        rows = []
-        for entry in entries:
-            left[entry.tenant] -= 1
+            columns = by_tenant.get(entry.tenant)
+            if columns is None:
+                columns = {"tenant": entry.tenant, "n": 0, **{c: [] for c in _ARRAYED}}
+                by_tenant[entry.tenant] = columns
+            columns["n"] += 1
             row = _text(ledger_row(entry))
-            row["back"] = left[entry.tenant]
-            rows.append(row)
-        return rows, counts
+            for column in _ARRAYED:
+                columns[column].append(row[column])
+        return dict(sorted(by_tenant.items()))
 
     def _numbered(
         self,
         entries: list[LedgerEntry],
-        counts: dict[str, int],
+        by_tenant: dict[str, dict[str, Any]],
         heads: list[psycopg.Cursor[dict[str, Any]]],
     ) -> None:
         """Set each entry's ``seq`` from its tenant's head as the sending left it."""
         top = {}
-        for tenant, cursor in zip(counts, heads, strict=True):
+        for (tenant, columns), cursor in zip(by_tenant.items(), heads, strict=True):
             found = cursor.fetchone()
             assert found is not None
-            top[tenant] = int(found["seq"]) - counts[tenant]
+            top[tenant] = int(found["seq"]) - columns["n"]
         for entry in entries:
             top[entry.tenant] += 1
             entry.seq = top[entry.tenant]
