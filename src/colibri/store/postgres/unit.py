@@ -30,6 +30,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
+import msgspec
+
 from colibri.core.errors import LeaseLost, StorageUnavailable
 from colibri.core.leases import BOARD_LEASE, lease_tenant
 from colibri.core.model import LedgerEntry
@@ -90,22 +92,26 @@ def _leases_lost(fence: tuple[str, list[str], list[int]], held: set[str]) -> str
 
 
 #: The PostgreSQL type of each ledger column but ``tenant`` (one per statement, below).
-_LEDGER_TYPES = {"epoch": "bigint", "uid": "bigint", "pid": "bigint"}
-_ARRAYED = [c for c in LEDGER_COLUMNS if c != "tenant"]
+_LEDGER_TYPES = {"epoch": "bigint", "uid": "bigint", "pid": "bigint", "cost": "json"}
+_SENT = [c for c in LEDGER_COLUMNS if c != "tenant"]
 #: A tenant's rows of one sending, in one statement: its head moved past them (the row kept
-#: locked until the batch ends) and the rows numbered after where it was, from one array a
-#: column; the new head is returned. One update of the head a sending, not a look-up a row
-#: (the head is one row updated by every batch of its tenant: its old versions pile up until
-#: PostgreSQL prunes them, and each look-up would walk them).
+#: locked until the batch ends) and the rows numbered after where it was, sent as one JSON
+#: array of the entries themselves (encoded and parsed in C; the cost's text kept as it was
+#: encoded, as ``rows.encode_cost`` writes it); the new head is returned. One update of the
+#: head a sending, not a look-up a row (the head is one row updated by every batch of its
+#: tenant: its old versions pile up until PostgreSQL prunes them, and each look-up would walk
+#: them).
 _INSERT_LEDGER = (
     "WITH head AS (" + _Q["ledger_take"].rstrip().rstrip(";") + "), "
-    f"rows AS (INSERT INTO ledger (seq, tenant, {', '.join(_ARRAYED)}) "
-    f"SELECT head.seq - %(n)s + r.n, %(tenant)s, {', '.join('r.' + c for c in _ARRAYED)} "
-    "FROM head, unnest("
-    + ", ".join(f"%({c})s::{_LEDGER_TYPES.get(c, 'text')}[]" for c in _ARRAYED)
-    + f") WITH ORDINALITY AS r({', '.join(_ARRAYED)}, n)) "
-    "SELECT seq FROM head"
+    f"rows AS (INSERT INTO ledger (seq, tenant, {', '.join(_SENT)}) "
+    f"SELECT head.seq - %(n)s + r.n, %(tenant)s, "
+    + ", ".join(f"r.{c}::text" if c == "cost" else f"r.{c}" for c in _SENT)
+    + " "
+    "FROM head, ROWS FROM (json_to_recordset(%(rows)s::json) AS ("
+    + ", ".join(f"{c} {_LEDGER_TYPES.get(c, 'text')}" for c in _SENT)
+    + f")) WITH ORDINALITY AS r({', '.join(_SENT)}, n)) SELECT seq FROM head"
 ).encode()
+_rows_json = msgspec.json.Encoder().encode
 
 
 def _text(row: dict[str, Any]) -> dict[str, Any]:
@@ -351,18 +357,14 @@ class UnitOfWork(StoreConnection):
 
     def _numbering(self, entries: list[LedgerEntry]) -> dict[str, dict[str, Any]]:
         """The parameters of ``_INSERT_LEDGER`` for each tenant of the batch's ledger rows,
-        in name order: its name, its count, and a list a column."""
-        by_tenant: dict[str, dict[str, Any]] = {}
+        in name order: its name, its count, and its rows."""
+        by_tenant: dict[str, list[LedgerEntry]] = {}
         for entry in entries:
-            columns = by_tenant.get(entry.tenant)
-            if columns is None:
-                columns = {"tenant": entry.tenant, "n": 0, **{c: [] for c in _ARRAYED}}
-                by_tenant[entry.tenant] = columns
-            columns["n"] += 1
-            row = _text(ledger_row(entry))
-            for column in _ARRAYED:
-                columns[column].append(row[column])
-        return dict(sorted(by_tenant.items()))
+            by_tenant.setdefault(entry.tenant, []).append(entry)
+        return {
+            tenant: {"tenant": tenant, "n": len(rows), "rows": _rows_json(rows).decode()}
+            for tenant, rows in sorted(by_tenant.items())
+        }
 
     def _numbered(
         self,
