@@ -225,6 +225,8 @@ async def login(web: Web, request: Request) -> Response:
     token = str((await request.form()).get("token", "")).strip()
     try:
         identity = await web.check_token(token)
+    except Forbidden as exc:  # a good token, of the wrong role
+        return login_form(web, f"{exc.code}: {exc.message}", 403)
     except ColibriError as exc:
         web.throttle.failed(address)
         return login_form(web, f"{exc.code}: {exc.message}", 401)
