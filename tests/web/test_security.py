@@ -4,10 +4,14 @@ session's CSRF token, no other Host, and the headers that keep a page's text ine
 
 from __future__ import annotations
 
-from tests.helpers import Daemon
+import re
+from pathlib import Path
+
+from tests.helpers import Daemon, wait_until
 from tests.web.conftest import WebServer, cookie_of
 
-HOSTILE = "<script>alert('x')</script> <img src=x onerror=alert(1)> javascript:alert(2) \u202egnp.exe"
+HOSTILE = ("<script>alert('x')</script> <img src=x onerror=alert(1)> "
+           "javascript:alert(2) \u202egnp.exe")  # fmt: skip
 
 
 def test_nothing_is_shown_or_done_without_a_signed_in_session(
@@ -31,7 +35,9 @@ def test_nothing_is_shown_or_done_without_a_signed_in_session(
     assert daemon.call("status")["paused"] is False
 
 
-def test_the_sign_in_url_works_once_and_a_new_one_is_printed(daemon: Daemon, web: WebServer) -> None:
+def test_the_sign_in_url_works_once_and_a_new_one_is_printed(
+    daemon: Daemon, web: WebServer
+) -> None:
     url = web.sign_in_url()
     cookie, _ = web.sign_in(url)
     status, headers, _ = web.request("GET", url[len(web.base):])
@@ -115,3 +121,22 @@ def test_hostile_text_is_escaped_and_bidi_controls_made_visible(
         assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in body
         assert "\\u202egnp.exe" in body
         assert 'href="javascript' not in body
+
+
+def test_run_web_serves_the_board_beside_its_daemon(root: Path) -> None:
+    daemon = Daemon(root, "--web", "127.0.0.1:0")
+    daemon.start()
+    try:
+        said = r"colibri web: (http://[^/\s]+)(/login\?secret=\S+)"
+        found = wait_until(lambda: re.search(said, daemon.log()))
+        task = daemon.submit("seen beside the daemon")
+        web = WebServer(root)
+        web.base = found.group(1)
+        status, headers, _ = web.request("GET", "/")
+        assert status == 303
+        cookie, _ = web.sign_in(found.group(1) + found.group(2))
+        body = wait_until(lambda: (page := web.request("GET", "/tasks", cookie=cookie)[2])
+                          and task["id"] in page and page)  # fmt: skip
+        assert "seen beside the daemon" in body
+    finally:
+        daemon.stop()

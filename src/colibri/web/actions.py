@@ -82,10 +82,9 @@ async def submit(web: Web, request: Request, session: Session) -> Response:
         task = (await ask(web, session, req)).task
     except ColibriError as exc:
         return refused(web, request, session, f"{exc.code}: {exc.message}")
-    back = f"/tasks/{task.id}"
     if request.headers.get("x-requested-with") == "colibri":
         return JSONResponse({"message": f"submitted {short_id(task.id)}", "task": task.id})
-    return RedirectResponse(back, 303)
+    return RedirectResponse(f"/tasks/{task.id}", 303)
 
 
 async def cancel(web: Web, request: Request, session: Session) -> Response:
@@ -99,12 +98,15 @@ async def cancel(web: Web, request: Request, session: Session) -> Response:
 
 
 async def retry(web: Web, request: Request, session: Session) -> Response:
+    """An ended task submitted again, as a new task (the page links to it)."""
     task_id = request.path_params["task_id"]
-
-    def say(reply: Any) -> str:
-        return f"retried {short_id(reply.task.id)}: {reply.task.state} again"
-
-    return await act(web, request, session, p.Retry(task=task_id), say, f"/tasks/{task_id}")
+    try:
+        task = (await ask(web, session, p.Retry(task=task_id))).task
+    except ColibriError as exc:
+        return refused(web, request, session, f"{exc.code}: {exc.message}")
+    if request.headers.get("x-requested-with") == "colibri":
+        return JSONResponse({"message": f"retried as {short_id(task.id)}", "task": task.id})
+    return RedirectResponse(f"/tasks/{task.id}", 303)
 
 
 async def answer(web: Web, request: Request, session: Session) -> Response:
