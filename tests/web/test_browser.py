@@ -186,3 +186,49 @@ def test_hostile_text_is_shown_as_text(stack: tuple[Daemon, WebServer, Any]) -> 
     assert browser.find_elements("css selector", "#task-detail img, #task-detail script") == []
     with pytest.raises(NoAlertPresentException):
         browser.switch_to.alert.text  # noqa: B018
+
+
+def test_a_blocked_card_moves_when_its_dependency_closes(
+    stack: tuple[Daemon, WebServer, Any],
+) -> None:
+    """Released (``pending → pending``) to pending, then taken; cancelled by the cascade when
+    its dependency fails; one that waits for a retry of it stays blocked (a reload too) until
+    the retry is done: all without a reload."""
+    daemon, web, browser = stack
+    browser.get(web.base + "/")
+    until(browser, lambda: browser.execute_script("return document.body.dataset.live") == "yes")
+    first = daemon.submit("fetch the sources", capabilities=["dep"])
+    second = daemon.submit("fetch the patches", capabilities=["dep"])
+    released = daemon.submit("apply the sources", capabilities=["later"], after=[first["id"]])
+    cascaded = daemon.submit("apply the patches", capabilities=["later"], after=[second["id"]])
+    waits = daemon.submit("test the patches", capabilities=["later"], after=[second["id"]],
+                          if_dependency_fails="wait")  # fmt: skip
+    for blocked in (released, cascaded, waits):
+        until(browser, lambda b=blocked: column_of(browser, b["id"]) == "col-blocked")
+    agent = FakeAgent(daemon, "dep-1", ["dep"], slots=2)
+    try:
+        assigns = {a["task"]["id"]: a for a in (agent.next_assign(), agent.next_assign())}
+        agent.out(assigns[first["id"]], "fetched")
+        until(browser, lambda: column_of(browser, released["id"]) == "col-pending")
+        agent.fail(assigns[second["id"]], "no network")
+        until(browser, lambda: column_of(browser, cascaded["id"]) == "col-cancelled")
+        browser.get(web.base + "/")
+        assert column_of(browser, waits["id"]) == "col-blocked"  # for a retry of its dependency
+        until(browser, lambda: browser.execute_script("return document.body.dataset.live") == "yes")
+        browser.execute_script("window.notReloaded = true")
+        retry = daemon.call("retry", task=second["id"])["task"]
+        agent.out(agent.next_assign(), "fetched at last")
+        daemon.wait_closed(retry["id"])
+        until(browser, lambda: column_of(browser, waits["id"]) == "col-pending")
+    finally:
+        agent.close()
+    later = FakeAgent(daemon, "later-1", ["later"], slots=2)
+    try:
+        later.next_assign()
+        later.next_assign()
+        until(browser, lambda: column_of(browser, released["id"]) == "col-running")
+        until(browser, lambda: column_of(browser, waits["id"]) == "col-running")
+    finally:
+        later.close()
+    assert browser.execute_script("return window.notReloaded") is True
+    assert daemon.task(cascaded["id"])["outcome"] == "cancelled"
