@@ -232,3 +232,31 @@ def test_a_blocked_card_moves_when_its_dependency_closes(
         later.close()
     assert browser.execute_script("return window.notReloaded") is True
     assert daemon.task(cascaded["id"])["outcome"] == "cancelled"
+
+
+def test_a_half_typed_answer_survives_the_task_page_drawn_again(
+    stack: tuple[Daemon, WebServer, Any],
+) -> None:
+    daemon, web, browser = stack
+    agent = FakeAgent(daemon, "asker-2", ["interactive"])
+    asker = daemon.client()
+    try:
+        asking = daemon.submit("rename the column", capabilities=["interactive"])
+        assign = agent.next_assign()
+        asker.send("ask", task=asking["id"], epoch=assign["epoch"], claim=assign["claim"],
+                   question="to what?")  # fmt: skip
+        browser.get(f"{web.base}/tasks/{asking['id']}")
+        until(browser, lambda: browser.execute_script("return document.body.dataset.live") == "yes")
+        box = browser.find_element("id", "answer-text")
+        box.send_keys("created_")
+        # A child: its family is drawn again on this page.
+        daemon.submit("rename its index too", parent=asking["id"], capabilities=["later"])
+        until(browser, lambda: browser.find_elements("id", "task-family"))
+        assert browser.find_element("id", "answer-text").get_attribute("value") == "created_"
+        assert browser.execute_script("return document.activeElement.id") == "answer-text"
+        browser.switch_to.active_element.send_keys("on")  # typing goes on where it was
+        browser.find_element("id", "answer").click()
+        assert asker.read()["answer"] == "created_on"
+    finally:
+        asker.close()
+        agent.close()

@@ -61,12 +61,29 @@
     if (!cap || box.children.length < cap) box.append(element);
   }
 
+  // A region drawn again keeps its forms marked data-keep (the answer box) as they are, so
+  // what is half typed there, the caret and the focus, survive the redraw.
+  function replace(old, element) {
+    const focused = document.activeElement;
+    const caret = focused && typeof focused.selectionStart === "number"
+      ? [focused.selectionStart, focused.selectionEnd] : null;
+    for (const kept of old.querySelectorAll("form[data-keep][id]")) {
+      const fresh = element.querySelector(`#${CSS.escape(kept.id)}`);
+      if (fresh) fresh.replaceWith(kept);
+    }
+    old.replaceWith(element);
+    if (focused && focused !== document.activeElement && focused.isConnected) {
+      focused.focus();
+      if (caret) focused.setSelectionRange(caret[0], caret[1]);
+    }
+  }
+
   function apply(update) {
     if (update.reload) { location.reload(); return; }
     if (update.signed_out) { source.close(); location.href = "/login"; return; }
     for (const [id, html] of Object.entries(update.replace || {})) {
       const element = document.getElementById(id);
-      if (element) element.replaceWith(fragment(html));
+      if (element) replace(element, fragment(html));
     }
     for (const id of update.remove || []) {
       const element = byTask(id);
