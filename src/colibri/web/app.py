@@ -72,6 +72,8 @@ class Web:
     feeds: dict[str, Feed] = field(default_factory=dict)
     #: Called with each new sign-in URL (the next one, once one was used).
     on_url: Callable[[str], None] = print
+    #: The server is stopping: the open event streams end (``end_streams``).
+    stopping: bool = False
 
     def __post_init__(self) -> None:
         self.sessions.ttl = self.ttl
@@ -96,6 +98,14 @@ class Web:
         if isinstance(self.starter, Remote):
             return Identity.of_token(self.starter, "colibri web's token")
         return Identity("owner", self.starter, "owner")
+
+    def end_streams(self) -> None:
+        """Every open page's stream ends now, as the server stops: the server would otherwise
+        wait for them (its graceful shutdown's timeout), and hold up the daemon it runs in."""
+        self.stopping = True
+        for feed in self.feeds.values():
+            for listener in feed.listeners:
+                listener.wake.set()
 
     def feed(self, identity: Identity) -> Feed:
         feed = self.feeds.get(identity.key)

@@ -210,6 +210,8 @@ class Follower:
                         await listener.wake.wait()
                 except TimeoutError:
                     yield ": still here\n\n"
+                if self.web.stopping:
+                    return
                 if self.web.sessions.get(self.session.id) is None:
                     yield _data({"signed_out": True})
                     return

@@ -71,12 +71,17 @@ def server(web: Web, tls: tuple[str, str] | None) -> uvicorn.Server:
 
     from colibri.web.app import build
 
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            web.end_streams()  # (the pages' EventSource reconnects, to the next server)
+            await super().shutdown(sockets)
+
     cert, key = tls if tls is not None else (None, None)
     config = uvicorn.Config(
         build(web), ssl_certfile=cert, ssl_keyfile=key, log_level="warning", lifespan="on",
         access_log=False, proxy_headers=False, server_header=False, timeout_graceful_shutdown=1,
     )  # fmt: skip
-    return uvicorn.Server(config)
+    return Server(config)
 
 
 def say_ready(web: Web) -> None:
