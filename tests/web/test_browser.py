@@ -97,10 +97,13 @@ def test_the_board_follows_tasks_as_they_move_without_a_reload(
     try:
         assign = agent.next_assign()
         until(browser, lambda: column_of(browser, task["id"]) == "col-running")
-        until(browser, lambda: browser.find_element("id", "n-running").text == "1")
+        # (other tests of this module may leave tasks running on the same board)
+        running = str(daemon.call("status")["tasks"]["running"])
+        until(browser, lambda: browser.find_element("id", "n-running").text == running)
         agent.out(assign, "built")
         until(browser, lambda: column_of(browser, task["id"]) == "col-done")
-        until(browser, lambda: browser.find_element("id", "count-done").text == "1")
+        done = str(sum(t["outcome"] == "done" for t in daemon.call("list")["tasks"]))
+        until(browser, lambda: browser.find_element("id", "count-done").text == done)
     finally:
         agent.close()
     assert browser.execute_script("return window.notReloaded") is True
@@ -224,10 +227,11 @@ def test_a_blocked_card_moves_when_its_dependency_closes(
         agent.close()
     later = FakeAgent(daemon, "later-1", ["later"], slots=2)
     try:
-        later.next_assign()
-        later.next_assign()
+        taken = [later.next_assign(), later.next_assign()]
         until(browser, lambda: column_of(browser, released["id"]) == "col-running")
         until(browser, lambda: column_of(browser, waits["id"]) == "col-running")
+        for assign in taken:  # (nothing left running for the module's other tests)
+            later.out(assign, "applied")
     finally:
         later.close()
     assert browser.execute_script("return window.notReloaded") is True
@@ -250,13 +254,16 @@ def test_a_half_typed_answer_survives_the_task_page_drawn_again(
         box = browser.find_element("id", "answer-text")
         box.send_keys("created_")
         # A child: its family is drawn again on this page.
-        daemon.submit("rename its index too", parent=asking["id"], capabilities=["later"])
+        child = daemon.submit("rename its index too", parent=asking["id"],
+                              capabilities=["nobody-has-it"])  # fmt: skip
         until(browser, lambda: browser.find_elements("id", "task-family"))
         assert browser.find_element("id", "answer-text").get_attribute("value") == "created_"
         assert browser.execute_script("return document.activeElement.id") == "answer-text"
         browser.switch_to.active_element.send_keys("on")  # typing goes on where it was
         browser.find_element("id", "answer").click()
         assert asker.read()["answer"] == "created_on"
+        daemon.call("cancel", task=child["id"])
+        agent.out(assign, "renamed")
     finally:
         asker.close()
         agent.close()
