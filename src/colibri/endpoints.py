@@ -83,9 +83,20 @@ METRICS_PORT = 9464
 def parse_metrics_address(text: str) -> TcpAddress:
     """``--metrics``' value: ``HOST:PORT`` (an IPv6 host in brackets: ``[::1]:9464``); port 0
     is any free port (the log and ``status`` say which). Plain HTTP: Prometheus scrapes it."""
-    hint = f"write HOST:PORT, as 127.0.0.1:{METRICS_PORT} (an IPv6 host as [::1]:{METRICS_PORT})"
+    return parse_host_port(text, "metrics", METRICS_PORT)
+
+
+#: The port the docs use for ``colibri web``.
+WEB_PORT = 7480
+
+
+def parse_host_port(text: str, what: str, example_port: int) -> TcpAddress:
+    """``HOST:PORT`` (an IPv6 host in brackets: ``[::1]:7480``) of an HTTP server of ours
+    (``what``: ``metrics``, ``web``); port 0 is any free port."""
+    example = f"127.0.0.1:{example_port} (an IPv6 host as [::1]:{example_port})"
+    hint = f"write HOST:PORT, as {example}"
     if not isinstance(text, str):
-        raise ConfigError(f"{shown(text)} is not an address for metrics: {hint}")
+        raise ConfigError(f"{shown(text)} is not an address for {what}: {hint}")
     if text.startswith("["):
         host, close, tail = text[1:].partition("]")
         colon, port_text = tail[:1], tail[1:]
@@ -93,7 +104,7 @@ def parse_metrics_address(text: str) -> TcpAddress:
         host, colon, port_text = text.rpartition(":")
         close = "" if ":" in host else "]"
     if not close or not colon:
-        raise ConfigError(f"{shown(text)} is not an address for metrics: {hint}")
+        raise ConfigError(f"{shown(text)} is not an address for {what}: {hint}")
     if not host or any(c.isspace() or c in "/?#@[]" for c in host):
         raise ConfigError(f"{shown(text)}: the host is missing or not a host name; {hint}")
     if not (port_text.isascii() and port_text.isdigit()) or int(port_text) > 65535:

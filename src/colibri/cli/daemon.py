@@ -79,6 +79,12 @@ from colibri.cli.detach import DETACH_PATIENCE, Started, option_again, start_det
     "docs/METRICS.md).",
 )
 @click.option(
+    "--web",
+    metavar="HOST:PORT",
+    help="Serve the board in a browser too, as colibri web does (docs/WEB.md): on loopback it "
+    "prints a one-time sign-in URL; elsewhere it needs --tls-cert and --tls-key.",
+)
+@click.option(
     "--insecure-loopback",
     is_flag=True,
     help="Allow plain TCP without TLS on loopback addresses (for tests on one machine).",
@@ -112,6 +118,7 @@ def run(
     tenants: str | None,
     share: bool,
     metrics: str | None,
+    web: str | None,
     insecure_loopback: bool,
     detach: bool,
     started_fd: int | None,
@@ -146,17 +153,26 @@ def run(
         )  # fmt: skip
         setup(log_level, log_format)
         shown = _Shown(root) if _shows_the_board(log_level, log_format) else None
+        beside = None
+        if web is not None:
+            from colibri.cli.web import WebBeside
+
+            beside = WebBeside(root, web, config)
 
         def said(state: str) -> None:
             started.say(state)
             if state == "serving" and shown is not None:
                 shown.begin()
+            if state == "serving" and beside is not None:
+                beside.begin()
 
         try:
             code = run_loop(serve(config, said), loop)
         finally:
             if shown is not None:
                 shown.end()
+            if beside is not None:
+                beside.end()
         raise SystemExit(code)
     except Exception as exc:
         from colibri.cli.failure import translated

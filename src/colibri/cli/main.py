@@ -69,6 +69,7 @@ def main() -> None:
         tls,
         tokens,
         watch,
+        web,
         workspaces,
     )
 

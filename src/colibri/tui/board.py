@@ -218,13 +218,20 @@ class Board:
 
     def held(self, task: Task) -> bool:
         """Whether ``task`` waits for others (``after``) as far as this board can tell: pending,
-        and one of them still open here (a dependency counts once it is closed)."""
+        and one of them still open here (a dependency counts once it is closed), or closed
+        another way than done while the task waits for a retry of it (``wait``: the daemon
+        says nothing of the task until that retry takes the dependency's place)."""
         if task.state != "pending" or not task.after:
             return False
-        return any(
-            (dep := self.tasks.get(dep_id)) is not None and dep.state != "closed"
-            for dep_id in task.after
-        )
+        for dep_id in task.after:
+            dep = self.tasks.get(dep_id)
+            if dep is None:
+                continue
+            if dep.state != "closed":
+                return True
+            if dep.outcome != "done" and task.if_dependency_fails == "wait":
+                return True
+        return False
 
     def waiting(self) -> list[Task]:
         return [t for t in self.tasks.values() if t.question is not None and t.state == "running"]
