@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -86,3 +87,55 @@ def test_a_demo_killed_outright_takes_what_it_started_with_it(demo: Callable[...
     running.process.kill()
     assert running.process.wait(timeout=10) == -signal.SIGKILL
     nothing_left(running.target)
+
+
+def test_the_demo_with_web_serves_the_board_by_the_url_it_prints(demo: Callable[..., Demo]) -> None:
+    """``demo --web``: its daemon serves the board in a browser; the URL the demo prints
+    signs a browser in once, the board then shows the demo's tasks, and the fresh URL is where
+    the demo said (its log); ``--exit-when-done`` still ends, the web server with the daemon."""
+    from tests.web.conftest import WebServer, cookie_of
+
+    running = demo("--web", "127.0.0.1:0", "--exit-when-done")
+    wait_until(lambda: running.saw("the board in a browser: "), timeout=60)
+    said = next(line for line in running.lines if "the board in a browser: " in line)
+    url = said.split("the board in a browser: ", 1)[1]
+    browser = WebServer(running.target)
+    browser.base = url.split("/login?", 1)[0]
+    assert browser.base.startswith("http://127.0.0.1:") and not browser.base.endswith(":0")
+    status, headers, _ = browser.request("GET", url[len(browser.base) :])
+    assert status == 303 and headers["location"] == "/", (status, headers)
+    cookie = cookie_of(headers)
+    wait_until(lambda: running.saw("submitted "), timeout=60)
+    status, _, board = browser.request("GET", "/", cookie=cookie)
+    assert status == 200 and "upgrade zfs on the build hosts" in board, board[:500]
+    status, _, _ = browser.request("GET", url[len(browser.base) :])
+    assert status == 403  # spent
+    assert running.process.wait(timeout=90) == 0
+    assert "nothing of it keeps running" in running.lines[-1]
+    urls = [line.split("colibri web: ", 1)[1] for line in
+            (running.target / "demo.log").read_text().splitlines()
+            if line.startswith("colibri web: ")]  # fmt: skip
+    assert urls[0] == url and len(urls) == 2 and urls[1].startswith(browser.base + "/login?secret=")
+    assert urls[1] != url
+    assert any(f"grep 'colibri web: ' {running.target / 'demo.log'} | tail -1" in line
+               for line in running.lines)  # fmt: skip
+    nothing_left(running.target)
+
+
+def test_demo_web_refuses_without_the_web_extra(tmp_path: Path) -> None:
+    """Without Starlette (the web extra not installed), ``demo --web`` says how to install it,
+    in one line, before starting or laying out anything."""
+    target = tmp_path / "demo"
+    blocked = (
+        "import sys; sys.modules['starlette'] = None; from colibri.cli.main import main; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", blocked, "demo", str(target), "--web"],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 1, done
+    assert done.stderr.strip().splitlines() == [
+        "colibri: demo --web needs the web extra (starlette missing): pip install "
+        "'colibri-board[web]' (from a checkout: pip install -e '.[web]')"
+    ]
+    assert not target.exists() and done.stdout == ""

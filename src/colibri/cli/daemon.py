@@ -12,6 +12,7 @@ import click
 
 from colibri.cli.base import Context, cli, json_option, pass_ctx
 from colibri.cli.detach import DETACH_PATIENCE, Started, option_again, start_detached
+from colibri.cli.web import DEFAULT_LISTEN as DEMO_WEB
 
 
 @cli.command()
@@ -303,12 +304,28 @@ def _answering_pid(root: Path) -> int | None:
     is_flag=True,
     help="Submit one round of work, follow it until every task has ended, then stop.",
 )
-def demo(directory: Path, exit_when_done: bool) -> None:
+@click.option(
+    "--web",
+    is_flag=False,
+    flag_value=DEMO_WEB,
+    default=None,
+    metavar="[HOST:PORT]",
+    help=f"Serve the board in a browser too (default {DEMO_WEB}; port 0: any free one), and "
+    "print its one-time sign-in URL. Needs the web extra: pip install 'colibri-board[web]'.",
+)
+def demo(directory: Path, exit_when_done: bool, web: str | None) -> None:
     """A living demo swarm in DIRECTORY: a daemon, three agents, two workspaces, and tasks
-    arriving until you quit (in the TUI on a terminal, else as lines). Quitting stops them."""
+    arriving until you quit (in the TUI on a terminal, else as lines). Quitting stops them.
+
+    With --web, the board in a browser too: open the URL it prints (DIRECTORY goes before
+    --web: colibri demo DIRECTORY --web)."""
     from colibri.cli.demo import run_demo
 
-    raise SystemExit(run_demo(directory.resolve(), exit_when_done=exit_when_done))
+    if web is not None:
+        from colibri.cli.demo_web import check_address
+
+        check_address(web)
+    raise SystemExit(run_demo(directory.resolve(), exit_when_done=exit_when_done, web=web))
 
 
 @cli.command()

@@ -6,6 +6,8 @@ that fails and is retried, one that fails for good, a hand-off — and a schedul
 seconds. It is shown in the TUI when the terminal allows (stdout a terminal, Textual
 importable), else as the lines of ``colibri attach``. Tasks submitted from another terminal
 show up too. ``--exit-when-done`` submits one round, follows it to the end and stops.
+``--web`` has the daemon serve the board in a browser too (``cli/demo_web.py``): the demo
+prints its sign-in URL first.
 
 The demo owns what it starts: its daemon and agents run in process groups of their own, so a
 signal meant for the demo (Ctrl+C, the terminal closing) reaches the demo alone, and the demo
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from colibri import host
+from colibri.cli.demo_web import DaemonOutput, refuse_without_web_extra, say_url, tui_with_notice
 from colibri.client import Client, socket_path
 from colibri.config import init_root
 from colibri.core import protocol as p
@@ -109,11 +112,16 @@ def write_config(root: Path, worker: Path) -> None:
         (root / name).mkdir(exist_ok=True)
 
 
-def _wait_for_daemon(root: Path, process: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+def _wait_for_daemon(
+    root: Path, process: subprocess.Popen[bytes], output: DaemonOutput | None, timeout: float = 15.0
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise SystemExit(f"colibri: the demo daemon exited with code {process.returncode}")
+            if output is not None:
+                output.join(timeout=5)  # its last words: why (the web's port taken, say)
+            why = f": {output.last}" if output is not None and output.last else ""
+            raise SystemExit(f"colibri: the demo daemon exited with code {process.returncode}{why}")
         with contextlib.suppress(DaemonNotRunning, OSError):
             with Client.for_root(root, timeout=2) as client:
                 client.request(p.Ping())
@@ -165,11 +173,15 @@ def start_fleet(
     return processes
 
 
-def _start(command: list[str], log: IO[bytes], cwd: Path | None = None) -> subprocess.Popen[bytes]:
-    """One of the demo's processes: its output to the demo's log, in a process group of its
-    own (a signal meant for the demo reaches the demo alone), and SIGTERMed when it dies."""
+def _start(
+    command: list[str], log: IO[bytes], cwd: Path | None = None, piped: bool = False
+) -> subprocess.Popen[bytes]:
+    """One of the demo's processes: its output to the demo's log (``piped``: to the demo,
+    which passes it on), in a process group of its own (a signal meant for the demo reaches
+    the demo alone), and SIGTERMed when it dies."""
     return subprocess.Popen(
-        command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, process_group=0,
+        command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if piped else log,
+        stderr=subprocess.STDOUT if piped else log, process_group=0,
         preexec_fn=host.stop_with_parent,
     )  # fmt: skip
 
@@ -195,7 +207,10 @@ def lay_out(root: Path) -> Path:
     return worker
 
 
-def run_demo(root: Path, *, exit_when_done: bool) -> int:
+def run_demo(root: Path, *, exit_when_done: bool, web: str | None = None) -> int:
+    """The demo on ``root``; ``web``: where its daemon serves the board in a browser too."""
+    if web is not None:
+        refuse_without_web_extra()  # before anything is started or laid out
     worker = lay_out(root)
     base = [sys.executable, "-m", "colibri", "--root", str(root)]
     log_path = root / "demo.log"
@@ -205,10 +220,20 @@ def run_demo(root: Path, *, exit_when_done: bool) -> int:
     for signum in stops:
         signal.signal(signum, _interrupted)
     with open(open_private(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab") as log:
-        processes.append(_start([*base, "run", "--log-level", "warning"], log))
+        serving = ["--web", web] if web is not None else []
+        daemon = _start([*base, "run", "--log-level", "warning", *serving], log, piped=bool(web))
+        processes.append(daemon)
+        output = None
+        if daemon.stdout is not None:
+            output = DaemonOutput(daemon.stdout, log)
+            output.start()
+        notice = None
         try:
-            _wait_for_daemon(root, processes[0])
-            print(f"daemon running (pid {processes[0].pid}) on {socket_path(root)}")
+            _wait_for_daemon(root, daemon, output)
+            print(f"daemon running (pid {daemon.pid}) on {socket_path(root)}")
+            if output is not None:
+                notice = say_url(output.first_url(), log_path)
+                print(notice, flush=True)
             processes += start_fleet(root, base, worker, log)
             for (name, caps, slots), process in zip(FLEET, processes[1:], strict=True):
                 plural = "slot" if slots == 1 else "slots"
@@ -218,7 +243,7 @@ def run_demo(root: Path, *, exit_when_done: bool) -> int:
                 _one_round(root)
             else:
                 with contextlib.suppress(KeyboardInterrupt):
-                    _live(root, processes)
+                    _live(root, processes, notice)
             return 0
         finally:
             # Nothing cuts the stop short: another signal (Ctrl+C again, the terminal's
@@ -226,6 +251,9 @@ def run_demo(root: Path, *, exit_when_done: bool) -> int:
             for signum in stops:
                 signal.signal(signum, signal.SIG_IGN)
             _stop_all(processes)
+            if output is not None:
+                # (its workspace harnesses may hold the pipe a moment longer)
+                output.join(timeout=10)
             with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
                 print(
                     f"stopped the demo's daemon and its {len(processes) - 1} agents (the "
@@ -270,8 +298,9 @@ def _one_round(root: Path) -> None:
         follow(client, Printer(as_json=False), stop=all_ended, subscribed=submit_everything)
 
 
-def _live(root: Path, processes: list[subprocess.Popen[bytes]]) -> None:
-    """Tasks arriving for as long as the demo runs, in the TUI or as lines."""
+def _live(root: Path, processes: list[subprocess.Popen[bytes]], notice: str | None) -> None:
+    """Tasks arriving for as long as the demo runs, in the TUI (``notice``, where the board
+    is in a browser, shown in it) or as lines."""
     with Client.for_root(root) as client:
         mirror_check = ScheduleSpec(
             every=SCHEDULE_EVERY, task=TaskSpec(text="check the package mirrors")
@@ -295,7 +324,10 @@ def _live(root: Path, processes: list[subprocess.Popen[bytes]]) -> None:
             from colibri.tui.app import ColibriApp
 
             feeder.start()
-            ColibriApp(socket_path(root), root=root).run()
+            if notice is not None:
+                tui_with_notice(socket_path(root), root, notice).run()
+            else:
+                ColibriApp(socket_path(root), root=root).run()
         else:
             from colibri.cli.stream import Printer, follow
 
