@@ -1,7 +1,8 @@
 """The modules Colibri imports only where a feature needs them, and what installs each.
 
-The PostgreSQL store and ``colibri mcp`` need an extra of their own (``pip install
-'colibri-board[postgresql]'``, ``'colibri-board[mcp]'``: the distribution is ``colibri-board``);
+The PostgreSQL store, ``colibri mcp`` and ``colibri web`` need an extra of their own (``pip
+install 'colibri-board[postgresql]'``, ``'colibri-board[mcp]'``, ``'colibri-board[web]'``: the
+distribution is ``colibri-board``);
 uvloop, Textual, prometheus-client and cryptography are dependencies, but loaded only by what
 uses them, so a trimmed or broken installation lacks one only when that feature runs. Either
 way the command ends in one line naming what is missing and how to install it (``missing``,
@@ -24,6 +25,7 @@ class Extra:
 
 _POSTGRESQL = Extra("the PostgreSQL store", "psycopg", "pip install 'colibri-board[postgresql]'")
 _MCP = Extra("colibri mcp", "the MCP SDK", "pip install 'colibri-board[mcp]'")
+_WEB = Extra("colibri web", "Starlette, uvicorn and Jinja2", "pip install 'colibri-board[web]'")
 
 #: Each lazily imported module, by its top-level name, and what needs it.
 OPTIONAL = {
@@ -32,6 +34,11 @@ OPTIONAL = {
     "mcp": _MCP,
     "mcp_types": _MCP,
     "pydantic": _MCP,
+    "starlette": _WEB,
+    "uvicorn": _WEB,
+    "jinja2": _WEB,
+    "multipart": _WEB,
+    "python_multipart": _WEB,
     "uvloop": Extra("--loop uvloop", "uvloop", "pip install uvloop"),
     "textual": Extra(
         "colibri tui and the demo",
