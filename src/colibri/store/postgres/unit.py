@@ -4,10 +4,11 @@ A batch is an explicit ``BEGIN`` … ``COMMIT``, as on SQLite, so reads outside 
 snapshot. Its writes are held (``defers_writes``): its task inserts and updates, questions,
 ledger rows, tenants, skills and token uses wait in memory until the batch's next read, a
 write that is sent at once, or its commit, and then go in one pipelined round trip,
-consecutive writes of one statement as one ``executemany``. A batch of any size costs three
-round trips: its opening (``BEGIN`` and the lease's fence, pipelined), its writes, and its
-``COMMIT``. The ledger's ``seq`` is each tenant's own, numbered by the store, not by a sequence
-(which would leave gaps on a rollback): the writes move the tenant's row of ``ledger_heads`` past
+consecutive writes of one statement as one ``executemany``. A batch of any size costs two
+round trips: its opening (``BEGIN`` and the lease's fence) with its writes, then its
+``COMMIT`` (three when it reads before it writes: the opening goes with the first read). The
+ledger's ``seq`` is each tenant's own, numbered by the store, not by a sequence (which would
+leave gaps on a rollback): the writes move the tenant's row of ``ledger_heads`` past
 the batch's rows and number them from it, in the same round trip, and the row stays locked
 until the batch ends — so the batches of one tenant number one after another, and those of
 different tenants (different daemons) never wait for each other. A held write the rows refuse
@@ -152,18 +153,29 @@ class UnitOfWork(StoreConnection):
     def _begin(self) -> None:
         """Open the batch's transaction on the server, in one round trip: ``BEGIN``, the
         lease's fence, and the statement that names the batch's tenants."""
+        with self._conn.pipeline():
+            opening = self._opening()
+        self._opened_as(*opening)
+
+    def _opening(self) -> tuple[Any, Any]:
+        """The statements that open the batch's transaction, into the pipeline under way:
+        ``_opened_as`` reads their answers once it is through."""
+        conn = self._conn
+        conn.execute(b"BEGIN")
+        fenced = None
+        if self.fence is not None:
+            fenced = conn.execute(_Q["lease_fence"].encode(), self.fence)
+        # The transaction's id, its backend and the server's start: if the connection breaks
+        # while the COMMIT is on its way, PostgreSQL can still say whether it committed
+        # (``_outcome``).
+        return fenced, conn.execute(_OPENING, (self.tenants, *self.bounds))
+
+    def _opened_as(self, fenced: Any, opened: Any) -> None:
+        """The batch's transaction opened: its fence held (or the batch lost, ``LeaseLost``,
+        and its transaction ended, whatever went with it into the pipeline)."""
         import psycopg
 
         conn = self._conn
-        with conn.pipeline():
-            conn.execute(b"BEGIN")
-            fenced = None
-            if self.fence is not None:
-                fenced = conn.execute(_Q["lease_fence"].encode(), self.fence)
-            # The transaction's id, its backend and the server's start: if the connection
-            # breaks while the COMMIT is on its way, PostgreSQL can still say whether it
-            # committed (``_outcome``).
-            opened = conn.execute(_OPENING, (self.tenants, *self.bounds))
         if fenced is not None and self.fence is not None:
             held = {row["name"] for row in fenced.fetchall()}
             if len(held) != len(self.fence[1]):
@@ -221,9 +233,10 @@ class UnitOfWork(StoreConnection):
         self._dirty = True
         conn = self._conn
         try:
-            if not self._begun:
-                self._begin()
+            opening = None
             if not self._writes and not self._unsent:
+                if not self._begun:
+                    self._begin()
                 return
             writes, self._writes = self._writes, []
             entries, self._unsent = self._unsent, []
@@ -231,6 +244,10 @@ class UnitOfWork(StoreConnection):
             heads: list[psycopg.Cursor[dict[str, Any]]] = []
             counted: list[tuple[_Write, psycopg.Cursor[dict[str, Any]]]] = []
             with conn.pipeline():
+                if not self._begun:
+                    # Opened in the round trip of the writes: the fence is read with them,
+                    # and a batch that finds it lost is rolled back before anything commits.
+                    opening = self._opening()
                 for write in writes:
                     if write.tenants:
                         conn.execute(_NAME_TENANTS, (write.tenants,))
@@ -247,6 +264,8 @@ class UnitOfWork(StoreConnection):
                 # share tenants lock their heads alike).
                 for columns in by_tenant.values():
                     heads.append(conn.execute(_INSERT_LEDGER, columns))
+            if opening is not None:
+                self._opened_as(*opening)
         except LeaseLost:
             raise  # (the batch is lost already, as a lease lost)
         except psycopg.errors.UniqueViolation as exc:
