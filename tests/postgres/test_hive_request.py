@@ -77,3 +77,30 @@ def test_a_daemon_on_sqlite_says_there_is_no_hive(tmp_path: Path) -> None:
         daemon.stop()
     assert told.value.code == "no_hive"
     assert "\n" not in told.value.message and "SQLite" in told.value.message
+
+
+def test_the_web_shows_the_owner_the_hive_page(tmp_path: Path, board: str) -> None:
+    from tests.web.conftest import WebServer
+
+    acme = Member(tmp_path / "a", board, tenants="acme")
+    beta = Member(tmp_path / "b", board, tenants="beta")
+    acme.start()
+    beta.start()
+    web = WebServer(acme.root)
+    try:
+        wait_until(lambda: len(acme.call("hive")["daemons"]) == 2, timeout=15)
+        web.start()
+        cookie, _ = web.sign_in()
+        status, _, body = web.request("GET", "/", cookie=cookie)
+        assert status == 200 and 'href="/hive"' in body  # linked on a PostgreSQL board
+        status, _, body = web.request("GET", "/hive", cookie=cookie)
+        assert status == 200, body
+        for member, tenant in ((acme, "acme"), (beta, "beta")):
+            assert f"<td>{member.pid}</td>" in body
+            assert f'class="daemon-tenants">{tenant}</td>' in body
+            assert f"tenant/{tenant} (epoch " in body
+        assert body.count('class="daemon-role">serving</td>') == 2
+        assert "(this)" in body
+    finally:
+        web.stop()
+        acme.stop_with(beta)
