@@ -267,3 +267,51 @@ def test_a_half_typed_answer_survives_the_task_page_drawn_again(
     finally:
         asker.close()
         agent.close()
+
+
+@pytest.fixture
+def own_daemon() -> Iterator[tuple[Daemon, WebServer]]:
+    """A daemon and web server of a test's own (one it stops and starts again)."""
+    root = Path(tempfile.mkdtemp(prefix="cbr", dir="/tmp"))
+    init_root(root)
+    write_config(root)
+    daemon = Daemon(root)
+    web = WebServer(root)
+    try:
+        daemon.start()
+        web.start()
+        yield daemon, web
+    finally:
+        web.stop()
+        daemon.stop_with()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_page_says_the_daemon_went_away_and_comes_back_live_by_itself(
+    stack: tuple[Daemon, WebServer, Any], own_daemon: tuple[Daemon, WebServer]
+) -> None:
+    """The daemon stopped under an open board: the banner says so and the board stays as it
+    was; the daemon started again on the same root: the page loads it afresh by itself and
+    follows it live again."""
+    browser = stack[2]
+    daemon, web = own_daemon
+    browser.get(web.sign_in_url())
+    before = daemon.submit("submitted before the restart")
+    browser.get(web.base + "/")
+    until(browser, lambda: browser.execute_script("return document.body.dataset.live") == "yes")
+    until(browser, lambda: column_of(browser, before["id"]) == "col-pending")
+    browser.execute_script("window.notReloaded = true")
+    daemon.stop()
+    until(browser, lambda: "The daemon went away" in browser.find_element("id", "banner").text)
+    assert column_of(browser, before["id"]) == "col-pending"  # the board as it was
+    assert browser.execute_script("return window.notReloaded") is True
+    daemon.start()
+    # Back: the page is made again from the fresh load (no banner), then follows the events.
+    until(browser, lambda: browser.execute_script("return window.notReloaded") is None)
+    until(browser, lambda: not browser.find_elements("id", "banner"))
+    until(browser, lambda: browser.execute_script("return document.body.dataset.live") == "yes")
+    browser.execute_script("window.notReloaded = true")
+    after = daemon.submit("submitted after the restart")
+    until(browser, lambda: column_of(browser, after["id"]) == "col-pending")
+    assert browser.execute_script("return window.notReloaded") is True
+    assert column_of(browser, before["id"]) == "col-pending"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.helpers import Daemon, wait_until
+from tests.helpers import Daemon, sqlite_only, wait_until
 from tests.web.conftest import WebServer, cookie_of
 
 HOSTILE = ("<script>alert('x')</script> <img src=x onerror=alert(1)> "
@@ -107,6 +107,15 @@ def test_an_action_the_daemon_refuses_says_why_in_one_line(daemon: Daemon, web: 
     status, _, body = web.request("POST", "/submit", cookie=cookie, headers=ajax,
                                   form={"csrf": csrf, "text": "x", "priority": "high"})  # fmt: skip
     assert status == 400 and "priority must be a whole number, not 'high'" in body
+
+
+@sqlite_only
+def test_on_an_sqlite_board_there_is_no_hive_page(web: WebServer) -> None:
+    cookie, _ = web.sign_in()
+    status, _, body = web.request("GET", "/", cookie=cookie)
+    assert status == 200 and 'href="/hive"' not in body and 'href="/agents"' in body
+    status, _, body = web.request("GET", "/hive", cookie=cookie)
+    assert status == 404 and "no_hive: this daemon&#39;s board is SQLite" in body
 
 
 def test_hostile_text_is_escaped_and_bidi_controls_made_visible(

@@ -75,6 +75,11 @@ def test_a_tenants_token_sees_nothing_of_another_tenant(
                                       headers={"X-Requested-With": "colibri"})  # fmt: skip
     assert status == 400 and "unknown_task" in body
     assert board.task(acme["id"])["state"] == "pending"
+    # The hive (every tenant's daemons) is the owner's: not linked, and refused.
+    status, _, body = tls_web.request("GET", "/", cookie=cookie)
+    assert status == 200 and 'href="/hive"' not in body and 'href="/agents"' in body
+    status, _, hive = tls_web.request("GET", "/hive", cookie=cookie)
+    assert status == 404 and "forbidden: " in hive and "<table" not in hive
     # The stream passes on beta's tasks, never acme's (acme's submitted first).
     later_acme = board.submit("acme again", tenant="acme")
 

@@ -184,6 +184,10 @@ class ToggleSwarm(Request[r.Paused], tag="toggle-swarm"):
     paused: bool | None = None
 
 
+class Hive(Request[r.Hive], tag="hive"):
+    """The daemons of the PostgreSQL board (the owner's; ``no_hive`` on SQLite)."""
+
+
 class Agents(Request[r.Agents], tag="agents"):
     pass
 
@@ -300,12 +304,12 @@ REQUESTS: tuple[type[Request[Any]], ...] = (
     ToggleSwarm, Agents, Skills, DescribeSkill, Ledger, RegisterAgent, Heartbeat, Out, Fail,
     Reclaimed, Ready, Requeue, Ask, Answer,
     Subscribe, Send, Consumed, ScheduleAdd, ScheduleList, ScheduleGet, ScheduleRun, ScheduleRemove,
-    SchedulePause, ScheduleResume, Auth, TokenCreate, TokenList, TokenRevoke,
+    SchedulePause, ScheduleResume, Auth, TokenCreate, TokenList, TokenRevoke, Hive,
 )  # fmt: skip
 #: Requests that change nothing stored: one that fails never rolls back the batch it is in.
 READS: tuple[type[Request[Any]], ...] = (
     Ping, Status, Get, ListTasks, Family, CostTotals, Why, Wait, Agents, Skills, Ledger,
-    ScheduleList, ScheduleGet, TokenList,
+    ScheduleList, ScheduleGet, TokenList, Hive,
 )  # fmt: skip
 
 

@@ -158,6 +158,34 @@ class Paused(Reply, kw_only=True):
     paused: bool
 
 
+class HiveDaemon(msgspec.Struct, kw_only=True):
+    """A daemon of a PostgreSQL board, as its last beat left it (``colibri hive list``'s row):
+    ``role`` serving (a live lease: ``leases``, their newest ``lease_epoch``, the least time
+    left of them), sharing (sharing tenants out, none yet), standby, or gone (silent past its
+    ttl); ``tenants`` those it serves (``*``: the whole board); ``this``: the one answering."""
+
+    id: str
+    role: Literal["serving", "sharing", "standby", "gone"]
+    address: str | None
+    host: str
+    pid: int
+    root: str | None
+    ttl: float
+    started_at: str
+    beat_ago_s: float
+    sharing: bool
+    agents: int
+    leases: list[str]
+    lease_epoch: int | None
+    lease_left_s: float | None
+    tenants: list[str]
+    this: bool = False
+
+
+class Hive(Reply, kw_only=True):
+    daemons: list[HiveDaemon]
+
+
 class Agents(Reply, kw_only=True):
     agents: list[Agent]
 

@@ -264,7 +264,7 @@ def _build(
     lease = hold.lease
     on_board = None if lease is None else BoardClock(lambda: lease.clock_offset)
     daemon = compose(config, store, mirror, clock, on_board)
-    daemon.lease = hold.lease
+    daemon.lease = daemon.commands.lease = hold.lease
     tenancy = daemon.board.tenancy
     if hold.lease is not None:
         if config.tenants or config.share:

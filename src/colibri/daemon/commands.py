@@ -5,7 +5,7 @@ or ``None`` when the reply comes later (``wait``). Errors are raised as ``Colibr
 
 The server has already checked that the connection's principal may send the command at all
 (``core/access.py``); each handler keeps a token to its tenant (``guards.py``). The table is
-here, with the commands of the daemon itself (its status, tokens, schedules and swarm); the
+here, with the commands of the daemon itself (its status, tokens, schedules, swarm, hive); the
 commands on tasks are ``task_commands.py``'s, those of agents ``agent_commands.py``'s.
 """
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from colibri.daemon.schedules import ScheduleRunner
     from colibri.daemon.server import Server
     from colibri.daemon.supervisor import Supervisor
+    from colibri.store.postgres import BoardLease
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,8 @@ class Commands:
         self.schedules = schedules
         self.supervisor = supervisor
         self.started = board.clock.time()
+        #: A PostgreSQL board's lease (``hive``); None on SQLite.
+        self.lease: BoardLease | None = None
         self.guards = guards = Guards(board)
         tasks = TaskCommands(board, guards, server, supervisor)
         agents = AgentCommands(board, guards, server, bus)
@@ -101,6 +104,7 @@ class Commands:
             p.TokenCreate: self.token_create,
             p.TokenList: self.token_list,
             p.TokenRevoke: self.token_revoke,
+            p.Hive: self.hive,
         }
 
     def handle(self, req: p.Request[Any], conn: Connection) -> r.Reply | None:
@@ -179,6 +183,11 @@ class Commands:
             **self.board.status(),
             harnesses=self.supervisor.status(),
         )
+
+    def hive(self, req: p.Hive, conn: Connection) -> r.Reply | None:
+        from colibri.daemon.hive.listing import hive
+
+        return hive(self.lease)
 
     def toggle_swarm(self, req: p.ToggleSwarm, conn: Connection) -> r.Reply | None:
         return r.Paused(paused=self.board.toggle(req.paused))

@@ -296,6 +296,7 @@ def build(web: Web) -> Starlette:
         Route("/tasks/{task_id}", page(web, pages.task_page)),
         Route("/agents", page(web, pages.agents)),
         Route("/schedules", page(web, pages.schedules)),
+        Route("/hive", page(web, pages.hive)),
         Route("/events", bound(pages.stream)),
         Route("/login", bound(login_page)),
         Route("/login", bound(login), methods=["POST"]),

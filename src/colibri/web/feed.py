@@ -18,7 +18,7 @@ from typing import Any
 from colibri.client import AsyncClient, Remote
 from colibri.core import events
 from colibri.core import protocol as p
-from colibri.core.errors import ColibriError, DaemonNotRunning
+from colibri.core.errors import ColibriError, DaemonNotRunning, NoHive
 from colibri.core.model import LedgerEntry, Task
 from colibri.core.protocol import LEDGER_END
 from colibri.core.request_fields import R
@@ -83,6 +83,8 @@ class Feed:
         self._counts: dict[str, tuple[int, dict[str, int]]] = {}
         #: Counts the passings-on of changed tasks (what was counted for one stays good).
         self.version = 0
+        #: The daemon serves a PostgreSQL board and this is its owner: the hive page is shown.
+        self.hive = False
 
     @property
     def remote(self) -> bool:
@@ -197,6 +199,8 @@ class Feed:
         status = await client.request(p.Status())
         agents = (await client.request(p.Agents())).agents
         schedules = await _schedules(client)
+        # (Never asked with a token: refused over TCP, the connection would be closed.)
+        self.hive = not self.remote and await _has_hive(client)
         self.board.load(tasks, status, agents, schedules)
         self.lost = False
         self.why = ""
@@ -272,6 +276,14 @@ async def _schedules(client: AsyncClient) -> list[Schedule]:
         return (await client.request(p.ScheduleList())).schedules
     except ColibriError:  # a token that may not list them
         return []
+
+
+async def _has_hive(client: AsyncClient) -> bool:
+    try:
+        await client.request(p.Hive())
+    except NoHive:
+        return False
+    return True
 
 
 def _task_id(event: Any) -> str:

@@ -1,6 +1,6 @@
-"""The pages (the board by state, the list, a task, the agents and workspaces, the schedules)
-and the stream of server-sent events that keeps an open page current: at most four updates a
-second, each the HTML of what changed (``web.js`` puts it in place)."""
+"""The pages (the board by state, the list, a task, the agents and workspaces, the schedules,
+the hive) and the stream of server-sent events that keeps an open page current: at most four
+updates a second, each the HTML of what changed (``web.js`` puts it in place)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ async def ready(feed: Feed) -> bool:
 def common(feed: Feed, session: Session, view: str, title: str, **stream: str) -> dict[str, Any]:
     return {
         "session": session, "view": view, "title": title,
-        "stream": "/events?" + urlencode({"view": view, **stream}),
+        "stream": "/events?" + urlencode({"view": view, **stream}), "hive": feed.hive,
         **header_context(feed),
     }  # fmt: skip
 
@@ -168,6 +168,25 @@ async def schedules(web: Web, request: Request, session: Session) -> Response:
     listed_ = sorted(feed.board.schedules.values(), key=lambda s: s.name)
     context = common(feed, session, "schedules", "schedules")
     return web.render("schedules.html", schedules=listed_, **context)
+
+
+async def hive(web: Web, request: Request, session: Session) -> Response:
+    """The daemons of a PostgreSQL board, their leases and tenants: the owner's (a token is
+    refused here, not sent to the daemon, whose refusal would close the feed's connection)."""
+    feed = web.feed(session.identity)
+    if feed.remote:
+        context = common(feed, session, "hive", "hive")
+        message = ("forbidden: the hive is every tenant's: only the daemon's owner may see it, "
+                   f"not {session.identity.label}")  # fmt: skip
+        return web.render("missing.html", 404, message=message, **context)
+    if not await ready(feed):
+        return await offline(web, feed, session, "hive")
+    try:
+        daemons = (await feed.request(p.Hive())).daemons
+    except ColibriError as exc:
+        context = common(feed, session, "hive", "no hive")
+        return web.render("missing.html", 404, message=f"{exc.code}: {exc.message}", **context)
+    return web.render("hive.html", daemons=daemons, **common(feed, session, "hive", "hive"))
 
 
 # -- the stream ---------------------------------------------------------------------------

@@ -36,6 +36,7 @@ CLI (``os_error``, ``internal``).
     ├── QuotaExceeded        quota_exceeded      too many pending tasks, or children of one task
     ├── IdempotencyConflict  idempotency_conflict  a key reused with other fields
     ├── Forbidden            forbidden           peer uid not allowed; a token used outside its role
+    ├── NoHive               no_hive             hive asked of a daemon on an SQLite board
     ├── Unauthorized         unauthorized        no token, or an unknown, revoked or expired one
     ├── TlsRequired          tls_required        plain text on the TLS port
     ├── AmbiguousToken       ambiguous_token     a token id prefix that names more than one token
@@ -128,6 +129,7 @@ from colibri.core.errors.requests import (
     Internal,
     LeaseLost,
     LineTooLong,
+    NoHive,
     NotOwner,
     NotRegistered,
     NotYourTask,
@@ -175,6 +177,7 @@ __all__ = [
     "LockHeld",
     "NoSession",
     "NotFound",
+    "NoHive",
     "NotOwner",
     "NotRegistered",
     "NotYourTask",

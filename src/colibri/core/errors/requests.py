@@ -167,6 +167,12 @@ class Forbidden(ColibriError):
     code = "forbidden"
 
 
+class NoHive(ColibriError):
+    """``hive`` asked of a daemon on an SQLite board: one daemon serves it, there is no hive."""
+
+    code = "no_hive"
+
+
 class Unauthorized(ColibriError):
     """The connection did not prove who it is: no ``auth``, or a token the daemon does not
     take. The message never holds the token: it may be someone's real secret."""

@@ -87,6 +87,10 @@ class BoardLease:
         self.elsewhere: dict[str, str | None] = {}
         #: How many agents are connected to the daemon, said at each beat (``hive list``).
         self.agents = 0
+        #: The board's daemons (``hive_list``'s rows) as the last beat read them, and when
+        #: (``time.monotonic()``): what the ``hive`` request answers with, never read on the loop.
+        self.hive: list[dict[str, Any]] = []
+        self.hive_read = 0.0
         #: The board's clock (its server's) less this host's wall clock, in seconds, measured
         #: at each taking and renewal: what the daemon's schedules add to its own wall clock
         #: (``daemon.clock.BoardClock``), as the lease itself is judged by the server's.
@@ -349,7 +353,8 @@ class BoardLease:
 
     def beat(self) -> None:
         """Say this daemon is there, serving or standing by (``colibri hive list``), and read
-        where the other daemons' tenants are served (``elsewhere``)."""
+        where the other daemons' tenants are served (``elsewhere``) and the board's daemons
+        (``hive``)."""
         import os
         import socket
 
@@ -363,6 +368,7 @@ class BoardLease:
             for row in self._run("live_leases", {})
             if row["live"] and row["owner"] != self.owner
         }
+        self.hive, self.hive_read = self._run("hive_list", {}), time.monotonic()
         self._run_quietly("hive_forget_old", {})
 
     def _run_quietly(self, name: str, args: dict[str, Any]) -> None:
