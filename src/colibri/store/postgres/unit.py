@@ -31,16 +31,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
-import msgspec
-
 from colibri.core.errors import LeaseLost, StorageUnavailable
 from colibri.core.leases import BOARD_LEASE, lease_tenant
 from colibri.core.model import LedgerEntry
 from colibri.store.base import BatchRefused
+from colibri.store.postgres import numbering
 from colibri.store.postgres.connected import StoreConnection
 from colibri.store.postgres.connection import _NAME_TENANTS, _first_line
 from colibri.store.postgres.schema import _Q
-from colibri.store.rows import LEDGER_COLUMNS, ledger_row
+from colibri.store.rows import ledger_row
 
 if TYPE_CHECKING:
     import psycopg
@@ -90,29 +89,6 @@ def _leases_lost(fence: tuple[str, list[str], list[int]], held: set[str]) -> str
     ]
     leases = "lease" if len(lost) == 1 else "leases"
     return f"this daemon's {leases} {', '.join(lost)} passed to another daemon (or expired)"
-
-
-#: The PostgreSQL type of each ledger column but ``tenant`` (one per statement, below).
-_LEDGER_TYPES = {"epoch": "bigint", "uid": "bigint", "pid": "bigint", "cost": "json"}
-_SENT = [c for c in LEDGER_COLUMNS if c != "tenant"]
-#: A tenant's rows of one sending, in one statement: its head moved past them (the row kept
-#: locked until the batch ends) and the rows numbered after where it was, sent as one JSON
-#: array of the entries themselves (encoded and parsed in C; the cost's text kept as it was
-#: encoded, as ``rows.encode_cost`` writes it); the new head is returned. One update of the
-#: head a sending, not a look-up a row (the head is one row updated by every batch of its
-#: tenant: its old versions pile up until PostgreSQL prunes them, and each look-up would walk
-#: them).
-_INSERT_LEDGER = (
-    "WITH head AS (" + _Q["ledger_take"].rstrip().rstrip(";") + "), "
-    f"rows AS (INSERT INTO ledger (seq, tenant, {', '.join(_SENT)}) "
-    f"SELECT head.seq - %(n)s + r.n, %(tenant)s, "
-    + ", ".join(f"r.{c}::text" if c == "cost" else f"r.{c}" for c in _SENT)
-    + " "
-    "FROM head, ROWS FROM (json_to_recordset(%(rows)s::json) AS ("
-    + ", ".join(f"{c} {_LEDGER_TYPES.get(c, 'text')}" for c in _SENT)
-    + f")) WITH ORDINALITY AS r({', '.join(_SENT)}, n)) SELECT seq FROM head"
-).encode()
-_rows_json = msgspec.json.Encoder().encode
 
 
 def _text(row: dict[str, Any]) -> dict[str, Any]:
@@ -240,7 +216,7 @@ class UnitOfWork(StoreConnection):
                 return
             writes, self._writes = self._writes, []
             entries, self._unsent = self._unsent, []
-            by_tenant = self._numbering(entries)
+            by_tenant = numbering.by_tenant(entries)
             heads: list[psycopg.Cursor[dict[str, Any]]] = []
             counted: list[tuple[_Write, psycopg.Cursor[dict[str, Any]]]] = []
             with conn.pipeline():
@@ -263,7 +239,7 @@ class UnitOfWork(StoreConnection):
                 # Each tenant's rows numbered from its head (in name order: batches that
                 # share tenants lock their heads alike).
                 for columns in by_tenant.values():
-                    heads.append(conn.execute(_INSERT_LEDGER, columns))
+                    heads.append(conn.execute(numbering.INSERT_LEDGER, columns))
             if opening is not None:
                 self._opened_as(*opening)
         except LeaseLost:
@@ -374,32 +350,13 @@ class UnitOfWork(StoreConnection):
         rows = self._rows(query, args, tenants)
         return rows[0] if rows else None
 
-    def _numbering(self, entries: list[LedgerEntry]) -> dict[str, dict[str, Any]]:
-        """The parameters of ``_INSERT_LEDGER`` for each tenant of the batch's ledger rows,
-        in name order: its name, its count, and its rows."""
-        by_tenant: dict[str, list[LedgerEntry]] = {}
-        for entry in entries:
-            by_tenant.setdefault(entry.tenant, []).append(entry)
-        return {
-            tenant: {"tenant": tenant, "n": len(rows), "rows": _rows_json(rows).decode()}
-            for tenant, rows in sorted(by_tenant.items())
-        }
-
     def _numbered(
         self,
         entries: list[LedgerEntry],
         by_tenant: dict[str, dict[str, Any]],
         heads: list[psycopg.Cursor[dict[str, Any]]],
     ) -> None:
-        """Set each entry's ``seq`` from its tenant's head as the sending left it."""
-        top = {}
-        for (tenant, columns), cursor in zip(by_tenant.items(), heads, strict=True):
-            found = cursor.fetchone()
-            assert found is not None
-            top[tenant] = int(found["seq"]) - columns["n"]
-        for entry in entries:
-            top[entry.tenant] += 1
-            entry.seq = top[entry.tenant]
+        numbering.numbered(entries, by_tenant, heads)
         if self._first_row is None:
             self._first_row = {**_text(ledger_row(entries[0])), "seq": entries[0].seq}
 
