@@ -179,9 +179,15 @@ def test_hostile_text_is_shown_as_text(stack: tuple[Daemon, WebServer, Any]) -> 
     daemon, web, browser = stack
     hostile = ("<script>alert('x')</script><img src=x onerror=alert(1)> "
                "javascript:alert(2) \u202egnp.exe")  # fmt: skip
-    task = daemon.submit(hostile)
-    browser.get(web.base + "/")
-    until(browser, lambda: card(browser, task["id"]) is not None)
+    task = daemon.submit(hostile, capabilities=["nobody-has-it"])  # (taken by no agent)
+
+    def drawn() -> bool:
+        # A page drawn before the web server heard of the task shows it once the task next
+        # changes, or drawn again: the card is looked for in a page drawn afresh each time.
+        browser.get(web.base + "/")
+        return card(browser, task["id"]) is not None
+
+    until(browser, lambda: drawn())
     shown = card(browser, task["id"]).find_element("css selector", ".text").text
     assert shown == hostile.replace("\u202e", "\\u202e")
     browser.get(f"{web.base}/tasks/{task['id']}")
@@ -242,15 +248,19 @@ def test_a_half_typed_answer_survives_the_task_page_drawn_again(
     stack: tuple[Daemon, WebServer, Any],
 ) -> None:
     daemon, web, browser = stack
-    agent = FakeAgent(daemon, "asker-2", ["interactive"])
+    # (A capability of its own: no task another test left on the board is assigned instead.)
+    agent = FakeAgent(daemon, "asker-2", ["renames"])
     asker = daemon.client()
     try:
-        asking = daemon.submit("rename the column", capabilities=["interactive"])
+        asking = daemon.submit("rename the column", capabilities=["renames"])
         assign = agent.next_assign()
+        assert assign["task"]["id"] == asking["id"]
         asker.send("ask", task=asking["id"], epoch=assign["epoch"], claim=assign["claim"],
                    question="to what?")  # fmt: skip
         browser.get(f"{web.base}/tasks/{asking['id']}")
         until(browser, lambda: browser.execute_script("return document.body.dataset.live") == "yes")
+        # (The question may reach the page after it was drawn: by its stream, then.)
+        until(browser, lambda: browser.find_elements("id", "answer-text"))
         box = browser.find_element("id", "answer-text")
         box.send_keys("created_")
         # A child: its family is drawn again on this page.
@@ -296,6 +306,15 @@ def test_the_page_says_the_daemon_went_away_and_comes_back_live_by_itself(
     browser = stack[2]
     daemon, web = own_daemon
     browser.get(web.sign_in_url())
+    try:
+        _comes_back(browser, daemon, web)
+    finally:
+        # Cookies go by host, not port: this server's session replaced the module server's,
+        # which the module's other tests (run after this one on this worker) need again.
+        browser.get(stack[1].sign_in_url())
+
+
+def _comes_back(browser: Any, daemon: Daemon, web: WebServer) -> None:
     before = daemon.submit("submitted before the restart")
     browser.get(web.base + "/")
     until(browser, lambda: browser.execute_script("return document.body.dataset.live") == "yes")
