@@ -162,7 +162,12 @@ async def agents(web: Web, request: Request, session: Session) -> Response:
     if not await ready(feed):
         return await offline(web, feed, session, "agents")
     context = common(feed, session, "agents", "agents")
-    return web.render("agents.html", agents=views.agent_rows(feed.board), **context)
+    return web.render("agents.html", **agents_context(feed), **context)
+
+
+def agents_context(feed: Feed) -> dict[str, Any]:
+    board = feed.board
+    return {"agents": views.agent_rows(board), "workspaces": views.workspace_rows(board)}
 
 
 async def schedules(web: Web, request: Request, session: Session) -> Response:
@@ -284,8 +289,7 @@ class Follower:
                 "_detail.html", **detail, session=self.session
             )
         elif self.view == "agents" and others:
-            rows = views.agent_rows(board)
-            replace["agents"] = self.web.fragment("_agents.html", agents=rows)
+            replace["agents"] = self.web.fragment("_agents.html", **agents_context(feed))
         elif self.view == "schedules" and others:
             listed_ = sorted(board.schedules.values(), key=lambda s: s.name)
             replace["schedules"] = self.web.fragment("_schedules.html", schedules=listed_)
