@@ -179,7 +179,9 @@ def test_hostile_text_is_shown_as_text(stack: tuple[Daemon, WebServer, Any]) -> 
     daemon, web, browser = stack
     hostile = ("<script>alert('x')</script><img src=x onerror=alert(1)> "
                "javascript:alert(2) \u202egnp.exe")  # fmt: skip
-    task = daemon.submit(hostile)
+    # (a capability nobody has: left pending on this shared daemon, a task any agent may
+    # take would be the next assigned to another test's agent)
+    task = daemon.submit(hostile, capabilities=["nobody-has-it"])
     browser.get(web.base + "/")
     until(browser, lambda: card(browser, task["id"]) is not None)
     shown = card(browser, task["id"]).find_element("css selector", ".text").text
@@ -251,6 +253,8 @@ def test_a_half_typed_answer_survives_the_task_page_drawn_again(
                    question="to what?")  # fmt: skip
         browser.get(f"{web.base}/tasks/{asking['id']}")
         until(browser, lambda: browser.execute_script("return document.body.dataset.live") == "yes")
+        # (the ask is sent, not waited for: the page may come before it, then be drawn again)
+        until(browser, lambda: browser.find_elements("id", "answer-text"))
         box = browser.find_element("id", "answer-text")
         box.send_keys("created_")
         # A child: its family is drawn again on this page.
