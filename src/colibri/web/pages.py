@@ -18,7 +18,7 @@ from colibri.core.errors import ColibriError
 from colibri.core.model import Task
 from colibri.core.text import printable
 from colibri.tui.board import Filter
-from colibri.web import views
+from colibri.web import graph, views
 from colibri.web.app import Web, session_of
 from colibri.web.feed import Feed, Listener
 from colibri.web.security import Session
@@ -94,6 +94,8 @@ def listed(matching: int, total: int, q: str) -> str:
 
 async def task_page(web: Web, request: Request, session: Session) -> Response:
     feed = web.feed(session.identity)
+    if not await ready(feed):  # (a page opened first after signing in: the feed connects)
+        return await offline(web, feed, session, "task")
     task_id = request.path_params["task_id"]
     try:
         task = (await feed.request(p.Get(task=task_id))).task
@@ -106,27 +108,29 @@ async def task_page(web: Web, request: Request, session: Session) -> Response:
 
 
 async def detail_context(feed: Feed, task: Task) -> dict[str, Any]:
-    """A task in full: its fields, dependencies and their states, ledger rows, family."""
+    """A task in full: its fields, what it waits for (transitively) and what waits for it, with
+    their states, its ledger rows, its family."""
     board = feed.board
     feed.board.put(task)
     ledger = (await feed.request(p.Ledger(task=task.id, limit=1000))).entries
     family = (await feed.request(p.Family(task=task.id))).tasks
-    after = []
-    for dep_id in task.after:
-        dep = board.tasks.get(dep_id)
-        if dep is None:
-            try:
-                dep = (await feed.request(p.Get(task=dep_id))).task
-            except ColibriError:
-                dep = None
-        after.append((dep_id, views.state_word(dep) if dep is not None else "?"))
+
+    async def get(task_id: str) -> Task | None:
+        try:
+            return (await feed.request(p.Get(task=task_id))).task
+        except ColibriError:  # gone, or never this identity's to see
+            return None
+
+    after, after_more = await graph.waits_for(board, task, get)
+    waiting, waiting_more = graph.waiting_on(board, task.id)
     depths: dict[str, int] = {}
     members = []
     for member in family:
         depth = depths[member.id] = depths.get(member.parent or "", -1) + 1
         members.append((depth, member, views.state_word(member)))
     return {"task": task, "c": views.card(board, task, board.now()), "fields": fields(task),
-            "after": after, "ledger": ledger, "family": members}  # fmt: skip
+            "after": after, "after_more": after_more, "waiting": waiting,
+            "waiting_more": waiting_more, "ledger": ledger, "family": members}  # fmt: skip
 
 
 def fields(task: Task) -> list[tuple[str, str]]:
@@ -158,7 +162,12 @@ async def agents(web: Web, request: Request, session: Session) -> Response:
     if not await ready(feed):
         return await offline(web, feed, session, "agents")
     context = common(feed, session, "agents", "agents")
-    return web.render("agents.html", agents=views.agent_rows(feed.board), **context)
+    return web.render("agents.html", **agents_context(feed), **context)
+
+
+def agents_context(feed: Feed) -> dict[str, Any]:
+    board = feed.board
+    return {"agents": views.agent_rows(board), "workspaces": views.workspace_rows(board)}
 
 
 async def schedules(web: Web, request: Request, session: Session) -> Response:
@@ -280,8 +289,7 @@ class Follower:
                 "_detail.html", **detail, session=self.session
             )
         elif self.view == "agents" and others:
-            rows = views.agent_rows(board)
-            replace["agents"] = self.web.fragment("_agents.html", agents=rows)
+            replace["agents"] = self.web.fragment("_agents.html", **agents_context(feed))
         elif self.view == "schedules" and others:
             listed_ = sorted(board.schedules.values(), key=lambda s: s.name)
             replace["schedules"] = self.web.fragment("_schedules.html", schedules=listed_)
@@ -290,16 +298,23 @@ class Follower:
         return update if any(update.values()) else {}
 
     def _about_the_task(self, changed: set[str]) -> bool:
-        """Whether one of ``changed`` is shown on the task page: the task, its parent, its
-        dependencies or its children."""
+        """Whether one of ``changed`` is shown on the task page: the task, its parent, what it
+        waits for (to the depth shown), what waits for it, or its children."""
         tasks = self.feed.board.tasks
         task = tasks.get(self.task)
         about = {self.task}
         if task is not None:
-            about |= set(task.after) | {task.parent or ""}
+            about |= {task.parent or ""}
+            level = set(task.after)
+            for _ in range(graph.DEPTH):
+                about |= level
+                level = {a for i in level if (t := tasks.get(i)) is not None for a in t.after}
         if changed & about:
             return True
-        return any((t := tasks.get(i)) is not None and t.parent == self.task for i in changed)
+        return any(
+            (t := tasks.get(i)) is not None and (t.parent == self.task or self.task in t.after)
+            for i in changed
+        )
 
 
 def _data(update: dict[str, Any]) -> str:

@@ -9,6 +9,8 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import msgspec
+
 from colibri.core.model import Agent, HarnessStatus, Task
 from colibri.core.schedules import Schedule
 from colibri.core.text import printable
@@ -116,8 +118,27 @@ class AgentRow:
     workspace: str
     slots: str
     sessions: list[str]
+    #: Warm sessions waiting in its ready pool (as its last heartbeat said).
+    ready: str
+    breaker: str
+    #: Its harness: process, restarts, sessions not ready in time.
     harness: str
+    #: The harness's last failure in its own words, and when.
+    failure: str
     capabilities: str
+
+
+@dataclass(frozen=True)
+class WorkspaceRow:
+    """A workspace (or an agent of none) summed up: its agents online of those known, slots
+    busy of those online, sessions running, warm sessions ready, its harness's state."""
+
+    name: str
+    agents: str
+    slots: str
+    sessions: int
+    ready: int
+    harness: str
 
 
 def agent_rows(board: Board) -> list[AgentRow]:
@@ -134,26 +155,56 @@ def agent_rows(board: Board) -> list[AgentRow]:
     return rows
 
 
+def workspace_rows(board: Board) -> list[WorkspaceRow]:
+    by: dict[str, list[Agent]] = {}
+    for agent in board.agents.values():
+        by.setdefault(agent.workspace or agent.name, []).append(agent)
+    harnesses = {h.workspace: h for h in board.harnesses}
+    rows = []
+    for name in sorted(set(by) | set(harnesses)):
+        agents = by.get(name, [])
+        online = [a for a in agents if a.online]
+        harness = harnesses.get(name)
+        rows.append(WorkspaceRow(
+            name, f"{len(online)}/{len(agents)}",
+            f"{sum(len(a.running) for a in online)}/{sum(a.slots for a in online)}",
+            sum(len(a.running) for a in agents), sum(a.ready for a in agents),
+            _harness_state(harness) if harness is not None else "-",
+        ))  # fmt: skip
+    return rows
+
+
+def _harness_state(harness: HarnessStatus) -> str:
+    """``describe`` without the last failure (shown on its own)."""
+    return msgspec.structs.replace(harness, last_failure=None).describe()
+
+
+def _failure(harness: HarnessStatus) -> str:
+    if not harness.last_failure:
+        return "-"
+    at = f" (at {harness.last_failure_at})" if harness.last_failure_at else ""
+    return harness.last_failure + at
+
+
 def _agent_row(agent: Agent, board: Board) -> AgentRow:
-    harness = "-"
+    harness, failure = "-", "-"
     for entry in board.harnesses:
         if entry.workspace == (agent.workspace or agent.name):
-            harness = entry.describe()
+            harness, failure = _harness_state(entry), _failure(entry)
     if warnings := board.warnings.get(agent.workspace or agent.name):
-        harness += f", {warnings} not ready"
-    if agent.ready:
-        harness += f", {agent.ready} ready"
+        harness += f", {warnings} not ready in time"
     state = "online" if agent.online else "offline"
     if agent.breaker_open:
         state = "breaker open"
     slots = f"{len(agent.running)}/{agent.slots}"
     return AgentRow(agent.name, state, agent.workspace or "-", slots, list(agent.running),
-                    harness, ", ".join(agent.capabilities) or "-")  # fmt: skip
+                    str(agent.ready), "open" if agent.breaker_open else "closed", harness, failure,
+                    ", ".join(agent.capabilities) or "-")  # fmt: skip
 
 
 def _harness_row(harness: HarnessStatus) -> AgentRow:
-    return AgentRow(harness.workspace, "no agent", harness.workspace, "-", [],
-                    harness.describe(), "-")  # fmt: skip
+    return AgentRow(harness.workspace, "no agent", harness.workspace, "-", [], "-", "-",
+                    _harness_state(harness), _failure(harness), "-")  # fmt: skip
 
 
 def text(value: object) -> str:
