@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,8 @@ PAGE = 10_000
 #: How often what changed is passed on to the pages, and the agents, status and schedules read
 #: again when an event said they changed: a browser gets at most this many updates a second.
 TICK = 0.25
+#: Passings-on kept for pages whose stream opens after them (a minute's, at four a second).
+RECENT = 240
 RECONNECT_EVERY = 0.5
 
 
@@ -83,6 +86,9 @@ class Feed:
         self._counts: dict[str, tuple[int, dict[str, int]]] = {}
         #: Counts the passings-on of changed tasks (what was counted for one stays good).
         self.version = 0
+        #: The last passings-on, (version, the tasks changed): what a page drawn at an earlier
+        #: version is sent when its stream opens, so that nothing between is missed.
+        self.recent: deque[tuple[int, set[str]]] = deque(maxlen=RECENT)
         #: The daemon serves a PostgreSQL board and this is its owner: the hive page is shown.
         self.hive = False
 
@@ -110,6 +116,15 @@ class Feed:
         listener = Listener()
         self.listeners.add(listener)
         return listener
+
+    def since(self, version: int) -> set[str] | None:
+        """The tasks changed after ``version`` (a page drawn then); None if that is too long
+        ago to tell (the page is made again)."""
+        if version >= self.version:
+            return set()
+        if not self.recent or self.recent[0][0] > version + 1:
+            return None
+        return set().union(*(ids for seen, ids in self.recent if seen > version))
 
     def forget(self, listener: Listener) -> None:
         self.listeners.discard(listener)
@@ -217,6 +232,7 @@ class Feed:
             if self._changed:
                 changed, self._changed = self._changed, set()
                 self.version += 1
+                self.recent.append((self.version, changed))
                 for listener in self.listeners:
                     listener.tasks(changed)
             if self._others:

@@ -42,7 +42,9 @@ async def ready(feed: Feed) -> bool:
 def common(feed: Feed, session: Session, view: str, title: str, **stream: str) -> dict[str, Any]:
     return {
         "session": session, "view": view, "title": title,
-        "stream": "/events?" + urlencode({"view": view, **stream}), "hive": feed.hive,
+        "stream": "/events?"
+        + urlencode({"view": view, "since": feed.version, "loads": feed.loads, **stream}),
+        "hive": feed.hive,
         **header_context(feed),
     }  # fmt: skip
 
@@ -209,7 +211,11 @@ async def stream(web: Web, request: Request) -> Response:
     view = request.query_params.get("view", "board")
     q = request.query_params.get("q", "")
     task_id = request.query_params.get("task", "")
-    follower = Follower(web, feed, session, view, q, task_id)
+    try:  # what the page was drawn from: its stream goes on from there
+        drawn = (int(request.query_params["since"]), int(request.query_params["loads"]))
+    except (KeyError, ValueError):
+        drawn = (feed.version, feed.loads)
+    follower = Follower(web, feed, session, view, q, task_id, drawn)
     return StreamingResponse(
         follower.lines(),
         media_type="text/event-stream",
@@ -221,15 +227,25 @@ class Follower:
     """One open page: what it shows, and what it was last sent."""
 
     def __init__(
-        self, web: Web, feed: Feed, session: Session, view: str, q: str, task: str
-    ) -> None:
+        self, web: Web, feed: Feed, session: Session, view: str, q: str, task: str,
+        drawn: tuple[int, int],
+    ) -> None:  # fmt: skip
         self.web, self.feed, self.session, self.view = web, feed, session, view
         self.spec, self.q, self.task = Filter.parse(q), q, task
         self.header = ""
-        self.loads = feed.loads
+        #: The feed's version and loads the page was drawn at.
+        self.drawn, self.loads = drawn
 
     async def lines(self) -> AsyncIterator[str]:
         listener = self.feed.listen()
+        # What changed between the page's drawing and its stream's opening comes first.
+        missed = self.feed.since(self.drawn)
+        if missed is None:
+            self.loads = -1  # too long ago to tell: the page is made again
+        elif missed:
+            listener.tasks(missed)
+        if missed is None or missed:
+            listener.other()
         try:
             yield "retry: 1000\n\n"
             while True:
