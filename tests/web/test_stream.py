@@ -39,3 +39,31 @@ def test_a_task_that_moved_before_the_stream_opened_comes_first_on_it(
     _, _, again = web.request("GET", "/", cookie=cookie)
     later = web.events(cookie, stream_of(again), lambda seen: True, timeout=5)
     assert later == []
+
+
+def test_a_tasks_page_shows_the_branch_and_the_change_its_session_left(
+    daemon: Daemon, web: WebServer
+) -> None:
+    """A session that ran in a worktree reports its change with its out: the task's page says
+    the branch, where it ended and how much changed, escaped as every text is."""
+    from tests.helpers import FakeAgent
+
+    cookie, _ = web.sign_in()
+    agent = FakeAgent(daemon, "coder-1", ["code"])
+    try:
+        task = daemon.submit("fix the login form", capabilities=["code"])
+        assign = agent.next_assign()
+        change = {"branch": "colibri/0f3a-fix-login", "base": "1" * 40,
+                  "head": "9c1e2f4" + "0" * 33, "files": 3, "insertions": 40,
+                  "deletions": 2}  # fmt: skip
+        agent.out(assign, "fixed", change=change)
+        daemon.wait_closed(task["id"])
+    finally:
+        agent.close()
+
+    def page() -> str | None:
+        body = web.request("GET", f"/tasks/{task['id']}", cookie=cookie)[2]
+        return body if "colibri/0f3a-fix-login" in body else None
+
+    shown = wait_until(page)
+    assert "branch colibri/0f3a-fix-login at 9c1e2f400: 3 files, +40 -2" in html.unescape(shown)
