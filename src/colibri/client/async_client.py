@@ -29,8 +29,19 @@ from colibri.core import events
 from colibri.core.errors import ColibriError, ConnectionClosed, DaemonNotRunning, NotOwner
 from colibri.core.events import AnyEvent
 from colibri.core.model import Task
-from colibri.core.protocol import Family, Get, Request, Submit, Wait, reply_to, wire_fields
+from colibri.core.protocol import (
+    Family,
+    Get,
+    ListTasks,
+    Request,
+    ScheduleList,
+    Submit,
+    Wait,
+    reply_to,
+    wire_fields,
+)
 from colibri.core.request_fields import R
+from colibri.core.schedules import Schedule
 from colibri.trust import check_daemon
 
 if TYPE_CHECKING:
@@ -253,6 +264,25 @@ class AsyncClient:
 
     async def family(self, task_id: str) -> list[Task]:
         return (await self.request(Family(task=task_id))).tasks
+
+    async def all_tasks(self, page: int = 10_000) -> list[Task]:
+        """Every task the connection may see, ``list`` page after page (a board's first load:
+        the TUI's, the web view's)."""
+        tasks: list[Task] = []
+        after = None
+        while True:
+            listed = await self.request(ListTasks(limit=page, after=after))
+            tasks += listed.tasks
+            after = listed.next
+            if after is None:
+                return tasks
+
+    async def schedules(self) -> list[Schedule]:
+        """The schedules; none for a token that may not list them."""
+        try:
+            return (await self.request(ScheduleList())).schedules
+        except ColibriError:
+            return []
 
     async def events(self) -> AsyncIterator[AnyEvent]:
         """Pushed events, each as its class of ``colibri.core.events``, until the connection

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import msgspec
 
@@ -82,6 +83,18 @@ def moves_a_session(from_state: str | None, to_state: str, agent: str | None) ->
     if agent is None:
         return False
     return to_state in ("running", "closed") or (from_state == "running" and to_state == "pending")
+
+
+def in_zone(instant: str | None, zone: str | None) -> str:
+    """An instant as a wall clock of the schedule's own time zone."""
+    when = parse_instant(instant)
+    if when is None:
+        return "-"
+    try:
+        when = when.astimezone(ZoneInfo(zone or "UTC"))
+    except (KeyError, ValueError):
+        pass
+    return when.strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def parse_instant(text: str | None) -> datetime | None:

@@ -23,14 +23,11 @@ from colibri.core.errors import ColibriError
 from colibri.core.model import LedgerEntry, Task
 from colibri.core.protocol import LEDGER_END
 from colibri.core.request_fields import R
-from colibri.core.schedules import Schedule
 from colibri.core.text import printable
 from colibri.tui import tables, views
 from colibri.tui.board import Board, Filter, moves_a_session
 from colibri.tui.tasklist import TaskList
 
-#: A page of the first load.
-PAGE = 10_000
 #: How often the shown rows catch up with the events (and the ages with the clock). A frame
 #: of a big terminal costs Textual tens of milliseconds: four a second leave room for keys,
 #: which redraw at once.
@@ -180,17 +177,10 @@ class LiveBoard(App[None]):
         self._schedules_due |= entry.schedule is not None
 
     async def _load(self, client: AsyncClient) -> None:
-        tasks: list[Task] = []
-        after = None
-        while True:
-            page = await client.request(p.ListTasks(limit=PAGE, after=after))
-            tasks += page.tasks
-            after = page.next
-            if after is None:
-                break
+        tasks = await client.all_tasks()
         status = await client.request(p.Status())
         agents = (await client.request(p.Agents())).agents
-        schedules = await self._schedules(client)
+        schedules = await client.schedules()
         self.board.load(tasks, status, agents, schedules)
         if self.lost:
             self.board.note(f"the daemon is back: reloaded {len(tasks)} tasks")
@@ -199,12 +189,6 @@ class LiveBoard(App[None]):
         self.remove_class("offline")
         self._dirty = self._others_dirty = True
         self._draw_banner()
-
-    async def _schedules(self, client: AsyncClient) -> list[Schedule]:
-        try:
-            return (await client.request(p.ScheduleList())).schedules
-        except ColibriError:  # a token that may not list them
-            return []
 
     def _offline(self, why: str) -> None:
         if self.loaded:
@@ -288,7 +272,7 @@ class LiveBoard(App[None]):
 
     async def _refresh_schedules(self) -> None:
         if self.client is not None:
-            schedules = await self._schedules(self.client)
+            schedules = await self.client.schedules()
             self.board.schedules = {s.name: s for s in schedules}
             self._others_dirty = True
 

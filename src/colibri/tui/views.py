@@ -6,14 +6,13 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from rich.text import Text
 
 from colibri.core.model import Agent, HarnessStatus, LedgerEntry, Task
 from colibri.core.schedules import Schedule
 from colibri.core.text import one_line, printable, short_id
-from colibri.tui.board import Board, age, parse_instant
+from colibri.tui.board import Board, age, in_zone
 
 STATE_STYLES = {
     "pending": "yellow",
@@ -154,18 +153,6 @@ def harness_cells(harness: HarnessStatus) -> tuple[Text, ...]:
         cell(harness.describe(), "red" if harness.last_failure else ""),
         cell("-"),
     )
-
-
-def in_zone(instant: str | None, zone: str | None) -> str:
-    """An instant as a wall clock of the schedule's own time zone."""
-    when = parse_instant(instant)
-    if when is None:
-        return "-"
-    try:
-        when = when.astimezone(ZoneInfo(zone or "UTC"))
-    except (KeyError, ValueError):
-        pass
-    return when.strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def schedule_cells(schedule: Schedule) -> tuple[Text, ...]:

@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from colibri.client import AsyncClient, Remote
 from colibri.core.errors import ColibriError, Forbidden
 from colibri.core.text import one_line, printable, short_id
+from colibri.tui.board import in_zone
 from colibri.web import views
 from colibri.web.feed import Feed
 from colibri.web.security import (
@@ -82,7 +83,7 @@ class Web:
         env.filters["t"] = views.text
         env.filters["short"] = short_id
         env.filters["line"] = lambda value, width: one_line(str(value or ""), width)
-        env.globals.update(when=views.when_of, in_zone=views.in_zone)
+        env.globals.update(when=views.when_of, in_zone=in_zone)
         self.templates = env
 
     @property

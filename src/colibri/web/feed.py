@@ -20,14 +20,11 @@ from colibri.client import AsyncClient, Remote
 from colibri.core import events
 from colibri.core import protocol as p
 from colibri.core.errors import ColibriError, DaemonNotRunning, NoHive
-from colibri.core.model import LedgerEntry, Task
+from colibri.core.model import LedgerEntry
 from colibri.core.protocol import LEDGER_END
 from colibri.core.request_fields import R
-from colibri.core.schedules import Schedule
 from colibri.tui.board import Board, Filter, moves_a_session
 
-#: A page of the first load (a token's pages hold 500 at most: the loop takes them all).
-PAGE = 10_000
 #: How often what changed is passed on to the pages, and the agents, status and schedules read
 #: again when an event said they changed: a browser gets at most this many updates a second.
 TICK = 0.25
@@ -203,17 +200,10 @@ class Feed:
         self._schedules_due |= entry.schedule is not None
 
     async def _load(self, client: AsyncClient) -> None:
-        tasks: list[Task] = []
-        after = None
-        while True:
-            page = await client.request(p.ListTasks(limit=PAGE, after=after))
-            tasks += page.tasks
-            after = page.next
-            if after is None:
-                break
+        tasks = await client.all_tasks()
         status = await client.request(p.Status())
         agents = (await client.request(p.Agents())).agents
-        schedules = await _schedules(client)
+        schedules = await client.schedules()
         # (Never asked with a token: refused over TCP, the connection would be closed.)
         self.hive = not self.remote and await _has_hive(client)
         self.board.load(tasks, status, agents, schedules)
@@ -257,7 +247,7 @@ class Feed:
                 self._others = True
             if self._schedules_due:
                 self._schedules_due = False
-                self.board.schedules = {s.name: s for s in await _schedules(client)}
+                self.board.schedules = {s.name: s for s in await client.schedules()}
                 self._others = True
         except (ColibriError, OSError):
             pass  # the connection's end is the follower's to see
@@ -285,13 +275,6 @@ class Feed:
         """An answer of ``toggle-swarm``: shown at once, before its event comes."""
         self.board.paused = paused
         self._others = True
-
-
-async def _schedules(client: AsyncClient) -> list[Schedule]:
-    try:
-        return (await client.request(p.ScheduleList())).schedules
-    except ColibriError:  # a token that may not list them
-        return []
 
 
 async def _has_hive(client: AsyncClient) -> bool:

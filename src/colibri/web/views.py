@@ -7,14 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import msgspec
 
 from colibri.core.model import Agent, HarnessStatus, Task
 from colibri.core.schedules import Schedule
 from colibri.core.text import printable
-from colibri.tui.board import Board, Filter, age, parse_instant
+from colibri.tui.board import Board, Filter, age
 
 #: The board's columns, left to right.
 COLUMNS = ("pending", "blocked", "running", "asking", "done", "failed", "cancelled")
@@ -51,18 +50,6 @@ def cost_of(task: Task) -> str:
     if task.cost is None or not task.cost.usd:
         return ""
     return f"${task.cost.usd:.4f}"
-
-
-def in_zone(instant: str | None, zone: str | None) -> str:
-    """An instant as a wall clock of the schedule's own time zone."""
-    when = parse_instant(instant)
-    if when is None:
-        return "-"
-    try:
-        when = when.astimezone(ZoneInfo(zone or "UTC"))
-    except (KeyError, ValueError):
-        pass
-    return when.strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def when_of(schedule: Schedule) -> str:
