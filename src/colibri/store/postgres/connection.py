@@ -162,8 +162,8 @@ def _heeding_class() -> type[HeedingConnection]:
 #: What every connection sets for itself, whatever the server, database or role make the
 #: default (``ALTER DATABASE/ROLE … SET``, ``PGOPTIONS``): the store relies on each.
 #: ``read committed``: every statement sees what committed before it — the migrations read
-#: the schema after taking their lock, a batch numbers its ledger rows after the writers' lock
-#: (in a snapshot taken at the fence, before the lock, two batches would take one ``seq``).
+#: the schema after taking their lock, a batch numbers its ledger rows from its tenant's head
+#: as it moves it (in a snapshot taken at the fence, two batches would take one ``seq``).
 #: Writes allowed; no statement, lock or idle transaction cut short but by the store's own
 #: bounds (a batch sets ``lock_timeout`` and ``idle_in_transaction_session_timeout`` for
 #: itself), nor an idle connection (a lease's, between renewals); row-level security applied,
@@ -190,6 +190,26 @@ def _session(server_version: int, durability: str) -> tuple[bytes, list[str]]:
     settings["synchronous_commit"] = "off" if durability == "relaxed" else "on"
     calls = ", ".join("set_config(%s, %s, false)" for _ in settings)
     return f"SELECT {calls}".encode(), [part for pair in settings.items() for part in pair]
+
+
+def _set_session(conn: HeedingConnection, durability: str) -> None:
+    """Run ``_session``'s statement. A default ``statement_timeout`` of a few milliseconds (a
+    role's or a database's) can cancel that very statement on a busy server before it has
+    lifted the timeout; it is tried again, as it is cheap and changes nothing if cancelled."""
+    import psycopg
+
+    statement = _session(conn.info.server_version, durability)
+    for attempt in range(_SESSION_TRIES):
+        try:
+            conn.execute(*statement)
+            return
+        except psycopg.errors.QueryCanceled:
+            if attempt == _SESSION_TRIES - 1:
+                raise
+
+
+#: How often a cancelled ``_session`` statement is sent before the connecting gives up.
+_SESSION_TRIES = 5
 
 
 def _connect(
@@ -220,7 +240,7 @@ def _connect(
     conn.until = until
     conn.backend = conn.info.backend_pid
     try:
-        conn.execute(*_session(conn.info.server_version, durability))
+        _set_session(conn, durability)
     except psycopg.OperationalError as exc:
         conn.close()
         raise StorageUnavailable(
