@@ -3,6 +3,7 @@ checks that need no browser (who may see what, what is refused)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -63,10 +64,20 @@ class WebServer:
         return line
 
     def sign_in_url(self) -> str:
-        """The last sign-in URL printed (waiting for one if none is pending)."""
+        """A sign-in URL not handed out before: the newest printed, or the next one (each is
+        good once, and the server prints a new one after each use). It is the caller's to use:
+        one handed out twice would be refused the second time, leaving that browser signed
+        in to whichever server it was signed in to before."""
         while True:
+            with contextlib.suppress(queue.Empty):
+                while True:  # (lines printed meanwhile: the newest URL is the good one)
+                    line = self.lines.get_nowait()
+                    if not line:
+                        raise AssertionError(f"colibri web ended: {self.said}")
+                    self.said.append(line)
             urls = [u for u in self.said if "secret=" in u]
             if urls and urls[-1] not in self._used:
+                self._used.add(urls[-1])
                 return urls[-1].split("colibri web: ", 1)[1]
             self.next_line()
 
@@ -115,7 +126,6 @@ class WebServer:
     def sign_in(self, url: str | None = None) -> tuple[str, str]:
         """Signed in by the one-time URL: the session cookie and the CSRF token."""
         url = url or self.sign_in_url()
-        self._used.add("colibri web: " + url)
         status, headers, _ = self.request("GET", url[len(self.base):])
         assert status == 303, (status, headers)
         cookie = cookie_of(headers)

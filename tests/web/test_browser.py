@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -46,7 +47,7 @@ def stack() -> Iterator[tuple[Daemon, WebServer, Any]]:
                      "--window-size=1400,1000", "--disable-extensions"):  # fmt: skip
             options.add_argument(flag)
         browser = webdriver.Chrome(options=options, service=Service(str(DRIVER)))
-        browser.get(web.sign_in_url())
+        signed_in(browser, web)
         yield daemon, web, browser
     finally:
         if browser is not None:
@@ -54,6 +55,13 @@ def stack() -> Iterator[tuple[Daemon, WebServer, Any]]:
         web.stop()
         daemon.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def signed_in(browser: Any, web: WebServer) -> None:
+    """The browser signed in to ``web`` by a sign-in URL of its own (cookies go by host, not
+    port: a browser signed in to another server on loopback is signed out of this one)."""
+    browser.get(web.sign_in_url())
+    assert urlsplit(browser.current_url).path == "/", browser.current_url
 
 
 def until(browser: Any, predicate: Any) -> Any:
@@ -181,19 +189,17 @@ def test_hostile_text_is_shown_as_text(stack: tuple[Daemon, WebServer, Any]) -> 
     daemon, web, browser = stack
     hostile = ("<script>alert('x')</script><img src=x onerror=alert(1)> "
                "javascript:alert(2) \u202egnp.exe")  # fmt: skip
+    browser.get(web.base + "/")
+    until(browser, lambda: browser.execute_script("return document.body.dataset.live") == "yes")
     task = daemon.submit(hostile, capabilities=["nobody-has-it"])  # (taken by no agent)
-
-    def drawn() -> bool:
-        # A page drawn before the web server heard of the task shows it once the task next
-        # changes, or drawn again: the card is looked for in a page drawn afresh each time.
-        browser.get(web.base + "/")
-        return card(browser, task["id"]) is not None
-
-    until(browser, lambda: drawn())
-    shown = card(browser, task["id"]).find_element("css selector", ".text").text
-    assert shown == hostile.replace("\u202e", "\\u202e")
+    shown = hostile.replace("\u202e", "\\u202e")
+    # Drawn by the page's script from the stream, then by the server in a page drawn afresh.
+    until(browser, lambda: card(browser, task["id"]) is not None)
+    assert card(browser, task["id"]).find_element("css selector", ".text").text == shown
+    browser.get(web.base + "/")
+    assert card(browser, task["id"]).find_element("css selector", ".text").text == shown
     browser.get(f"{web.base}/tasks/{task['id']}")
-    assert browser.find_element("id", "task-text").text == hostile.replace("\u202e", "\\u202e")
+    assert browser.find_element("id", "task-text").text == shown
     assert browser.find_elements("css selector", "#task-detail img, #task-detail script") == []
     with pytest.raises(NoAlertPresentException):
         browser.switch_to.alert.text  # noqa: B018
@@ -307,13 +313,13 @@ def test_the_page_says_the_daemon_went_away_and_comes_back_live_by_itself(
     follows it live again."""
     browser = stack[2]
     daemon, web = own_daemon
-    browser.get(web.sign_in_url())
+    signed_in(browser, web)
     try:
         _comes_back(browser, daemon, web)
     finally:
         # Cookies go by host, not port: this server's session replaced the module server's,
         # which the module's other tests (run after this one on this worker) need again.
-        browser.get(stack[1].sign_in_url())
+        signed_in(browser, stack[1])
 
 
 def _comes_back(browser: Any, daemon: Daemon, web: WebServer) -> None:
