@@ -286,6 +286,21 @@ def test_priority_at_the_limits_is_accepted() -> None:
         assert isinstance(request, p.Submit) and request.priority == priority
 
 
+@given(text=st.text(alphabet=st.sampled_from(["\x00", "\\", "u", "0", "a", "\u00e9"]),
+                   max_size=12))  # fmt: skip
+def test_a_text_holding_a_nul_is_refused_in_one_line_wherever_it_is(text: str) -> None:
+    """A NUL anywhere in a request's text (here: a task's text, and a label) is refused, for
+    every store alike; a backslash written before ``u0000`` is no NUL and is taken as it is."""
+    for fields in ({"text": text}, {"text": "x", "labels": [f"l{text}"]}):
+        raw = line(cmd="submit", **fields)
+        if "\x00" in text:
+            err = refused(raw)
+            assert type(err) is BadRequest and err.message == p.NUL_REFUSED
+        else:
+            request = decode_request(raw)
+            assert isinstance(request, p.Submit) and request.text == fields["text"]
+
+
 def test_unknown_field_is_named() -> None:
     err = refused(line(cmd="submit", text="x", capabilites=["typo"]))
     assert type(err) is BadRequest

@@ -63,6 +63,37 @@ def test_a_reported_cost_past_its_bounds_is_refused_and_changes_nothing(
     assert daemon.call("get", task=task["id"])["task"]["outcome"] == "done"
 
 
+def test_a_nul_in_a_report_is_refused_and_the_batch_around_it_stands(daemon: Daemon) -> None:
+    """An agent's report with a NUL in its output is refused in one line and changes nothing;
+    a submit that came in the same turn is taken. (On PostgreSQL, whose text holds no NUL, the
+    report reached the store and lost its whole batch, the other requests with it.)"""
+    agent = RawConnection(daemon.socket)
+    try:
+        agent.send(json.dumps({"cmd": "register-agent", "id": 1, "name": "a1",
+                               "capabilities": [], "slots": 1}).encode() + b"\n")  # fmt: skip
+        assert agent.reply()["ok"] is True
+        task = daemon.submit("print a NUL")
+        assign = next(m for m in iter(agent.reply, None) if m.get("event") == "assign")
+        before = seqs(daemon)
+        with_nul = {"cmd": "out", "id": 2, "task": task["id"], "epoch": assign["epoch"],
+                    "output": "before\x00after"}  # fmt: skip
+        beside = {"cmd": "submit", "id": 3, "text": "submitted beside it"}
+        agent.send(f"{json.dumps(with_nul)}\n{json.dumps(beside)}\n".encode())
+        replies = {m["id"]: m for m in (agent.reply(), agent.reply())}
+        refusal, taken = replies[2], replies[3]
+        assert refusal["error"]["code"] == "bad_request" and "NUL" in refusal["error"]["message"]
+        assert taken["ok"] is True, taken
+        assert seqs(daemon) == before + 1  # the submit's row alone
+        assert daemon.task(task["id"])["state"] == "running"
+        # The same report as a harness sends it (``sizes.storable``) is taken.
+        kept = {**with_nul, "id": 4, "output": "before\ufffdafter"}
+        agent.send(json.dumps(kept).encode() + b"\n")
+        assert agent.reply()["ok"] is True
+        assert daemon.task(task["id"])["output"] == "before\ufffdafter"
+    finally:
+        agent.close()
+
+
 def test_costs_at_their_bounds_sum_without_overflow_in_every_view(
     daemon: Daemon, spawn: Spawn
 ) -> None:

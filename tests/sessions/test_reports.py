@@ -130,6 +130,16 @@ def test_a_claude_result_with_numbers_out_of_range_keeps_the_rest_of_its_cost() 
     assert cost is None
 
 
+def test_a_report_writes_a_sessions_nul_as_a_replacement_character() -> None:
+    """The daemon refuses a NUL (no board stores one): a report carries U+FFFD in its place,
+    whether it fits whole or is cut."""
+    from colibri.core.sizes import fit_report
+
+    for text in ("a\x00b", "\x00" * 10_000):
+        fitted = fit_report(text, 4096, "out", {"task": "t1", "epoch": 1})
+        assert "\x00" not in fitted and "\ufffd" in fitted
+
+
 def test_fit_text_keeps_head_and_tail_within_the_budget() -> None:
     from colibri.core.protocol import encode
     from colibri.core.sizes import fit_text

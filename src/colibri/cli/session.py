@@ -165,9 +165,10 @@ def out(
         task=own.task, epoch=own.epoch, cost=parse_cost(cost) if cost else None,
         session_ended=False, from_session=True, claim=own.secret,
     )  # fmt: skip
-    if len(output) > MIN_LINE // 8:  # might not fit: ask the daemon how long a line may be
-        from colibri.core.sizes import fit_report
+    from colibri.core.sizes import fit_report, storable
 
+    output = storable(output)
+    if len(output) > MIN_LINE // 8:  # might not fit: ask the daemon how long a line may be
         max_line = ctx.request(p.Ping(), patient=True).max_line
         output = fit_report(output, max_line, "out", fields)
     try:

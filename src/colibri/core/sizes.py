@@ -34,10 +34,17 @@ def fit_report(
 ) -> str:
     """``text`` as it fits, as ``field``, one ``cmd`` request line of at most ``max_line``
     bytes with the other ``fields``, after JSON escaping (a control byte takes six): whole, or
-    cut. (An ``out``'s output is at most OUTPUT_MAX; a ``fail``'s error, ERROR_MAX.)"""
+    cut, and ``storable``. (An ``out``'s output is at most OUTPUT_MAX; a ``fail``'s error,
+    ERROR_MAX.)"""
     overhead = len(encode({"cmd": cmd, **fields, field: ""})) + LINE_SLACK
     most = ERROR_MAX if field == "error" else OUTPUT_MAX
-    return fit_text(text, min(max_line - overhead, most))
+    return fit_text(storable(text), min(max_line - overhead, most))
+
+
+def storable(text: str) -> str:
+    """A session's text as the board can store it: each NUL (which a session may print, and
+    which the daemon refuses, ``protocol.NUL_REFUSED``) written as U+FFFD."""
+    return text.replace("\x00", "\ufffd")
 
 
 def fit_text(text: str, budget: int) -> str:
