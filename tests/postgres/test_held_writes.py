@@ -67,8 +67,9 @@ def test_a_read_refused_inside_a_batch_loses_the_batch(board: str) -> None:
 
 
 def test_held_writes_of_one_statement_go_together_in_order(board: str) -> None:
-    """Consecutive updates go as one ``executemany``, run in order: two compare-and-sets of one
-    task in a row (claimed, then closed) chain; one whose row moved among 200 loses the batch."""
+    """Consecutive updates go as one statement (``bulk``), run in order: two compare-and-sets
+    of one task in a row (claimed, then closed) chain, in statements of their own; one whose
+    row moved among 200 loses the batch."""
     store = PostgresStore(board)
     try:
         tasks = [make_task(f"t{n:04d}") for n in range(200)]

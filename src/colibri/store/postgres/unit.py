@@ -4,7 +4,8 @@ A batch is an explicit ``BEGIN`` … ``COMMIT``, as on SQLite, so reads outside 
 snapshot. Its writes are held (``defers_writes``): its task inserts and updates, questions,
 ledger rows, tenants, skills and token uses wait in memory until the batch's next read, a
 write that is sent at once, or its commit, and then go in one pipelined round trip,
-consecutive writes of one statement as one ``executemany``. A batch of any size costs two
+consecutive writes of one statement together: task updates as one statement of their rows
+(``bulk``), the others as one ``executemany``. A batch of any size costs two
 round trips: its opening (``BEGIN`` and the lease's fence) with its writes, then its
 ``COMMIT`` (three when it reads before it writes: the opening goes with the first read). The
 ledger's ``seq`` is each tenant's own, numbered by the store, not by a sequence (which would
@@ -35,7 +36,7 @@ from colibri.core.errors import LeaseLost, StorageUnavailable
 from colibri.core.leases import BOARD_LEASE, lease_tenant
 from colibri.core.model import LedgerEntry
 from colibri.store.base import BatchRefused
-from colibri.store.postgres import numbering
+from colibri.store.postgres import bulk, numbering
 from colibri.store.postgres.connected import StoreConnection
 from colibri.store.postgres.connection import _NAME_TENANTS, _first_line
 from colibri.store.postgres.schema import _Q
@@ -218,7 +219,7 @@ class UnitOfWork(StoreConnection):
             entries, self._unsent = self._unsent, []
             by_tenant = numbering.by_tenant(entries)
             heads: list[psycopg.Cursor[dict[str, Any]]] = []
-            counted: list[tuple[_Write, psycopg.Cursor[dict[str, Any]]]] = []
+            counted: list[tuple[int, psycopg.Cursor[dict[str, Any]]]] = []
             with conn.pipeline():
                 if not self._begun:
                     # Opened in the round trip of the writes: the fence is read with them,
@@ -227,13 +228,7 @@ class UnitOfWork(StoreConnection):
                 for write in writes:
                     if write.tenants:
                         conn.execute(_NAME_TENANTS, (write.tenants,))
-                    cursor = conn.cursor()
-                    if len(write.rows) == 1:
-                        cursor.execute(_Q[write.query].encode(), write.rows[0])
-                    else:
-                        cursor.executemany(_Q[write.query].encode(), write.rows)
-                    if write.kind == "compare-and-set":
-                        counted.append((write, cursor))
+                    counted.extend(self._execute(write))
                     if write.tenants:
                         conn.execute(_NAME_TENANTS, (self.tenants,))
                 # Each tenant's rows numbered from its head (in name order: batches that
@@ -271,14 +266,32 @@ class UnitOfWork(StoreConnection):
             raise
         if entries:
             self._numbered(entries, by_tenant, heads)
-        for write, cursor in counted:
-            if cursor.rowcount != len(write.rows):
-                moved = len(write.rows) - max(cursor.rowcount, 0)
-                self._refused(
-                    f"{moved} of the batch's {len(write.rows)} task updates found the row in "
-                    "another state or epoch than expected, or no such task",
-                    None,
-                )
+        expected = sum(n for n, _ in counted)
+        moved = sum(n - max(cursor.rowcount, 0) for n, cursor in counted)
+        if moved:
+            self._refused(
+                f"{moved} of the batch's {expected} task updates found the row in another "
+                "state or epoch than expected, or no such task",
+                None,
+            )
+
+    def _execute(self, write: _Write) -> list[tuple[int, psycopg.Cursor[dict[str, Any]]]]:
+        """Send one held write into the pipeline under way: as one statement of its rows
+        (``bulk``), or one execution a row. For a compare-and-set, what each statement must
+        change: its rows, and its cursor, which says how many it did."""
+        conn, sent = self._conn, []
+        as_one = bulk.AS_ONE.get(write.query)
+        if as_one is not None:
+            for rows in bulk.chunks(write.rows):
+                sent.append((len(rows), conn.execute(as_one, bulk.parameters(rows))))
+        else:
+            cursor = conn.cursor()
+            if len(write.rows) == 1:
+                cursor.execute(_Q[write.query].encode(), write.rows[0])
+            else:
+                cursor.executemany(_Q[write.query].encode(), write.rows)
+            sent.append((len(write.rows), cursor))
+        return sent if write.kind == "compare-and-set" else []
 
     def _refused(self, why: str, exc: Exception | None) -> NoReturn:
         self._abandon(f"a write of it was refused when it was sent: {why}")
