@@ -90,10 +90,6 @@ def task_row(task: Task) -> dict[str, Any]:
     return dict(zip(TASK_COLUMNS, task_values(task), strict=True))
 
 
-def task_change_row(task: Task) -> dict[str, Any]:
-    return {"id": task.id, **dict(zip(CHANGE_COLUMNS, task_change_values(task), strict=True))}
-
-
 def ledger_row(entry: LedgerEntry) -> dict[str, Any]:
     """Every field but ``seq``, which the store assigns."""
     return dict(zip(LEDGER_COLUMNS, ledger_values(entry), strict=True))

@@ -10,19 +10,26 @@ two statements, in order (``chunks``) — one statement would change it once.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator
 from typing import Any
 
 import msgspec
 
+from colibri.core.model import Task
 from colibri.store.rows import CHANGE_COLUMNS
 
-#: The PostgreSQL type of each column sent, where it is not ``text``.
-_TYPES = {"attempts": "bigint", "epoch": "bigint", "expected_epoch": "bigint"}
+#: The PostgreSQL type of each column sent, where it is not ``text``. A cost and a change are
+#: sent as JSON objects, and written as their text as it was sent (as ``rows.encode_cost``
+#: writes it: msgspec's encoding, which ``json`` keeps as it is).
+_TYPES = {"attempts": "bigint", "epoch": "bigint", "expected_epoch": "bigint", "cost": "json",
+          "change": "json"}  # fmt: skip
 _SENT = ("id", *CHANGE_COLUMNS, "expected_state", "expected_epoch")
 _UPDATE_TASKS = (
     "UPDATE tasks AS t SET "
-    + ", ".join(f"{c} = r.{c}" for c in CHANGE_COLUMNS)
+    + ", ".join(
+        f"{c} = r.{c}" + ("::text" if _TYPES.get(c) == "json" else "") for c in CHANGE_COLUMNS
+    )  # fmt: skip
     + " FROM json_to_recordset(%s::json) AS r("
     + ", ".join(f"{c} {_TYPES.get(c, 'text')}" for c in _SENT)
     + ") WHERE t.id = r.id AND t.state = r.expected_state AND t.epoch = r.expected_epoch"
@@ -30,23 +37,42 @@ _UPDATE_TASKS = (
 #: The held writes (by their statement's name in ``postgresql.sql``) sent as one statement,
 #: and that statement: its one parameter is the rows' JSON array.
 AS_ONE = {"update_task": _UPDATE_TASKS}
+
+_TASK_TYPES = {f.name: f.type for f in msgspec.structs.fields(Task)}
+#: A row of ``_UPDATE_TASKS``: the task's fields a transition changes, as ``Task`` types them,
+#: and what the row must hold for the change to be made.
+TaskChange = msgspec.defstruct(
+    "TaskChange",
+    [
+        ("id", str),
+        *((c, _TASK_TYPES[c]) for c in CHANGE_COLUMNS),
+        ("expected_state", str),
+        ("expected_epoch", int),
+    ],  # fmt: skip
+)
+_changed = operator.attrgetter(*CHANGE_COLUMNS)
 _encode = msgspec.json.Encoder().encode
 
 
-def chunks(rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+def task_change(task: Task, expected_state: str, expected_epoch: int) -> Any:
+    """``task``'s row of ``_UPDATE_TASKS`` (a ``TaskChange``)."""
+    return TaskChange(task.id, *_changed(task), expected_state, expected_epoch)
+
+
+def chunks(rows: list[Any]) -> Iterator[list[Any]]:
     """The rows in order, cut wherever a task comes again: no statement changes a task twice."""
-    chunk: list[dict[str, Any]] = []
+    chunk: list[Any] = []
     ids: set[str] = set()
     for row in rows:
-        if row["id"] in ids:
+        if row.id in ids:
             yield chunk
             chunk, ids = [], set()
         chunk.append(row)
-        ids.add(row["id"])
+        ids.add(row.id)
     if chunk:
         yield chunk
 
 
-def parameters(rows: list[dict[str, Any]]) -> tuple[str]:
+def parameters(rows: list[Any]) -> tuple[str]:
     """``AS_ONE``'s parameter for these rows."""
     return (_encode(rows).decode(),)

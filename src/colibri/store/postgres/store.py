@@ -23,6 +23,7 @@ from colibri.core.schedules import Schedule
 from colibri.core.tokens import Token
 from colibri.store import sql
 from colibri.store.base import StoreConflict
+from colibri.store.postgres import bulk
 from colibri.store.postgres.commit import Committing
 from colibri.store.postgres.schema import _Q, migrate
 from colibri.store.postgres.unit import _text
@@ -31,7 +32,6 @@ from colibri.store.rows import (
     agent_row,
     encode_list,
     ledger_from_row,
-    task_change_row,
     task_from_row,
     task_row,
     token_from_row,
@@ -85,9 +85,7 @@ class PostgresStore(Committing):
         entry: LedgerEntry,
         *more: LedgerEntry,
     ) -> LedgerEntry:
-        row = _text(task_change_row(task))
-        row["expected_state"] = expected_state
-        row["expected_epoch"] = expected_epoch
+        row = bulk.task_change(task, expected_state, expected_epoch)
         self._hold("update_task", row, "compare-and-set")
         self._unsent.append(entry)
         self._unsent.extend(more)
