@@ -83,7 +83,8 @@ from colibri.cli.web import DEFAULT_LISTEN as DEMO_WEB
     "--web",
     metavar="HOST:PORT",
     help="Serve the board in a browser too, as colibri web does (docs/WEB.md): on loopback it "
-    "prints a one-time sign-in URL; elsewhere it needs --tls-cert and --tls-key.",
+    "prints a one-time sign-in URL; with --tls-cert and --tls-key it serves HTTPS, and operator "
+    "tokens sign in, checked on the first --listen (required off loopback).",
 )
 @click.option(
     "--insecure-loopback",
@@ -158,7 +159,7 @@ def run(
         if web is not None:
             from colibri.cli.web import WebBeside
 
-            beside = WebBeside(root, web, config)
+            beside = WebBeside(root, web, config, ctx.tls_ca)
 
         def said(state: str) -> None:
             started.say(state)

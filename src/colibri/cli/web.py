@@ -129,23 +129,30 @@ def _tls(cert: str | None, key: str | None) -> tuple[str, str] | None:
 class WebBeside:
     """``colibri run --web``: the web server in a thread of the daemon's process, with a loop
     of its own, meeting the daemon on its socket as any client (the owner's pages), and over
-    the daemon's own TLS listener for tokens. Started once the daemon serves."""
+    the daemon's own TLS listener for tokens, trusting ``ca`` as a client does (``colibri
+    --tls-ca``, ``COLIBRI_TLS_CA``). Started once the daemon serves."""
 
-    def __init__(self, root: Path, listen: str, config: Any) -> None:
+    def __init__(self, root: Path, listen: str, config: Any, ca: str | None) -> None:
         from colibri.client import socket_path
+        from colibri.core.errors import ConfigError
         from colibri.endpoints import WEB_PORT, parse_host_port
+        from colibri.web.app import is_loopback
         from colibri.web.server import bind, make_web
 
         server_settings = config.server
         cert, key = server_settings.tls_cert, server_settings.tls_key
         tls = (str(cert), str(key)) if cert and key else None
-        self.root = root
-        self.insecure = bool(getattr(server_settings, "insecure_loopback", False))
+        address = parse_host_port(listen, "web", WEB_PORT)
         tokens = None
         if tls is not None and server_settings.listen:
-            # (port 0 until the daemon serves: ``begin`` reads where it listens then)
-            tokens = self._remote(str(server_settings.listen[0]))
-        address = parse_host_port(listen, "web", WEB_PORT)
+            tokens = self._listener(str(server_settings.listen[0]), ca)
+        elif tls is not None and not is_loopback(address.host):
+            raise ConfigError(
+                f"colibri run --web on {address.host} (not a loopback address) signs people in "
+                "with operator tokens, checked over the daemon's own TLS listener: give "
+                "--listen tcp://HOST:PORT too"
+            )
+        self.root = root
         self.web = make_web(address, tls=tls, starter=socket_path(root), tokens=tokens,
                             ttl=12 * 3600.0, on_url=say_url)  # fmt: skip
         self.tls = tls
@@ -153,36 +160,47 @@ class WebBeside:
         self.server: Any = None
         self.thread: threading.Thread | None = None
 
-    def _remote(self, address: str) -> Remote:
-        import os
-
+    @staticmethod
+    def _listener(address: str, ca: str | None) -> Remote:
+        """The daemon's listener at ``address`` as a client reaches it: over TLS, which a
+        daemon with a certificate speaks on every listener, loopback too (--insecure-loopback
+        or not). Its port may be 0 until the daemon serves (``_bound``)."""
         from colibri.client import Remote
+        from colibri.endpoints import parse_address
 
-        ca = os.environ.get("COLIBRI_TLS_CA")
-        return Remote.parse(address, token="", ca=ca, insecure_loopback=self.insecure)
+        return Remote((parse_address(address, listening=True),), "", ca)
 
     def begin(self) -> None:
-        from colibri.client import Client
-        from colibri.core.errors import ColibriError
-        from colibri.web.server import say_ready, server
+        from colibri.web.server import server
 
-        if self.web.tokens is not None:
-            try:
-                with Client.for_root(self.root) as client:
-                    listen = client.call("status").get("daemon", {}).get("listen") or []
-                self.web.tokens = self._remote(str(listen[0])) if listen else self.web.tokens
-            except (ColibriError, OSError):
-                pass
         if self.thread is None:
             self.server = server(self.web, self.tls)
             self.thread = threading.Thread(target=self._serve, name="web", daemon=True)
             self.thread.start()
-            say_ready(self.web)
 
     def _serve(self) -> None:
+        # In the thread: ``begin`` is called on the daemon's loop, which would wait for itself
+        # on its own socket.
         import asyncio
 
+        from colibri.web.server import say_ready
+
+        if self.web.tokens is not None:
+            self.web.tokens = self._bound(self.web.tokens)
+        say_ready(self.web)
         asyncio.run(self.server.serve(sockets=[self.sock]))
+
+    def _bound(self, listener: Remote) -> Remote:
+        """The listener where the daemon says it listens (the config may say port 0)."""
+        from colibri.client import Client
+        from colibri.core.errors import ColibriError
+
+        try:
+            with Client.for_root(self.root, timeout=10) as client:
+                listen = client.call("status").get("daemon", {}).get("listen") or []
+        except (ColibriError, OSError):  # (stopping already)
+            return listener
+        return self._listener(str(listen[0]), listener.ca) if listen else listener
 
     def end(self) -> None:
         if self.server is not None:
