@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from colibri.store import BatchRefused, StoreConflict
+from colibri.store import BatchRefused, StoreConflict, TaskFilter
 from colibri.store.postgres import PostgresStore
 from tests.store.conftest import PG_APP_ROLE, as_app_role
 from tests.store.values import add, entry_for, make_task, move
@@ -95,5 +95,28 @@ def test_held_writes_of_one_statement_go_together_in_order(board: str) -> None:
             store.commit()
         store.rollback()
         assert sum(store.ledger_heads().values()) == 600
+    finally:
+        store.close()
+
+
+def test_a_batchs_task_updates_find_their_rows_by_the_primary_key(board: str) -> None:
+    """A board of some thousands of tasks, its statistics not yet gathered: the updates of a
+    batch, sent as one statement, look each task up by its key (one index scan) and never scan
+    the table — the planner, left alone, hashed the rows and read every task, closed ones too."""
+    store = PostgresStore(board)
+    try:
+        tasks = [make_task(f"t{n:05d}") for n in range(20_000)]
+        for task in tasks:
+            add(store, task)
+        store.commit()
+        for task in tasks[:300]:
+            move(store, task, state="running", agent="a1", epoch=1, attempts=1)
+        # Read inside the batch, after its sending: what this transaction has scanned.
+        scans = store._one(
+            "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables WHERE relname = 'tasks'"
+        )
+        store.commit()
+        assert scans is not None and scans["seq_scan"] == 0 and scans["idx_scan"] > 0, scans
+        assert len(store.list_tasks(TaskFilter(state="running", limit=1000))) == 300
     finally:
         store.close()

@@ -37,6 +37,14 @@ _UPDATE_TASKS = (
 #: The held writes (by their statement's name in ``postgresql.sql``) sent as one statement,
 #: and that statement: its one parameter is the rows' JSON array.
 AS_ONE = {"update_task": _UPDATE_TASKS}
+#: Around each: the rows joined to their tasks by the primary key, one look-up a row. The
+#: planner, which takes any JSON array for a hundred rows, would otherwise hash them and scan
+#: the whole table (every closed task) on a board of some ten thousand tasks or more.
+BY_INDEX = (
+    b"SELECT set_config('enable_hashjoin', 'off', true), "
+    b"set_config('enable_mergejoin', 'off', true)"
+)
+AS_BEFORE = (b"RESET enable_hashjoin", b"RESET enable_mergejoin")
 
 _TASK_TYPES = {f.name: f.type for f in msgspec.structs.fields(Task)}
 #: A row of ``_UPDATE_TASKS``: the task's fields a transition changes, as ``Task`` types them,

@@ -282,8 +282,11 @@ class UnitOfWork(StoreConnection):
         conn, sent = self._conn, []
         as_one = bulk.AS_ONE.get(write.query)
         if as_one is not None:
+            conn.execute(bulk.BY_INDEX)
             for rows in bulk.chunks(write.rows):
                 sent.append((len(rows), conn.execute(as_one, bulk.parameters(rows))))
+            for reset in bulk.AS_BEFORE:
+                conn.execute(reset)
         else:
             cursor = conn.cursor()
             if len(write.rows) == 1:
