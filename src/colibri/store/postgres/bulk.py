@@ -3,9 +3,9 @@ msgspec encodes and PostgreSQL parses (both in C), rather than an ``executemany`
 execution a row. A batch of a drain moves hundreds of tasks; a row's execution cost the daemon
 its parameters adapted one by one and the server a statement's start and end each.
 
-Only the task updates go so (``AS_ONE``): their compare-and-set is counted over the whole
-statement (every row must change one task), and a task updated twice in one sending is sent in
-two statements, in order (``chunks``) — one statement would change it once.
+The task inserts and updates go so (``AS_ONE``). An update's compare-and-set is counted over
+the whole statement (every row must change one task), and a task updated twice in one sending
+is sent in two statements, in order (``chunks``) — one statement would change it once.
 """
 
 from __future__ import annotations
@@ -17,26 +17,49 @@ from typing import Any
 import msgspec
 
 from colibri.core.model import Task
-from colibri.store.rows import CHANGE_COLUMNS
+from colibri.store.rows import CHANGE_COLUMNS, TASK_COLUMNS
 
-#: The PostgreSQL type of each column sent, where it is not ``text``. A cost and a change are
-#: sent as JSON objects, and written as their text as it was sent (as ``rows.encode_cost``
-#: writes it: msgspec's encoding, which ``json`` keeps as it is).
-_TYPES = {"attempts": "bigint", "epoch": "bigint", "expected_epoch": "bigint", "cost": "json",
-          "change": "json"}  # fmt: skip
-_SENT = ("id", *CHANGE_COLUMNS, "expected_state", "expected_epoch")
+#: The PostgreSQL type of each column sent, where it is not ``text``. Lists, a cost and a
+#: change are sent as JSON, and written as their text as it was sent (as ``rows`` writes
+#: them: msgspec's encoding, which ``json`` keeps as it is); ``pinned`` as a boolean, written
+#: 0 or 1.
+_TYPES = {
+    "attempts": "bigint", "epoch": "bigint", "expected_epoch": "bigint", "priority": "bigint",
+    "max_attempts": "bigint", "min_score": "double precision",
+    "budget_usd": "double precision", "pinned": "boolean",
+    **dict.fromkeys(("capabilities", "labels", "after", "cost", "change"), "json"),
+}  # fmt: skip
+
+
+def _written(column: str) -> str:
+    kind = _TYPES.get(column)
+    return f"r.{column}" + ("::text" if kind == "json" else "::int" if kind == "boolean" else "")
+
+
+def _recordset(columns: tuple[str, ...]) -> str:
+    return (
+        "json_to_recordset(%s::json) AS r("
+        + ", ".join(f"{c} {_TYPES.get(c, 'text')}" for c in columns)
+        + ")"
+    )
+
+
+_INSERTED = (*TASK_COLUMNS, "fingerprint")
+_INSERT_TASKS = (
+    f"INSERT INTO tasks ({', '.join(_INSERTED)}) "
+    f"SELECT {', '.join(_written(c) for c in _INSERTED)} FROM {_recordset(_INSERTED)}"
+).encode()
 _UPDATE_TASKS = (
     "UPDATE tasks AS t SET "
-    + ", ".join(
-        f"{c} = r.{c}" + ("::text" if _TYPES.get(c) == "json" else "") for c in CHANGE_COLUMNS
-    )  # fmt: skip
-    + " FROM json_to_recordset(%s::json) AS r("
-    + ", ".join(f"{c} {_TYPES.get(c, 'text')}" for c in _SENT)
-    + ") WHERE t.id = r.id AND t.state = r.expected_state AND t.epoch = r.expected_epoch"
+    + ", ".join(f"{c} = {_written(c)}" for c in CHANGE_COLUMNS)
+    + f" FROM {_recordset(('id', *CHANGE_COLUMNS, 'expected_state', 'expected_epoch'))}"
+    + " WHERE t.id = r.id AND t.state = r.expected_state AND t.epoch = r.expected_epoch"
 ).encode()
 #: The held writes (by their statement's name in ``postgresql.sql``) sent as one statement,
 #: and that statement: its one parameter is the rows' JSON array.
-AS_ONE = {"update_task": _UPDATE_TASKS}
+AS_ONE = {"insert_task": _INSERT_TASKS, "update_task": _UPDATE_TASKS}
+#: Those that join their rows to the tasks (``BY_INDEX``).
+JOINED = {"update_task"}
 #: Around each: the rows joined to their tasks by the primary key, one look-up a row. The
 #: planner, which takes any JSON array for a hundred rows, would otherwise hash them and scan
 #: the whole table (every closed task) on a board of some ten thousand tasks or more.
@@ -47,6 +70,10 @@ BY_INDEX = (
 AS_BEFORE = (b"RESET enable_hashjoin", b"RESET enable_mergejoin")
 
 _TASK_TYPES = {f.name: f.type for f in msgspec.structs.fields(Task)}
+#: A row of ``_INSERT_TASKS``: the task, and its submission's fingerprint.
+TaskInsert = msgspec.defstruct(
+    "TaskInsert", [*((c, _TASK_TYPES[c]) for c in TASK_COLUMNS), ("fingerprint", str | None)]
+)
 #: A row of ``_UPDATE_TASKS``: the task's fields a transition changes, as ``Task`` types them,
 #: and what the row must hold for the change to be made.
 TaskChange = msgspec.defstruct(
@@ -60,6 +87,11 @@ TaskChange = msgspec.defstruct(
 )
 _changed = operator.attrgetter(*CHANGE_COLUMNS)
 _encode = msgspec.json.Encoder().encode
+
+
+def task_insert(task: Task, fingerprint: str | None) -> Any:
+    """``task``'s row of ``_INSERT_TASKS`` (a ``TaskInsert``)."""
+    return TaskInsert(*msgspec.structs.astuple(task), fingerprint)
 
 
 def task_change(task: Task, expected_state: str, expected_epoch: int) -> Any:

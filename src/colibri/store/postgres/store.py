@@ -33,7 +33,6 @@ from colibri.store.rows import (
     encode_list,
     ledger_from_row,
     task_from_row,
-    task_row,
     token_from_row,
     token_row,
 )
@@ -71,9 +70,7 @@ class PostgresStore(Committing):
     def insert_task(
         self, task: Task, entry: LedgerEntry, fingerprint: str | None = None
     ) -> LedgerEntry:
-        row = _text(task_row(task))
-        row["fingerprint"] = fingerprint
-        self._hold("insert_task", row)
+        self._hold("insert_task", bulk.task_insert(task, fingerprint))
         self._unsent.append(entry)
         return entry
 

@@ -244,7 +244,7 @@ class UnitOfWork(StoreConnection):
             if taken is None:
                 self._refused(_first_line(exc), exc)
             # (Row-level security keeps the key's value out of the server's message.)
-            inserted = [row["id"] for write in writes if write.query == "insert_task"
+            inserted = [row.id for write in writes if write.query == "insert_task"
                         for row in write.rows]  # fmt: skip
             shown = ", ".join(inserted[:5]) + (
                 f" and {len(inserted) - 5} more" * (len(inserted) > 5)
@@ -282,11 +282,14 @@ class UnitOfWork(StoreConnection):
         conn, sent = self._conn, []
         as_one = bulk.AS_ONE.get(write.query)
         if as_one is not None:
-            conn.execute(bulk.BY_INDEX)
+            joined = write.query in bulk.JOINED
+            if joined:
+                conn.execute(bulk.BY_INDEX)
             for rows in bulk.chunks(write.rows):
                 sent.append((len(rows), conn.execute(as_one, bulk.parameters(rows))))
-            for reset in bulk.AS_BEFORE:
-                conn.execute(reset)
+            if joined:
+                for reset in bulk.AS_BEFORE:
+                    conn.execute(reset)
         else:
             cursor = conn.cursor()
             if len(write.rows) == 1:
