@@ -384,6 +384,28 @@ def test_a_syntax_error_is_one_line_with_its_line(
     assert words in message, message
 
 
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ('{"schedules": {"n": {"every": "1h", "task": {"text": "a\\u0000b"}}}}',
+         "schedules.n.task.text"),
+        ('{"schedules": {"n": {"every": "1h", "task": {"text": "x", "labels": ["\\0"]}}}}',
+         "schedules.n.task.labels[0]"),
+        ('{"schedules": {"n\\x00": {"every": "1h", "task": {"text": "x"}}}}', "schedules.n\x00"),
+    ],
+)  # fmt: skip
+def test_a_nul_anywhere_in_the_file_is_refused_in_one_line_naming_where(
+    root: Path, text: str, where: str
+) -> None:
+    """A schedule holding a NUL was taken, and on PostgreSQL each of its fires lost its batch;
+    a request holding one is refused, and so is the file."""
+    message = refused(root, text)
+    assert message == (
+        f"{root / CONFIG_NAME}:1: {where} holds a NUL character (\\u0000, \\0), which the "
+        "board does not store: remove it"
+    )
+
+
 @pytest.mark.timeout(20)  # before, a named pipe hung the load
 def test_a_config_that_is_not_a_file_is_refused(root: Path) -> None:
     path = root / CONFIG_NAME

@@ -90,12 +90,49 @@ def parse_jsonc(path: Path, text: str) -> Any:
     import pyjson5
 
     try:
-        return pyjson5.decode(text, maxdepth=MAX_CONFIG_DEPTH)
+        parsed = pyjson5.decode(text, maxdepth=MAX_CONFIG_DEPTH)
     except pyjson5.Json5DecoderException as exc:
         offset, message = _syntax_error(exc, text)
         line = text.count("\n", 0, offset) + 1
         column = offset - text.rfind("\n", 0, offset)
         raise ConfigError(f"{path}:{line}: {message} (column {column})") from None
+    # A schedule's tasks are written to the board at each fire: one holding a NUL, stored on
+    # PostgreSQL, lost the batch of each of its fires. Refused as a request holding one is.
+    # (What never reaches the board — a session's command and environment — says why
+    # otherwise: no process can be given one.)
+    schedules = parsed.get("schedules") if isinstance(parsed, dict) else None
+    below = _nul_in(schedules)
+    found = None if below is None else ["schedules", *below]
+    if found is not None:
+        offset = 0
+        for key in found:
+            at = key_offset(text, key, offset) if isinstance(key, str) else -1
+            offset = at if at >= 0 else offset
+        shown = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in found).lstrip(".")
+        raise ConfigError(
+            f"{path}:{text.count(chr(10), 0, offset) + 1}: {shown or 'a value'} holds a NUL "
+            "character (\\u0000, \\0), which the board does not store: remove it"
+        )
+    return parsed
+
+
+def _nul_in(value: Any) -> list[str | int] | None:
+    """Where in ``value`` a string (or a key) holds a NUL, as the keys and indexes down to it
+    (``["schedules", "nightly", "task", "text"]``), if one does."""
+    if isinstance(value, str):
+        return [] if "\x00" in value else None
+    items: Any = ()
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    for key, item in items:
+        if isinstance(key, str) and "\x00" in key:
+            return [key]
+        below = _nul_in(item)
+        if below is not None:
+            return [key, *below]
+    return None
 
 
 #: What pyjson5 calls the things it expected, as our messages say them.
