@@ -4,8 +4,8 @@ A batch is an explicit ``BEGIN`` … ``COMMIT``, as on SQLite, so reads outside 
 snapshot. Its writes are held (``defers_writes``): its task inserts and updates, questions,
 ledger rows, tenants, skills and token uses wait in memory until the batch's next read, a
 write that is sent at once, or its commit, and then go in one pipelined round trip,
-consecutive writes of one statement together: task updates as one statement of their rows
-(``bulk``), the others as one ``executemany``. A batch of any size costs two
+consecutive writes of one statement together: task inserts and updates as one statement of
+their rows (``bulk``), the others as one ``executemany``. A batch of any size costs two
 round trips: its opening (``BEGIN`` and the lease's fence) with its writes, then its
 ``COMMIT`` (three when it reads before it writes: the opening goes with the first read). The
 ledger's ``seq`` is each tenant's own, numbered by the store, not by a sequence (which would
