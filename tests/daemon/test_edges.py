@@ -85,7 +85,7 @@ def test_a_nul_in_a_report_is_refused_and_the_batch_around_it_stands(daemon: Dae
         assert taken["ok"] is True, taken
         assert seqs(daemon) == before + 1  # the submit's row alone
         assert daemon.task(task["id"])["state"] == "running"
-        # The same report as a harness sends it (``sizes.storable``) is taken.
+        # The same report as a harness sends it (``text.storable``) is taken.
         kept = {**with_nul, "id": 4, "output": "before\ufffdafter"}
         agent.send(json.dumps(kept).encode() + b"\n")
         assert agent.reply()["ok"] is True

@@ -165,7 +165,8 @@ def out(
         task=own.task, epoch=own.epoch, cost=parse_cost(cost) if cost else None,
         session_ended=False, from_session=True, claim=own.secret,
     )  # fmt: skip
-    from colibri.core.sizes import fit_report, storable
+    from colibri.core.sizes import fit_report
+    from colibri.core.text import storable
 
     output = storable(output)
     if len(output) > MIN_LINE // 8:  # might not fit: ask the daemon how long a line may be

@@ -10,7 +10,6 @@ example.
 from __future__ import annotations
 
 import functools
-import re
 import typing
 from typing import Annotated, Any, Literal, Union
 
@@ -52,6 +51,8 @@ from colibri.core.request_fields import Claim, LedgerAfter, R, RequestId
 from colibri.core.request_fields import ReportedCost as ReportedCost
 from colibri.core.request_fields import Request as Request
 from colibri.core.schedules import ScheduleSpec
+from colibri.core.text import NUL_REFUSED as NUL_REFUSED
+from colibri.core.text import holds_nul
 
 
 class Ping(Request[r.Pong], tag="ping"):
@@ -339,14 +340,6 @@ def _decoder() -> msgspec.json.Decoder[Request[Any]]:
 _KNOWN = ", ".join(COMMANDS)
 
 
-#: A NUL written in a JSON string (``\\u0000``), not a backslash written before ``u0000``.
-_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
-NUL_REFUSED = (
-    "a text of this request holds a NUL character (\\u0000), which the board does not store "
-    "(PostgreSQL's text cannot): remove it, or write it another way"
-)
-
-
 def decode_request(line: bytes) -> Request[Any]:
     """Parse one request line; raise BadJson, UnknownCommand or BadRequest saying why."""
     try:
@@ -362,9 +355,7 @@ def decode_request(line: bytes) -> Request[Any]:
         raise BadJson(f"not valid JSON: {exc}") from None
     except RecursionError:
         raise BadJson("not valid JSON: nested too deeply") from None
-    # Refused here, for every store alike: on PostgreSQL a NUL in a write lost the batch it
-    # went in, with the requests of other clients in it.
-    if b"\\u0000" in line and _NUL.search(line):
+    if holds_nul(line):
         raise BadRequest(NUL_REFUSED)
     return request
 

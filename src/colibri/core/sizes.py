@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from colibri.core.model import LedgerEntry, Task
 from colibri.core.protocol import ERROR_MAX, OUTPUT_MAX, encode
+from colibri.core.text import storable
 
 #: Replies that list tasks or ledger rows stop before about this many bytes (and say where
 #: to go on): a reply is built whole in memory, so its size, not only its count, is bounded.
@@ -39,12 +40,6 @@ def fit_report(
     overhead = len(encode({"cmd": cmd, **fields, field: ""})) + LINE_SLACK
     most = ERROR_MAX if field == "error" else OUTPUT_MAX
     return fit_text(storable(text), min(max_line - overhead, most))
-
-
-def storable(text: str) -> str:
-    """A session's text as the board can store it: each NUL (which a session may print, and
-    which the daemon refuses, ``protocol.NUL_REFUSED``) written as U+FFFD."""
-    return text.replace("\x00", "\ufffd")
 
 
 def fit_text(text: str, budget: int) -> str:

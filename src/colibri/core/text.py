@@ -6,7 +6,7 @@ shell shows beside its completions) goes through ``printable`` first, so what a 
 never drive the operator's terminal (set its title, clear it, recolour it) or reorder and hide
 what follows on screen. ``--json`` goes through ``json_safe``: the exact text, with the same
 characters written as ``\\u`` escapes. This module is the one place that says which characters
-those are (``UNSAFE``).
+those are (``UNSAFE``), and of the one character no board stores: a NUL (``holds_nul``).
 """
 
 from __future__ import annotations
@@ -100,3 +100,26 @@ def short_id(task_id: str) -> str:
     it ends with random bits.) Every command that takes an id takes it back: the daemon reads
     an id's end as it reads its start (``Guards.resolve``)."""
     return task_id[-8:]
+
+
+# -- what the board stores ----------------------------------------------------------------
+
+#: A NUL written in a JSON string (``\\u0000``), not a backslash written before ``u0000``.
+_ESCAPED_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+#: No board stores a NUL (PostgreSQL's text cannot): a request holding one is refused so,
+#: on every store alike, before it is handled (on PostgreSQL it lost the batch it went in).
+NUL_REFUSED = (
+    "a text of this request holds a NUL character (\\u0000), which the board does not store "
+    "(PostgreSQL's text cannot): remove it, or write it another way"
+)
+
+
+def holds_nul(line: bytes) -> bool:
+    """Whether a JSON line writes a NUL in one of its strings."""
+    return b"\\u0000" in line and _ESCAPED_NUL.search(line) is not None
+
+
+def storable(text: str) -> str:
+    """A session's text as the board can store it: each NUL (which a session may print, and
+    which the daemon refuses, ``NUL_REFUSED``) written as U+FFFD."""
+    return text.replace("\x00", "\ufffd")
