@@ -17,7 +17,7 @@ def heard(board: Board, watcher: Peer, kind: str = "agent") -> list[Any]:
     """The events of this kind the watcher got from what the board did since the last call
     (for ``agent`` events, their agents)."""
     board.store.commit()
-    for peer, message in board.take_effects()[1]:  # sent, as the server sends them
+    for peer, message in board.take_effects().outbox:  # sent, as the server sends them
         peer.send(message)
     found = [m for m in watcher.messages if m.get("event") == kind]
     watcher.messages.clear()

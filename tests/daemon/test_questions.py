@@ -47,7 +47,7 @@ def test_a_second_question_while_the_first_waits_is_refused_and_the_first_is_ans
         assert board.tasks[task.id].question == "which branch?"
         board.answer(task.id, "main")
         store.commit()
-        _, outbox = board.take_effects()
+        outbox = board.take_effects().outbox
         assert [(p, plain(m)) for p, m in outbox if p is first] == [
             (first, {"id": 1, "ok": True, "answer": "main"})
         ]

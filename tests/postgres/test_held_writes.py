@@ -3,6 +3,8 @@ sending fails in any way is lost whole — never committed in part, never acknow
 
 from __future__ import annotations
 
+import contextlib
+
 import psycopg
 import pytest
 
@@ -139,3 +141,41 @@ def _scans(board: str, inserted: int = 0, updated: int = 0) -> dict[str, int] | 
     if row is None or row[1] < inserted or row[2] < updated:
         return None
     return {"seq_scan": row[0]}
+
+
+def test_a_batch_committed_aside_that_is_refused_takes_the_batch_after_it_along(
+    board: str,
+) -> None:
+    """``commit_aside``: the batch's ledger row meets a row planted behind the store's back, so
+    its commit, made on the store's thread, is refused; its future says so. The batch written
+    meanwhile was built on it in memory: the store refuses it too (whether its write came
+    before the refusal or after), nothing of either is stored, and after a rollback the store
+    goes on."""
+    store = PostgresStore(board)
+    try:
+        add(store, make_task("t-first"))  # its ledger row to be numbered 1
+        with psycopg.connect(board, autocommit=True) as admin:
+            admin.execute(
+                "INSERT INTO ledger (seq, at, tenant, to_state, epoch) "
+                "VALUES (1, '2026-01-01T00:00:00.000Z', 'default', 'planted', 0)"
+            )
+        aside = store.commit_aside()
+        assert aside is not None
+        with contextlib.suppress(BatchRefused):
+            add(store, make_task("t-meanwhile"))
+        with pytest.raises(BatchRefused, match="ledger_pkey"):
+            aside.result(timeout=30)
+        with pytest.raises(BatchRefused):
+            store.commit()
+        with pytest.raises(BatchRefused):
+            store.get_task("t-first")
+        store.rollback()
+        assert _stored_ids(board) == []
+        with psycopg.connect(board, autocommit=True) as admin:
+            admin.execute("DELETE FROM ledger WHERE to_state = 'planted'")
+        add(store, make_task("t-after"))
+        aside = store.commit_aside()
+        assert aside is not None and aside.result(timeout=30) >= 0
+        assert _stored_ids(board) == ["t-after"]
+    finally:
+        store.close()

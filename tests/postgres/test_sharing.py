@@ -444,7 +444,7 @@ def test_forgetting_a_tenant_given_back_drops_its_agents_indexes_and_questions(
         memory.rebuild()
         memory.forget_unserved()
         store.commit()
-        _, outbox = memory.take_effects()
+        outbox = memory.take_effects().outbox
         assert memory.agents == {} and "acme" not in memory.capacity.indexes
         assert memory.reports.askers == {} and memory.reports.unasked == {}
         replies = [(p, plain(m)) for p, m in outbox if isinstance(m, (Reply, ErrorReply))]

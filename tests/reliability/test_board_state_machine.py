@@ -114,7 +114,7 @@ class BoardMachine(RuleBasedStateMachine):
         if self.board.dispatch_wanted and not self.board.paused:
             self.board.dispatch()  # event-driven dispatch, in the same batch
         self.store.commit()
-        _rows, outbox = self.board.take_effects()
+        outbox = self.board.take_effects().outbox
         for peer, message in outbox:
             if isinstance(peer, Peer):
                 peer.send(message)

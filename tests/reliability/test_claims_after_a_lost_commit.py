@@ -43,7 +43,7 @@ def _lost_answer(store: Any, board: Board) -> None:
 
 def _deliver(store: Any, board: Board) -> None:
     store.commit()
-    _, outbox = board.take_effects()
+    outbox = board.take_effects().outbox
     for peer, message in outbox:
         peer.send(message)
 

@@ -165,6 +165,29 @@ def test_nothing_is_visible_to_another_connection_until_commit(backend: Backend)
     assert backend.query("SELECT name, created_at FROM tenants") == [("acme", AT)]
 
 
+def test_a_batch_committed_aside_is_durable_once_its_future_says_so(backend: Backend) -> None:
+    """``commit_aside``: the batch commits off the caller's thread where the store can (None
+    where it committed at once); the next batch is written meanwhile, and reads of the store
+    and its own commit come after; once the future answers, another connection sees it."""
+    writer, reader = backend.open(), backend.open()
+    first = add(writer, make_task("t0001"))
+    aside = writer.commit_aside()
+    if aside is not None:
+        assert aside.result(timeout=30) >= 0
+    assert ids(reader.list_tasks(TaskFilter())) == ["t0001"] and first.seq == 1
+    writer.ensure_tenant("acme", AT)
+    aside = writer.commit_aside()
+    second = add(writer, make_task("t0002"))  # the next batch, written while it commits
+    assert writer.get_task("t0002") is not None and writer.get_task("t0001") is not None
+    if aside is not None:
+        assert aside.done()  # (a read waits for the commit under way)
+    assert ids(reader.list_tasks(TaskFilter())) == ["t0001"]
+    assert backend.query("SELECT name FROM tenants") == [("acme",)]
+    writer.commit()
+    assert ids(reader.list_tasks(TaskFilter())) == ["t0001", "t0002"] and second.seq == 2
+    assert writer.commit_aside() is None  # nothing written: nothing to commit
+
+
 def test_rollback_discards_the_whole_batch(backend: Backend, store: Store) -> None:
     kept = make_task("t0001")
     add(store, kept)

@@ -84,6 +84,7 @@ class Server(Admission):
             self._spent[key] = self._spent.get(key, 0.0) + took
             self.batch_work += took
             self._next_turn_soon()
+            self.land_if_through()
 
     def _handle_line(self, conn: Connection, line: bytes) -> None:
         try:

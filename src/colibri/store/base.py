@@ -62,6 +62,7 @@ number back); writers of different tenants never wait for each other. Readers re
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from typing import Any, Protocol, runtime_checkable
 
 from colibri.core.model import Agent, LedgerEntry, Task
@@ -126,8 +127,7 @@ class Store(Protocol):
     def close(self) -> None:
         """Roll back an uncommitted batch and let the connection go.
 
-        Closing a closed store does nothing; no other method may be called after it.
-        """
+        Closing a closed store does nothing; no other method may be called after it."""
 
     def commit(self) -> None:
         """Make every write since the last commit or rollback durable, all of it at once.
@@ -139,19 +139,23 @@ class Store(Protocol):
             (see the module's "Errors"); none of it is stored.
         """
 
+    def commit_aside(self) -> Future[float] | None:
+        """Commit as ``commit`` does, off the caller's thread where the store can: the future
+        gives the commit's seconds or raises its error; None once it committed here (SQLite),
+        or with nothing written. The next batch may be written meanwhile; nothing of it, nor
+        of this one, is acknowledged before the future says this one committed."""
+
     def rollback(self) -> None:
         """Discard every write since the last commit; with nothing written, do nothing.
 
-        The store is usable again afterwards, also after ``StorageUnavailable``.
-        """
+        The store is usable again afterwards, also after ``StorageUnavailable``."""
 
     def heed_deadline(self, deadline: Callable[[], float]) -> None:
         """Give up any wait for the store's server past ``deadline()``, a monotonic time asked
         anew as the wait goes on (the daemon's lease deadline, which each renewal moves): a
         wait on the daemon's loop begun just before it must not keep the daemon serving past
         it. The waits given up are answered as a silence is (``StorageUnavailable``).
-        SQLite: nothing to wait for.
-        """
+        SQLite: nothing to wait for."""
 
     def reachable(self) -> None:
         """Whether the store could be used now, asked without touching its batch or the
@@ -160,8 +164,7 @@ class Store(Protocol):
         asks it off its loop before reading the board again after ``StorageUnavailable``, so
         that a server still away (or silent) holds the loop up no longer than this call would.
 
-        :raises StorageUnavailable: it cannot be reached (SQLite: never raised).
-        """
+        :raises StorageUnavailable: it cannot be reached (SQLite: never raised)."""
 
     # -- tasks -----------------------------------------------------------------------------------
 
@@ -199,8 +202,7 @@ class Store(Protocol):
         (their ``seq`` set in place, consecutive); ``entry`` is returned.
 
         :raises StoreConflict: the row has another state or epoch, or there is no task with
-            this id; nothing was written (no task change, no ledger row).
-        """
+            this id; nothing was written (no task change, no ledger row)."""
 
     def get_task(self, task_id: str) -> Task | None:
         """The task with this id, whatever its state and tenant; None if there is none."""
@@ -222,8 +224,7 @@ class Store(Protocol):
         could be lost: call it with no batch open (the daemon does, at start-up), or the open
         batch commits with it. Two stores making it at once agree on one key.
 
-        :raises StorageUnavailable: the key could not be made durable.
-        """
+        :raises StorageUnavailable: the key could not be made durable."""
 
     def list_tasks(self, query: TaskFilter) -> list[Task]:
         """The tasks that match every set field of ``query``, at most ``query.limit``, in id
@@ -381,8 +382,7 @@ class Store(Protocol):
     def insert_token(self, token: Token, secret_hash: str) -> None:
         """Store a new token with the hash of its secret (never the secret).
 
-        :raises StoreConflict: a token with this id exists; nothing was written.
-        """
+        :raises StoreConflict: a token with this id exists; nothing was written."""
 
     def token(self, token_id: str) -> tuple[Token, str] | None:
         """The token with this id and its secret's hash, as stored (revoked ones too); None if

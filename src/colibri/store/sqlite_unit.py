@@ -132,6 +132,10 @@ class SqliteUnitOfWork:
             raise _storage_error(exc) from None
         self._heads.clear()
 
+    def commit_aside(self) -> None:
+        # A local commit costs no round trip that another thread could wait out.
+        self.commit()
+
     def _settle(self) -> bool:
         """After a COMMIT whose sync failed: commit a write of our own, synced. Its frames go
         where the failed batch's are (SQLite writes at the end of what it knows committed), so

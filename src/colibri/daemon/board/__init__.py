@@ -33,11 +33,11 @@ from colibri.core import states
 from colibri.core.access import Tenancy
 from colibri.core.claims import Claims
 from colibri.core.errors import NotOwner
-from colibri.core.model import LedgerEntry, Task
+from colibri.core.model import Task
 from colibri.core.replies import refusal
 from colibri.core.states import State
 from colibri.daemon.board.audience import Audience, Subscription
-from colibri.daemon.board.batch import Batch, Message, Peer
+from colibri.daemon.board.batch import Batch, Effects, Peer
 from colibri.daemon.board.capacity import BREAKER_AFTER, BREAKER_COOL_DOWN, Capacity, LiveAgent
 from colibri.daemon.board.dependencies import Dependencies
 from colibri.daemon.board.dispatch import Dispatcher
@@ -238,8 +238,8 @@ class Board:
 
     # -- effects and connections -------------------------------------------------------------
 
-    def take_effects(self) -> tuple[list[LedgerEntry], list[tuple[Peer, Message]]]:
-        """After a commit: hand over the batch's ledger rows and messages; start a new batch."""
+    def take_effects(self) -> Effects:
+        """As a batch commits: hand over what it lets out once committed; start a new batch."""
         return self.batch.take()
 
     def owes(self, peer: Peer) -> bool:

@@ -9,6 +9,7 @@ takes them all; after a failed one they are dropped and the answered waits are p
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from colibri.core.events import Event
@@ -28,6 +29,17 @@ class Peer(Protocol):
     closing: bool
 
     def send(self, message: Message) -> None: ...
+
+
+@dataclass
+class Effects:
+    """A batch's effects, taken as it commits (``Batch.take``): its ledger rows and messages,
+    let out once it is committed; its answered waits and claims, given back if it is not."""
+
+    ledger_rows: list[LedgerEntry]
+    outbox: list[tuple[Peer, Message]]
+    answered: list[tuple[str, Peer, Any]]
+    placed: list[tuple[str, int, Peer]]
 
 
 class Batch:
@@ -62,11 +74,17 @@ class Batch:
     def emit(self, peer: Peer, message: Message) -> None:
         self.outbox.append((peer, message))
 
-    def take(self) -> tuple[list[LedgerEntry], list[tuple[Peer, Message]]]:
-        """After a commit: hand over the ledger rows and messages; start a new batch."""
-        rows, outbox = self.ledger_rows, self.outbox
+    def take(self) -> Effects:
+        """As the batch commits: hand over what it lets out once committed; start a new one."""
+        taken = Effects(self.ledger_rows, self.outbox, self.answered, self.placed)
         self.ledger_rows, self.outbox, self.answered, self.placed = [], [], [], []
-        return rows, outbox
+        return taken
+
+    def give_back(self, taken: Effects) -> None:
+        """A batch taken for its commit did not commit, and neither will this one, written
+        after it: its answered waits and its claims are this one's to drop (``drop``)."""
+        self.answered[:0] = taken.answered
+        self.placed[:0] = taken.placed
 
     def drop(self) -> list[tuple[str, Peer, Any]]:
         """After a rollback: nothing of it happened. Return the waits it had answered."""

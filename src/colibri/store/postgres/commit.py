@@ -11,6 +11,7 @@ the board is not read again (``rollback`` refuses).
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ from colibri.core.errors import StorageUnavailable
 from colibri.store.base import BatchRefused
 from colibri.store.postgres.connected import _END_BACKEND
 from colibri.store.postgres.connection import _first_line
-from colibri.store.postgres.unit import UnitOfWork
+from colibri.store.postgres.unit import UnitOfWork, _Batch
 
 _SERVER_STARTED = b"SELECT pg_postmaster_start_time() AS started"
 _XACT_STATUS = b"SELECT txid_status(%s) AS status"
@@ -50,24 +51,55 @@ class Committing(UnitOfWork):
         #: A batch whose COMMIT's answer was lost and whose outcome the server could not tell
         #: yet (``rollback`` waits for it).
         self._in_doubt: _InDoubt | None = None
+        #: The thread ``commit_aside`` commits on, made at its first use.
+        self._committer: ThreadPoolExecutor | None = None
 
     def commit(self) -> None:
+        self._join()
+        self._check_lost()
+        batch, self._batch = self._batch, _Batch()
+        self._commit(batch)
+
+    def commit_aside(self) -> Future[float] | None:
+        """Commit the batch on the store's own thread, and return at once: its future gives
+        how long the commit took, or raises what ``commit`` would have. The next batch is
+        written meanwhile; its writes are held, and anything of it that needs the connection
+        (a read, a write sent at once, its commit) waits for this one to be through. None:
+        nothing was written. The caller acknowledges nothing of the batch before its future
+        says so, and, if it failed, nothing of the next one either (built on it in memory)."""
+        self._join()
+        self._check_lost()
+        if not self._batch.dirty:
+            return None
+        batch, self._batch = self._batch, _Batch()
+        if self._committer is None:
+            self._committer = ThreadPoolExecutor(1, thread_name_prefix="colibri-commit")
+        self._committing = self._committer.submit(self._timed_commit, batch)
+        return self._committing
+
+    def _timed_commit(self, batch: _Batch) -> float:
+        started = time.perf_counter()
+        self._commit(batch)
+        return time.perf_counter() - started
+
+    def _commit(self, batch: _Batch) -> None:
+        """Send what ``batch`` still holds and commit it; it is no longer the store's open
+        batch (``_batch``), which may be a new one being written meanwhile."""
         import psycopg
 
         self._check_lost()
-        if not self._dirty:
+        if not batch.dirty:
             return
-        self._send()
+        self._send(batch)
         if self._conn.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
             # Aborted on the server (a statement of it failed) or ended: a COMMIT would be
             # answered as a ROLLBACK, quietly. Never acknowledge such a batch.
             self._abandon("its transaction was aborted or ended on the server before the commit")
             raise BatchRefused(self._lost)
-        opened, first = self._opened, self._first_row
+        opened, first = batch.opened, batch.first_row
         try:
             self._conn.execute(b"COMMIT")
         except psycopg.Error as exc:
-            self._end_batch()
             self._reset()
             if opened is not None:
                 # The COMMIT may have reached the server, and committed, before its answer
@@ -91,7 +123,6 @@ class Committing(UnitOfWork):
             raise StorageUnavailable(
                 f"the PostgreSQL board could not commit ({_first_line(exc)}); nothing was changed"
             ) from None
-        self._end_batch()
 
     def _outcome(self, doubt: _InDoubt) -> str | None:
         """``committed`` or ``aborted``: what became of a batch whose COMMIT's answer was lost,
@@ -151,6 +182,7 @@ class Committing(UnitOfWork):
         return "committed" if same else "aborted"
 
     def rollback(self) -> None:
+        self._join()
         self._lost = ""
         self._lost_as = StorageUnavailable
         self._end_batch()
@@ -168,5 +200,8 @@ class Committing(UnitOfWork):
 
     def close(self) -> None:
         # A batch in doubt is settled in what the server has, which the next daemon reads.
+        self._join()
         self._end_batch()
+        if self._committer is not None:
+            self._committer.shutdown()
         super().close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from concurrent.futures import Future, wait
 from typing import TYPE_CHECKING, Any
 
 from colibri.core.errors import StorageUnavailable
@@ -58,6 +59,17 @@ class StoreConnection:
         #: Why the store cannot be used until ``rollback`` ("": it can): its batch was lost,
         #: or the connection could not be made again.
         self._lost = ""
+        #: A batch being committed on the store's own thread (``commit_aside``): the
+        #: connection is its until it is through (``_join``).
+        self._committing: Future[float] | None = None
+
+    def _join(self) -> None:
+        """Wait for the batch committing aside, if any, to be through (committed or not: its
+        outcome is its future's, for the one who started it). Every use of the connection
+        from the loop comes after this (never from the commit's own thread)."""
+        committing, self._committing = self._committing, None
+        if committing is not None:
+            wait([committing])
 
     def _bound(self, ttl: float) -> None:
         """Bound a batch's waits by a lease of ``ttl`` seconds: the writers' lock waited for a

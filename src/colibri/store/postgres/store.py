@@ -71,7 +71,7 @@ class PostgresStore(Committing):
         self, task: Task, entry: LedgerEntry, fingerprint: str | None = None
     ) -> LedgerEntry:
         self._hold("insert_task", bulk.task_insert(task, fingerprint))
-        self._unsent.append(entry)
+        self._batch.unsent.append(entry)
         return entry
 
     def update_task(
@@ -84,8 +84,7 @@ class PostgresStore(Committing):
     ) -> LedgerEntry:
         row = bulk.task_change(task, expected_state, expected_epoch)
         self._hold("update_task", row, "compare-and-set")
-        self._unsent.append(entry)
-        self._unsent.extend(more)
+        self._batch.unsent.extend((entry, *more))
         return entry
 
     def get_task(self, task_id: str) -> Task | None:
@@ -149,8 +148,8 @@ class PostgresStore(Committing):
 
     def append_ledger(self, entry: LedgerEntry) -> LedgerEntry:
         self._check_lost()
-        self._dirty = True
-        self._unsent.append(entry)
+        self._batch.dirty = True
+        self._batch.unsent.append(entry)
         return entry
 
     def ledger(

@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from colibri.core.errors import LeaseLost, StorageUnavailable
@@ -64,6 +64,24 @@ _OPENING = (
     b"FROM (SELECT set_config('lock_timeout', %s, true), "
     b"set_config('idle_in_transaction_session_timeout', %s, true)) AS bounded"
 )
+
+
+@dataclass
+class _Batch:
+    """One batch as this side knows it, from its first write to its end."""
+
+    #: Written to: not yet committed or rolled back.
+    dirty: bool = False
+    #: Its transaction is open on the server (``_begin``), not only in ``writes``.
+    begun: bool = False
+    #: Its writes not yet sent (``defers_writes``), in order, consecutive ones of one statement
+    #: together; and its ledger rows, numbered as they are sent.
+    writes: list[_Write] = field(default_factory=list)
+    unsent: list[LedgerEntry] = field(default_factory=list)
+    #: Its transaction id, backend and server start (``_opened_as``), and its first ledger row:
+    #: what tells its outcome if its COMMIT's answer is lost.
+    opened: dict[str, Any] | None = None
+    first_row: dict[str, Any] | None = None
 
 
 @dataclass
@@ -105,34 +123,24 @@ class UnitOfWork(StoreConnection):
         self, dsn: str, *, durability: str = "full", lease_ttl: float | None = None
     ) -> None:
         super().__init__(dsn, durability=durability, lease_ttl=lease_ttl)
-        #: Whether a batch is open: written to, not yet committed or rolled back.
-        self._dirty = False
-        #: Whether its transaction is open on the server (``_begin``), not only in ``_writes``.
-        self._begun = False
-        #: The batch's writes not yet sent (``defers_writes``), in order, consecutive ones of
-        #: one statement together; and its ledger rows, numbered as they are sent.
-        self._writes: list[_Write] = []
-        self._unsent: list[LedgerEntry] = []
+        #: The batch being written to (one committing aside has its own: ``commit_aside``).
+        self._batch = _Batch()
         #: ``(owner, lease rows, their epochs)`` of the leases this store writes under
         #: (``BoardLease.fence``): every batch checks them first, holding the rows so that no
         #: takeover can commit in between.
         self.fence: tuple[str, list[str], list[int]] | None = None
         #: The tenants this store's transactions name for row-level security: ``*`` is every one.
         self.tenants = "*"
-        #: The open batch's transaction id, backend and server start (see ``_writing``), and
-        #: its first ledger row: what tells its outcome if its COMMIT's answer is lost.
-        self._opened: dict[str, Any] | None = None
-        self._first_row: dict[str, Any] | None = None
         #: What a lost batch's calls raise: the storage failed, the lease passed, or a write
         #: was refused as it was sent.
         self._lost_as: type[Exception] = StorageUnavailable
 
-    def _begin(self) -> None:
+    def _begin(self, batch: _Batch) -> None:
         """Open the batch's transaction on the server, in one round trip: ``BEGIN``, the
         lease's fence, and the statement that names the batch's tenants."""
         with self._conn.pipeline():
             opening = self._opening()
-        self._opened_as(*opening)
+        self._opened_as(batch, *opening)
 
     def _opening(self) -> tuple[Any, Any]:
         """The statements that open the batch's transaction, into the pipeline under way:
@@ -147,7 +155,7 @@ class UnitOfWork(StoreConnection):
         # (``_outcome``).
         return fenced, conn.execute(_OPENING, (self.tenants, *self.bounds))
 
-    def _opened_as(self, fenced: Any, opened: Any) -> None:
+    def _opened_as(self, batch: _Batch, fenced: Any, opened: Any) -> None:
         """The batch's transaction opened: its fence held (or the batch lost, ``LeaseLost``,
         and its transaction ended, whatever went with it into the pipeline)."""
         import psycopg
@@ -163,8 +171,8 @@ class UnitOfWork(StoreConnection):
                 with contextlib.suppress(psycopg.Error):
                     conn.execute(b"ROLLBACK")
                 raise LeaseLost(self._lost)
-        self._opened = opened.fetchone()
-        self._begun = True
+        batch.opened = opened.fetchone()
+        batch.begun = True
 
     @contextmanager
     def _writing(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
@@ -172,8 +180,9 @@ class UnitOfWork(StoreConnection):
         go first (``_send``), so the order of the batch is kept."""
         import psycopg
 
+        self._join()
         self._check_lost()
-        self._send()
+        self._send(self._batch)
         try:
             yield self._conn
         except (psycopg.OperationalError, psycopg.errors.InternalError) as exc:
@@ -190,14 +199,15 @@ class UnitOfWork(StoreConnection):
         """A write held until the batch is sent (``_send``): its next read, a write sent at
         once, or the commit. Consecutive writes of one statement go as one ``executemany``."""
         self._check_lost()
-        self._dirty = True
-        last = self._writes[-1] if self._writes else None
+        batch = self._batch
+        batch.dirty = True
+        last = batch.writes[-1] if batch.writes else None
         if last is not None and last.query == query and last.tenants == tenants:
             last.rows.append(row)
         else:
-            self._writes.append(_Write(query, [row], kind, tenants))
+            batch.writes.append(_Write(query, [row], kind, tenants))
 
-    def _send(self) -> None:
+    def _send(self, batch: _Batch) -> None:
         """Send what the batch holds, in one pipelined round trip (after ``_begin``, once a
         batch): its writes in order, then its ledger rows, numbered now. A write refused
         here — a task id or idempotency key taken, a compare-and-set that found the row
@@ -207,21 +217,21 @@ class UnitOfWork(StoreConnection):
         import psycopg
 
         self._check_lost()
-        self._dirty = True
+        batch.dirty = True
         conn = self._conn
         try:
             opening = None
-            if not self._writes and not self._unsent:
-                if not self._begun:
-                    self._begin()
+            if not batch.writes and not batch.unsent:
+                if not batch.begun:
+                    self._begin(batch)
                 return
-            writes, self._writes = self._writes, []
-            entries, self._unsent = self._unsent, []
+            writes, batch.writes = batch.writes, []
+            entries, batch.unsent = batch.unsent, []
             by_tenant = numbering.by_tenant(entries)
             heads: list[psycopg.Cursor[dict[str, Any]]] = []
             counted: list[tuple[int, psycopg.Cursor[dict[str, Any]]]] = []
             with conn.pipeline():
-                if not self._begun:
+                if not batch.begun:
                     # Opened in the round trip of the writes: the fence is read with them,
                     # and a batch that finds it lost is rolled back before anything commits.
                     opening = self._opening()
@@ -236,7 +246,7 @@ class UnitOfWork(StoreConnection):
                 for columns in by_tenant.values():
                     heads.append(conn.execute(numbering.INSERT_LEDGER, columns))
             if opening is not None:
-                self._opened_as(*opening)
+                self._opened_as(batch, *opening)
         except LeaseLost:
             raise  # (the batch is lost already, as a lease lost)
         except psycopg.errors.UniqueViolation as exc:
@@ -265,7 +275,7 @@ class UnitOfWork(StoreConnection):
             self._abandon("its sending stopped half-way")
             raise
         if entries:
-            self._numbered(entries, by_tenant, heads)
+            self._numbered(batch, entries, by_tenant, heads)
         expected = sum(n for n, _ in counted)
         moved = sum(n - max(cursor.rowcount, 0) for n, cursor in counted)
         if moved:
@@ -320,21 +330,18 @@ class UnitOfWork(StoreConnection):
         raise error from None
 
     def _end_batch(self) -> None:
-        self._dirty = False
-        self._begun = False
-        self._opened = None
-        self._first_row = None
-        self._writes.clear()
-        self._unsent.clear()
+        self._batch = _Batch()
 
     def _rows(self, query: str, args: Any = (), tenants: str = "") -> list[dict[str, Any]]:
         """The rows of a read, seen as the store's ``tenants`` see them (or as ``tenants``)."""
         import psycopg
 
+        self._join()
+        self._check_lost()
         try:
-            if not self._dirty:
+            if not self._batch.dirty:
                 return self._read(query.encode(), args, tenants or self.tenants)
-            self._send()  # what the batch holds, so that the read sees it
+            self._send(self._batch)  # what the batch holds, so that the read sees it
             try:
                 with self._naming(self._conn, tenants or self.tenants):
                     return self._conn.execute(query.encode(), args).fetchall()
@@ -347,7 +354,7 @@ class UnitOfWork(StoreConnection):
             error = StorageUnavailable(
                 f"the PostgreSQL board could not be read ({_first_line(exc)})"
             )
-            if self._dirty:  # and the batch went with the connection
+            if self._batch.dirty:  # and the batch went with the connection
                 self._lost, self._lost_as = error.message, StorageUnavailable
             raise error from None
 
@@ -371,13 +378,14 @@ class UnitOfWork(StoreConnection):
 
     def _numbered(
         self,
+        batch: _Batch,
         entries: list[LedgerEntry],
         by_tenant: dict[str, dict[str, Any]],
         heads: list[psycopg.Cursor[dict[str, Any]]],
     ) -> None:
         numbering.numbered(entries, by_tenant, heads)
-        if self._first_row is None:
-            self._first_row = {**_text(ledger_row(entries[0])), "seq": entries[0].seq}
+        if batch.first_row is None:
+            batch.first_row = {**_text(ledger_row(entries[0])), "seq": entries[0].seq}
 
     @contextmanager
     def _refusable(self, conn: psycopg.Connection[dict[str, Any]]) -> Iterator[None]:
