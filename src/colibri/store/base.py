@@ -4,12 +4,12 @@ A second backend is written against this text alone; the contract suite checks i
 every method of ``Store`` (``tests/store/test_every_method.py`` fails otherwise).
 
 **One writer, one unit of work.** A store is one connection, used by one thread (the daemon's
-loop). The first write after a ``commit`` or ``rollback`` opens a batch (a transaction, taken for
-writing at once, so two writers queue instead of deadlocking); every later write joins it. Nothing
-is durable — nor may be acknowledged — until ``commit`` returns; ``rollback`` discards the whole
-batch. Reads through the same store see the batch's writes at once (the daemon checks one request
-against the writes of the requests before it in the batch); another store on the same board sees
-only what was committed.
+loop; a commit made aside, ``commit_aside``, runs on the store's own). The first write after a
+``commit`` or ``rollback`` opens a batch (a transaction, taken for writing at once, so two writers
+queue instead of deadlocking); every later write joins it. Nothing is durable — nor may be
+acknowledged — until ``commit`` returns; ``rollback`` discards the whole batch. Reads through the
+same store see the batch's writes at once (the daemon checks one request against the writes of the
+requests before it in the batch); another store on the same board sees only what was committed.
 
 **Atomic.** Each write method applies all of its rows or none: a task change together with its
 ledger rows, so the two can never disagree. When a write raises, nothing of that call was written,
