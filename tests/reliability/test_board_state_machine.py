@@ -444,6 +444,10 @@ class BoardMachine(RuleBasedStateMachine):
                 row["epoch"],
                 row["attempts"],
             )
+        # ``status`` counts from memory, kept by each change: the store's counts, always.
+        status = self.board.status()
+        assert {k: v for k, v in status["tasks"].items() if v} == self.store.count_by_state()
+        assert {k: v for k, v in status["outcomes"].items() if v} == self.store.count_by_outcome()
         holders: dict[str, str] = {}
         for live in self.board.agents.values():
             assert len(live.holding) <= live.slots

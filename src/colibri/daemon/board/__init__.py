@@ -177,7 +177,9 @@ class Board:
         self.queue.clear()
         for agent in self.agents.values():
             agent.holding.clear()
-        self.transitions.load(self.store.open_tasks())
+        self.transitions.load(
+            self.store.open_tasks(), self.store.count_by_state(), self.store.count_by_outcome()
+        )
         waiting = self.dependencies.load(self.tasks.values())
         newest = self.store.list_tasks(TaskFilter(newest=True, limit=1))
         if newest:

@@ -8,6 +8,7 @@ quotas read.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import msgspec
@@ -61,9 +62,18 @@ class Transitions:
         self.pending_by_tenant: dict[str, int] = {}
         #: Bytes of task text the open tasks of each tenant hold (max_pending_mib).
         self.open_text: dict[str, int] = {}
+        #: Every task the board serves, closed ones too, by state, and those with an outcome by
+        #: outcome (``status``): counted from the store at each load, then kept by each change,
+        #: so that ``status`` never scans the store's closed tasks.
+        self.by_state: Counter[str] = Counter()
+        self.by_outcome: Counter[str] = Counter()
 
-    def load(self, open_tasks: list[Task]) -> None:
-        """Memory from the store's open tasks (at start-up, and after a failed commit)."""
+    def load(
+        self, open_tasks: list[Task], by_state: dict[str, int], by_outcome: dict[str, int]
+    ) -> None:
+        """Memory from the store's open tasks and its counts (at start-up, and after a failed
+        commit)."""
+        self.by_state, self.by_outcome = Counter(by_state), Counter(by_outcome)
         self.tasks.clear()
         self.pending_by_tenant = {}
         self.open_text = {}
@@ -103,6 +113,7 @@ class Transitions:
         entry = self.store.insert_task(task, self.entry(task, None, reason), fingerprint)
         self.batch.ledger_rows.append(entry)
         self.tasks[task.id] = task
+        self.by_state[task.state] += 1
         tenant = task.tenant
         self.pending_by_tenant[tenant] = self.pending_by_tenant.get(tenant, 0) + 1
         self.open_text[tenant] = self.open_text.get(tenant, 0) + text_bytes(task.text)
@@ -144,6 +155,12 @@ class Transitions:
         except StoreConflict:
             raise IllegalTransition(task.id, task.state, to.value) from None
         self.batch.ledger_rows.extend(entries)
+        self.by_state[task.state] -= 1
+        self.by_state[final.state] += 1
+        if task.outcome is not None:
+            self.by_outcome[task.outcome] -= 1
+        if final.outcome is not None:
+            self.by_outcome[final.outcome] += 1
         if task.state == State.PENDING:
             self.pending_by_tenant[task.tenant] -= 1
         if final.state == State.PENDING:

@@ -135,8 +135,7 @@ class Views:
         return self.known.unplaceable(self.queue.shape(task))
 
     def status(self) -> dict[str, Any]:
-        counts = self.store.count_by_state()
-        outcomes = self.store.count_by_outcome()
+        counts, outcomes = self.transitions.by_state, self.transitions.by_outcome
         # Every agent ``agents`` lists, those only the store remembers (registered before
         # the daemon restarted) included: the two commands agree on how many there are.
         known = self.agent_list()
