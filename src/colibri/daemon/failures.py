@@ -52,9 +52,7 @@ class BatchFailures:
     _replies: list[tuple[Connection, Reply | ErrorReply]]
     _to_close: list[Connection]
     _batch_error: ColibriError | None
-
-    def schedule_flush(self) -> None:
-        raise NotImplementedError
+    schedule_flush: Callable[[], None]
 
     def _dropped_aside(self) -> None:
         """The batch committing aside, if any, is let go unanswered (the daemon stops; the
