@@ -27,6 +27,7 @@ from tests.store.values import entry_for, make_task, schedule
 TENANT_TABLES = {
     "tasks": "tenant", "ledger": "tenant", "agents": "tenant", "tokens": "tenant",
     "schedules": "tenant", "schedule_fires": "tenant", "tenants": "name",
+    "open_tasks": "tenant", "ledger_heads": "tenant",
 }  # fmt: skip
 #: The board's own rows: seen by a transaction that names any tenant, and by none that names
 #: no tenant.

@@ -104,19 +104,22 @@ def _task_conditions(query: TaskFilter, placeholder: str, scope: str) -> tuple[s
     return (" WHERE " + " AND ".join(where) if where else ""), args
 
 
-def list_tasks_query(query: TaskFilter, placeholder: str, scope: str = "") -> tuple[str, list[Any]]:
-    """``list_tasks``' statement and its arguments; ``placeholder``: ``?`` or ``%s``."""
+def list_tasks_query(
+    query: TaskFilter, placeholder: str, scope: str = "", tasks: str = "tasks"
+) -> tuple[str, list[Any]]:
+    """``list_tasks``' statement and its arguments; ``placeholder``: ``?`` or ``%s``;
+    ``tasks``: the rows it reads, the table or a query of it named ``tasks``."""
     where, args = _task_conditions(query, placeholder, scope)
     order = "DESC" if query.newest else ""
-    return f"SELECT * FROM tasks{where} ORDER BY id {order} LIMIT {placeholder}", [
+    return f"SELECT * FROM {tasks}{where} ORDER BY id {order} LIMIT {placeholder}", [
         *args,
         query.limit,
     ]
 
 
 def count_tasks_query(
-    query: TaskFilter, placeholder: str, scope: str = ""
+    query: TaskFilter, placeholder: str, scope: str = "", tasks: str = "tasks"
 ) -> tuple[str, list[Any]]:
     """``count_tasks``' statement and its arguments; ``placeholder``: ``?`` or ``%s``."""
     where, args = _task_conditions(query, placeholder, scope)
-    return f"SELECT COUNT(*) AS n FROM tasks{where}", args
+    return f"SELECT COUNT(*) AS n FROM {tasks}{where}", args

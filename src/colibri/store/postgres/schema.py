@@ -35,6 +35,7 @@ _COLUMNS = {
     "ledger_heads": "tenant seq",
     "ledger": "seq at task schedule tenant from_state to_state agent epoch reason cost uid pid",
     "meta": "name value",
+    "open_tasks": "id tenant",
     "schedule_fires": "schedule nominal outcome task at reason tenant",
     "schedules": "name next_fire_at doc tenant",
     "skills": "name description",
