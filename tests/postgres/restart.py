@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,12 @@ def restarts_under_load(
         "tasks_in_store": len(store.tasks),
         "done": sum(1 for t in store.tasks.values() if t["outcome"] == "done"),
         "failed": sum(1 for t in store.tasks.values() if t["outcome"] == "failed"),
+        # Why (a failed task is never run twice, but each should have a reason a user accepts).
+        "failed_because": dict(
+            Counter(
+                str(t["error"])[:120] for t in store.tasks.values() if t["outcome"] == "failed"
+            )
+        ),
         "session_starts": sum(1 for e in events if e["event"] == "start"),
         "quiescent": quiet,
         "back_to_serving_s": [round(s, 2) for s in back_to_serving],
