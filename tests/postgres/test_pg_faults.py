@@ -325,6 +325,42 @@ def test_a_claim_committed_while_the_daemon_could_not_tell_reaches_its_agent_onc
         daemon.stop()
 
 
+def test_a_claim_committed_while_the_daemon_could_not_tell_is_requeued_if_its_agent_left(
+    tmp_path: Path, relayed_board: tuple[Relay, str]
+) -> None:
+    """As above, but the agent's connection closes while the server is away (a harness whose
+    heartbeat was refused reconnects). The assign was never sent to anyone, so the session
+    never started: the task goes back to the queue, its attempt given back, and runs once on
+    the agent registered again — where it used to fail, `session lost: agent a1 registered
+    again without it`."""
+    daemon, agent, relay, reply = _claim_whose_commit_answer_is_lost(
+        tmp_path, relayed_board, server_back=False
+    )
+    again = None
+    try:
+        assert not reply["ok"] and reply["error"]["code"] == "storage_unavailable", reply
+        agent.close()
+        relay.restore()
+        wait_until(lambda: "the store answers again" in daemon.log(), timeout=15)
+        assert "0 told to their agents now, 1 requeued" in daemon.log()
+        again = FakeAgent(daemon, "a1", ["py"])
+        assign = again.next_assign()
+        task_id = assign["task"]["id"]
+        assert daemon.task(task_id)["text"] == "claimed in the lost commit"
+        again.out(assign, "ran once")
+        closed = daemon.wait_closed(task_id)
+        assert closed["output"] == "ran once" and closed["attempts"] == 1, closed
+        moves = [(e["from_state"], e["to_state"], e["epoch"]) for e in daemon.ledger(task_id)]
+        assert moves == [
+            (None, "pending", 0), ("pending", "running", 1), ("running", "pending", 1),
+            ("pending", "running", 2), ("running", "done", 2), ("done", "closed", 2),
+        ], moves  # fmt: skip
+    finally:
+        if again is not None:
+            again.close()
+        daemon.stop()
+
+
 def test_a_wait_answered_in_a_commit_whose_outcome_was_unknown_is_answered_once_back(
     tmp_path: Path, relayed_board: tuple[Relay, str]
 ) -> None:

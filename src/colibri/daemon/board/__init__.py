@@ -207,12 +207,13 @@ class Board:
             waited = self.tasks.get(task_id) or self.store.get_task(task_id)
             if waited is not None and waited.state in states.ENDED:
                 self.audience.answer(waited)
-        told = self.dispatcher.tell_unconfirmed()
-        if told:
+        told, requeued = self.dispatcher.tell_unconfirmed()
+        if told or requeued:
             log.warning(
-                f"{told} claims committed after all (their commit's answer was lost): their "
-                "agents are told now",
-                extra={"event": "claims_confirmed", "tasks": told},
+                f"{told + requeued} claims committed after all (their commit's answer was "
+                f"lost): {told} told to their agents now, {requeued} requeued (their agents "
+                "had left the connection they were made for)",
+                extra={"event": "claims_confirmed", "tasks": told, "requeued": requeued},
             )
         self.batch.dispatch_wanted = True
 

@@ -72,30 +72,38 @@ class Dispatcher:
         batch.dispatch_wanted = False
         return placed
 
-    def tell_unconfirmed(self) -> int:
+    def tell_unconfirmed(self) -> tuple[int, int]:
         """After a rebuild: the claims of failed batches that the store has after all (their
         commit's answer was lost, the commit was not) are sent to their agents, still on the
-        connection they were made for — otherwise nobody would ever run them. How many."""
-        told = 0
+        connection they were made for — otherwise nobody would ever run them. A claim whose
+        agent has left that connection meanwhile was never sent to anyone (a failed batch lets
+        nothing out), so its session never started: its task goes back to the queue, no
+        attempt spent, rather than be lost when the agent registers again without it. How
+        many were told, and how many requeued."""
+        told = requeued = 0
         unconfirmed, self.batch.unconfirmed = self.batch.unconfirmed, []
         for task_id, epoch, peer in unconfirmed:
             task = self.transitions.tasks.get(task_id)
-            agent = self.capacity.agents.get(task.agent or "") if task is not None else None
-            if (
-                task is None
-                or task.state != State.RUNNING
-                or task.epoch != epoch
-                or agent is None
-                or agent.peer is not peer
-                or not agent.online
-                or peer.closing
-            ):
-                continue  # not committed, or no longer that agent's on that connection
+            if task is None or task.state != State.RUNNING or task.epoch != epoch:
+                continue  # not committed (or changed since by a later batch that committed)
+            agent = self.capacity.agents.get(task.agent or "")
+            if agent is None or agent.peer is not peer or not agent.online or peer.closing:
+                self.capacity.release(task)
+                waiting = self.transitions.move(
+                    task,
+                    State.PENDING,
+                    "requeued: its claim was never sent (the agent's connection closed while "
+                    "the commit's answer was lost)",
+                    attempts=task.attempts - 1,
+                )
+                self.queue.enqueue(waiting)
+                requeued += 1
+                continue
             self.batch.emit(peer, events.assign(task, self.claims.secret(task_id, epoch)))
             # Part of this batch now: should it fail too, the claim is kept for the next try.
             self.batch.placed.append((task_id, epoch, peer))
             told += 1
-        return told
+        return told, requeued
 
     def toggle(self, paused: bool | None) -> bool:
         """Pause or resume dispatch (``None``: the other way round); return whether paused."""
