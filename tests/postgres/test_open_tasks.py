@@ -11,10 +11,11 @@ from typing import Any
 
 import msgspec
 import psycopg
+import psycopg.sql
 import pytest
 
 from colibri.core.model import Task
-from colibri.store.postgres import PostgresStore, bulk
+from colibri.store.postgres import SCHEMA_VERSION, PostgresStore, bulk
 from colibri.store.rows import CHANGE_COLUMNS
 from colibri.store.task_query import TaskFilter
 from tests.postgres.test_migrations import TEXTS, made_by
@@ -150,7 +151,7 @@ def test_a_board_of_version_11_is_migrated_with_its_open_tasks(board_of_version_
         found = conn.execute("SELECT id, tenant FROM open_tasks ORDER BY id").fetchall()
         assert found == [("t1", "acme"), ("t2", "beta"), ("t4", "beta")]
         version = conn.execute("SELECT version FROM colibri_schema").fetchone()
-        assert version is not None and version[0] == 12
+        assert version is not None and version[0] == SCHEMA_VERSION
     store = PostgresStore(dsn)
     try:
         assert ids(store.open_tasks()) == ["t1", "t2", "t4"]
@@ -174,3 +175,34 @@ def test_every_writer_of_tasks_keeps_the_open_ids(board: str) -> None:
         assert _open_ids(conn) == ["a"]
         conn.execute("UPDATE tasks SET state = 'closed' WHERE id = 'a'")
         assert _open_ids(conn) == []
+
+
+def test_the_open_ids_are_kept_beside_the_tasks_whatever_the_sessions_search_path() -> None:
+    """An operator's session whose path leads to another board (or to none) writing this
+    board's tasks by their schema's name keeps this board's ids, not the other's."""
+    (ours, drop_ours), (theirs, drop_theirs) = pg_schema(), pg_schema()
+    try:
+        for dsn in (ours, theirs):
+            PostgresStore(dsn).close()
+        with psycopg.connect(ours) as conn:
+            (schema,) = conn.execute("SELECT current_schema()").fetchone()  # type: ignore[misc]
+        with psycopg.connect(theirs, autocommit=True) as conn:
+            conn.execute("SELECT set_config('colibri.tenants', '*', false)")
+            tasks = psycopg.sql.Identifier(schema, "tasks")
+            conn.execute(
+                psycopg.sql.SQL(
+                    "INSERT INTO {} (id, tenant, text, capabilities, state, labels, created_at, "
+                    "updated_at) VALUES ('a', 'acme', 'x', '[]', 'pending', '[]', 'at', 'at'), "
+                    "('b', 'acme', 'x', '[]', 'pending', '[]', 'at', 'at')"
+                ).format(tasks)
+            )
+            conn.execute(
+                psycopg.sql.SQL("UPDATE {} SET state = 'closed' WHERE id = 'a'").format(tasks)
+            )
+            assert _open_ids(conn) == []  # this session's board: untouched
+        with psycopg.connect(ours, autocommit=True) as conn:
+            conn.execute("SELECT set_config('colibri.tenants', '*', false)")
+            assert _open_ids(conn) == ["b"]
+    finally:
+        drop_ours()
+        drop_theirs()

@@ -333,6 +333,27 @@ ALTER TABLE open_tasks FORCE ROW LEVEL SECURITY;
 CREATE POLICY tenant_rows ON open_tasks
     USING (colibri_sees(tenant)) WITH CHECK (colibri_sees(tenant));
 
+-- name: migration_13
+-- Migration 12's triggers named open_tasks as the session's search_path finds it: a statement
+-- on this board's tasks from a session whose path leads elsewhere (an operator naming the
+-- board's schema in the statement, another board's schema first in the path) would have kept
+-- another schema's table, or failed. They name the table beside the one that fired them.
+CREATE OR REPLACE FUNCTION colibri_tasks_opened() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('INSERT INTO %I.open_tasks (id, tenant) '
+                   'SELECT id, tenant FROM added WHERE state <> ''closed''', TG_TABLE_SCHEMA);
+    RETURN NULL;
+END
+$$;
+CREATE OR REPLACE FUNCTION colibri_tasks_closed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('DELETE FROM %I.open_tasks '
+                   'WHERE id = ANY (ARRAY(SELECT id FROM changed WHERE state = ''closed''))',
+                   TG_TABLE_SCHEMA);
+    RETURN NULL;
+END
+$$;
+
 -- name: board_columns
 -- The columns of the board's tables, as a board of this version must have them (``_COLUMNS``).
 SELECT c.relname AS table_name, a.attname AS column_name
