@@ -6,6 +6,7 @@ a board of version 11 is migrated with its open tasks, and the reads of open tas
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,9 +19,10 @@ from colibri.core.model import Task
 from colibri.store.postgres import SCHEMA_VERSION, PostgresStore, bulk
 from colibri.store.rows import CHANGE_COLUMNS
 from colibri.store.task_query import TaskFilter
+from tests.helpers import wait_until
 from tests.postgres.test_migrations import TEXTS, made_by
-from tests.store.conftest import pg_schema
-from tests.store.values import LATER, entry_for, ids, make_task
+from tests.store.conftest import as_app_role, pg_schema
+from tests.store.values import LATER, entry_for, ids, make_task, move
 
 N = 200
 
@@ -206,3 +208,110 @@ def test_the_open_ids_are_kept_beside_the_tasks_whatever_the_sessions_search_pat
     finally:
         drop_ours()
         drop_theirs()
+
+
+def test_a_deleted_task_takes_its_id_along_and_a_task_cannot_leave_its_tenant_or_reopen(
+    board: str,
+) -> None:
+    """Colibri deletes no task, moves none between tenants and reopens none; an operator's
+    hand may. A delete is followed; the others are refused, since the ids could not follow."""
+    PostgresStore(board).close()
+    with psycopg.connect(board, autocommit=True) as conn:
+        conn.execute("SELECT set_config('colibri.tenants', '*', false)")
+        for task, state in (("a", "pending"), ("b", "closed"), ("c", "running")):
+            conn.execute(
+                "INSERT INTO tasks (id, tenant, text, capabilities, state, labels, created_at, "
+                "updated_at) VALUES (%s, 'acme', 'x', '[]', %s, '[]', 'at', 'at')",
+                (task, state),
+            )
+        conn.execute("DELETE FROM tasks WHERE id IN ('a', 'b')")
+        assert _open_ids(conn) == ["c"]
+        conn.execute(  # the id free again, in both tables
+            "INSERT INTO tasks (id, tenant, text, capabilities, state, labels, created_at, "
+            "updated_at) VALUES ('a', 'acme', 'x', '[]', 'pending', '[]', 'at', 'at'), "
+            "('b', 'acme', 'x', '[]', 'closed', '[]', 'at', 'at')"
+        )
+        assert _open_ids(conn) == ["a", "c"]
+        for change in (
+            "SET tenant = 'beta' WHERE id = 'c'",
+            "SET id = 'd' WHERE id = 'c'",
+            "SET state = 'pending' WHERE id = 'b'",
+            "SET text = 'y', tenant = 'beta'",  # one row of many
+        ):
+            with pytest.raises(psycopg.errors.CheckViolation, match="stays closed"):
+                conn.execute(f"UPDATE tasks {change}".encode())
+        rows = conn.execute("SELECT id, tenant, state, text FROM tasks ORDER BY id").fetchall()
+        assert rows == [
+            ("a", "acme", "pending", "x"), ("b", "acme", "closed", "x"),
+            ("c", "acme", "running", "x"),
+        ]  # fmt: skip
+        assert _open_ids(conn) == ["a", "c"]
+
+
+def test_the_open_ids_follow_the_store_of_a_role_bound_by_row_level_security(board: str) -> None:
+    store = PostgresStore(as_app_role(board))
+    try:
+        tasks = [make_task(f"t{n}", tenant=tenant) for n, tenant in enumerate(("acme", "beta"))]
+        for task in tasks:
+            store.ensure_tenant(task.tenant, LATER)
+            store.insert_task(task, entry_for(task))
+        store.commit()
+        move(store, tasks[0], state="cancelled", outcome="cancelled")
+        store.commit()
+        store.update_task(
+            msgspec.structs.replace(tasks[0], state="closed", outcome="cancelled"), "cancelled",
+            0, entry_for(tasks[0], "cancelled"),
+        )  # fmt: skip
+        store.commit()
+        assert ids(store.open_tasks()) == ["t1"]
+    finally:
+        store.close()
+    with psycopg.connect(board, autocommit=True) as conn:
+        conn.execute("SELECT set_config('colibri.tenants', '*', false)")
+        assert conn.execute("SELECT id, tenant FROM open_tasks").fetchall() == [("t1", "beta")]
+
+
+def test_a_migration_meeting_an_older_daemons_open_batch_keeps_what_it_commits(
+    board_of_version_11: str,
+) -> None:
+    """A batch of a daemon of version 11 is open as the board is migrated (its lease ran out
+    while it stalled: nothing but the lease kept the migration away). The migration waits for
+    it, and the open ids are those of the board the batch left, not of the one before it."""
+    dsn = board_of_version_11
+    insert = (
+        "INSERT INTO tasks (id, tenant, text, capabilities, state, labels, created_at, "
+        "updated_at) VALUES (%s, 'acme', 'x', '[]', %s, '[]', 'at', 'at')"
+    )
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT set_config('colibri.tenants', '*', false)")
+        conn.execute(insert, ("t-running", "running"))
+        conn.execute(insert, ("t-pending", "pending"))
+    older = psycopg.connect(dsn)
+    migrated: list[BaseException | None] = []
+    try:
+        older.execute("SELECT set_config('colibri.tenants', '*', true)")
+        older.execute(insert, ("t-new", "pending"))
+        older.execute("UPDATE tasks SET state = 'closed' WHERE id = 't-running'")
+
+        def migrate() -> None:
+            try:
+                PostgresStore(dsn).close()
+                migrated.append(None)
+            except BaseException as exc:
+                migrated.append(exc)
+
+        thread = threading.Thread(target=migrate, daemon=True)
+        thread.start()
+        with psycopg.connect(dsn, autocommit=True) as watch:
+            waiting = (
+                "SELECT COUNT(*) FROM pg_locks WHERE NOT granted AND relation = 'tasks'::regclass"
+            )
+            wait_until(lambda: watch.execute(waiting).fetchone() == (1,), timeout=15)
+        older.commit()
+        thread.join(30)
+        assert migrated == [None], migrated
+    finally:
+        older.close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT set_config('colibri.tenants', '*', false)")
+        assert _open_ids(conn) == ["t-new", "t-pending"]

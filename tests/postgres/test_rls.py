@@ -143,7 +143,7 @@ def test_a_transaction_of_one_tenant_cannot_read_or_write_anothers_rows(
         for statement in (
             "INSERT INTO ledger (seq, at, tenant, to_state, epoch) "
             "VALUES (1000, 'x', 'acme', 'pending', 0)",
-            "UPDATE tasks SET tenant = 'acme' WHERE tenant = 'beta'",
+            "UPDATE agents SET tenant = 'acme' WHERE tenant = 'beta'",
             "INSERT INTO tokens (id, tenant, role, capabilities, secret_hash, created_at) "
             "VALUES ('t1', 'acme', 'operator', '[]', 'h', 'x')",
         ):
@@ -151,6 +151,12 @@ def test_a_transaction_of_one_tenant_cannot_read_or_write_anothers_rows(
                 with conn.transaction():
                     conn.execute("SELECT set_config('colibri.tenants', 'beta', true)")
                     conn.execute(statement)
+        # A task moved to another tenant: refused before the policy is asked (a task never
+        # moves, whatever tenants the transaction names: its open id could not follow it).
+        with pytest.raises(psycopg.errors.CheckViolation, match="keeps its id and its tenant"):
+            with conn.transaction():
+                conn.execute("SELECT set_config('colibri.tenants', 'beta', true)")
+                conn.execute("UPDATE tasks SET tenant = 'acme' WHERE tenant = 'beta'")
     with psycopg.connect(board) as admin:
         states: dict[str, str] = dict(admin.execute("SELECT tenant, state FROM tasks").fetchall())
     assert states == {"acme": "pending", "beta": "pending"}

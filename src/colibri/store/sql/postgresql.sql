@@ -354,6 +354,37 @@ BEGIN
 END
 $$;
 
+-- name: migration_14
+-- The open tasks' ids kept whatever is done to tasks. Migration 12 read them before it held
+-- any lock on tasks, so a batch of an older daemon still open while its lease ran out could
+-- commit a new task, or a close, between that read and the migration's commit: they are read
+-- again under a lock that keeps writers out. A task deleted takes its id along. An update
+-- that would move a task to another tenant, change its id, or open a closed task again —
+-- none of which Colibri does — is refused, since the ids could not follow it (the WHEN is
+-- checked for each row without calling the function, which only refuses).
+LOCK TABLE tasks IN SHARE ROW EXCLUSIVE MODE;
+DELETE FROM open_tasks;
+INSERT INTO open_tasks (id, tenant) SELECT id, tenant FROM tasks WHERE state <> 'closed';
+CREATE FUNCTION colibri_task_kept() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'task %: a task keeps its id and its tenant, and a closed task stays closed',
+        OLD.id USING ERRCODE = 'check_violation';
+END
+$$;
+CREATE TRIGGER tasks_kept BEFORE UPDATE ON tasks FOR EACH ROW
+    WHEN (NEW.id <> OLD.id OR NEW.tenant <> OLD.tenant
+          OR (OLD.state = 'closed' AND NEW.state <> 'closed'))
+    EXECUTE FUNCTION colibri_task_kept();
+CREATE FUNCTION colibri_tasks_removed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('DELETE FROM %I.open_tasks WHERE id = ANY (ARRAY(SELECT id FROM removed))',
+                   TG_TABLE_SCHEMA);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER tasks_removed AFTER DELETE ON tasks REFERENCING OLD TABLE AS removed
+    FOR EACH STATEMENT EXECUTE FUNCTION colibri_tasks_removed();
+
 -- name: board_columns
 -- The columns of the board's tables, as a board of this version must have them (``_COLUMNS``).
 SELECT c.relname AS table_name, a.attname AS column_name
