@@ -210,7 +210,7 @@ def test_the_open_ids_are_kept_beside_the_tasks_whatever_the_sessions_search_pat
         drop_theirs()
 
 
-def test_a_deleted_task_takes_its_id_along_and_a_task_cannot_leave_its_tenant_or_reopen(
+def test_a_deleted_or_truncated_task_takes_its_id_along_and_a_task_cannot_leave_or_reopen(
     board: str,
 ) -> None:
     """Colibri deletes no task, moves none between tenants and reopens none; an operator's
@@ -226,6 +226,12 @@ def test_a_deleted_task_takes_its_id_along_and_a_task_cannot_leave_its_tenant_or
             )
         conn.execute("DELETE FROM tasks WHERE id IN ('a', 'b')")
         assert _open_ids(conn) == ["c"]
+        conn.execute("TRUNCATE tasks")  # (no delete trigger fires: a truncate one does)
+        assert _open_ids(conn) == []
+        conn.execute(
+            "INSERT INTO tasks (id, tenant, text, capabilities, state, labels, created_at, "
+            "updated_at) VALUES ('c', 'acme', 'x', '[]', 'running', '[]', 'at', 'at')"
+        )
         conn.execute(  # the id free again, in both tables
             "INSERT INTO tasks (id, tenant, text, capabilities, state, labels, created_at, "
             "updated_at) VALUES ('a', 'acme', 'x', '[]', 'pending', '[]', 'at', 'at'), "

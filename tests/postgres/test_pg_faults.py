@@ -325,14 +325,15 @@ def test_a_claim_committed_while_the_daemon_could_not_tell_reaches_its_agent_onc
         daemon.stop()
 
 
+@pytest.mark.parametrize("then", ["a1", "a2"])
 def test_a_claim_committed_while_the_daemon_could_not_tell_is_requeued_if_its_agent_left(
-    tmp_path: Path, relayed_board: tuple[Relay, str]
+    tmp_path: Path, relayed_board: tuple[Relay, str], then: str
 ) -> None:
     """As above, but the agent's connection closes while the server is away (a harness whose
     heartbeat was refused reconnects). The assign was never sent to anyone, so the session
     never started: the task goes back to the queue, its attempt given back, and runs once on
-    the agent registered again — where it used to fail, `session lost: agent a1 registered
-    again without it`."""
+    the agent registered again (``a1``; it used to fail, `session lost: agent a1 registered
+    again without it`) or on another (``a2``, the first never back)."""
     daemon, agent, relay, reply = _claim_whose_commit_answer_is_lost(
         tmp_path, relayed_board, server_back=False
     )
@@ -343,7 +344,7 @@ def test_a_claim_committed_while_the_daemon_could_not_tell_is_requeued_if_its_ag
         relay.restore()
         wait_until(lambda: "the store answers again" in daemon.log(), timeout=15)
         assert "0 told to their agents now, 1 requeued" in daemon.log()
-        again = FakeAgent(daemon, "a1", ["py"])
+        again = FakeAgent(daemon, then, ["py"])
         assign = again.next_assign()
         task_id = assign["task"]["id"]
         assert daemon.task(task_id)["text"] == "claimed in the lost commit"
