@@ -88,15 +88,11 @@ class Dispatcher:
                 continue  # not committed (or changed since by a later batch that committed)
             agent = self.capacity.agents.get(task.agent or "")
             if agent is None or agent.peer is not peer or not agent.online or peer.closing:
-                self.capacity.release(task)
-                waiting = self.transitions.move(
+                self.transitions.requeue(
                     task,
-                    State.PENDING,
-                    "requeued: its claim was never sent (the agent's connection closed while "
-                    "the commit's answer was lost)",
-                    attempts=task.attempts - 1,
+                    "its claim was never sent (the agent's connection closed while the "
+                    "commit's answer was lost)",
                 )
-                self.queue.enqueue(waiting)
                 requeued += 1
                 continue
             self.batch.emit(peer, events.assign(task, self.claims.secret(task_id, epoch)))

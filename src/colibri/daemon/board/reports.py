@@ -309,13 +309,9 @@ class Reports:
         task = self._held(agent, task_id, epoch)
         if task.state != State.RUNNING:
             raise IllegalTransition(task_id, task.state, State.PENDING.value)
-        self.capacity.release(task)
         why = reason or "session not ready"
-        waiting = self.transitions.move(
-            task, State.PENDING, f"requeued: {why}", attempts=task.attempts - 1
-        )
+        waiting = self.transitions.requeue(task, why)
         self.capacity.not_ready(agent, task_id, why)
-        self.queue.enqueue(waiting)
         return waiting
 
     def reclaimed(

@@ -184,6 +184,13 @@ class Transitions:
             return self.move(task, State.CLOSED)
         return self.move(task, State.CLOSED, change.describe(), change=change)
 
+    def requeue(self, task: Task, reason: str) -> Task:
+        """A running task whose session never started: back to pending, no attempt spent."""
+        self.capacity.release(task)
+        waiting = self.move(task, State.PENDING, f"requeued: {reason}", attempts=task.attempts - 1)
+        self.queue.enqueue(waiting)
+        return waiting
+
     def end_session(self, task: Task, error: str, change: Change | None = None) -> Task:
         """A running task's session is gone without out: retry if attempts remain, else fail.
         ``change``: what the session left in its worktree."""
